@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every test on a fresh Debian machine of this project's kind.
+# Installs what the tests need (Debian packages, a Python venv), builds the
+# crate, runs the Rust tests, then the Python interop tests against the
+# built binary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+apt_pkgs=(nats-server)
+missing=()
+for p in "${apt_pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "missing Debian packages: ${missing[*]} (run as root to install)" >&2
+    exit 1
+  fi
+fi
+
+venv="$root/.venv"
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+"$venv/bin/pip" install -q -r tests/py/requirements.txt
+
+cargo build --bins
+cargo test --all-targets -- --test-threads=2
+
+export LIFTBRIDGE_BIN="$root/target/debug/liftbridge"
+"$venv/bin/python" -m pytest -q tests/py

@@ -1,0 +1,74 @@
+//! Command line entry point.
+//!
+//! Two grammars share the binary:
+//! - the `liftbridge` command line (clap), whose default action is `serve`;
+//! - the `nats-server` compatibility mode, chosen when the program is invoked
+//!   as `nats-server` (a symlink) or as `liftbridge nats-server ARGS…`. Its
+//!   Go-style flags (`-js`, `-sd`, `-p -1`) do not fit clap, so it has its own
+//!   parser in `nats_server`.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub mod serve;
+
+/// A durable, replayable log for NATS in one binary.
+#[derive(Debug, Parser)]
+#[command(name = "liftbridge", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Server options (used when no subcommand is given, or with `serve`).
+    #[command(flatten)]
+    pub serve: serve::ServeArgs,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server (the default when no subcommand is given).
+    Serve(serve::ServeArgs),
+    /// Run as nats-server would, accepting its flags and config file syntax.
+    #[command(name = "nats-server", disable_help_flag = true)]
+    NatsServer {
+        /// nats-server style arguments, e.g. `-p -1 -js -sd DIR`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
+}
+
+/// Runs the command line given the full argv (program name first).
+pub fn main(argv: Vec<OsString>) -> ExitCode {
+    let invoked_as = argv
+        .first()
+        .and_then(|a| Path::new(a).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if invoked_as == "nats-server" {
+        return nats_server_mode(argv.into_iter().skip(1).collect());
+    }
+    let cli = Cli::parse_from(argv);
+    let result = match cli.command {
+        None => serve::run(cli.serve),
+        Some(Command::Serve(args)) => serve::run(args),
+        Some(Command::NatsServer { args }) => return nats_server_mode(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("liftbridge: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn nats_server_mode(args: Vec<OsString>) -> ExitCode {
+    eprintln!(
+        "nats-server mode is not available in this build ({} arguments ignored)",
+        args.len()
+    );
+    ExitCode::FAILURE
+}

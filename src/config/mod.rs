@@ -1,0 +1,10 @@
+//! Typed configuration.
+//!
+//! One tree, defaults in code, validated once at start-up. Loaders for the
+//! different surfaces live in submodules: `nats` holds the options of the
+//! embedded NATS server (shared by the default `serve` mode and the
+//! `nats-server` compatibility mode).
+
+pub mod nats;
+
+pub use nats::{AuthConfig, NatsOptions, PermissionRules, Permissions, TlsFiles, User};

@@ -1,0 +1,21 @@
+//! liftbridge: a durable, replayable log for NATS in one binary.
+//!
+//! The crate is laid out so that each piece of state has one owner and
+//! protocol/storage code stays free of I/O:
+//!
+//! ```text
+//! config/     typed configuration; loaders for flags, NATS .conf and liftbridge.yaml
+//! nats/       the embedded NATS server (parser, sublist, connections, monitoring, in-process client)
+//! store/      redb-backed partition log: append, read, time index, retention, compaction
+//! cluster/    openraft metadata (streams, partitions, leaders, ISR) with redb storage
+//! partition/  a partition's life: the stenographer (recording), acks, readers
+//! api/        the Liftbridge gRPC service `proto.API`
+//! http/       monitoring JSON, metrics, admin API and UI assets
+//! cli/        the command line (serve, nats-server mode, cert, bench, stream, pub, sub)
+//! ```
+//!
+//! The log layer talks to NATS through the in-process client in
+//! `nats::handle`, never through TCP to itself.
+
+pub mod cli;
+pub mod config;

@@ -1,0 +1,4 @@
+//! Integration tests: one test binary, one module per area.
+//!
+//! Each test starts the real server (in-process on port 0, or the built
+//! binary) and talks to it with real clients.
