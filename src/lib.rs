@@ -11,11 +11,20 @@
 //! partition/  a partition's life: the stenographer (recording), acks, readers
 //! api/        the Liftbridge gRPC service `proto.API`
 //! http/       monitoring JSON, metrics, admin API and UI assets
+//! bench/      load generators for the `bench` command
 //! cli/        the command line (serve, nats-server mode, cert, bench, stream, pub, sub)
 //! ```
 //!
 //! The log layer talks to NATS through the in-process client in
 //! `nats::handle`, never through TCP to itself.
 
+pub mod api;
+pub mod bench;
 pub mod cli;
+pub mod cluster;
 pub mod config;
+pub mod http;
+pub mod nats;
+pub mod partition;
+pub mod store;
+pub mod tls;

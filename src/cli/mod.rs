@@ -13,7 +13,14 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod bench;
+pub mod cert;
+pub mod nats_server;
+pub mod publish;
 pub mod serve;
+pub mod status;
+pub mod stream;
+pub mod subscribe;
 
 /// A durable, replayable log for NATS in one binary.
 #[derive(Debug, Parser)]
@@ -38,6 +45,20 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// Generate development TLS certificates (a CA, a server and a client cert).
+    Cert(cert::CertArgs),
+    /// Run load benchmarks, side by side with nats-server when it is on PATH.
+    Bench(bench::BenchArgs),
+    /// Create, list, describe, pause, make readonly or delete streams.
+    Stream(stream::StreamArgs),
+    /// Publish messages to a stream.
+    #[command(name = "pub")]
+    Pub(publish::PubArgs),
+    /// Read messages from a stream.
+    #[command(name = "sub")]
+    Sub(subscribe::SubArgs),
+    /// Show the state of a server.
+    Status(status::StatusArgs),
 }
 
 /// Runs the command line given the full argv (program name first).
@@ -48,13 +69,19 @@ pub fn main(argv: Vec<OsString>) -> ExitCode {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     if invoked_as == "nats-server" {
-        return nats_server_mode(argv.into_iter().skip(1).collect());
+        return nats_server::run(argv.into_iter().skip(1).collect());
     }
     let cli = Cli::parse_from(argv);
     let result = match cli.command {
         None => serve::run(cli.serve),
         Some(Command::Serve(args)) => serve::run(args),
-        Some(Command::NatsServer { args }) => return nats_server_mode(args),
+        Some(Command::NatsServer { args }) => return nats_server::run(args),
+        Some(Command::Cert(args)) => cert::run(args),
+        Some(Command::Bench(args)) => bench::run(args),
+        Some(Command::Stream(args)) => stream::run(args),
+        Some(Command::Pub(args)) => publish::run(args),
+        Some(Command::Sub(args)) => subscribe::run(args),
+        Some(Command::Status(args)) => status::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -63,12 +90,4 @@ pub fn main(argv: Vec<OsString>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn nats_server_mode(args: Vec<OsString>) -> ExitCode {
-    eprintln!(
-        "nats-server mode is not available in this build ({} arguments ignored)",
-        args.len()
-    );
-    ExitCode::FAILURE
 }

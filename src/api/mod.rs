@@ -1,0 +1,1 @@
+//! The Liftbridge gRPC service `proto.API`.

@@ -1,0 +1,16 @@
+//! `liftbridge bench`: run load benchmarks.
+
+use clap::Args;
+
+/// Arguments of this subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Remaining arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub rest: Vec<String>,
+}
+
+/// Runs the subcommand.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    anyhow::bail!("not available yet ({} arguments)", args.rest.len())
+}

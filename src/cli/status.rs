@@ -1,0 +1,16 @@
+//! `liftbridge status`: show the state of a server.
+
+use clap::Args;
+
+/// Arguments of this subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// Remaining arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub rest: Vec<String>,
+}
+
+/// Runs the subcommand.
+pub fn run(args: StatusArgs) -> anyhow::Result<()> {
+    anyhow::bail!("not available yet ({} arguments)", args.rest.len())
+}

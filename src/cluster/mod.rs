@@ -1,0 +1,1 @@
+//! Metadata through Raft (openraft) with redb storage.

@@ -1,0 +1,1 @@
+//! The HTTP port: NATS monitoring JSON, metrics, admin API and UI.

@@ -1,0 +1,1 @@
+//! Client authentication and per-user permissions.

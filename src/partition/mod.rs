@@ -1,0 +1,1 @@
+//! A partition's life: recording, acks, readers.

@@ -1,0 +1,1 @@
+//! The partition log on redb.

@@ -1,0 +1,1 @@
+//! TLS configuration (rustls) for the listeners, and dev certificate generation.
