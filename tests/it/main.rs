@@ -4,3 +4,5 @@
 //! binary) and talks to it with real clients.
 
 mod compat_cert;
+mod cluster_meta;
+mod cluster_storage;
