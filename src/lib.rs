@@ -27,4 +27,5 @@ pub mod http;
 pub mod nats;
 pub mod partition;
 pub mod store;
+pub mod systemd;
 pub mod tls;

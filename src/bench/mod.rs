@@ -1,1 +1,3 @@
 //! Load generators and side-by-side benchmarks.
+
+pub mod nats;
