@@ -444,6 +444,10 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
+/// One printed metric: its name, how to read it from a measure, and
+/// whether a higher value is better.
+type Metric = (&'static str, fn(&Measure) -> f64, bool);
+
 fn print_table(
     targets: &[Target],
     results: &[Vec<Measure>],
@@ -471,7 +475,7 @@ fn print_table(
     }
     println!("{header}\n{rule}");
     for (wi, w) in WORKLOADS.iter().enumerate() {
-        let rows: Vec<(&str, fn(&Measure) -> f64, bool)> = match w {
+        let rows: Vec<Metric> = match w {
             Workload::PubSub { .. } => vec![
                 ("published msgs/s", |m| m.msgs_per_sec, true),
                 ("delivered msgs/s", |m| m.delivered_per_sec, true),
