@@ -204,7 +204,7 @@ impl Router {
         self.prefixes
             .push((prefix.to_string(), Arc::new(move |r| Box::pin(f(r)))));
         // Longest prefix first.
-        self.prefixes.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        self.prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
         self
     }
 
@@ -212,7 +212,7 @@ impl Router {
     pub fn merge(mut self, other: Router) -> Router {
         self.exact.extend(other.exact);
         self.prefixes.extend(other.prefixes);
-        self.prefixes.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        self.prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
         self
     }
 
