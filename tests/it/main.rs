@@ -4,3 +4,6 @@
 //! binary) and talks to it with real clients.
 
 mod compat_cert;
+mod nats_core;
+mod nats_raw;
+mod nats_support;
