@@ -613,6 +613,9 @@ pub(crate) struct Reader {
 enum Flow {
     Continue,
     Close,
+    /// CONNECT passed its checks; credentials must be verified (possibly
+    /// slow: bcrypt runs on the blocking pool).
+    Authenticate(Box<ConnectOptions>),
 }
 
 impl Reader {
@@ -672,12 +675,19 @@ impl Reader {
             loop {
                 match self.parser.parse(&mut buf) {
                     Ok(Parsed::Incomplete) => break,
-                    Ok(Parsed::Op(op)) => {
-                        if let Flow::Close = self.apply(op) {
+                    Ok(Parsed::Op(op)) => match self.apply(op) {
+                        Flow::Continue => {}
+                        Flow::Close => {
                             self.end_batch();
                             break 'outer;
                         }
-                    }
+                        Flow::Authenticate(co) => {
+                            if let Flow::Close = self.authenticate(co).await {
+                                self.end_batch();
+                                break 'outer;
+                            }
+                        }
+                    },
                     Err(e) => {
                         tracing::debug!(cid = self.client.id, error = %e, "protocol error");
                         self.end_batch();
@@ -810,26 +820,74 @@ impl Reader {
             self.client.close_with_err(Some("Authorization Violation"));
             return Flow::Close;
         }
-        let perms = match &self.server.authenticator {
-            Some(auth) if auth.required() => {
-                let creds = Credentials {
-                    user: co.user.as_deref(),
-                    pass: co.pass.as_deref(),
-                    auth_token: co.auth_token.as_deref(),
-                    nkey: co.nkey.as_deref(),
-                    sig: co.sig.as_deref(),
-                };
-                match auth.authenticate(&creds, self.nonce.as_deref()) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        tracing::debug!(cid = self.client.id, error = %e, "authorization violation");
-                        self.client.close_with_err(Some("Authorization Violation"));
-                        return Flow::Close;
-                    }
+        if self.server.auth_required() {
+            return Flow::Authenticate(Box::new(co));
+        }
+        self.finish_connect(co, None, String::new());
+        Flow::Continue
+    }
+
+    /// Verifies CONNECT credentials; bcrypt hashes are checked on the
+    /// blocking pool so a slow hash never stalls a runtime worker.
+    async fn authenticate(&mut self, co: Box<ConnectOptions>) -> Flow {
+        let Some(auth) = self.server.authenticator.as_ref() else {
+            self.finish_connect(*co, None, String::new());
+            return Flow::Continue;
+        };
+        let bcrypt = auth.uses_bcrypt() && co.pass.is_some();
+        let server = self.server.clone();
+        let nonce = self.nonce.clone();
+        let check = move |co: Box<ConnectOptions>| {
+            let creds = Credentials {
+                user: co.user.as_deref(),
+                pass: co.pass.as_deref(),
+                auth_token: co.auth_token.as_deref(),
+                nkey: co.nkey.as_deref(),
+                sig: co.sig.as_deref(),
+            };
+            let r = match server.authenticator.as_ref() {
+                Some(a) => a.authenticate_identity(&creds, nonce.as_deref()),
+                None => Err(super::auth::AuthError::Violation("no authenticator")),
+            };
+            (r, co)
+        };
+        let (result, co) = if bcrypt {
+            match tokio::task::spawn_blocking(move || check(co)).await {
+                Ok(v) => v,
+                Err(_) => {
+                    self.client.close_with_err(Some("Authorization Violation"));
+                    return Flow::Close;
                 }
             }
-            _ => None,
+        } else {
+            check(co)
         };
+        match result {
+            Ok(outcome) => {
+                let who = match outcome.identity {
+                    super::auth::Identity::User(u) => u,
+                    super::auth::Identity::Nkey(k) => k,
+                    super::auth::Identity::Token | super::auth::Identity::Anonymous => {
+                        String::new()
+                    }
+                };
+                self.finish_connect(*co, outcome.permissions, who);
+                Flow::Continue
+            }
+            Err(e) => {
+                tracing::debug!(cid = self.client.id, error = %e, "authorization violation");
+                self.client.close_with_err(Some("Authorization Violation"));
+                Flow::Close
+            }
+        }
+    }
+
+    fn finish_connect(
+        &mut self,
+        co: ConnectOptions,
+        perms: Option<Arc<PermissionSet>>,
+        who: String,
+    ) {
         self.st = ConnState {
             connected: true,
             verbose: co.verbose,
@@ -847,10 +905,9 @@ impl Reader {
             m.name = co.name.unwrap_or_default();
             m.lang = co.lang.unwrap_or_default();
             m.version = co.version.unwrap_or_default();
-            m.authorized_user = co.user.or(co.nkey).unwrap_or_default();
+            m.authorized_user = who;
         }
         self.ok();
-        Flow::Continue
     }
 
     fn can_publish(&mut self, subject: &Bytes) -> bool {

@@ -4,6 +4,7 @@
 //! binary) and talks to it with real clients.
 
 mod compat_cert;
+mod nats_auth;
 mod nats_core;
 mod nats_raw;
 mod nats_support;
