@@ -4,6 +4,7 @@
 //! binary) and talks to it with real clients.
 
 mod compat_cert;
+mod compat_nats_server;
 mod nats_core;
 mod nats_raw;
 mod nats_support;
