@@ -7,6 +7,7 @@ mod compat_cert;
 mod cluster_meta;
 mod cluster_storage;
 mod nats_auth;
+mod compat_nats_server;
 mod nats_core;
 mod nats_raw;
 mod nats_support;
