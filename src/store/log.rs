@@ -267,10 +267,7 @@ pub type OpenedPartition = (String, Result<PartitionLog, StoreError>);
 /// Opens every partition database (`*.redb`) found in `dir`. One bad file
 /// does not stop the others: each entry carries its own result. A missing
 /// directory yields an empty list.
-pub fn open_all(
-    dir: &Path,
-    cfg: &LogConfig,
-) -> Result<Vec<OpenedPartition>, StoreError> {
+pub fn open_all(dir: &Path, cfg: &LogConfig) -> Result<Vec<OpenedPartition>, StoreError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

@@ -74,7 +74,6 @@ pub enum SyncPolicy {
     Interval(Duration),
 }
 
-
 /// Retention limits of one partition; `None` means unlimited. The oldest
 /// records are removed until every limit holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
