@@ -171,6 +171,15 @@ pub struct AppendResult {
     pub last_offset: u64,
 }
 
+/// Commit counters of one log since it was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Write transactions committed (group commits).
+    pub commits: u64,
+    /// Of those, commits fsynced to disk.
+    pub durable_commits: u64,
+}
+
 /// What one retention pass removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RetentionStats {
