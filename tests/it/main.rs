@@ -4,3 +4,4 @@
 //! binary) and talks to it with real clients.
 mod store_basic;
 mod store_crash;
+mod store_model;
