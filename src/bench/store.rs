@@ -192,9 +192,11 @@ async fn append_case(
             tasks.push(tokio::spawn(async move {
                 let mut n = 0u64;
                 while Instant::now() < deadline {
+                    // Distinct, increasing timestamps: every record gets a
+                    // time-index entry (the costly case).
                     let recs = (0..batch)
-                        .map(|_| NewRecord {
-                            timestamp_ns: n as i64,
+                        .map(|j| NewRecord {
+                            timestamp_ns: (n + j as u64) as i64,
                             key: None,
                             headers: Vec::new(),
                             value: payload.clone(),
