@@ -1,3 +1,4 @@
 //! Load generators and side-by-side benchmarks.
 
 pub mod nats;
+pub mod store;

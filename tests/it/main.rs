@@ -11,3 +11,6 @@ mod compat_nats_server;
 mod nats_core;
 mod nats_raw;
 mod nats_support;
+mod store_basic;
+mod store_crash;
+mod store_model;
