@@ -5,3 +5,4 @@
 
 mod cluster_meta;
 mod cluster_storage;
+mod config_liftbridge;
