@@ -159,6 +159,7 @@ pub struct Metadata {
     node: Arc<NodeInfo>,
     rx: watch::Receiver<Arc<MetadataState>>,
     opts: Arc<MetadataOptions>,
+    db: RaftDb,
 }
 
 /// A random id in the style of a NATS NUID (22 alphanumerics): no spaces or
@@ -243,7 +244,7 @@ impl Metadata {
         .map_err(|e| MetaError::Raft(e.to_string()))?;
 
         let log_store = LogStore::new(db.clone());
-        let sm = StateMachine::open(db).await?;
+        let sm = StateMachine::open(db.clone()).await?;
         let rx = sm.subscribe();
         let raft = Raft::new(raft_id, Arc::new(config), network::NoPeers, log_store, sm)
             .await
@@ -255,6 +256,7 @@ impl Metadata {
             node: Arc::new(node),
             rx,
             opts: Arc::new(opts),
+            db,
         };
 
         let initialized = md
@@ -426,11 +428,15 @@ impl Metadata {
         &self.raft
     }
 
-    /// Stops the Raft task. Other clones become unusable.
+    /// Stops the Raft task and closes the database (the directory can then be
+    /// opened again in this process). Other clones become unusable.
     pub async fn shutdown(&self) -> Result<(), MetaError> {
-        self.raft
+        let res = self
+            .raft
             .shutdown()
             .await
-            .map_err(|e| MetaError::Raft(e.to_string()))
+            .map_err(|e| MetaError::Raft(e.to_string()));
+        self.db.close().await;
+        res
     }
 }

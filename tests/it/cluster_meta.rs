@@ -203,9 +203,15 @@ async fn cluster_restart_keeps_streams_and_flags() {
         let st = md.state();
         let id = md.node().id.clone();
         md.shutdown().await.unwrap();
-        (st, id)
+        // A clone that outlives the shutdown must not keep the directory locked.
+        (st, id, md.clone())
     };
     let md = Metadata::open(dir.path(), node(""), true).await.unwrap();
+    let stale = before.2;
+    assert!(
+        stale.propose(create("zz", 1)).await.is_err(),
+        "a shut down handle cannot write"
+    );
     assert_eq!(md.node().id, before.1, "server id is reused");
     assert!(md.is_leader());
     let st = md.state();
