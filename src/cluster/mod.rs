@@ -19,13 +19,20 @@
 //! Metadata::open(data_dir, node: NodeInfo, bootstrap) -> Result<Metadata, MetaError>
 //! Metadata::open_with(data_dir, node, bootstrap, MetadataOptions) -> Result<Metadata, MetaError>
 //! metadata.propose(MetaCommand) -> Result<MetaResponse, MetaError>   // through Raft
+//! metadata.propose_ok(MetaCommand) -> Result<(), MetaError>           // rejection = Err(Rejected)
 //! metadata.state() -> Arc<MetadataState>                             // latest applied
 //! metadata.watch() -> watch::Receiver<Arc<MetadataState>>            // every apply
 //! metadata.is_leader() -> bool
 //! metadata.node() -> &NodeInfo                                        // server id in use
 //! metadata.compact() -> Result<u64, MetaError>                        // snapshot + purge
-//! metadata.shutdown() -> Result<(), MetaError>
+//! metadata.shutdown() -> Result<(), MetaError>   // call before reopening the same dir
+//! internal::ensure_internal_streams(&metadata, &config)   // __cursors / __activity
+//! MetadataOptions::from_config(&config); now_ns()
 //! ```
+//!
+//! Start-up order for the server: bind the listeners first (ports may be 0),
+//! then `open` with a `NodeInfo` carrying the bound addresses, with
+//! `bootstrap = config.raft_bootstrap()`, then `ensure_internal_streams`.
 //!
 //! `propose` returns `Ok(MetaResponse::Rejected(ApplyError::..))` when the
 //! command was committed but rejected at apply (stream exists, not found, bad
@@ -37,6 +44,7 @@
 //! clock inside `apply` (timestamps come in the command), or change metadata
 //! anywhere but through `propose`.
 
+pub mod internal;
 pub mod network;
 pub mod state;
 pub mod store;
@@ -90,6 +98,9 @@ pub enum MetaError {
     /// openraft reported an error (invalid config, fatal error, shut down).
     #[error("raft: {0}")]
     Raft(String),
+    /// The command was committed but rejected by the state machine.
+    #[error("metadata command rejected: {0}")]
+    Rejected(#[from] ApplyError),
     /// Creating the data directory failed.
     #[error("creating {path}: {source}")]
     Io {
@@ -125,6 +136,21 @@ impl Default for MetadataOptions {
     }
 }
 
+impl MetadataOptions {
+    /// Options from the configuration (`clustering.raft.snapshot.threshold`).
+    pub fn from_config(cfg: &crate::config::liftbridge::LiftbridgeConfig) -> MetadataOptions {
+        MetadataOptions {
+            snapshot_threshold: cfg.clustering.raft_snapshot_threshold,
+            ..Default::default()
+        }
+    }
+}
+
+/// Current time as Unix nanoseconds, for the timestamps carried in commands.
+pub fn now_ns() -> i64 {
+    chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX)
+}
+
 /// Handle on the metadata group. Cloning is cheap; all clones share the group.
 #[derive(Clone)]
 pub struct Metadata {
@@ -133,6 +159,7 @@ pub struct Metadata {
     node: Arc<NodeInfo>,
     rx: watch::Receiver<Arc<MetadataState>>,
     opts: Arc<MetadataOptions>,
+    db: RaftDb,
 }
 
 /// A random id in the style of a NATS NUID (22 alphanumerics): no spaces or
@@ -217,7 +244,7 @@ impl Metadata {
         .map_err(|e| MetaError::Raft(e.to_string()))?;
 
         let log_store = LogStore::new(db.clone());
-        let sm = StateMachine::open(db).await?;
+        let sm = StateMachine::open(db.clone()).await?;
         let rx = sm.subscribe();
         let raft = Raft::new(raft_id, Arc::new(config), network::NoPeers, log_store, sm)
             .await
@@ -229,6 +256,7 @@ impl Metadata {
             node: Arc::new(node),
             rx,
             opts: Arc::new(opts),
+            db,
         };
 
         let initialized = md
@@ -317,6 +345,14 @@ impl Metadata {
         }
     }
 
+    /// Like `propose`, with a rejection turned into `MetaError::Rejected`.
+    pub async fn propose_ok(&self, cmd: MetaCommand) -> Result<(), MetaError> {
+        self.propose(cmd)
+            .await?
+            .into_result()
+            .map_err(MetaError::Rejected)
+    }
+
     /// The latest applied state.
     pub fn state(&self) -> Arc<MetadataState> {
         self.rx.borrow().clone()
@@ -392,11 +428,15 @@ impl Metadata {
         &self.raft
     }
 
-    /// Stops the Raft task. Other clones become unusable.
+    /// Stops the Raft task and closes the database (the directory can then be
+    /// opened again in this process). Other clones become unusable.
     pub async fn shutdown(&self) -> Result<(), MetaError> {
-        self.raft
+        let res = self
+            .raft
             .shutdown()
             .await
-            .map_err(|e| MetaError::Raft(e.to_string()))
+            .map_err(|e| MetaError::Raft(e.to_string()));
+        self.db.close().await;
+        res
     }
 }

@@ -203,9 +203,15 @@ async fn cluster_restart_keeps_streams_and_flags() {
         let st = md.state();
         let id = md.node().id.clone();
         md.shutdown().await.unwrap();
-        (st, id)
+        // A clone that outlives the shutdown must not keep the directory locked.
+        (st, id, md.clone())
     };
     let md = Metadata::open(dir.path(), node(""), true).await.unwrap();
+    let stale = before.2;
+    assert!(
+        stale.propose(create("zz", 1)).await.is_err(),
+        "a shut down handle cannot write"
+    );
     assert_eq!(md.node().id, before.1, "server id is reused");
     assert!(md.is_leader());
     let st = md.state();
@@ -287,5 +293,50 @@ async fn cluster_without_bootstrap_has_no_leader() {
     let err = md.propose(create("a", 1)).await.unwrap_err();
     assert!(matches!(err, MetaError::NoLeader), "{err:?}");
     assert_eq!(err.to_string(), "no known metadata leader");
+    md.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn cluster_internal_streams_created_once() {
+    use liftbridge::cluster::internal::{ensure_internal_streams, ACTIVITY_STREAM, CURSORS_STREAM};
+    use liftbridge::config::liftbridge::{from_yaml_str, LiftbridgeConfig};
+
+    let dir = tempfile::tempdir().unwrap();
+    let md = Metadata::open(dir.path(), node("s1"), true).await.unwrap();
+    // Defaults: neither stream is enabled.
+    let created = ensure_internal_streams(&md, &LiftbridgeConfig::default())
+        .await
+        .unwrap();
+    assert!(created.is_empty());
+
+    let cfg = from_yaml_str(
+        "clustering.namespace: ns1\ncursors:\n  stream.partitions: 2\nactivity.stream.enabled: true\n",
+        std::path::Path::new("t.yaml"),
+    )
+    .unwrap();
+    let mut created = ensure_internal_streams(&md, &cfg).await.unwrap();
+    created.sort();
+    assert_eq!(created, [ACTIVITY_STREAM, CURSORS_STREAM]);
+    let st = md.state();
+    let cursors = st.stream(CURSORS_STREAM).unwrap();
+    assert_eq!(cursors.subject, "ns1.cursors");
+    assert_eq!(cursors.partitions.len(), 2);
+    assert_eq!(cursors.config.compact_enabled, Some(true));
+    assert_eq!(cursors.config.auto_pause_time_ms, Some(60_000));
+    assert_eq!(cursors.config.auto_pause_disable_if_subscribers, Some(true));
+    assert_eq!(st.stream(ACTIVITY_STREAM).unwrap().subject, "ns1.activity");
+    // Idempotent.
+    assert!(ensure_internal_streams(&md, &cfg).await.unwrap().is_empty());
+    // propose_ok turns a rejection into an error.
+    let err = md
+        .propose_ok(MetaCommand::DeleteStream {
+            name: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, MetaError::Rejected(ApplyError::StreamNotFound { .. })),
+        "{err:?}"
+    );
     md.shutdown().await.unwrap();
 }

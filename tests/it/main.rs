@@ -14,3 +14,4 @@ mod nats_support;
 mod store_basic;
 mod store_crash;
 mod store_model;
+mod config_liftbridge;
