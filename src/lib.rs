@@ -24,6 +24,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod http;
+pub mod logging;
 pub mod nats;
 pub mod partition;
 pub mod store;

@@ -6,5 +6,6 @@
 //! `nats-server` compatibility mode).
 
 pub mod nats;
+pub mod nats_conf;
 
 pub use nats::{AuthConfig, NatsOptions, PermissionRules, Permissions, TlsFiles, User};

@@ -1,1 +1,561 @@
 //! The HTTP port: NATS monitoring JSON, metrics, admin API and UI.
+//!
+//! A small hyper 1 (HTTP/1.1) server with a [`Router`] of registered
+//! handlers, so each module adds its own paths without touching the server:
+//! NATS monitoring (`/varz`, `/connz`, `/subsz`, `/healthz`, see
+//! [`monitoring_routes`]), and later `/metrics`, `/api/v1/…` and UI assets
+//! (prefix routes). Handlers get a parsed [`HttpRequest`] (method, path,
+//! raw query, body) and return an [`HttpResponse`]; JSON helpers set
+//! `application/json`. Unknown paths get a 404 JSON body; handlers reject
+//! bad queries with 400.
+//!
+//! Invariants: no lock is held across `.await`; request bodies are capped
+//! ([`MAX_BODY`]); shutdown stops accepting, lets in-flight requests finish
+//! (bounded by a timeout) and then returns.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Largest request body accepted (the admin API posts small JSON).
+pub const MAX_BODY: usize = 1024 * 1024;
+
+/// How long shutdown waits for in-flight requests.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Errors of the HTTP server.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("cannot listen for HTTP on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A request as handlers see it.
+#[derive(Debug, Clone)]
+pub struct HttpRequest {
+    pub method: hyper::Method,
+    pub path: String,
+    /// Raw query string without `?` (may be empty).
+    pub query: String,
+    pub body: Bytes,
+}
+
+impl HttpRequest {
+    /// Query parameters, percent-decoded (`+` as space); later duplicates
+    /// win.
+    pub fn query_params(&self) -> HashMap<String, String> {
+        parse_query(&self.query)
+    }
+}
+
+/// Parses `a=1&b=x%20y` into a map.
+pub fn parse_query(q: &str) -> HashMap<String, String> {
+    q.split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(v) => {
+                        out.push(v);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A response built by a handler.
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: Bytes,
+    /// Extra headers (name, value).
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl HttpResponse {
+    /// A JSON response, pretty-printed as nats-server does.
+    pub fn json(status: u16, v: &Value) -> HttpResponse {
+        // Serializing a `serde_json::Value` cannot fail.
+        let mut body = serde_json::to_vec_pretty(v).unwrap_or_default();
+        body.push(b'\n');
+        HttpResponse {
+            status,
+            content_type: "application/json",
+            body: body.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// `{"error": msg}` with `status`.
+    pub fn error(status: u16, msg: &str) -> HttpResponse {
+        HttpResponse::json(status, &serde_json::json!({ "code": status, "error": msg }))
+    }
+
+    /// A body with an explicit content type (metrics text, UI assets).
+    pub fn bytes(status: u16, content_type: &'static str, body: impl Into<Bytes>) -> HttpResponse {
+        HttpResponse {
+            status,
+            content_type,
+            body: body.into(),
+            headers: Vec::new(),
+        }
+    }
+}
+
+/// A boxed future returned by a handler.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = HttpResponse> + Send>>;
+/// A request handler.
+pub type Handler = Arc<dyn Fn(HttpRequest) -> HandlerFuture + Send + Sync>;
+
+/// Paths to handlers: exact paths first, then the longest matching prefix.
+#[derive(Clone, Default)]
+pub struct Router {
+    exact: HashMap<String, Handler>,
+    prefixes: Vec<(String, Handler)>,
+}
+
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut paths: Vec<&String> = self.exact.keys().collect();
+        paths.sort();
+        f.debug_struct("Router")
+            .field("exact", &paths)
+            .field(
+                "prefixes",
+                &self.prefixes.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl Router {
+    /// An empty router (everything is 404).
+    pub fn new() -> Router {
+        Router::default()
+    }
+
+    /// Registers an async handler for an exact path (any method).
+    pub fn route<F, Fut>(mut self, path: &str, f: F) -> Router
+    where
+        F: Fn(HttpRequest) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HttpResponse> + Send + 'static,
+    {
+        self.exact
+            .insert(path.to_string(), Arc::new(move |r| Box::pin(f(r))));
+        self
+    }
+
+    /// Registers a synchronous handler for an exact path.
+    pub fn route_sync<F>(self, path: &str, f: F) -> Router
+    where
+        F: Fn(&HttpRequest) -> HttpResponse + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        self.route(path, move |r| {
+            let f = f.clone();
+            async move { f(&r) }
+        })
+    }
+
+    /// Registers an async handler for every path starting with `prefix`
+    /// (e.g. `/api/v1/`, `/ui/`).
+    pub fn prefix<F, Fut>(mut self, prefix: &str, f: F) -> Router
+    where
+        F: Fn(HttpRequest) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HttpResponse> + Send + 'static,
+    {
+        self.prefixes
+            .push((prefix.to_string(), Arc::new(move |r| Box::pin(f(r)))));
+        // Longest prefix first.
+        self.prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
+        self
+    }
+
+    /// Adds every route of `other` (its routes win on conflicts).
+    pub fn merge(mut self, other: Router) -> Router {
+        self.exact.extend(other.exact);
+        self.prefixes.extend(other.prefixes);
+        self.prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
+        self
+    }
+
+    fn find(&self, path: &str) -> Option<&Handler> {
+        self.exact.get(path).or_else(|| {
+            self.prefixes
+                .iter()
+                .find(|(p, _)| path.starts_with(p.as_str()))
+                .map(|(_, h)| h)
+        })
+    }
+
+    /// Dispatches a request (404 JSON when no route matches).
+    pub async fn dispatch(&self, req: HttpRequest) -> HttpResponse {
+        // nats-server accepts a trailing slash on its endpoints.
+        let handler = self.find(&req.path).or_else(|| {
+            req.path
+                .strip_suffix('/')
+                .filter(|p| !p.is_empty())
+                .and_then(|p| self.exact.get(p))
+        });
+        match handler {
+            Some(h) => h(req).await,
+            None => HttpResponse::error(404, &format!("no such endpoint: {}", req.path)),
+        }
+    }
+}
+
+/// What the HTTP server serves.
+#[derive(Debug, Clone, Default)]
+pub struct HttpState {
+    pub router: Router,
+}
+
+impl HttpState {
+    /// State serving `router`.
+    pub fn new(router: Router) -> HttpState {
+        HttpState { router }
+    }
+}
+
+/// A running HTTP server.
+#[derive(Debug)]
+pub struct HttpServer {
+    addr: SocketAddr,
+    cancel: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl HttpServer {
+    /// The bound address (port 0 resolved).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, waits for in-flight requests (bounded) and returns.
+    pub async fn shutdown(mut self) {
+        self.cancel.cancel();
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Binds `addr` (port 0 picks a free port) and serves `state` until
+/// [`HttpServer::shutdown`].
+pub async fn serve(addr: SocketAddr, state: HttpState) -> Result<HttpServer, HttpError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| HttpError::Bind { addr, source })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| HttpError::Bind { addr, source })?;
+    let cancel = CancellationToken::new();
+    let router = Arc::new(state.router);
+    let task = tokio::spawn(accept_loop(listener, router, cancel.clone()));
+    Ok(HttpServer {
+        addr: local,
+        cancel,
+        task: Some(task),
+    })
+}
+
+async fn accept_loop(listener: TcpListener, router: Arc<Router>, cancel: CancellationToken) {
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = cancel.cancelled() => break,
+            a = listener.accept() => a,
+        };
+        let (stream, _) = match accepted {
+            Ok(s) => s,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(error = %e, "http accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let router = router.clone();
+        let cancel = cancel.clone();
+        conns.spawn(async move {
+            let svc = service_fn(move |req| {
+                let router = router.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(&router, req).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = cancel.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(SHUTDOWN_GRACE, conn).await;
+                }
+            }
+        });
+        // Reap finished connections so the set does not grow.
+        while conns.try_join_next().is_some() {}
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+}
+
+async fn handle(router: &Router, req: hyper::Request<Incoming>) -> hyper::Response<Full<Bytes>> {
+    let (parts, body) = req.into_parts();
+    let resp = match Limited::new(body, MAX_BODY).collect().await {
+        Err(_) => HttpResponse::error(413, "request body too large or unreadable"),
+        Ok(body) => {
+            let req = HttpRequest {
+                method: parts.method.clone(),
+                path: parts.uri.path().to_string(),
+                query: parts.uri.query().unwrap_or("").to_string(),
+                body: body.to_bytes(),
+            };
+            router.dispatch(req).await
+        }
+    };
+    let head = parts.method == hyper::Method::HEAD;
+    let mut b = hyper::Response::builder()
+        .status(resp.status)
+        .header("content-type", resp.content_type)
+        .header("content-length", resp.body.len());
+    for (k, v) in &resp.headers {
+        b = b.header(*k, v);
+    }
+    let body = if head { Bytes::new() } else { resp.body };
+    b.body(Full::new(body)).unwrap_or_else(|_| {
+        // Only an invalid status or header can fail; answer 500 then.
+        let mut r =
+            hyper::Response::new(Full::new(Bytes::from_static(b"{\"error\":\"internal\"}")));
+        *r.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+        r
+    })
+}
+
+/// Where the NATS monitoring endpoints get their data (implemented by the
+/// embedded NATS server).
+pub trait MonitorSource: Send + Sync + 'static {
+    /// `/varz`.
+    fn varz(&self) -> Value;
+    /// `/connz` with the raw query (`Err` = bad query → 400).
+    fn connz(&self, query: &str) -> Result<Value, String>;
+    /// `/subsz` with the raw query (`Err` = bad query → 400).
+    fn subsz(&self, query: &str) -> Result<Value, String>;
+    /// `/healthz` (`status` other than `ok` → 503).
+    fn healthz(&self) -> Value;
+}
+
+/// Routes for the NATS monitoring endpoints served from `src`: `/varz`,
+/// `/connz`, `/subsz` (and `/subscriptionsz`), `/healthz`, and `/` listing
+/// them.
+pub fn monitoring_routes<M: MonitorSource>(src: Arc<M>) -> Router {
+    let (a, b, c, d) = (src.clone(), src.clone(), src.clone(), src);
+    let subsz = move |r: &HttpRequest| match c.subsz(&r.query) {
+        Ok(v) => HttpResponse::json(200, &v),
+        Err(e) => HttpResponse::error(400, &e),
+    };
+    let subsz = Arc::new(subsz);
+    let subsz2 = subsz.clone();
+    Router::new()
+        .route_sync("/varz", move |_| HttpResponse::json(200, &a.varz()))
+        .route_sync("/connz", move |r| match b.connz(&r.query) {
+            Ok(v) => HttpResponse::json(200, &v),
+            Err(e) => HttpResponse::error(400, &e),
+        })
+        .route_sync("/subsz", move |r| subsz(r))
+        .route_sync("/subscriptionsz", move |r| subsz2(r))
+        .route_sync("/healthz", move |_| {
+            let v = d.healthz();
+            let ok = v.get("status").and_then(Value::as_str) == Some("ok");
+            HttpResponse::json(if ok { 200 } else { 503 }, &v)
+        })
+        .route_sync("/", |_| {
+            HttpResponse::json(
+                200,
+                &serde_json::json!({
+                    "endpoints": ["/varz", "/connz", "/subsz", "/healthz"]
+                }),
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    struct Fake {
+        hits: AtomicU64,
+        healthy: bool,
+    }
+
+    impl MonitorSource for Fake {
+        fn varz(&self) -> Value {
+            let n = self.hits.fetch_add(1, Ordering::Relaxed) + 1;
+            serde_json::json!({ "in_msgs": n })
+        }
+        fn connz(&self, q: &str) -> Result<Value, String> {
+            let p = parse_query(q);
+            match p.get("limit").map(|l| l.parse::<u64>()) {
+                Some(Err(_)) => Err("bad limit".into()),
+                Some(Ok(l)) => Ok(serde_json::json!({ "limit": l })),
+                None => Ok(serde_json::json!({ "limit": 1024 })),
+            }
+        }
+        fn subsz(&self, _q: &str) -> Result<Value, String> {
+            Ok(serde_json::json!({ "num_subscriptions": 0 }))
+        }
+        fn healthz(&self) -> Value {
+            if self.healthy {
+                serde_json::json!({ "status": "ok" })
+            } else {
+                serde_json::json!({ "status": "unavailable" })
+            }
+        }
+    }
+
+    /// Minimal HTTP/1.1 client over a real socket: (status, headers, body).
+    async fn get(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, head.to_ascii_lowercase(), body.to_string())
+    }
+
+    async fn start(healthy: bool) -> HttpServer {
+        let src = Arc::new(Fake {
+            hits: AtomicU64::new(0),
+            healthy,
+        });
+        let router = monitoring_routes(src)
+            .prefix("/api/v1/", |r| async move {
+                HttpResponse::json(200, &serde_json::json!({ "path": r.path }))
+            })
+            .route("/metrics", |_| async {
+                HttpResponse::bytes(200, "text/plain; version=0.0.4", "up 1\n")
+            });
+        serve("127.0.0.1:0".parse().unwrap(), HttpState::new(router))
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn routes_statuses_and_content_types() {
+        let srv = start(true).await;
+        let addr = srv.local_addr();
+        assert_ne!(addr.port(), 0);
+        let (st, head, body) = get(addr, "GET", "/varz").await;
+        assert_eq!(st, 200);
+        assert!(head.contains("content-type: application/json"), "{head}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["in_msgs"], 1);
+        let (st, _, body) = get(addr, "GET", "/varz/").await;
+        assert_eq!(st, 200);
+        assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["in_msgs"], 2);
+
+        let (st, _, body) = get(addr, "GET", "/connz?limit=5&subs=1").await;
+        assert_eq!(st, 200);
+        assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["limit"], 5);
+        let (st, head, body) = get(addr, "GET", "/connz?limit=abc").await;
+        assert_eq!(st, 400);
+        assert!(head.contains("application/json"));
+        assert!(body.contains("bad limit"));
+
+        let (st, head, body) = get(addr, "GET", "/nope").await;
+        assert_eq!(st, 404);
+        assert!(head.contains("application/json"));
+        assert!(serde_json::from_str::<Value>(&body).unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .contains("/nope"));
+
+        let (st, _, body) = get(addr, "GET", "/api/v1/streams/x").await;
+        assert_eq!(st, 200);
+        assert!(body.contains("/api/v1/streams/x"));
+        let (st, head, body) = get(addr, "GET", "/metrics").await;
+        assert_eq!(st, 200);
+        assert!(head.contains("text/plain"));
+        assert_eq!(body, "up 1\n");
+        let (st, _, body) = get(addr, "HEAD", "/healthz").await;
+        assert_eq!(st, 200);
+        assert!(body.is_empty());
+        let (st, _, body) = get(addr, "GET", "/subsz").await;
+        assert_eq!(st, 200);
+        assert!(body.contains("num_subscriptions"));
+        srv.shutdown().await;
+        // Closed after shutdown.
+        assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn unhealthy_is_503() {
+        let srv = start(false).await;
+        let (st, _, body) = get(srv.local_addr(), "GET", "/healthz").await;
+        assert_eq!(st, 503);
+        assert!(body.contains("unavailable"));
+        srv.shutdown().await;
+    }
+
+    #[test]
+    fn query_decoding() {
+        let q = parse_query("subs=1&test=foo%2Ebar&x=a+b&flag&bad=%zz&end=%4");
+        assert_eq!(q["subs"], "1");
+        assert_eq!(q["test"], "foo.bar");
+        assert_eq!(q["x"], "a b");
+        assert_eq!(q["flag"], "");
+        assert_eq!(q["bad"], "%zz");
+        assert_eq!(q["end"], "%4");
+    }
+}

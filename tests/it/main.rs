@@ -2,3 +2,5 @@
 //!
 //! Each test starts the real server (in-process on port 0, or the built
 //! binary) and talks to it with real clients.
+
+mod compat_cert;

@@ -1,0 +1,1300 @@
+//! Parser for nats-server configuration files, and their mapping onto
+//! [`NatsOptions`].
+//!
+//! Pure code apart from reading the file itself and its `include`s. Two
+//! stages:
+//! 1. [`parse_str`] / [`parse_file`] turn the text into a tree of [`Node`]s
+//!    (maps, arrays, strings, integers, floats, booleans), each with its file
+//!    and line, resolving `include` (relative to the including file) and
+//!    `$VAR` references (keys defined earlier in the same or an enclosing
+//!    block, else the environment).
+//! 2. [`load_file`] / [`from_str`] map the tree onto [`NatsOptions`] plus the
+//!    process-level settings (`log_file`, `pid_file`, …) in [`NatsConf`].
+//!
+//! Syntax, as nats-server reads it: `key: value`, `key = value` and
+//! `key value`; blocks `{}`; arrays `[]`; entries separated by newlines, `,`
+//! or `;`; `#` and `//` comments; double-quoted strings with escapes,
+//! single-quoted raw strings and unquoted strings (ending at whitespace,
+//! `,`, `;`, `]`, `}`); integers with size suffixes (`K`/`M`/`G`/`T` are
+//! powers of 1000, `KB`/`KiB`/`Ki`, `MB`/`MiB`, … powers of 1024 — nats
+//! semantics); booleans `true/false/yes/no/on/off`. Keys are
+//! case-insensitive in the mapping; the last occurrence wins.
+//!
+//! Unknown keys and unsupported subsystems (`jetstream`, `cluster`,
+//! `accounts`, …) are accepted and reported as warnings, as nats-server
+//! does for unknown fields; malformed values are errors naming the file, the
+//! line and the key. Nothing here panics on input.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::nats::{
+    AuthConfig, NatsOptions, NkeyUser, PermissionRules, Permissions, TlsFiles, User,
+};
+
+/// Errors of reading, parsing or interpreting a config file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfError {
+    /// The file (or an included file) cannot be read.
+    #[error("cannot read config file {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Syntax error.
+    #[error("{file}:{line}: {msg}")]
+    Syntax {
+        file: String,
+        line: usize,
+        msg: String,
+    },
+    /// A value has the wrong type or an impossible value.
+    #[error("{file}:{line}: invalid value for {key:?}: {msg}")]
+    Invalid {
+        file: String,
+        line: usize,
+        key: String,
+        msg: String,
+    },
+}
+
+/// A parsed value with where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub value: Value,
+    /// File the value was read from (the top file or an include).
+    pub file: Arc<str>,
+    /// 1-based line of the value's first character.
+    pub line: usize,
+    /// The text of an unquoted value as written (lets duration keys read
+    /// `1m` as one minute although `m` is also a size suffix).
+    pub raw: Option<String>,
+}
+
+/// A config value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Str(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Array(Vec<Node>),
+    /// Entries in file order (keys as written).
+    Map(Vec<(String, Node)>),
+}
+
+impl Value {
+    fn kind(&self) -> &'static str {
+        match self {
+            Value::Str(_) => "a string",
+            Value::Int(_) => "an integer",
+            Value::Float(_) => "a number",
+            Value::Bool(_) => "a boolean",
+            Value::Array(_) => "an array",
+            Value::Map(_) => "a block",
+        }
+    }
+}
+
+/// Deepest `include` nesting accepted (guards against include cycles).
+const MAX_INCLUDE_DEPTH: usize = 10;
+
+struct Parser<'s> {
+    chars: Vec<char>,
+    pos: usize,
+    line: usize,
+    file: Arc<str>,
+    base_dir: PathBuf,
+    /// Maps being built, outermost first; `$VAR` looks here before the
+    /// environment.
+    scopes: &'s mut Vec<Vec<(String, Node)>>,
+    depth: usize,
+}
+
+/// Parses config text. `origin` names the file for messages and is the base
+/// for relative `include`s (its parent directory).
+pub fn parse_str(text: &str, origin: &Path) -> Result<Vec<(String, Node)>, ConfError> {
+    let mut scopes = vec![Vec::new()];
+    let base_dir = origin
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let mut p = Parser {
+        chars: text.chars().collect(),
+        pos: 0,
+        line: 1,
+        file: Arc::from(origin.display().to_string()),
+        base_dir,
+        scopes: &mut scopes,
+        depth: 0,
+    };
+    p.map_body(false)?;
+    Ok(scopes.pop().unwrap_or_default())
+}
+
+/// Reads and parses a config file.
+pub fn parse_file(path: &Path) -> Result<Vec<(String, Node)>, ConfError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_str(&text, path)
+}
+
+fn is_inline_ws(c: char) -> bool {
+    c == ' ' || c == '\t' || c == '\r'
+}
+
+fn ends_bare(c: char) -> bool {
+    c.is_whitespace() || matches!(c, ',' | ';' | ']' | '}')
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<char> {
+        self.chars.get(self.pos).copied()
+    }
+
+    fn peek_at(&self, off: usize) -> Option<char> {
+        self.chars.get(self.pos + off).copied()
+    }
+
+    fn bump(&mut self) -> Option<char> {
+        let c = self.peek()?;
+        self.pos += 1;
+        if c == '\n' {
+            self.line += 1;
+        }
+        Some(c)
+    }
+
+    fn err<T>(&self, msg: impl Into<String>) -> Result<T, ConfError> {
+        Err(ConfError::Syntax {
+            file: self.file.to_string(),
+            line: self.line,
+            msg: msg.into(),
+        })
+    }
+
+    fn at_comment(&self) -> bool {
+        self.peek() == Some('#') || (self.peek() == Some('/') && self.peek_at(1) == Some('/'))
+    }
+
+    fn skip_comment(&mut self) {
+        while let Some(c) = self.peek() {
+            if c == '\n' {
+                break;
+            }
+            self.bump();
+        }
+    }
+
+    fn skip_inline_ws(&mut self) {
+        while self.peek().is_some_and(is_inline_ws) {
+            self.bump();
+        }
+    }
+
+    /// Skips whitespace, newlines, comments and the given separators.
+    fn skip_filler(&mut self, seps: &[char]) {
+        loop {
+            match self.peek() {
+                Some(c) if c.is_whitespace() || seps.contains(&c) => {
+                    self.bump();
+                }
+                Some(_) if self.at_comment() => self.skip_comment(),
+                _ => return,
+            }
+        }
+    }
+
+    /// Parses `key value` entries into the top scope until EOF (top level)
+    /// or a closing `}` (block).
+    fn map_body(&mut self, in_block: bool) -> Result<(), ConfError> {
+        loop {
+            self.skip_filler(&[',', ';']);
+            match self.peek() {
+                None if in_block => return self.err("unexpected end of file: missing '}'"),
+                None => return Ok(()),
+                Some('}') if in_block => {
+                    self.bump();
+                    return Ok(());
+                }
+                Some('}') => return self.err("unexpected '}'"),
+                Some(_) => {}
+            }
+            let key_line = self.line;
+            let key = self.key()?;
+            self.skip_inline_ws();
+            if key.eq_ignore_ascii_case("include")
+                && !matches!(self.peek(), Some(':') | Some('=') | Some('{') | Some('['))
+            {
+                self.include(key_line)?;
+            } else {
+                if matches!(self.peek(), Some(':') | Some('=')) {
+                    self.bump();
+                    self.skip_inline_ws();
+                }
+                if matches!(self.peek(), None | Some('\n')) || self.at_comment() {
+                    return self.err(format!("missing value for key {key:?}"));
+                }
+                let node = self.value()?;
+                if let Some(top) = self.scopes.last_mut() {
+                    top.push((key, node));
+                }
+            }
+            self.end_of_entry(in_block)?;
+        }
+    }
+
+    /// After a value: only whitespace, a comment, a separator, a newline or
+    /// the end of the block may follow.
+    fn end_of_entry(&mut self, in_block: bool) -> Result<(), ConfError> {
+        self.skip_inline_ws();
+        match self.peek() {
+            None | Some('\n') | Some(',') | Some(';') => Ok(()),
+            Some('}') if in_block => Ok(()),
+            Some(_) if self.at_comment() => Ok(()),
+            Some(c) => self.err(format!("unexpected {c:?} after value")),
+        }
+    }
+
+    fn key(&mut self) -> Result<String, ConfError> {
+        match self.peek() {
+            Some('"') | Some('\'') => self.quoted(),
+            _ => {
+                let start = self.pos;
+                while let Some(c) = self.peek() {
+                    if c.is_whitespace() || matches!(c, ':' | '=' | '{' | '[' | '}' | ',' | ';') {
+                        break;
+                    }
+                    self.bump();
+                }
+                if self.pos == start {
+                    let c = self.peek().unwrap_or(' ');
+                    return self.err(format!("expected a key, found {c:?}"));
+                }
+                Ok(self.chars[start..self.pos].iter().collect())
+            }
+        }
+    }
+
+    fn include(&mut self, line: usize) -> Result<(), ConfError> {
+        let name = match self.peek() {
+            Some('"') | Some('\'') => self.quoted()?,
+            _ => self.bare(),
+        };
+        if name.is_empty() {
+            return self.err("include needs a file name");
+        }
+        if self.depth >= MAX_INCLUDE_DEPTH {
+            return self.err("includes nested too deeply (cycle?)");
+        }
+        let path = self.base_dir.join(&name);
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let base_dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| self.base_dir.clone());
+        let mut sub = Parser {
+            chars: text.chars().collect(),
+            pos: 0,
+            line: 1,
+            file: Arc::from(path.display().to_string()),
+            base_dir,
+            scopes: self.scopes,
+            depth: self.depth + 1,
+        };
+        sub.map_body(false).map_err(|e| match e {
+            ConfError::Syntax { file, line: l, msg } => ConfError::Syntax {
+                file,
+                line: l,
+                msg: format!("{msg} (included from {}:{line})", self.file),
+            },
+            other => other,
+        })
+    }
+
+    fn node(&self, value: Value, line: usize, raw: Option<String>) -> Node {
+        Node {
+            value,
+            file: self.file.clone(),
+            line,
+            raw,
+        }
+    }
+
+    fn value(&mut self) -> Result<Node, ConfError> {
+        let line = self.line;
+        match self.peek() {
+            Some('{') => {
+                self.bump();
+                self.scopes.push(Vec::new());
+                let r = self.map_body(true);
+                let entries = self.scopes.pop().unwrap_or_default();
+                r?;
+                Ok(self.node(Value::Map(entries), line, None))
+            }
+            Some('[') => {
+                self.bump();
+                let mut items = Vec::new();
+                loop {
+                    self.skip_filler(&[',']);
+                    match self.peek() {
+                        None => return self.err("unexpected end of file: missing ']'"),
+                        Some(']') => {
+                            self.bump();
+                            break;
+                        }
+                        Some(_) => {
+                            items.push(self.value()?);
+                            self.skip_inline_ws();
+                            match self.peek() {
+                                Some(',') | Some(']') | Some('\n') | None => {}
+                                Some(_) if self.at_comment() => {}
+                                Some(c) => {
+                                    return self.err(format!("unexpected {c:?} in array"));
+                                }
+                            }
+                        }
+                    }
+                }
+                Ok(self.node(Value::Array(items), line, None))
+            }
+            Some('"') | Some('\'') => {
+                let s = self.quoted()?;
+                Ok(self.node(Value::Str(s), line, None))
+            }
+            Some('$') => {
+                self.bump();
+                let name = self.bare();
+                if name.is_empty() {
+                    return self.err("'$' without a variable name");
+                }
+                self.variable(&name, line)
+            }
+            Some(_) => {
+                let raw = self.bare();
+                if raw.is_empty() {
+                    let c = self.peek().unwrap_or(' ');
+                    return self.err(format!("expected a value, found {c:?}"));
+                }
+                let v = classify(&raw).map_err(|msg| ConfError::Syntax {
+                    file: self.file.to_string(),
+                    line,
+                    msg,
+                })?;
+                Ok(self.node(v, line, Some(raw)))
+            }
+            None => self.err("unexpected end of file: missing value"),
+        }
+    }
+
+    fn variable(&mut self, name: &str, line: usize) -> Result<Node, ConfError> {
+        for scope in self.scopes.iter().rev() {
+            if let Some((_, n)) = scope.iter().rev().find(|(k, _)| k == name) {
+                let mut n = n.clone();
+                n.line = line;
+                n.file = self.file.clone();
+                return Ok(n);
+            }
+        }
+        match std::env::var(name) {
+            Ok(text) => {
+                let v = classify(&text).unwrap_or(Value::Str(text.clone()));
+                Ok(self.node(v, line, Some(text)))
+            }
+            Err(_) => self.err(format!(
+                "variable reference for '{name}' can not be found (not defined in the file nor in the environment)"
+            )),
+        }
+    }
+
+    fn bare(&mut self) -> String {
+        let start = self.pos;
+        while let Some(c) = self.peek() {
+            if ends_bare(c) {
+                break;
+            }
+            self.bump();
+        }
+        self.chars[start..self.pos].iter().collect()
+    }
+
+    fn quoted(&mut self) -> Result<String, ConfError> {
+        let q = self.bump().unwrap_or('"');
+        let line = self.line;
+        let mut out = String::new();
+        loop {
+            match self.bump() {
+                None => {
+                    return Err(ConfError::Syntax {
+                        file: self.file.to_string(),
+                        line,
+                        msg: "unterminated string".into(),
+                    })
+                }
+                Some(c) if c == q => return Ok(out),
+                Some('\\') if q == '"' => match self.bump() {
+                    Some('n') => out.push('\n'),
+                    Some('t') => out.push('\t'),
+                    Some('r') => out.push('\r'),
+                    Some('"') => out.push('"'),
+                    Some('\\') => out.push('\\'),
+                    Some('/') => out.push('/'),
+                    Some('u') => {
+                        let hex: String = (0..4).filter_map(|_| self.bump()).collect();
+                        match u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32) {
+                            Some(c) => out.push(c),
+                            None => return self.err(format!("bad unicode escape \\u{hex}")),
+                        }
+                    }
+                    Some(c) => return self.err(format!("invalid escape \\{c}")),
+                    None => return self.err("unterminated string"),
+                },
+                Some(c) => out.push(c),
+            }
+        }
+    }
+}
+
+/// Types an unquoted token: boolean, integer (with size suffix), float or
+/// string.
+fn classify(raw: &str) -> Result<Value, String> {
+    match raw.to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" => return Ok(Value::Bool(true)),
+        "false" | "no" | "off" => return Ok(Value::Bool(false)),
+        _ => {}
+    }
+    let first = raw.chars().next().unwrap_or(' ');
+    if !(first.is_ascii_digit() || (first == '-' && raw.len() > 1)) {
+        return Ok(Value::Str(raw.to_string()));
+    }
+    let digits_end = raw
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && c == '-')))
+        .map(|(i, _)| i)
+        .unwrap_or(raw.len());
+    let (num, suffix) = raw.split_at(digits_end);
+    if suffix.is_empty() {
+        return num
+            .parse::<i64>()
+            .map(Value::Int)
+            .map_err(|_| format!("integer out of range: {raw}"));
+    }
+    if let Some(mult) = size_multiplier(suffix) {
+        let n: i64 = num
+            .parse()
+            .map_err(|_| format!("integer out of range: {raw}"))?;
+        return n
+            .checked_mul(mult)
+            .map(Value::Int)
+            .ok_or_else(|| format!("size out of range: {raw}"));
+    }
+    if let Ok(f) = raw.parse::<f64>() {
+        if f.is_finite() && suffix.starts_with('.') {
+            return Ok(Value::Float(f));
+        }
+    }
+    // Durations (`2s`), addresses (`127.0.0.1:4222`), versions: strings.
+    Ok(Value::Str(raw.to_string()))
+}
+
+/// nats-server's number suffixes: single letters are powers of 1000, `xB`,
+/// `xi` and `xiB` powers of 1024.
+fn size_multiplier(suffix: &str) -> Option<i64> {
+    const K: i64 = 1000;
+    const KI: i64 = 1024;
+    Some(match suffix.to_ascii_lowercase().as_str() {
+        "k" => K,
+        "kb" | "ki" | "kib" => KI,
+        "m" => K * K,
+        "mb" | "mi" | "mib" => KI * KI,
+        "g" => K * K * K,
+        "gb" | "gi" | "gib" => KI * KI * KI,
+        "t" => K * K * K * K,
+        "tb" | "ti" | "tib" => KI * KI * KI * KI,
+        "p" => K * K * K * K * K,
+        "pb" | "pi" | "pib" => KI * KI * KI * KI * KI,
+        _ => return None,
+    })
+}
+
+/// Parses Go duration syntax: a sequence of decimal numbers with units
+/// `ns`, `us`/`µs`, `ms`, `s`, `m`, `h` (`1m30s`, `1.5h`, `300ms`).
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    if s == "0" {
+        return Some(Duration::ZERO);
+    }
+    if s.is_empty() || s.starts_with('-') {
+        return None;
+    }
+    let mut total = 0f64;
+    let mut rest = s.trim_start_matches('+');
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_end == 0 {
+            return None;
+        }
+        let n: f64 = rest[..num_end].parse().ok()?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let unit = &rest[..unit_end];
+        rest = &rest[unit_end..];
+        let secs = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += n * secs;
+    }
+    if !total.is_finite() || total > 1e12 {
+        return None;
+    }
+    Some(Duration::from_secs_f64(total))
+}
+
+/// What a config file sets: the NATS options plus process-level settings
+/// that belong to the `nats-server` command rather than to the server.
+#[derive(Debug, Clone, Default)]
+pub struct NatsConf {
+    pub options: NatsOptions,
+    pub log_file: Option<PathBuf>,
+    pub pid_file: Option<PathBuf>,
+    pub ports_file_dir: Option<PathBuf>,
+    /// `tls { timeout }` (handshake timeout).
+    pub tls_timeout: Option<Duration>,
+    /// Whether the monitoring host was given (`http: host:port`); if not,
+    /// it follows the client host, as in nats-server.
+    pub http_host_explicit: bool,
+    /// Whether the client host was set by the file.
+    pub host_explicit: bool,
+    /// Unknown or ignored keys, for the log.
+    pub warnings: Vec<String>,
+}
+
+/// Reads a config file and maps it over the defaults.
+pub fn load_file(path: &Path) -> Result<NatsConf, ConfError> {
+    let entries = parse_file(path)?;
+    let mut conf = NatsConf::default();
+    apply(&entries, &mut conf)?;
+    Ok(conf)
+}
+
+/// Maps config text over the defaults (`origin` as in [`parse_str`]).
+pub fn from_str(text: &str, origin: &Path) -> Result<NatsConf, ConfError> {
+    let entries = parse_str(text, origin)?;
+    let mut conf = NatsConf::default();
+    apply(&entries, &mut conf)?;
+    Ok(conf)
+}
+
+fn invalid<T>(key: &str, n: &Node, msg: impl Into<String>) -> Result<T, ConfError> {
+    Err(ConfError::Invalid {
+        file: n.file.to_string(),
+        line: n.line,
+        key: key.to_string(),
+        msg: msg.into(),
+    })
+}
+
+fn want_str<'n>(key: &str, n: &'n Node) -> Result<&'n str, ConfError> {
+    match &n.value {
+        Value::Str(s) => Ok(s),
+        _ => match &n.raw {
+            // `password: 1234` or `user: 007` are strings to the user.
+            Some(r) if !matches!(n.value, Value::Map(_) | Value::Array(_)) => Ok(r),
+            _ => invalid(
+                key,
+                n,
+                format!("expected a string, found {}", n.value.kind()),
+            ),
+        },
+    }
+}
+
+fn want_int(key: &str, n: &Node) -> Result<i64, ConfError> {
+    match &n.value {
+        Value::Int(i) => Ok(*i),
+        _ => invalid(
+            key,
+            n,
+            format!("expected a number, found {}", n.value.kind()),
+        ),
+    }
+}
+
+fn want_usize(key: &str, n: &Node) -> Result<usize, ConfError> {
+    let i = want_int(key, n)?;
+    usize::try_from(i).or_else(|_| invalid(key, n, format!("must not be negative: {i}")))
+}
+
+fn want_bool(key: &str, n: &Node) -> Result<bool, ConfError> {
+    match &n.value {
+        Value::Bool(b) => Ok(*b),
+        _ => invalid(
+            key,
+            n,
+            format!("expected a boolean, found {}", n.value.kind()),
+        ),
+    }
+}
+
+/// A duration: a Go duration string (`"2s"`, `1m`), or a number of seconds.
+fn want_duration(key: &str, n: &Node) -> Result<Duration, ConfError> {
+    if let Some(raw) = &n.raw {
+        if let Some(d) = parse_go_duration(raw) {
+            if raw.chars().any(|c| c.is_ascii_alphabetic()) {
+                return Ok(d);
+            }
+        }
+    }
+    match &n.value {
+        Value::Int(i) if *i >= 0 => Ok(Duration::from_secs(*i as u64)),
+        Value::Float(f) if *f >= 0.0 && f.is_finite() && *f < 1e12 => {
+            Ok(Duration::from_secs_f64(*f))
+        }
+        Value::Str(s) => match parse_go_duration(s) {
+            Some(d) => Ok(d),
+            None => invalid(
+                key,
+                n,
+                format!("not a duration: {s:?} (use e.g. \"2s\", \"1m\")"),
+            ),
+        },
+        v => invalid(key, n, format!("expected a duration, found {}", v.kind())),
+    }
+}
+
+fn want_map<'n>(key: &str, n: &'n Node) -> Result<&'n [(String, Node)], ConfError> {
+    match &n.value {
+        Value::Map(m) => Ok(m),
+        v => invalid(
+            key,
+            n,
+            format!("expected a block {{…}}, found {}", v.kind()),
+        ),
+    }
+}
+
+fn want_port(key: &str, n: &Node) -> Result<u16, ConfError> {
+    let p = want_int(key, n)?;
+    port_value(p).map_or_else(|| invalid(key, n, format!("not a port: {p}")), Ok)
+}
+
+/// `-1` (random) maps to 0, as nats-server's `RANDOM_PORT`.
+fn port_value(p: i64) -> Option<u16> {
+    if p == -1 {
+        Some(0)
+    } else {
+        u16::try_from(p).ok()
+    }
+}
+
+/// Splits `host:port`, `[v6]:port`, `:port` or `port`.
+fn host_port(key: &str, n: &Node) -> Result<(Option<String>, Option<u16>), ConfError> {
+    if let Value::Int(p) = n.value {
+        return port_value(p)
+            .map(|p| (None, Some(p)))
+            .map_or_else(|| invalid(key, n, format!("not a port: {p}")), Ok);
+    }
+    let s = want_str(key, n)?;
+    let s = s
+        .strip_prefix("nats://")
+        .or_else(|| s.strip_prefix("http://"))
+        .unwrap_or(s);
+    match s.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(':') || h.starts_with('[') => {
+            let port: i64 = p
+                .parse()
+                .or_else(|_| invalid(key, n, format!("bad port in {s:?}")))?;
+            let port = port_value(port)
+                .map_or_else(|| invalid(key, n, format!("bad port in {s:?}")), Ok)?;
+            let h = h.trim_start_matches('[').trim_end_matches(']');
+            Ok(((!h.is_empty()).then(|| h.to_string()), Some(port)))
+        }
+        _ => Ok((Some(s.to_string()), None)),
+    }
+}
+
+fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> {
+    let mut http_port: Option<u16> = None;
+    let mut http_host: Option<String> = None;
+    for (key, n) in entries {
+        let k = key.to_ascii_lowercase();
+        let o = &mut c.options;
+        match k.as_str() {
+            "listen" => {
+                let (h, p) = host_port(key, n)?;
+                if let Some(h) = h {
+                    o.host = h;
+                    c.host_explicit = true;
+                }
+                if let Some(p) = p {
+                    o.port = p;
+                }
+            }
+            "host" | "net" | "addr" => {
+                o.host = want_str(key, n)?.to_string();
+                c.host_explicit = true;
+            }
+            "port" => o.port = want_port(key, n)?,
+            "http" | "monitor" => {
+                let (h, p) = host_port(key, n)?;
+                if h.is_some() {
+                    http_host = h;
+                }
+                if p.is_none() {
+                    return invalid(key, n, "expected host:port or a port");
+                }
+                http_port = p;
+            }
+            "http_port" | "monitor_port" => http_port = Some(want_port(key, n)?),
+            "http_host" => http_host = Some(want_str(key, n)?.to_string()),
+            "server_name" => o.server_name = Some(want_str(key, n)?.to_string()),
+            "max_payload" => o.max_payload = want_usize(key, n)?,
+            "max_pending" => o.max_pending = want_usize(key, n)?,
+            "max_control_line" => o.max_control_line = want_usize(key, n)?,
+            "max_connections" | "max_conn" => o.max_connections = want_usize(key, n)?,
+            "max_subscriptions" | "max_subs" => o.max_subscriptions = want_usize(key, n)?,
+            "ping_interval" => o.ping_interval = want_duration(key, n)?,
+            "ping_max" | "max_pings_out" => {
+                o.ping_max =
+                    u32::try_from(want_int(key, n)?).or_else(|_| invalid(key, n, "out of range"))?
+            }
+            "write_deadline" => o.write_deadline = want_duration(key, n)?,
+            "lame_duck_duration" => o.lame_duck_duration = want_duration(key, n)?,
+            "lame_duck_grace_period" => o.lame_duck_grace_period = want_duration(key, n)?,
+            "authorization" => apply_authorization(key, n, &mut o.auth, &mut o.auth_timeout)?,
+            "no_auth_user" => o.auth.no_auth_user = Some(want_str(key, n)?.to_string()),
+            "tls" => {
+                let (files, timeout) = tls_block(key, n)?;
+                o.tls = Some(files);
+                c.tls_timeout = timeout;
+            }
+            "debug" => o.debug = want_bool(key, n)?,
+            "trace" => o.trace = want_bool(key, n)?,
+            "logfile" | "log_file" => c.log_file = Some(PathBuf::from(want_str(key, n)?)),
+            "pid_file" | "pidfile" => c.pid_file = Some(PathBuf::from(want_str(key, n)?)),
+            "ports_file_dir" => c.ports_file_dir = Some(PathBuf::from(want_str(key, n)?)),
+            "logtime"
+            | "logtime_utc"
+            | "syslog"
+            | "remote_syslog"
+            | "log_size_limit"
+            | "log_max_num"
+            | "trace_verbose"
+            | "connect_error_reports"
+            | "reconnect_error_reports"
+            | "disable_sublist_cache"
+            | "no_sublist_cache" => {
+                c.warnings.push(format!(
+                    "{}:{}: {key:?} accepted and ignored",
+                    n.file, n.line
+                ));
+            }
+            "jetstream" => c.warnings.push(format!(
+                "{}:{}: JetStream is not provided by this server; \"jetstream\" ignored",
+                n.file, n.line
+            )),
+            "cluster" | "gateway" | "leafnodes" | "leaf" | "websocket" | "mqtt" | "accounts"
+            | "operator" | "operators" | "resolver" | "resolver_preload" | "system_account" => {
+                c.warnings.push(format!(
+                    "{}:{}: {key:?} is not supported; ignored",
+                    n.file, n.line
+                ))
+            }
+            _ => c.warnings.push(format!(
+                "{}:{}: unknown field {key:?} ignored",
+                n.file, n.line
+            )),
+        }
+    }
+    if http_port.is_some() || http_host.is_some() {
+        c.http_host_explicit = http_host.is_some();
+        let host = http_host.unwrap_or_else(|| c.options.host.clone());
+        c.options.http = Some((host, http_port.unwrap_or(0)));
+    }
+    Ok(())
+}
+
+fn tls_block(key: &str, n: &Node) -> Result<(TlsFiles, Option<Duration>), ConfError> {
+    let mut files = TlsFiles::default();
+    let mut timeout = None;
+    let (mut have_cert, mut have_key) = (false, false);
+    for (k, v) in want_map(key, n)? {
+        match k.to_ascii_lowercase().as_str() {
+            "cert_file" => {
+                files.cert = PathBuf::from(want_str(k, v)?);
+                have_cert = true;
+            }
+            "key_file" => {
+                files.key = PathBuf::from(want_str(k, v)?);
+                have_key = true;
+            }
+            "ca_file" => files.ca = Some(PathBuf::from(want_str(k, v)?)),
+            "verify" | "verify_and_map" => files.verify = want_bool(k, v)?,
+            "timeout" => timeout = Some(want_duration(k, v)?),
+            // Accepted for compatibility; rustls picks safe defaults.
+            "cipher_suites"
+            | "curve_preferences"
+            | "insecure"
+            | "handshake_first"
+            | "min_version"
+            | "verify_cert_and_check_known_urls" => {}
+            other => return invalid(key, v, format!("unknown tls field {other:?}")),
+        }
+    }
+    if !have_cert || !have_key {
+        return invalid(key, n, "tls needs cert_file and key_file");
+    }
+    Ok((files, timeout))
+}
+
+fn apply_authorization(
+    key: &str,
+    n: &Node,
+    auth: &mut AuthConfig,
+    timeout: &mut Duration,
+) -> Result<(), ConfError> {
+    let mut user: Option<String> = None;
+    let mut pass: Option<String> = None;
+    let mut default_perms: Option<Permissions> = None;
+    let mut users_node: Option<&Node> = None;
+    for (k, v) in want_map(key, n)? {
+        match k.to_ascii_lowercase().as_str() {
+            "user" | "username" => user = Some(want_str(k, v)?.to_string()),
+            "password" | "pass" => pass = Some(want_str(k, v)?.to_string()),
+            "token" => auth.token = Some(want_str(k, v)?.to_string()),
+            "timeout" => *timeout = want_duration(k, v)?,
+            "permissions" | "default_permissions" => default_perms = Some(permissions(k, v)?),
+            "users" => users_node = Some(v),
+            other => return invalid(key, v, format!("unknown authorization field {other:?}")),
+        }
+    }
+    if let Some(u) = user {
+        if auth.token.is_some() {
+            return invalid(key, n, "cannot have a user and a token");
+        }
+        auth.users.push(User {
+            username: u,
+            password: pass.unwrap_or_default(),
+            permissions: default_perms.clone(),
+        });
+    } else if pass.is_some() {
+        return invalid(key, n, "password without user");
+    }
+    if let Some(list) = users_node {
+        let items = match &list.value {
+            Value::Array(items) => items,
+            v => {
+                return invalid(
+                    "users",
+                    list,
+                    format!("expected an array, found {}", v.kind()),
+                )
+            }
+        };
+        if auth.token.is_some() {
+            return invalid(key, n, "cannot have a token and a users array");
+        }
+        for item in items {
+            let mut name: Option<String> = None;
+            let mut password: Option<String> = None;
+            let mut nkey: Option<String> = None;
+            let mut perms: Option<Permissions> = None;
+            for (k, v) in want_map("users", item)? {
+                match k.to_ascii_lowercase().as_str() {
+                    "user" | "username" => name = Some(want_str(k, v)?.to_string()),
+                    "password" | "pass" => password = Some(want_str(k, v)?.to_string()),
+                    "nkey" => nkey = Some(want_str(k, v)?.to_string()),
+                    "permissions" => perms = Some(permissions(k, v)?),
+                    "allowed_connection_types" | "account" => {}
+                    other => return invalid("users", v, format!("unknown user field {other:?}")),
+                }
+            }
+            // Users without their own permissions get the block's default.
+            let perms = perms.or_else(|| default_perms.clone());
+            match (name, nkey) {
+                (_, Some(nkey)) => auth.nkeys.push(NkeyUser {
+                    nkey,
+                    permissions: perms,
+                }),
+                (Some(username), None) => auth.users.push(User {
+                    username,
+                    password: password.unwrap_or_default(),
+                    permissions: perms,
+                }),
+                (None, None) => return invalid("users", item, "a user needs user or nkey"),
+            }
+        }
+    }
+    auth.default_permissions = default_perms;
+    Ok(())
+}
+
+/// `permissions { publish: X, subscribe: Y }` where X/Y is a subject, a
+/// list (= allow) or `{ allow: …, deny: … }`.
+fn permissions(key: &str, n: &Node) -> Result<Permissions, ConfError> {
+    let mut p = Permissions::default();
+    for (k, v) in want_map(key, n)? {
+        match k.to_ascii_lowercase().as_str() {
+            "publish" | "pub" | "import" => p.publish = rules(k, v)?,
+            "subscribe" | "sub" | "export" => p.subscribe = rules(k, v)?,
+            // Reply permissions are not enforced; accepting keeps configs loading.
+            "allow_responses" | "allow_response" | "responses" => {}
+            other => return invalid(key, v, format!("unknown permissions field {other:?}")),
+        }
+    }
+    Ok(p)
+}
+
+fn subjects(key: &str, n: &Node) -> Result<Vec<String>, ConfError> {
+    match &n.value {
+        Value::Array(items) => items
+            .iter()
+            .map(|i| want_str(key, i).map(str::to_string))
+            .collect(),
+        _ => Ok(vec![want_str(key, n)?.to_string()]),
+    }
+}
+
+fn rules(key: &str, n: &Node) -> Result<PermissionRules, ConfError> {
+    match &n.value {
+        Value::Map(m) => {
+            let mut r = PermissionRules::default();
+            for (k, v) in m {
+                match k.to_ascii_lowercase().as_str() {
+                    "allow" => r.allow = subjects(k, v)?,
+                    "deny" => r.deny = subjects(k, v)?,
+                    other => {
+                        return invalid(key, v, format!("expected allow or deny, found {other:?}"))
+                    }
+                }
+            }
+            Ok(r)
+        }
+        _ => Ok(PermissionRules {
+            allow: subjects(key, n)?,
+            deny: Vec::new(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conf(text: &str) -> NatsConf {
+        from_str(text, Path::new("test.conf")).unwrap()
+    }
+
+    fn get<'a>(m: &'a [(String, Node)], k: &str) -> &'a Value {
+        &m.iter().rev().find(|(key, _)| key == k).unwrap().1.value
+    }
+
+    #[test]
+    fn separators_comments_and_types() {
+        let m = parse_str(
+            "# comment\na: 1\nb = \"two\" // trailing\nc three\nd: 'raw\\n'\n e: true; f: off, g: -5\nh: 1.5\ni: \"esc\\t\\u0041\"\n",
+            Path::new("x.conf"),
+        )
+        .unwrap();
+        assert_eq!(get(&m, "a"), &Value::Int(1));
+        assert_eq!(get(&m, "b"), &Value::Str("two".into()));
+        assert_eq!(get(&m, "c"), &Value::Str("three".into()));
+        assert_eq!(get(&m, "d"), &Value::Str("raw\\n".into()));
+        assert_eq!(get(&m, "e"), &Value::Bool(true));
+        assert_eq!(get(&m, "f"), &Value::Bool(false));
+        assert_eq!(get(&m, "g"), &Value::Int(-5));
+        assert_eq!(get(&m, "h"), &Value::Float(1.5));
+        assert_eq!(get(&m, "i"), &Value::Str("esc\tA".into()));
+    }
+
+    #[test]
+    fn sizes_follow_nats() {
+        let m = parse_str(
+            "a: 128KB\nb: 2K\nc: 64MiB\nd: 10GiB\ne: 1M\nf: 3mb\ng: 1G\nh: 2Ki",
+            Path::new("x"),
+        )
+        .unwrap();
+        assert_eq!(get(&m, "a"), &Value::Int(128 * 1024));
+        assert_eq!(get(&m, "b"), &Value::Int(2000));
+        assert_eq!(get(&m, "c"), &Value::Int(64 * 1024 * 1024));
+        assert_eq!(get(&m, "d"), &Value::Int(10 * 1024 * 1024 * 1024));
+        assert_eq!(get(&m, "e"), &Value::Int(1_000_000));
+        assert_eq!(get(&m, "f"), &Value::Int(3 * 1024 * 1024));
+        assert_eq!(get(&m, "g"), &Value::Int(1_000_000_000));
+        assert_eq!(get(&m, "h"), &Value::Int(2048));
+    }
+
+    #[test]
+    fn blocks_arrays_nested() {
+        let m = parse_str(
+            "outer {\n  inner: { x: 1, y: [1, 2,\n 3] }\n  list = [\n {a: 1}\n {a: 2}\n ]\n}\n",
+            Path::new("x"),
+        )
+        .unwrap();
+        let Value::Map(outer) = get(&m, "outer") else {
+            panic!("outer is a map")
+        };
+        let Value::Map(inner) = get(outer, "inner") else {
+            panic!("inner is a map")
+        };
+        let Value::Array(y) = get(inner, "y") else {
+            panic!("y is an array")
+        };
+        assert_eq!(y.len(), 3);
+        let Value::Array(list) = get(outer, "list") else {
+            panic!("list is an array")
+        };
+        assert_eq!(list.len(), 2);
+    }
+
+    #[test]
+    fn async_nats_test_configs() {
+        let c = conf("jetstream { strict: true, max_mem_store: 64MiB, max_file_store: 10GiB }");
+        assert!(c.warnings.iter().any(|w| w.contains("JetStream")));
+
+        let c = conf("max_payload = 128KB");
+        assert_eq!(c.options.max_payload, 131072);
+
+        let c = conf("authorization { token: \"s3cr3t\", timeout: \"2s\" }");
+        assert_eq!(c.options.auth.token.as_deref(), Some("s3cr3t"));
+        assert_eq!(c.options.auth_timeout, Duration::from_secs(2));
+
+        let c = conf("authorization { user: derek, password: s3cr3t }");
+        assert_eq!(c.options.auth.users.len(), 1);
+        assert_eq!(c.options.auth.users[0].username, "derek");
+        assert_eq!(c.options.auth.users[0].password, "s3cr3t");
+
+        let c = conf(
+            "authorization: {\n  users: [\n    { nkey: UAXX }\n    { nkey: \"UBYY\" }\n  ]\n}\n",
+        );
+        assert_eq!(c.options.auth.nkeys.len(), 2);
+        assert_eq!(c.options.auth.nkeys[1].nkey, "UBYY");
+
+        let c = conf(
+            "listen: localhost:4222\n\ntls {\n  cert_file: \"./tests/configs/certs/server-cert.pem\"\n  key_file: \"./tests/configs/certs/server-key.pem\"\n  ca_file: ./ca.pem\n  verify: true\n  timeout: 2\n}\n",
+        );
+        assert_eq!(c.options.host, "localhost");
+        assert_eq!(c.options.port, 4222);
+        let tls = c.options.tls.unwrap();
+        assert_eq!(
+            tls.cert,
+            PathBuf::from("./tests/configs/certs/server-cert.pem")
+        );
+        assert_eq!(tls.ca, Some(PathBuf::from("./ca.pem")));
+        assert!(tls.verify);
+        assert_eq!(c.tls_timeout, Some(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn options_mapping() {
+        let c = conf(
+            "host: 127.0.0.1\nport: -1\nhttp: 8222\nserver_name: n1\nmax_pending: 1MB\nmax_control_line: 2KB\nmax_connections: 10\nping_interval: 1m\nping_max: 3\nwrite_deadline: \"3s\"\nlame_duck_duration: \"30s\"\nlame_duck_grace_period: 1s\ndebug: true\ntrace: false\nlogfile: /tmp/l.log\npid_file: '/tmp/x.pid'\nports_file_dir: /tmp\nmystery: 1\n",
+        );
+        let o = &c.options;
+        assert_eq!(o.host, "127.0.0.1");
+        assert_eq!(o.port, 0);
+        assert_eq!(o.http, Some(("127.0.0.1".into(), 8222)));
+        assert!(!c.http_host_explicit);
+        assert_eq!(o.server_name.as_deref(), Some("n1"));
+        assert_eq!(o.max_pending, 1 << 20);
+        assert_eq!(o.max_control_line, 2048);
+        assert_eq!(o.max_connections, 10);
+        assert_eq!(o.ping_interval, Duration::from_secs(60));
+        assert_eq!(o.ping_max, 3);
+        assert_eq!(o.write_deadline, Duration::from_secs(3));
+        assert_eq!(o.lame_duck_duration, Duration::from_secs(30));
+        assert_eq!(o.lame_duck_grace_period, Duration::from_secs(1));
+        assert!(o.debug && !o.trace);
+        assert_eq!(c.log_file, Some(PathBuf::from("/tmp/l.log")));
+        assert_eq!(c.pid_file, Some(PathBuf::from("/tmp/x.pid")));
+        assert_eq!(c.ports_file_dir, Some(PathBuf::from("/tmp")));
+        assert!(c.warnings.iter().any(|w| w.contains("mystery")));
+
+        let c = conf("http: 0.0.0.0:-1\nmonitor_port: 9000\nping_interval: 30\n");
+        assert_eq!(c.options.http, Some(("0.0.0.0".into(), 9000)));
+        assert!(c.http_host_explicit);
+        assert_eq!(c.options.ping_interval, Duration::from_secs(30));
+        let c = conf("max_pings_out: 5\nlisten: \":4333\"\n");
+        assert_eq!(c.options.ping_max, 5);
+        assert_eq!(c.options.port, 4333);
+        assert_eq!(c.options.host, "0.0.0.0");
+    }
+
+    #[test]
+    fn authorization_users_and_permissions() {
+        let c = conf(
+            r#"
+authorization {
+  permissions { publish: "public.>" }
+  users = [
+    { user: alice, password: "$2a$11$abcdefghijklmnopqrstuuMgEfbc2b5M2u4rRy3IS4hj5GgtjH8jK"
+      permissions: { publish: { allow: ["a.>", "b"], deny: "a.secret" }, subscribe: ["x.*", "y"] } }
+    { user: bob, password: pw }
+    { nkey: UABC, permissions { subscribe { deny: [ "z.>" ] } } }
+  ]
+}
+no_auth_user: bob
+"#,
+        );
+        let a = &c.options.auth;
+        assert_eq!(a.users.len(), 2);
+        let alice = &a.users[0];
+        assert!(alice.password.starts_with("$2a$11$"));
+        let p = alice.permissions.as_ref().unwrap();
+        assert_eq!(p.publish.allow, vec!["a.>", "b"]);
+        assert_eq!(p.publish.deny, vec!["a.secret"]);
+        assert_eq!(p.subscribe.allow, vec!["x.*", "y"]);
+        // bob inherits the default permissions.
+        let bob = &a.users[1].permissions.as_ref().unwrap();
+        assert_eq!(bob.publish.allow, vec!["public.>"]);
+        assert_eq!(a.nkeys[0].nkey, "UABC");
+        assert_eq!(
+            a.nkeys[0].permissions.as_ref().unwrap().subscribe.deny,
+            vec!["z.>"]
+        );
+        assert_eq!(a.no_auth_user.as_deref(), Some("bob"));
+        // The mapped config builds a working authenticator.
+        let auth = crate::nats::auth::Authenticator::new(&AuthConfig {
+            nkeys: Vec::new(),
+            ..a.clone()
+        })
+        .unwrap();
+        assert!(auth.required());
+    }
+
+    #[test]
+    fn variables_from_file_and_env() {
+        // A name no other test reads, so setting it cannot race.
+        std::env::set_var("LIFTBRIDGE_CONF_TEST_PORT", "4999");
+        let c = conf(
+            "TOKEN: \"abc\"\nauthorization { token: $TOKEN }\nport: $LIFTBRIDGE_CONF_TEST_PORT\n",
+        );
+        assert_eq!(c.options.auth.token.as_deref(), Some("abc"));
+        assert_eq!(c.options.port, 4999);
+        // Block scoping: a variable defined in an enclosing block.
+        let m = parse_str("a: 1\nb { c: $a }", Path::new("x")).unwrap();
+        let Value::Map(b) = get(&m, "b") else {
+            panic!("b is a map")
+        };
+        assert_eq!(get(b, "c"), &Value::Int(1));
+        let e = from_str("port: $NOPE_NOT_DEFINED_ANYWHERE_42", Path::new("v.conf")).unwrap_err();
+        assert!(e.to_string().contains("v.conf:1"), "{e}");
+        assert!(
+            e.to_string().contains("NOPE_NOT_DEFINED_ANYWHERE_42"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn includes_relative_to_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(
+            dir.path().join("sub/auth.conf"),
+            "authorization { user: u, password: p }\ninclude 'more.conf'\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("sub/more.conf"), "max_payload: 2KB\n").unwrap();
+        std::fs::write(
+            dir.path().join("main.conf"),
+            "port: 4000\ninclude ./sub/auth.conf\n",
+        )
+        .unwrap();
+        let c = load_file(&dir.path().join("main.conf")).unwrap();
+        assert_eq!(c.options.port, 4000);
+        assert_eq!(c.options.auth.users[0].username, "u");
+        assert_eq!(c.options.max_payload, 2048);
+
+        std::fs::write(dir.path().join("loop.conf"), "include loop.conf\n").unwrap();
+        assert!(load_file(&dir.path().join("loop.conf")).is_err());
+        std::fs::write(dir.path().join("missing.conf"), "include nothere.conf\n").unwrap();
+        assert!(matches!(
+            load_file(&dir.path().join("missing.conf")),
+            Err(ConfError::Io { .. })
+        ));
+    }
+
+    #[test]
+    fn errors_carry_line_numbers() {
+        let cases = [
+            ("port: 1\nmax_payload: \"big\"\n", "t.conf:2"),
+            ("a {\n b: 1\n", "missing '}'"),
+            ("a: [1, 2\n", "missing ']'"),
+            ("a: \"open\n", "unterminated"),
+            ("port: 1\n\nport: 70000\n", "t.conf:3"),
+            ("x: 1 2\n", "t.conf:1"),
+            ("tls { cert_file: a }\n", "key_file"),
+            ("ping_interval: \"soon\"\n", "duration"),
+            ("}\n", "unexpected '}'"),
+            ("key:\n", "missing value"),
+            ("a: 99999999999999999999\n", "out of range"),
+        ];
+        for (text, want) in cases {
+            let e = from_str(text, Path::new("t.conf")).unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("2s"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("300ms"), Some(Duration::from_millis(300)));
+        assert_eq!(parse_go_duration("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("0"), Some(Duration::ZERO));
+        assert_eq!(parse_go_duration("2"), None);
+        assert_eq!(parse_go_duration("s"), None);
+        assert_eq!(parse_go_duration("-1s"), None);
+        assert_eq!(parse_go_duration("3d"), None);
+    }
+
+    #[test]
+    fn urls_and_addresses_stay_strings() {
+        let m = parse_str(
+            "a: nats://host:4222\nb: 10.0.0.1:4222\nc: 2.9.10\nd: 1.5.x",
+            Path::new("x"),
+        )
+        .unwrap();
+        assert_eq!(get(&m, "a"), &Value::Str("nats://host:4222".into()));
+        assert_eq!(get(&m, "b"), &Value::Str("10.0.0.1:4222".into()));
+        assert_eq!(get(&m, "c"), &Value::Str("2.9.10".into()));
+        assert_eq!(get(&m, "d"), &Value::Str("1.5.x".into()));
+    }
+
+    proptest::proptest! {
+        /// Arbitrary input never panics the parser.
+        #[test]
+        fn parser_never_panics(s in ".{0,200}") {
+            let _ = from_str(&s, Path::new("p.conf"));
+        }
+
+        /// Structured fragments (more likely to reach deep states) never panic.
+        #[test]
+        fn parser_never_panics_structured(parts in proptest::collection::vec(
+            proptest::sample::select(vec!["a", ":", "=", " ", "\n", "{", "}", "[", "]", ",", ";", "\"x\"", "'y'", "$a", "#c", "//", "1", "2KB", "-1", "true", "include", "\\"]),
+            0..40,
+        )) {
+            let s: String = parts.concat();
+            let _ = from_str(&s, Path::new("p.conf"));
+        }
+    }
+}
