@@ -4,3 +4,4 @@
 //! binary) and talks to it with real clients.
 
 mod compat_cert;
+mod store_basic;
