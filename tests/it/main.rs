@@ -3,5 +3,8 @@
 //! Each test starts the real server (in-process on port 0, or the built
 //! binary) and talks to it with real clients.
 
+mod cluster_meta;
+mod cluster_storage;
 mod compat_cert;
+mod config_liftbridge;
 mod store_basic;

@@ -1,0 +1,705 @@
+//! The replicated metadata: streams, partitions, brokers, and the commands
+//! that change them.
+//!
+//! This module is pure: no I/O, no clocks, no randomness. `MetadataState::apply`
+//! is a deterministic function of the current state and one `MetaCommand`, so
+//! every replica that applies the same Raft log reaches the same state. Anything
+//! time-dependent (creation time, pause time) travels inside the command,
+//! stamped by the proposer.
+//!
+//! Existence checks (a stream that already exists, an unknown stream or
+//! partition) happen here, at apply time, so they are linearizable: two
+//! concurrent `CreateStream` of the same name cannot both succeed. A rejected
+//! command leaves the state untouched and answers `MetaResponse::Rejected`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Address book entry of one server (a "broker" in Liftbridge's metadata).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Server id (`clustering.server.id`).
+    pub id: String,
+    /// Host advertised to clients (`host`, else the `listen` address).
+    pub host: String,
+    /// gRPC API port.
+    pub port: u16,
+    /// NATS client listener, `host:port` (empty when not embedded).
+    pub nats_addr: String,
+    /// HTTP (monitoring, metrics, UI) listener, `host:port` (empty when off).
+    pub http_addr: String,
+}
+
+/// Per-stream overrides from `CreateStreamRequest`. `None` means "use the
+/// server default" (`streams.*` keys). Durations are milliseconds, as on the wire.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamConfig {
+    /// `retentionMaxBytes`.
+    pub retention_max_bytes: Option<i64>,
+    /// `retentionMaxMessages`.
+    pub retention_max_messages: Option<i64>,
+    /// `retentionMaxAge` in ms.
+    pub retention_max_age_ms: Option<i64>,
+    /// `cleanerInterval` in ms.
+    pub cleaner_interval_ms: Option<i64>,
+    /// `segmentMaxBytes`.
+    pub segment_max_bytes: Option<i64>,
+    /// `segmentMaxAge` in ms.
+    pub segment_max_age_ms: Option<i64>,
+    /// `compactMaxGoroutines`.
+    pub compact_max_goroutines: Option<i32>,
+    /// `compactEnabled`.
+    pub compact_enabled: Option<bool>,
+    /// `autoPauseTime` in ms.
+    pub auto_pause_time_ms: Option<i64>,
+    /// `autoPauseDisableIfSubscribers`.
+    pub auto_pause_disable_if_subscribers: Option<bool>,
+    /// `minIsr`.
+    pub min_isr: Option<i32>,
+    /// `optimisticConcurrencyControl`.
+    pub optimistic_concurrency_control: Option<bool>,
+    /// `encryption`.
+    pub encryption: Option<bool>,
+}
+
+/// First and latest time (Unix ns) an event happened; 0 = never.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventTimestamps {
+    /// When the event first happened.
+    pub first_ns: i64,
+    /// When the event last happened.
+    pub latest_ns: i64,
+}
+
+impl EventTimestamps {
+    fn record(&mut self, ts: i64) {
+        if self.first_ns == 0 {
+            self.first_ns = ts;
+        }
+        self.latest_ns = ts;
+    }
+}
+
+/// Metadata of one partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionMeta {
+    /// Partition number, 0-based.
+    pub id: i32,
+    /// Server id of the leader (empty when there is none).
+    pub leader: String,
+    /// Server ids of all replicas, leader included.
+    pub replicas: Vec<String>,
+    /// Server ids of the in-sync replicas.
+    pub isr: Vec<String>,
+    /// Bumped on every leader or ISR change.
+    pub epoch: u64,
+    /// Bumped on every leader change.
+    pub leader_epoch: u64,
+    /// Paused partitions have no leader activity and record nothing.
+    pub paused: bool,
+    /// Set by a pause with `resumeAll`: publishing to any partition resumes all.
+    pub resume_all: bool,
+    /// Readonly partitions reject publishes.
+    pub readonly: bool,
+    /// When the partition was paused.
+    pub pause_timestamps: EventTimestamps,
+    /// When the readonly flag changed.
+    pub readonly_timestamps: EventTimestamps,
+}
+
+/// Metadata of one stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamMeta {
+    /// Unique stream name.
+    pub name: String,
+    /// NATS subject of partition 0; partition i > 0 uses `<subject>.<i>`.
+    pub subject: String,
+    /// Load-balance group (NATS queue group), empty for none.
+    pub group: String,
+    /// Creation time, Unix ns.
+    pub creation_timestamp_ns: i64,
+    /// Per-stream overrides.
+    pub config: StreamConfig,
+    /// Partitions, index = partition id.
+    pub partitions: Vec<PartitionMeta>,
+}
+
+impl StreamMeta {
+    /// NATS subject of partition `id` (`subject` for 0, `subject.id` otherwise).
+    pub fn partition_subject(&self, id: i32) -> String {
+        if id == 0 {
+            self.subject.clone()
+        } else {
+            format!("{}.{}", self.subject, id)
+        }
+    }
+
+    /// The partition with this id, if any.
+    pub fn partition(&self, id: i32) -> Option<&PartitionMeta> {
+        usize::try_from(id)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
+    }
+}
+
+/// A change to the metadata. Every variant is one Raft log entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MetaCommand {
+    /// Adds or updates a server in the address book.
+    RegisterBroker(NodeInfo),
+    /// Creates a stream. Replicas are placed at apply time on the brokers with
+    /// the fewest partitions (ties by id), the first replica leads.
+    CreateStream {
+        /// Stream name.
+        name: String,
+        /// Base subject.
+        subject: String,
+        /// Load-balance group.
+        group: String,
+        /// Replicas per partition; -1 = all brokers; must be ≥ 1 otherwise.
+        replication_factor: i32,
+        /// Number of partitions, ≥ 1.
+        partitions: i32,
+        /// Overrides.
+        config: StreamConfig,
+        /// Creation time stamped by the proposer, Unix ns.
+        creation_timestamp_ns: i64,
+    },
+    /// Deletes a stream.
+    DeleteStream {
+        /// Stream name.
+        name: String,
+    },
+    /// Pauses partitions (empty = all).
+    PauseStream {
+        /// Stream name.
+        name: String,
+        /// Partition ids; empty = all.
+        partitions: Vec<i32>,
+        /// Resume all partitions when any one is resumed by a publish.
+        resume_all: bool,
+        /// Time of the pause, Unix ns.
+        timestamp_ns: i64,
+    },
+    /// Resumes partitions (empty = all).
+    ResumeStream {
+        /// Stream name.
+        name: String,
+        /// Partition ids; empty = all.
+        partitions: Vec<i32>,
+    },
+    /// Sets or clears the readonly flag of partitions (empty = all).
+    SetStreamReadonly {
+        /// Stream name.
+        name: String,
+        /// Partition ids; empty = all.
+        partitions: Vec<i32>,
+        /// New flag value.
+        readonly: bool,
+        /// Time of the change, Unix ns.
+        timestamp_ns: i64,
+    },
+    /// Makes `leader` the leader of a partition; bumps epoch and leader epoch.
+    ChangeLeader {
+        /// Stream name.
+        name: String,
+        /// Partition id.
+        partition: i32,
+        /// New leader's server id (must be a replica).
+        leader: String,
+    },
+    /// Removes a replica from the ISR; bumps the epoch.
+    ShrinkIsr {
+        /// Stream name.
+        name: String,
+        /// Partition id.
+        partition: i32,
+        /// Replica leaving the ISR.
+        replica: String,
+    },
+    /// Adds a replica back to the ISR; bumps the epoch.
+    ExpandIsr {
+        /// Stream name.
+        name: String,
+        /// Partition id.
+        partition: i32,
+        /// Replica joining the ISR (must be a replica).
+        replica: String,
+    },
+}
+
+/// Why a command was rejected at apply time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum ApplyError {
+    /// A stream of this name exists (gRPC ALREADY_EXISTS).
+    #[error("stream {name:?} already exists")]
+    AlreadyExists {
+        /// Stream name.
+        name: String,
+    },
+    /// No stream of this name (gRPC NOT_FOUND).
+    #[error("stream {name:?} not found")]
+    StreamNotFound {
+        /// Stream name.
+        name: String,
+    },
+    /// The stream has no such partition (gRPC NOT_FOUND).
+    #[error("partition {partition} of stream {name:?} not found")]
+    PartitionNotFound {
+        /// Stream name.
+        name: String,
+        /// Partition id.
+        partition: i32,
+    },
+    /// The command's arguments cannot be applied (gRPC INVALID_ARGUMENT).
+    #[error("invalid: {reason}")]
+    Invalid {
+        /// Explanation.
+        reason: String,
+    },
+}
+
+/// Result of applying one log entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum MetaResponse {
+    /// Applied; also the answer to membership and blank entries.
+    #[default]
+    Ok,
+    /// Rejected; the state is unchanged.
+    Rejected(ApplyError),
+}
+
+impl MetaResponse {
+    /// `Ok(())` when applied, the apply error otherwise.
+    pub fn into_result(self) -> Result<(), ApplyError> {
+        match self {
+            MetaResponse::Ok => Ok(()),
+            MetaResponse::Rejected(e) => Err(e),
+        }
+    }
+}
+
+/// The whole replicated metadata, as of Raft log index `applied_index`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetadataState {
+    /// Raft log index of the last applied entry (0 before any).
+    pub applied_index: u64,
+    /// Streams by name.
+    pub streams: BTreeMap<String, StreamMeta>,
+    /// Brokers by server id.
+    pub brokers: BTreeMap<String, NodeInfo>,
+}
+
+impl MetadataState {
+    /// The stream of this name.
+    pub fn stream(&self, name: &str) -> Option<&StreamMeta> {
+        self.streams.get(name)
+    }
+
+    /// Number of partitions (replicas) each broker holds, and how many it leads.
+    pub fn broker_load(&self, id: &str) -> (usize, usize) {
+        let mut replicas = 0;
+        let mut leads = 0;
+        for p in self.streams.values().flat_map(|s| s.partitions.iter()) {
+            if p.replicas.iter().any(|r| r == id) {
+                replicas += 1;
+            }
+            if p.leader == id {
+                leads += 1;
+            }
+        }
+        (replicas, leads)
+    }
+
+    /// Applies one command. On rejection the state is unchanged.
+    pub fn apply(&mut self, cmd: &MetaCommand) -> MetaResponse {
+        match self.try_apply(cmd) {
+            Ok(()) => MetaResponse::Ok,
+            Err(e) => MetaResponse::Rejected(e),
+        }
+    }
+
+    fn try_apply(&mut self, cmd: &MetaCommand) -> Result<(), ApplyError> {
+        match cmd {
+            MetaCommand::RegisterBroker(b) => {
+                self.brokers.insert(b.id.clone(), b.clone());
+                Ok(())
+            }
+            MetaCommand::CreateStream {
+                name,
+                subject,
+                group,
+                replication_factor,
+                partitions,
+                config,
+                creation_timestamp_ns,
+            } => {
+                if self.streams.contains_key(name) {
+                    return Err(ApplyError::AlreadyExists { name: name.clone() });
+                }
+                let parts = self.place(*replication_factor, *partitions)?;
+                self.streams.insert(
+                    name.clone(),
+                    StreamMeta {
+                        name: name.clone(),
+                        subject: subject.clone(),
+                        group: group.clone(),
+                        creation_timestamp_ns: *creation_timestamp_ns,
+                        config: config.clone(),
+                        partitions: parts,
+                    },
+                );
+                Ok(())
+            }
+            MetaCommand::DeleteStream { name } => match self.streams.remove(name) {
+                Some(_) => Ok(()),
+                None => Err(ApplyError::StreamNotFound { name: name.clone() }),
+            },
+            MetaCommand::PauseStream {
+                name,
+                partitions,
+                resume_all,
+                timestamp_ns,
+            } => {
+                for p in self.select(name, partitions)? {
+                    p.paused = true;
+                    p.resume_all = *resume_all;
+                    p.pause_timestamps.record(*timestamp_ns);
+                }
+                Ok(())
+            }
+            MetaCommand::ResumeStream { name, partitions } => {
+                for p in self.select(name, partitions)? {
+                    p.paused = false;
+                    p.resume_all = false;
+                }
+                Ok(())
+            }
+            MetaCommand::SetStreamReadonly {
+                name,
+                partitions,
+                readonly,
+                timestamp_ns,
+            } => {
+                for p in self.select(name, partitions)? {
+                    p.readonly = *readonly;
+                    p.readonly_timestamps.record(*timestamp_ns);
+                }
+                Ok(())
+            }
+            MetaCommand::ChangeLeader {
+                name,
+                partition,
+                leader,
+            } => {
+                let p = self.partition_mut(name, *partition)?;
+                if !leader.is_empty() && !p.replicas.contains(leader) {
+                    return Err(ApplyError::Invalid {
+                        reason: format!("{leader:?} is not a replica"),
+                    });
+                }
+                p.leader = leader.clone();
+                p.epoch += 1;
+                p.leader_epoch += 1;
+                Ok(())
+            }
+            MetaCommand::ShrinkIsr {
+                name,
+                partition,
+                replica,
+            } => {
+                let p = self.partition_mut(name, *partition)?;
+                let before = p.isr.len();
+                p.isr.retain(|r| r != replica);
+                if p.isr.len() != before {
+                    p.epoch += 1;
+                }
+                Ok(())
+            }
+            MetaCommand::ExpandIsr {
+                name,
+                partition,
+                replica,
+            } => {
+                let p = self.partition_mut(name, *partition)?;
+                if !p.replicas.contains(replica) {
+                    return Err(ApplyError::Invalid {
+                        reason: format!("{replica:?} is not a replica"),
+                    });
+                }
+                if !p.isr.contains(replica) {
+                    p.isr.push(replica.clone());
+                    p.epoch += 1;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Chooses replicas for each new partition: brokers ordered by current
+    /// load (replica count, then id), rotating so partitions spread out.
+    fn place(
+        &self,
+        replication_factor: i32,
+        partitions: i32,
+    ) -> Result<Vec<PartitionMeta>, ApplyError> {
+        if partitions < 1 {
+            return Err(ApplyError::Invalid {
+                reason: format!("partitions must be at least 1, got {partitions}"),
+            });
+        }
+        let n = self.brokers.len();
+        if n == 0 {
+            return Err(ApplyError::Invalid {
+                reason: "no brokers registered".into(),
+            });
+        }
+        let rf = match replication_factor {
+            -1 => n,
+            rf if rf >= 1 && (rf as usize) <= n => rf as usize,
+            rf => {
+                return Err(ApplyError::Invalid {
+                    reason: format!("invalid replication factor {rf} (cluster has {n} servers)"),
+                })
+            }
+        };
+        let mut load: BTreeMap<&str, usize> = self
+            .brokers
+            .keys()
+            .map(|id| (id.as_str(), self.broker_load(id).0))
+            .collect();
+        let mut out = Vec::with_capacity(partitions as usize);
+        for id in 0..partitions {
+            let mut order: Vec<(&str, usize)> = load.iter().map(|(k, v)| (*k, *v)).collect();
+            order.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(b.0)));
+            let replicas: Vec<String> = order.iter().take(rf).map(|(k, _)| k.to_string()).collect();
+            for r in &replicas {
+                if let Some(v) = load.get_mut(r.as_str()) {
+                    *v += 1;
+                }
+            }
+            out.push(PartitionMeta {
+                id,
+                leader: replicas[0].clone(),
+                isr: replicas.clone(),
+                replicas,
+                epoch: 0,
+                leader_epoch: 0,
+                ..Default::default()
+            });
+        }
+        Ok(out)
+    }
+
+    /// The selected partitions of a stream (all when `ids` is empty), after
+    /// checking that every id exists, so that a bad id changes nothing.
+    fn select(&mut self, name: &str, ids: &[i32]) -> Result<Vec<&mut PartitionMeta>, ApplyError> {
+        let stream = self
+            .streams
+            .get_mut(name)
+            .ok_or_else(|| ApplyError::StreamNotFound { name: name.into() })?;
+        if let Some(bad) = ids
+            .iter()
+            .find(|id| usize::try_from(**id).map_or(true, |i| i >= stream.partitions.len()))
+        {
+            return Err(ApplyError::PartitionNotFound {
+                name: name.into(),
+                partition: *bad,
+            });
+        }
+        Ok(stream
+            .partitions
+            .iter_mut()
+            .filter(|p| ids.is_empty() || ids.contains(&p.id))
+            .collect())
+    }
+
+    fn partition_mut(&mut self, name: &str, id: i32) -> Result<&mut PartitionMeta, ApplyError> {
+        let stream = self
+            .streams
+            .get_mut(name)
+            .ok_or_else(|| ApplyError::StreamNotFound { name: name.into() })?;
+        usize::try_from(id)
+            .ok()
+            .and_then(|i| stream.partitions.get_mut(i))
+            .ok_or_else(|| ApplyError::PartitionNotFound {
+                name: name.into(),
+                partition: id,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn broker(id: &str) -> MetaCommand {
+        MetaCommand::RegisterBroker(NodeInfo {
+            id: id.into(),
+            host: "localhost".into(),
+            port: 9292,
+            ..Default::default()
+        })
+    }
+
+    fn create(name: &str, rf: i32, parts: i32) -> MetaCommand {
+        MetaCommand::CreateStream {
+            name: name.into(),
+            subject: format!("{name}.subj"),
+            group: String::new(),
+            replication_factor: rf,
+            partitions: parts,
+            config: StreamConfig::default(),
+            creation_timestamp_ns: 42,
+        }
+    }
+
+    #[test]
+    fn create_places_partitions_and_rejects_duplicates() {
+        let mut s = MetadataState::default();
+        assert_eq!(
+            s.apply(&create("a", 1, 1)),
+            MetaResponse::Rejected(ApplyError::Invalid {
+                reason: "no brokers registered".into()
+            })
+        );
+        s.apply(&broker("b1"));
+        s.apply(&broker("b2"));
+        assert_eq!(s.apply(&create("a", 1, 4)), MetaResponse::Ok);
+        let st = s.stream("a").unwrap();
+        assert_eq!(st.partitions.len(), 4);
+        assert_eq!(st.creation_timestamp_ns, 42);
+        // Single replicas alternate between the two brokers.
+        let leaders: Vec<&str> = st.partitions.iter().map(|p| p.leader.as_str()).collect();
+        assert_eq!(leaders, ["b1", "b2", "b1", "b2"]);
+        assert_eq!(st.partition_subject(0), "a.subj");
+        assert_eq!(st.partition_subject(3), "a.subj.3");
+        assert_eq!(
+            s.apply(&create("a", 1, 1)),
+            MetaResponse::Rejected(ApplyError::AlreadyExists { name: "a".into() })
+        );
+        assert_eq!(s.apply(&create("all", -1, 1)), MetaResponse::Ok);
+        assert_eq!(s.stream("all").unwrap().partitions[0].replicas.len(), 2);
+        assert!(matches!(
+            s.apply(&create("x", 3, 1)),
+            MetaResponse::Rejected(ApplyError::Invalid { .. })
+        ));
+        assert!(matches!(
+            s.apply(&create("x", 1, 0)),
+            MetaResponse::Rejected(ApplyError::Invalid { .. })
+        ));
+        assert_eq!(s.broker_load("b1"), (3, 3));
+        assert_eq!(s.broker_load("b2"), (3, 2));
+    }
+
+    #[test]
+    fn pause_resume_readonly_and_bad_partition_changes_nothing() {
+        let mut s = MetadataState::default();
+        s.apply(&broker("b1"));
+        s.apply(&create("a", 1, 3));
+        let pause = |parts: Vec<i32>, ts| MetaCommand::PauseStream {
+            name: "a".into(),
+            partitions: parts,
+            resume_all: true,
+            timestamp_ns: ts,
+        };
+        let before = s.clone();
+        assert_eq!(
+            s.apply(&pause(vec![0, 7], 5)),
+            MetaResponse::Rejected(ApplyError::PartitionNotFound {
+                name: "a".into(),
+                partition: 7
+            })
+        );
+        assert_eq!(s, before);
+        assert_eq!(s.apply(&pause(vec![1], 5)), MetaResponse::Ok);
+        assert_eq!(s.apply(&pause(vec![], 9)), MetaResponse::Ok);
+        let p1 = &s.stream("a").unwrap().partitions[1];
+        assert!(p1.paused && p1.resume_all);
+        assert_eq!(
+            p1.pause_timestamps,
+            EventTimestamps {
+                first_ns: 5,
+                latest_ns: 9
+            }
+        );
+        assert_eq!(
+            s.stream("a").unwrap().partitions[0].pause_timestamps,
+            EventTimestamps {
+                first_ns: 9,
+                latest_ns: 9
+            }
+        );
+        s.apply(&MetaCommand::ResumeStream {
+            name: "a".into(),
+            partitions: vec![0],
+        });
+        let st = s.stream("a").unwrap();
+        assert!(!st.partitions[0].paused && !st.partitions[0].resume_all);
+        assert!(st.partitions[2].paused);
+        s.apply(&MetaCommand::SetStreamReadonly {
+            name: "a".into(),
+            partitions: vec![2],
+            readonly: true,
+            timestamp_ns: 11,
+        });
+        let p2 = &s.stream("a").unwrap().partitions[2];
+        assert!(p2.readonly);
+        assert_eq!(p2.readonly_timestamps.first_ns, 11);
+        assert!(!s.stream("a").unwrap().partitions[0].readonly);
+        assert_eq!(
+            s.apply(&MetaCommand::ResumeStream {
+                name: "zz".into(),
+                partitions: vec![]
+            }),
+            MetaResponse::Rejected(ApplyError::StreamNotFound { name: "zz".into() })
+        );
+    }
+
+    #[test]
+    fn leader_and_isr_changes_bump_epochs() {
+        let mut s = MetadataState::default();
+        s.apply(&broker("b1"));
+        s.apply(&broker("b2"));
+        s.apply(&create("a", 2, 1));
+        let shrink = MetaCommand::ShrinkIsr {
+            name: "a".into(),
+            partition: 0,
+            replica: "b2".into(),
+        };
+        s.apply(&shrink);
+        let p = &s.stream("a").unwrap().partitions[0];
+        assert_eq!((p.isr.clone(), p.epoch), (vec!["b1".to_string()], 1));
+        s.apply(&shrink); // no-op: already out
+        assert_eq!(s.stream("a").unwrap().partitions[0].epoch, 1);
+        s.apply(&MetaCommand::ExpandIsr {
+            name: "a".into(),
+            partition: 0,
+            replica: "b2".into(),
+        });
+        s.apply(&MetaCommand::ChangeLeader {
+            name: "a".into(),
+            partition: 0,
+            leader: "b2".into(),
+        });
+        let p = &s.stream("a").unwrap().partitions[0];
+        assert_eq!((p.leader.as_str(), p.epoch, p.leader_epoch), ("b2", 3, 1));
+        assert!(matches!(
+            s.apply(&MetaCommand::ChangeLeader {
+                name: "a".into(),
+                partition: 0,
+                leader: "b9".into()
+            }),
+            MetaResponse::Rejected(ApplyError::Invalid { .. })
+        ));
+        assert_eq!(
+            s.apply(&MetaCommand::DeleteStream { name: "a".into() }),
+            MetaResponse::Ok
+        );
+        assert_eq!(
+            s.apply(&MetaCommand::DeleteStream { name: "a".into() }),
+            MetaResponse::Rejected(ApplyError::StreamNotFound { name: "a".into() })
+        );
+    }
+}

@@ -1,0 +1,587 @@
+//! Raft storage in redb: the log, the vote/committed/purged markers, the
+//! metadata state machine and its snapshots.
+//!
+//! One database file, `<data>/raft/raft.redb`, holds two tables:
+//! - `raft_log`: log index (u64, big-endian order by redb) → JSON of the entry;
+//! - `raft_meta`: small named values (JSON): `vote`, `committed`, `purged`,
+//!   `snapshot` (meta + data of the latest snapshot) and `identity` (the Raft
+//!   node id and server id this directory was created with).
+//!
+//! Invariants:
+//! - every redb call runs on the blocking pool (`spawn_blocking`), never on a
+//!   tokio worker; write transactions commit with immediate durability, so a
+//!   vote or an appended entry is on disk before openraft is told so;
+//! - `purge` records the purged marker and deletes the entries in the same
+//!   transaction, so the log state read back after a crash is consistent;
+//! - the state machine keeps the state in memory only; a restart restores the
+//!   latest snapshot and openraft re-applies the committed entries after it.
+//!
+//! Data read back from disk is decoded with serde; a corrupt value becomes a
+//! storage error, never a panic.
+
+use std::fmt::Debug;
+use std::io::Cursor;
+use std::ops::{Bound, RangeBounds};
+use std::path::Path;
+use std::sync::Arc;
+
+use openraft::storage::{LogFlushed, RaftLogStorage, RaftStateMachine};
+use openraft::{
+    AnyError, Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, LogState, OptionalSend,
+    RaftLogReader, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageError, StorageIOError,
+    StoredMembership, Vote,
+};
+use redb::{Database, ReadableTable, TableDefinition};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::state::{MetaResponse, MetadataState, NodeInfo};
+use super::TypeConfig;
+
+const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
+
+const KEY_VOTE: &str = "vote";
+const KEY_COMMITTED: &str = "committed";
+const KEY_PURGED: &str = "purged";
+const KEY_SNAPSHOT: &str = "snapshot";
+const KEY_IDENTITY: &str = "identity";
+
+type NodeId = u64;
+type SResult<T> = Result<T, StorageError<NodeId>>;
+
+/// Errors of the redb layer, before they are mapped to openraft's error.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// redb failed (I/O, corruption, transaction).
+    #[error("redb: {0}")]
+    Redb(Box<redb::Error>),
+    /// A stored value does not decode.
+    #[error("decoding stored {what}: {source}")]
+    Decode {
+        /// Which value.
+        what: &'static str,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// A value does not encode (cannot happen for our plain data types, but
+    /// it is an error rather than a panic).
+    #[error("encoding {what}: {source}")]
+    Encode {
+        /// Which value.
+        what: &'static str,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// The blocking task was cancelled or panicked.
+    #[error("storage task failed: {0}")]
+    Join(String),
+}
+
+macro_rules! redb_err {
+    ($e:expr) => {
+        $e.map_err(|e| StoreError::Redb(Box::new(redb::Error::from(e))))
+    };
+}
+
+fn encode<T: Serialize>(what: &'static str, v: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(v).map_err(|source| StoreError::Encode { what, source })
+}
+
+fn decode<T: DeserializeOwned>(what: &'static str, b: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(b).map_err(|source| StoreError::Decode { what, source })
+}
+
+fn io_err(subject: ErrorSubject<NodeId>, verb: ErrorVerb, e: &StoreError) -> StorageError<NodeId> {
+    StorageIOError::new(subject, verb, AnyError::new(e)).into()
+}
+
+/// The persisted identity of this data directory.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Identity {
+    /// Raft node id.
+    pub raft_id: u64,
+    /// Server id the directory was created with.
+    pub server_id: String,
+}
+
+/// The latest snapshot as stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<NodeId, NodeInfo>,
+    data: Vec<u8>,
+}
+
+/// Shared handle on the Raft database. Cloning is cheap.
+#[derive(Clone)]
+pub struct RaftDb {
+    db: Arc<Database>,
+}
+
+impl RaftDb {
+    /// Opens (creating if needed) `<dir>/raft.redb` on the blocking pool.
+    pub async fn open(dir: &Path) -> Result<RaftDb, StoreError> {
+        let dir = dir.to_path_buf();
+        let db = tokio::task::spawn_blocking(move || -> Result<Database, StoreError> {
+            std::fs::create_dir_all(&dir).map_err(|e| StoreError::Redb(Box::new(e.into())))?;
+            let db = redb_err!(Database::create(dir.join("raft.redb")))?;
+            // Create both tables so that readers never meet a missing table.
+            let tx = redb_err!(db.begin_write())?;
+            redb_err!(tx.open_table(LOG))?;
+            redb_err!(tx.open_table(META))?;
+            redb_err!(tx.commit())?;
+            Ok(db)
+        })
+        .await
+        .map_err(|e| StoreError::Join(e.to_string()))??;
+        Ok(RaftDb { db: Arc::new(db) })
+    }
+
+    /// Runs `f` with the database on the blocking pool.
+    async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
+    {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || f(&db))
+            .await
+            .map_err(|e| StoreError::Join(e.to_string()))?
+    }
+
+    async fn get_meta<T: DeserializeOwned + Send + 'static>(
+        &self,
+        key: &'static str,
+    ) -> Result<Option<T>, StoreError> {
+        self.run(move |db| {
+            let tx = redb_err!(db.begin_read())?;
+            let t = redb_err!(tx.open_table(META))?;
+            match redb_err!(t.get(key))? {
+                Some(v) => Ok(Some(decode(key, v.value())?)),
+                None => Ok(None),
+            }
+        })
+        .await
+    }
+
+    async fn put_meta<T: Serialize>(&self, key: &'static str, v: &T) -> Result<(), StoreError> {
+        let bytes = encode(key, v)?;
+        self.run(move |db| {
+            let tx = redb_err!(db.begin_write())?;
+            {
+                let mut t = redb_err!(tx.open_table(META))?;
+                redb_err!(t.insert(key, bytes.as_slice()))?;
+            }
+            redb_err!(tx.commit())
+        })
+        .await
+    }
+
+    /// The identity stored in this database, if any.
+    pub async fn identity(&self) -> Result<Option<Identity>, StoreError> {
+        self.get_meta(KEY_IDENTITY).await
+    }
+
+    /// Stores the identity of this database.
+    pub async fn set_identity(&self, id: &Identity) -> Result<(), StoreError> {
+        self.put_meta(KEY_IDENTITY, id).await
+    }
+}
+
+// ---------------------------------------------------------------- log store
+
+/// Raft log storage (`RaftLogStorage` + `RaftLogReader`) on redb.
+#[derive(Clone)]
+pub struct LogStore {
+    db: RaftDb,
+}
+
+impl LogStore {
+    /// A log store on this database.
+    pub fn new(db: RaftDb) -> LogStore {
+        LogStore { db }
+    }
+}
+
+fn bounds<RB: RangeBounds<u64>>(r: &RB) -> (u64, Option<u64>) {
+    let start = match r.start_bound() {
+        Bound::Included(s) => *s,
+        Bound::Excluded(s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    // An exclusive end of 0 selects nothing; map it to an empty range.
+    let end = match r.end_bound() {
+        Bound::Included(e) => Some(*e),
+        Bound::Excluded(0) => return (1, Some(0)),
+        Bound::Excluded(e) => Some(e - 1),
+        Bound::Unbounded => None,
+    };
+    (start, end)
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> SResult<Vec<Entry<TypeConfig>>> {
+        let (start, end) = bounds(&range);
+        if matches!(end, Some(e) if e < start) {
+            return Ok(Vec::new());
+        }
+        self.db
+            .run(move |db| {
+                let tx = redb_err!(db.begin_read())?;
+                let t = redb_err!(tx.open_table(LOG))?;
+                let iter = match end {
+                    Some(e) => redb_err!(t.range(start..=e))?,
+                    None => redb_err!(t.range(start..))?,
+                };
+                let mut out = Vec::new();
+                for item in iter {
+                    let (_, v) = redb_err!(item)?;
+                    out.push(decode::<Entry<TypeConfig>>("log entry", v.value())?);
+                }
+                Ok(out)
+            })
+            .await
+            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, &e))
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> SResult<LogState<TypeConfig>> {
+        self.db
+            .run(|db| {
+                let tx = redb_err!(db.begin_read())?;
+                let meta = redb_err!(tx.open_table(META))?;
+                let purged: Option<LogId<NodeId>> = match redb_err!(meta.get(KEY_PURGED))? {
+                    Some(v) => decode("purged", v.value())?,
+                    None => None,
+                };
+                let log = redb_err!(tx.open_table(LOG))?;
+                let last = match redb_err!(log.last())? {
+                    Some((_, v)) => {
+                        Some(decode::<Entry<TypeConfig>>("log entry", v.value())?.log_id)
+                    }
+                    None => purged,
+                };
+                Ok(LogState {
+                    last_purged_log_id: purged,
+                    last_log_id: last,
+                })
+            })
+            .await
+            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, &e))
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> SResult<()> {
+        self.db
+            .put_meta(KEY_VOTE, vote)
+            .await
+            .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Write, &e))
+    }
+
+    async fn read_vote(&mut self) -> SResult<Option<Vote<NodeId>>> {
+        self.db
+            .get_meta(KEY_VOTE)
+            .await
+            .map_err(|e| io_err(ErrorSubject::Vote, ErrorVerb::Read, &e))
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> SResult<()> {
+        self.db
+            .put_meta(KEY_COMMITTED, &committed)
+            .await
+            .map_err(|e| io_err(ErrorSubject::Store, ErrorVerb::Write, &e))
+    }
+
+    async fn read_committed(&mut self) -> SResult<Option<LogId<NodeId>>> {
+        self.db
+            .get_meta::<Option<LogId<NodeId>>>(KEY_COMMITTED)
+            .await
+            .map(Option::flatten)
+            .map_err(|e| io_err(ErrorSubject::Store, ErrorVerb::Read, &e))
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> SResult<()>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut encoded = Vec::new();
+        for e in entries {
+            match encode("log entry", &e) {
+                Ok(b) => encoded.push((e.log_id.index, b)),
+                Err(err) => {
+                    callback.log_io_completed(Err(std::io::Error::other(err.to_string())));
+                    return Err(io_err(ErrorSubject::Logs, ErrorVerb::Write, &err));
+                }
+            }
+        }
+        let res = self
+            .db
+            .run(move |db| {
+                let tx = redb_err!(db.begin_write())?;
+                {
+                    let mut t = redb_err!(tx.open_table(LOG))?;
+                    for (idx, bytes) in &encoded {
+                        redb_err!(t.insert(*idx, bytes.as_slice()))?;
+                    }
+                }
+                redb_err!(tx.commit())
+            })
+            .await;
+        match res {
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+                Err(io_err(ErrorSubject::Logs, ErrorVerb::Write, &e))
+            }
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> SResult<()> {
+        let from = log_id.index;
+        self.db
+            .run(move |db| {
+                let tx = redb_err!(db.begin_write())?;
+                {
+                    let mut t = redb_err!(tx.open_table(LOG))?;
+                    let keys = collect_keys(&t, from..)?;
+                    for k in keys {
+                        redb_err!(t.remove(k))?;
+                    }
+                }
+                redb_err!(tx.commit())
+            })
+            .await
+            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Delete, &e))
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> SResult<()> {
+        let marker = encode("purged", &Some(log_id))
+            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Delete, &e))?;
+        let upto = log_id.index;
+        self.db
+            .run(move |db| {
+                let tx = redb_err!(db.begin_write())?;
+                {
+                    let mut m = redb_err!(tx.open_table(META))?;
+                    redb_err!(m.insert(KEY_PURGED, marker.as_slice()))?;
+                    let mut t = redb_err!(tx.open_table(LOG))?;
+                    let keys = collect_keys(&t, ..=upto)?;
+                    for k in keys {
+                        redb_err!(t.remove(k))?;
+                    }
+                }
+                redb_err!(tx.commit())
+            })
+            .await
+            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Delete, &e))
+    }
+}
+
+fn collect_keys<T, R>(t: &T, range: R) -> Result<Vec<u64>, StoreError>
+where
+    T: ReadableTable<u64, &'static [u8]>,
+    R: RangeBounds<u64>,
+{
+    let mut keys = Vec::new();
+    for item in redb_err!(t.range(range))? {
+        let (k, _) = redb_err!(item)?;
+        keys.push(k.value());
+    }
+    Ok(keys)
+}
+
+// ------------------------------------------------------------ state machine
+
+/// The metadata state machine: applies entries to an in-memory
+/// `MetadataState`, publishes each new state on a watch channel, and stores
+/// snapshots in redb.
+pub struct StateMachine {
+    db: RaftDb,
+    state: Arc<MetadataState>,
+    last_applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, NodeInfo>,
+    tx: watch::Sender<Arc<MetadataState>>,
+}
+
+impl StateMachine {
+    /// Opens the state machine, restoring the latest stored snapshot.
+    pub async fn open(db: RaftDb) -> Result<StateMachine, StoreError> {
+        let snap: Option<StoredSnapshot> = db.get_meta(KEY_SNAPSHOT).await?;
+        let (state, last_applied, membership) = match snap {
+            Some(s) => (
+                decode::<MetadataState>("snapshot data", &s.data)?,
+                s.meta.last_log_id,
+                s.meta.last_membership,
+            ),
+            None => (MetadataState::default(), None, StoredMembership::default()),
+        };
+        let state = Arc::new(state);
+        let (tx, _) = watch::channel(state.clone());
+        Ok(StateMachine {
+            db,
+            state,
+            last_applied,
+            membership,
+            tx,
+        })
+    }
+
+    /// A receiver of every state published after apply.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<MetadataState>> {
+        self.tx.subscribe()
+    }
+
+    fn publish(&self) {
+        self.tx.send_replace(self.state.clone());
+    }
+}
+
+/// Builds a snapshot of the state as it was when the builder was made.
+pub struct SnapshotBuilder {
+    db: RaftDb,
+    state: Arc<MetadataState>,
+    last_applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, NodeInfo>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> SResult<Snapshot<TypeConfig>> {
+        let data = encode("snapshot data", &*self.state)
+            .map_err(|e| io_err(ErrorSubject::StateMachine, ErrorVerb::Read, &e))?;
+        let snapshot_id = match self.last_applied {
+            Some(l) => format!(
+                "{}-{}-{}",
+                l.leader_id.term,
+                l.index,
+                chrono::Utc::now().timestamp_micros()
+            ),
+            None => format!("0-0-{}", chrono::Utc::now().timestamp_micros()),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: self.last_applied,
+            last_membership: self.membership.clone(),
+            snapshot_id,
+        };
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data: data.clone(),
+        };
+        self.db.put_meta(KEY_SNAPSHOT, &stored).await.map_err(|e| {
+            io_err(
+                ErrorSubject::Snapshot(Some(meta.signature())),
+                ErrorVerb::Write,
+                &e,
+            )
+        })?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> SResult<(Option<LogId<NodeId>>, StoredMembership<NodeId, NodeInfo>)> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> SResult<Vec<MetaResponse>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut out = Vec::new();
+        // Copy-on-write: readers keep the Arc they hold; the state is cloned at
+        // most once per batch.
+        let state = Arc::make_mut(&mut self.state);
+        for entry in entries {
+            self.last_applied = Some(entry.log_id);
+            state.applied_index = entry.log_id.index;
+            let resp = match entry.payload {
+                EntryPayload::Blank => MetaResponse::Ok,
+                EntryPayload::Normal(cmd) => state.apply(&cmd),
+                EntryPayload::Membership(m) => {
+                    self.membership = StoredMembership::new(Some(entry.log_id), m);
+                    MetaResponse::Ok
+                }
+            };
+            out.push(resp);
+        }
+        self.publish();
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            db: self.db.clone(),
+            state: self.state.clone(),
+            last_applied: self.last_applied,
+            membership: self.membership.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> SResult<Box<Cursor<Vec<u8>>>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, NodeInfo>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> SResult<()> {
+        let data = snapshot.into_inner();
+        let state: MetadataState = decode("snapshot data", &data).map_err(|e| {
+            io_err(
+                ErrorSubject::Snapshot(Some(meta.signature())),
+                ErrorVerb::Read,
+                &e,
+            )
+        })?;
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data,
+        };
+        self.db.put_meta(KEY_SNAPSHOT, &stored).await.map_err(|e| {
+            io_err(
+                ErrorSubject::Snapshot(Some(meta.signature())),
+                ErrorVerb::Write,
+                &e,
+            )
+        })?;
+        self.state = Arc::new(state);
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        self.publish();
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> SResult<Option<Snapshot<TypeConfig>>> {
+        let snap: Option<StoredSnapshot> = self
+            .db
+            .get_meta(KEY_SNAPSHOT)
+            .await
+            .map_err(|e| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, &e))?;
+        Ok(snap.map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: Box::new(Cursor::new(s.data)),
+        }))
+    }
+}

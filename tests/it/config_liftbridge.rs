@@ -1,0 +1,115 @@
+//! Liftbridge's command line and config file, as a user writes them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use liftbridge::config::liftbridge::{load_with_env, ConfigError, LiftbridgeFlags};
+
+#[derive(Debug, Parser)]
+struct Cmd {
+    #[command(flatten)]
+    flags: LiftbridgeFlags,
+}
+
+fn parse(args: &[&str]) -> LiftbridgeFlags {
+    Cmd::try_parse_from(std::iter::once("liftbridge").chain(args.iter().copied()))
+        .expect("flags parse")
+        .flags
+}
+
+#[test]
+fn config_liftbridge_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("liftbridge.yaml");
+    std::fs::write(
+        &file,
+        "listen: 127.0.0.1:9292\ncursors:\n  stream.auto.pause.time: 0\n  stream.partitions: 1\n\
+         streams:\n  retention.max:\n    age: 24h\n",
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let flags = parse(&[
+        "-c",
+        file.to_str().unwrap(),
+        "-d",
+        data.to_str().unwrap(),
+        "--embedded-nats",
+        "--raft-bootstrap-seed",
+        "-p",
+        "19292",
+    ]);
+    let c = load_with_env(&flags, |_| None).unwrap();
+    assert_eq!(c.listen, "127.0.0.1:19292");
+    assert_eq!(c.port, 19292);
+    assert_eq!(c.data_dir, data);
+    assert!(c.nats.embedded);
+    assert!(c.clustering.raft_bootstrap_seed && c.raft_bootstrap());
+    assert_eq!(c.cursors.stream_partitions, 1);
+    assert_eq!(c.cursors.stream_auto_pause_time, Duration::ZERO);
+    assert_eq!(c.streams.retention_max_age, Duration::from_secs(86_400));
+}
+
+#[test]
+fn config_liftbridge_flag_aliases() {
+    let f = parse(&[
+        "--nc",
+        "/etc/nats.conf",
+        "--id",
+        "node-1",
+        "--ns",
+        "prod",
+        "-n",
+        "nats://a:4222,nats://b:4222",
+        "--raft-bootstrap-peers",
+        "node-1,node-2",
+        "-l",
+        "debug",
+        "--tls-cert",
+        "c.pem",
+        "--tls-key",
+        "k.pem",
+        "--nats-port",
+        "0",
+        "--http-port",
+        "0",
+    ]);
+    let c = load_with_env(&f, |_| None).unwrap();
+    assert_eq!(
+        c.nats.embedded_config,
+        Some(PathBuf::from("/etc/nats.conf"))
+    );
+    assert!(c.nats.embedded);
+    assert_eq!(c.clustering.server_id, "node-1");
+    assert_eq!(c.clustering.namespace, "prod");
+    assert_eq!(c.nats.servers, ["nats://a:4222", "nats://b:4222"]);
+    assert_eq!(c.clustering.raft_bootstrap_peers, ["node-1", "node-2"]);
+    assert!(
+        !c.raft_bootstrap(),
+        "peers without the seed flag do not bootstrap alone"
+    );
+    assert_eq!(c.logging.level.as_str(), "debug");
+    assert_eq!(c.tls.cert, Some(PathBuf::from("c.pem")));
+    assert_eq!(c.tls.key, Some(PathBuf::from("k.pem")));
+    assert_eq!(c.nats.listen, "0.0.0.0:0");
+    assert_eq!(c.http.listen, "0.0.0.0:0");
+
+    let off = parse(&["--embedded-nats=false"]);
+    assert!(!load_with_env(&off, |_| None).unwrap().nats.embedded);
+    let bad = parse(&["--id", "a b"]);
+    assert!(matches!(
+        load_with_env(&bad, |_| None),
+        Err(ConfigError::BadValue { .. })
+    ));
+}
+
+#[test]
+fn config_liftbridge_unknown_key_names_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.yaml");
+    std::fs::write(&file, "clustering:\n  raft:\n    bootstrap.sead: true\n").unwrap();
+    let f = parse(&["-c", file.to_str().unwrap()]);
+    let msg = load_with_env(&f, |_| None).unwrap_err().to_string();
+    assert!(msg.contains("clustering.raft.bootstrap.sead"), "{msg}");
+    assert!(msg.contains("bad.yaml"), "{msg}");
+}
