@@ -26,6 +26,7 @@ use crate::api::proto;
 use crate::api::proto::api_server::ApiServer;
 use crate::api::service::{ApiError, ApiOptions, ApiService, CURSORS_STREAM};
 use crate::cluster::{MetaError, Metadata, NodeInfo};
+use crate::config::liftbridge::LiftbridgeConfig;
 use crate::config::NatsOptions;
 use crate::nats::NatsServer;
 use crate::partition::{ManagerTasks, PartitionDefaults, PartitionManager};
@@ -92,9 +93,117 @@ impl Default for NodeConfig {
     }
 }
 
+/// Splits `host:port` (IPv6 in brackets allowed); a bare port means all
+/// interfaces.
+fn split_listen(s: &str, default_port: u16) -> (String, u16) {
+    if let Ok(p) = s.parse::<u16>() {
+        return ("0.0.0.0".into(), p);
+    }
+    match s.rsplit_once(':') {
+        Some((h, p)) => {
+            let h = h.trim_start_matches('[').trim_end_matches(']');
+            (h.to_string(), p.parse().unwrap_or(default_port))
+        }
+        None => (s.to_string(), default_port),
+    }
+}
+
+impl NodeConfig {
+    /// Maps the liftbridge configuration onto what the node needs.
+    ///
+    /// The embedded NATS server always runs (the log reaches NATS in
+    /// process); `nats.embedded.config` supplies its options when given,
+    /// and `nats.listen` / `http.listen` otherwise.
+    pub fn from_liftbridge(c: &LiftbridgeConfig) -> Result<NodeConfig, NodeError> {
+        // The loader keeps `listen` and `port` consistent (flags applied).
+        let (listen_host, port) = split_listen(&c.listen, c.port);
+        let mut nats = match &c.nats.embedded_config {
+            Some(path) => {
+                crate::config::nats_conf::load_file(path)
+                    .map_err(|e| {
+                        NodeError::Config(format!("nats.embedded.config {}: {e}", path.display()))
+                    })?
+                    .options
+            }
+            None => {
+                let (h, p) = split_listen(&c.nats.listen, crate::config::nats::DEFAULT_PORT);
+                NatsOptions {
+                    host: h,
+                    port: p,
+                    ..NatsOptions::default()
+                }
+            }
+        };
+        if nats.http.is_none() && !c.http.listen.is_empty() {
+            let (h, p) = split_listen(&c.http.listen, crate::config::nats::DEFAULT_HTTP_PORT);
+            nats.http = Some((h, p));
+        }
+        let tls = match (&c.tls.cert, &c.tls.key) {
+            (Some(cert), Some(key)) => Some(GrpcTls {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: if c.tls.client_auth_enabled {
+                    c.tls.client_auth_ca.clone()
+                } else {
+                    None
+                },
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(NodeError::Config(
+                    "tls.cert and tls.key must be given together".into(),
+                ))
+            }
+        };
+        let advertise = if !c.host.is_empty() {
+            c.host.clone()
+        } else if listen_host.is_empty() || listen_host == "0.0.0.0" || listen_host == "::" {
+            "127.0.0.1".into()
+        } else {
+            listen_host.clone()
+        };
+        let s = &c.streams;
+        let partitions = PartitionDefaults {
+            retention_max_bytes: s.retention_max_bytes,
+            retention_max_messages: s.retention_max_messages,
+            retention_max_age: s.retention_max_age,
+            cleaner_interval: s.cleaner_interval,
+            compact_enabled: s.compact_enabled,
+            auto_pause_time: s.auto_pause_time,
+            auto_pause_disable_if_subscribers: s.auto_pause_disable_if_subscribers,
+            concurrency_control: s.concurrency_control,
+            max_message_bytes: usize::try_from(c.clustering.replication_max_bytes.max(1))
+                .unwrap_or(usize::MAX),
+            sync: match c.store.sync {
+                crate::config::liftbridge::SyncPolicy::Always => crate::store::SyncPolicy::Always,
+                crate::config::liftbridge::SyncPolicy::Interval => {
+                    crate::store::SyncPolicy::Interval(c.store.sync_interval)
+                }
+            },
+        };
+        Ok(NodeConfig {
+            data_dir: c.data_dir.clone(),
+            listen_host,
+            port,
+            advertise_host: advertise,
+            server_id: c.clustering.server_id.clone(),
+            namespace: c.clustering.namespace.clone(),
+            bootstrap: c.raft_bootstrap(),
+            nats,
+            tls,
+            partitions,
+            cursor_partitions: c.cursors.stream_partitions,
+            cursor_auto_pause: c.cursors.stream_auto_pause_time,
+        })
+    }
+}
+
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
+    /// The configuration cannot be used.
+    #[error("configuration: {0}")]
+    Config(String),
     /// The data directory cannot be created.
     #[error("data directory {path}: {source}")]
     DataDir {

@@ -42,8 +42,8 @@ class Server:
         with open(self.config, "w") as f:
             f.write(
                 f"listen: 127.0.0.1:{self.grpc_port}\n"
-                f"nats.embedded.port: {self.nats_port}\n"
-                "nats.embedded.host: 127.0.0.1\n"
+                f"nats.listen: 127.0.0.1:{self.nats_port}\n"
+                "http.listen: 127.0.0.1:0\n"
                 "cursors:\n"
                 "    stream.auto.pause.time: 0\n"
                 "    stream.partitions: 1\n" + extra_config
