@@ -1,0 +1,204 @@
+//! The Liftbridge envelope: the 8- or 12-byte header that frames protobuf
+//! payloads carried over NATS (publishes with type 0, acks with type 1).
+//!
+//! Layout: magic `B9 0E 43 B4`, version 0, header length (8, or 12 with a
+//! CRC), flags (bit 0 = CRC-32C present), message type, then optionally the
+//! big-endian CRC-32C of the payload. Pure code: bytes in, values out; no I/O.
+//! A payload that fails any check is an error here; callers of the publish
+//! path then treat it as a raw (non-enveloped) message, as Liftbridge does.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use prost::Message as _;
+
+use super::proto;
+
+/// The four magic bytes that start every envelope.
+pub const MAGIC: [u8; 4] = [0xB9, 0x0E, 0x43, 0xB4];
+/// The only envelope version that exists.
+pub const VERSION: u8 = 0;
+/// Header length without CRC.
+const HEADER_LEN: usize = 8;
+/// Header length with the CRC-32C field.
+const HEADER_LEN_CRC: usize = 12;
+/// Flag bit: a CRC-32C of the payload follows the fixed header.
+const FLAG_CRC: u8 = 0x01;
+
+/// Envelope message types used by the client-facing protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum MsgType {
+    /// A `proto.Message` to record.
+    Publish = 0,
+    /// A `proto.Ack` sent to an ack inbox.
+    Ack = 1,
+}
+
+/// Why a payload is not a valid envelope.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum EnvelopeError {
+    /// Fewer bytes than a header.
+    #[error("payload too short for an envelope ({0} bytes)")]
+    TooShort(usize),
+    /// The magic number does not match.
+    #[error("bad envelope magic")]
+    BadMagic,
+    /// An unknown envelope version.
+    #[error("unsupported envelope version {0}")]
+    BadVersion(u8),
+    /// Header length inconsistent with the flags or the data.
+    #[error("bad envelope header length {0}")]
+    BadHeaderLen(u8),
+    /// Another message type than the expected one.
+    #[error("envelope type {got}, expected {want}")]
+    WrongType {
+        /// The type found.
+        got: u8,
+        /// The type expected.
+        want: u8,
+    },
+    /// The CRC-32C does not match the payload.
+    #[error("envelope CRC mismatch")]
+    BadCrc,
+    /// The protobuf payload does not decode.
+    #[error("envelope payload: {0}")]
+    Decode(#[from] prost::DecodeError),
+}
+
+/// Frames `payload` with a header of type `t` (no CRC, as servers write).
+pub fn encode_raw(t: MsgType, payload: &[u8], with_crc: bool) -> Bytes {
+    let hl = if with_crc { HEADER_LEN_CRC } else { HEADER_LEN };
+    let mut b = BytesMut::with_capacity(hl + payload.len());
+    b.put_slice(&MAGIC);
+    b.put_u8(VERSION);
+    b.put_u8(hl as u8);
+    b.put_u8(if with_crc { FLAG_CRC } else { 0 });
+    b.put_u8(t as u8);
+    if with_crc {
+        b.put_u32(crc32c::crc32c(payload));
+    }
+    b.put_slice(payload);
+    b.freeze()
+}
+
+/// Checks the header and returns the payload slice of an envelope of type `want`.
+pub fn decode_raw(data: &[u8], want: MsgType) -> Result<&[u8], EnvelopeError> {
+    if data.len() < HEADER_LEN {
+        return Err(EnvelopeError::TooShort(data.len()));
+    }
+    if data[0..4] != MAGIC {
+        return Err(EnvelopeError::BadMagic);
+    }
+    if data[4] != VERSION {
+        return Err(EnvelopeError::BadVersion(data[4]));
+    }
+    let hl = data[5];
+    let flags = data[6];
+    let crc = flags & FLAG_CRC != 0;
+    let expected_hl = if crc { HEADER_LEN_CRC } else { HEADER_LEN };
+    if hl as usize != expected_hl || data.len() < expected_hl {
+        return Err(EnvelopeError::BadHeaderLen(hl));
+    }
+    if data[7] != want as u8 {
+        return Err(EnvelopeError::WrongType {
+            got: data[7],
+            want: want as u8,
+        });
+    }
+    let payload = &data[expected_hl..];
+    if crc {
+        let stored = u32::from_be_bytes([data[8], data[9], data[10], data[11]]);
+        if crc32c::crc32c(payload) != stored {
+            return Err(EnvelopeError::BadCrc);
+        }
+    }
+    Ok(payload)
+}
+
+/// Encodes a publish envelope around `msg`.
+pub fn encode_message(msg: &proto::Message) -> Bytes {
+    encode_raw(MsgType::Publish, &msg.encode_to_vec(), false)
+}
+
+/// Decodes a publish envelope; `Err` means "treat the payload as raw".
+pub fn decode_message(data: &[u8]) -> Result<proto::Message, EnvelopeError> {
+    let p = decode_raw(data, MsgType::Publish)?;
+    Ok(proto::Message::decode(p)?)
+}
+
+/// Encodes an ack envelope.
+pub fn encode_ack(ack: &proto::Ack) -> Bytes {
+    encode_raw(MsgType::Ack, &ack.encode_to_vec(), false)
+}
+
+/// Decodes an ack envelope.
+pub fn decode_ack(data: &[u8]) -> Result<proto::Ack, EnvelopeError> {
+    let p = decode_raw(data, MsgType::Ack)?;
+    Ok(proto::Ack::decode(p)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_roundtrip_without_and_with_crc() {
+        let m = proto::Message {
+            key: b"k".to_vec(),
+            value: b"hello".to_vec(),
+            ack_inbox: "inbox".into(),
+            offset: -1,
+            ..Default::default()
+        };
+        let e = encode_message(&m);
+        assert_eq!(&e[..8], &[0xB9, 0x0E, 0x43, 0xB4, 0, 8, 0, 0]);
+        assert_eq!(decode_message(&e).unwrap(), m);
+        let c = encode_raw(MsgType::Publish, &m.encode_to_vec(), true);
+        assert_eq!(c[5], 12);
+        assert_eq!(decode_message(&c).unwrap(), m);
+    }
+
+    #[test]
+    fn rejects_bad_inputs() {
+        let m = proto::Message::default();
+        assert!(matches!(
+            decode_message(b"abc"),
+            Err(EnvelopeError::TooShort(3))
+        ));
+        assert_eq!(
+            decode_message(b"hello world").unwrap_err(),
+            EnvelopeError::BadMagic
+        );
+        let mut v = encode_message(&m).to_vec();
+        v[4] = 1;
+        assert_eq!(
+            decode_message(&v).unwrap_err(),
+            EnvelopeError::BadVersion(1)
+        );
+        let ack = encode_ack(&proto::Ack::default());
+        assert!(matches!(
+            decode_message(&ack),
+            Err(EnvelopeError::WrongType { got: 1, want: 0 })
+        ));
+        let mut c = encode_raw(MsgType::Publish, &[8, 1], true).to_vec();
+        c[8] ^= 0xFF;
+        assert_eq!(decode_message(&c).unwrap_err(), EnvelopeError::BadCrc);
+        // header length says CRC but flags do not
+        let mut h = encode_message(&m).to_vec();
+        h[5] = 12;
+        assert!(matches!(
+            decode_message(&h),
+            Err(EnvelopeError::BadHeaderLen(12))
+        ));
+    }
+
+    #[test]
+    fn ack_roundtrip() {
+        let a = proto::Ack {
+            stream: "s".into(),
+            offset: 42,
+            ack_error: proto::ack::Error::TooLarge as i32,
+            ..Default::default()
+        };
+        assert_eq!(decode_ack(&encode_ack(&a)).unwrap(), a);
+    }
+}

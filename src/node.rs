@@ -1,0 +1,451 @@
+//! One liftbridge node: embedded NATS, metadata, partitions and the gRPC API
+//! wired together, with one start and one shutdown path.
+//!
+//! Start order matters: NATS first (the stenographers subscribe through it),
+//! then the gRPC listener is bound (its port is advertised in the metadata),
+//! then the metadata group (which registers this node as a broker), the
+//! partition manager (which starts leaders from the metadata), the internal
+//! `__cursors` stream, and finally the gRPC server. Shutdown runs in the
+//! reverse order so no acknowledged write is cut short: the API stops
+//! taking requests, partitions close their logs (durable commit), the
+//! metadata group stops, then NATS.
+//!
+//! The node always embeds its NATS server: the log layer talks to NATS
+//! through the in-process client, never through TCP to itself.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+
+use crate::api::proto;
+use crate::api::proto::api_server::ApiServer;
+use crate::api::service::{ApiError, ApiOptions, ApiService, CURSORS_STREAM};
+use crate::cluster::{MetaError, Metadata, NodeInfo};
+use crate::config::liftbridge::LiftbridgeConfig;
+use crate::config::NatsOptions;
+use crate::nats::NatsServer;
+use crate::partition::{ManagerTasks, PartitionDefaults, PartitionManager};
+
+/// Largest gRPC message accepted or sent (clients default to 16 MiB).
+const MAX_GRPC_MESSAGE: usize = 16 * 1024 * 1024;
+
+/// TLS settings of the gRPC listener.
+#[derive(Debug, Clone, Default)]
+pub struct GrpcTls {
+    /// Server certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Server private key (PEM).
+    pub key: PathBuf,
+    /// When set, clients must present a certificate signed by this CA (mTLS).
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Everything a node needs to start (built from the liftbridge config).
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Data directory (`data.dir`).
+    pub data_dir: PathBuf,
+    /// gRPC listen host (`listen`).
+    pub listen_host: String,
+    /// gRPC listen port (`port`; 0 = any free port).
+    pub port: u16,
+    /// Host advertised to clients (`host`); empty = derived from `listen_host`.
+    pub advertise_host: String,
+    /// Server id (`clustering.server.id`); empty = stored or random.
+    pub server_id: String,
+    /// `clustering.namespace`.
+    pub namespace: String,
+    /// Bootstrap a one-node metadata group (`clustering.raft.bootstrap.seed`).
+    pub bootstrap: bool,
+    /// Options of the embedded NATS server.
+    pub nats: NatsOptions,
+    /// TLS for the gRPC API.
+    pub tls: Option<GrpcTls>,
+    /// Partition defaults (`streams.*`, durability, size limit).
+    pub partitions: PartitionDefaults,
+    /// `cursors.stream.partitions` (0 = no cursors stream).
+    pub cursor_partitions: i32,
+    /// `cursors.stream.auto.pause.time`.
+    pub cursor_auto_pause: Duration,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            data_dir: PathBuf::from("./data"),
+            listen_host: "0.0.0.0".into(),
+            port: 9292,
+            advertise_host: String::new(),
+            server_id: String::new(),
+            namespace: "liftbridge-default".into(),
+            bootstrap: true,
+            nats: NatsOptions::default(),
+            tls: None,
+            partitions: PartitionDefaults::default(),
+            cursor_partitions: 0,
+            cursor_auto_pause: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Splits `host:port` (IPv6 in brackets allowed); a bare port means all
+/// interfaces.
+fn split_listen(s: &str, default_port: u16) -> (String, u16) {
+    if let Ok(p) = s.parse::<u16>() {
+        return ("0.0.0.0".into(), p);
+    }
+    match s.rsplit_once(':') {
+        Some((h, p)) => {
+            let h = h.trim_start_matches('[').trim_end_matches(']');
+            (h.to_string(), p.parse().unwrap_or(default_port))
+        }
+        None => (s.to_string(), default_port),
+    }
+}
+
+impl NodeConfig {
+    /// Maps the liftbridge configuration onto what the node needs.
+    ///
+    /// The embedded NATS server always runs (the log reaches NATS in
+    /// process); `nats.embedded.config` supplies its options when given,
+    /// and `nats.listen` / `http.listen` otherwise.
+    pub fn from_liftbridge(c: &LiftbridgeConfig) -> Result<NodeConfig, NodeError> {
+        // The loader keeps `listen` and `port` consistent (flags applied).
+        let (listen_host, port) = split_listen(&c.listen, c.port);
+        let mut nats = match &c.nats.embedded_config {
+            Some(path) => {
+                crate::config::nats_conf::load_file(path)
+                    .map_err(|e| {
+                        NodeError::Config(format!("nats.embedded.config {}: {e}", path.display()))
+                    })?
+                    .options
+            }
+            None => {
+                let (h, p) = split_listen(&c.nats.listen, crate::config::nats::DEFAULT_PORT);
+                NatsOptions {
+                    host: h,
+                    port: p,
+                    ..NatsOptions::default()
+                }
+            }
+        };
+        if nats.http.is_none() && !c.http.listen.is_empty() {
+            let (h, p) = split_listen(&c.http.listen, crate::config::nats::DEFAULT_HTTP_PORT);
+            nats.http = Some((h, p));
+        }
+        let tls = match (&c.tls.cert, &c.tls.key) {
+            (Some(cert), Some(key)) => Some(GrpcTls {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: if c.tls.client_auth_enabled {
+                    c.tls.client_auth_ca.clone()
+                } else {
+                    None
+                },
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(NodeError::Config(
+                    "tls.cert and tls.key must be given together".into(),
+                ))
+            }
+        };
+        let advertise = if !c.host.is_empty() {
+            c.host.clone()
+        } else if listen_host.is_empty() || listen_host == "0.0.0.0" || listen_host == "::" {
+            "127.0.0.1".into()
+        } else {
+            listen_host.clone()
+        };
+        let s = &c.streams;
+        let partitions = PartitionDefaults {
+            retention_max_bytes: s.retention_max_bytes,
+            retention_max_messages: s.retention_max_messages,
+            retention_max_age: s.retention_max_age,
+            cleaner_interval: s.cleaner_interval,
+            compact_enabled: s.compact_enabled,
+            auto_pause_time: s.auto_pause_time,
+            auto_pause_disable_if_subscribers: s.auto_pause_disable_if_subscribers,
+            concurrency_control: s.concurrency_control,
+            max_message_bytes: usize::try_from(c.clustering.replication_max_bytes.max(1))
+                .unwrap_or(usize::MAX),
+            sync: match c.store.sync {
+                crate::config::liftbridge::SyncPolicy::Always => crate::store::SyncPolicy::Always,
+                crate::config::liftbridge::SyncPolicy::Interval => {
+                    crate::store::SyncPolicy::Interval(c.store.sync_interval)
+                }
+            },
+        };
+        Ok(NodeConfig {
+            data_dir: c.data_dir.clone(),
+            listen_host,
+            port,
+            advertise_host: advertise,
+            server_id: c.clustering.server_id.clone(),
+            namespace: c.clustering.namespace.clone(),
+            bootstrap: c.raft_bootstrap(),
+            nats,
+            tls,
+            partitions,
+            cursor_partitions: c.cursors.stream_partitions,
+            cursor_auto_pause: c.cursors.stream_auto_pause_time,
+        })
+    }
+}
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The configuration cannot be used.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The data directory cannot be created.
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The embedded NATS server failed to start.
+    #[error("embedded NATS: {0}")]
+    Nats(#[from] crate::nats::NatsError),
+    /// The gRPC listener could not be bound.
+    #[error("gRPC listener {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// TLS files could not be read or used.
+    #[error("gRPC TLS: {0}")]
+    Tls(String),
+    /// The metadata group failed to open.
+    #[error("metadata: {0}")]
+    Meta(#[from] crate::cluster::MetaError),
+    /// The cursors stream could not be created.
+    #[error("creating the cursors stream: {0}")]
+    Cursors(ApiError),
+}
+
+/// A running node.
+pub struct NodeHandle {
+    grpc_addr: SocketAddr,
+    nats_addr: SocketAddr,
+    nats: NatsServer,
+    meta: Metadata,
+    parts: PartitionManager,
+    tasks: Option<ManagerTasks>,
+    stop_grpc: Option<oneshot::Sender<()>>,
+    grpc_task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+}
+
+/// Entry point.
+pub struct Node;
+
+fn read_file(p: &PathBuf) -> Result<Vec<u8>, NodeError> {
+    std::fs::read(p).map_err(|e| NodeError::Tls(format!("{}: {e}", p.display())))
+}
+
+/// Opens the metadata group. A previous node in this process may still be
+/// releasing the Raft database (its storage tasks end asynchronously after
+/// shutdown), so "already open" is retried for a short while.
+async fn open_metadata(cfg: &NodeConfig, node: NodeInfo) -> Result<Metadata, NodeError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match Metadata::open(&cfg.data_dir, node.clone(), cfg.bootstrap).await {
+            Err(MetaError::Store(crate::cluster::StoreError::Redb(e)))
+                if matches!(*e, redb::Error::DatabaseAlreadyOpen)
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
+impl Node {
+    /// Starts a node; returns once the gRPC API accepts connections.
+    pub async fn start(cfg: NodeConfig) -> Result<NodeHandle, NodeError> {
+        let dir = cfg.data_dir.clone();
+        tokio::task::spawn_blocking(move || std::fs::create_dir_all(&dir).map_err(|e| (dir, e)))
+            .await
+            .map_err(|e| NodeError::DataDir {
+                path: cfg.data_dir.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })?
+            .map_err(|(path, source)| NodeError::DataDir { path, source })?;
+
+        let nats = NatsServer::start(cfg.nats.clone()).await?;
+        let nats_addr = nats.client_addr();
+
+        let listen = format!("{}:{}", cfg.listen_host, cfg.port);
+        let listener = tokio::net::TcpListener::bind(&listen)
+            .await
+            .map_err(|source| NodeError::Bind {
+                addr: listen.clone(),
+                source,
+            })?;
+        let grpc_addr = listener.local_addr().map_err(|source| NodeError::Bind {
+            addr: listen.clone(),
+            source,
+        })?;
+
+        let advertise = if !cfg.advertise_host.is_empty() {
+            cfg.advertise_host.clone()
+        } else if cfg.listen_host.is_empty()
+            || cfg.listen_host == "0.0.0.0"
+            || cfg.listen_host == "::"
+        {
+            // A wildcard address is not reachable; clients on this machine are.
+            "127.0.0.1".to_string()
+        } else {
+            cfg.listen_host.clone()
+        };
+        let node = NodeInfo {
+            id: cfg.server_id.clone(),
+            host: advertise,
+            port: grpc_addr.port(),
+            nats_addr: nats_addr.to_string(),
+            http_addr: cfg
+                .nats
+                .http
+                .as_ref()
+                .map(|(h, p)| format!("{h}:{p}"))
+                .unwrap_or_default(),
+        };
+        let meta = open_metadata(&cfg, node).await?;
+
+        let local = nats.local_client("LIFT.streams");
+        let (parts, tasks) = PartitionManager::start(
+            &cfg.data_dir,
+            local.clone(),
+            meta.clone(),
+            cfg.partitions.clone(),
+        );
+        let service = ApiService::new(
+            meta.clone(),
+            parts.clone(),
+            nats.local_client("LIFT.api"),
+            ApiOptions {
+                namespace: cfg.namespace.clone(),
+                cursor_partitions: cfg.cursor_partitions,
+            },
+        );
+
+        if cfg.cursor_partitions > 0 && meta.state().stream(CURSORS_STREAM).is_none() {
+            let req = proto::CreateStreamRequest {
+                subject: format!("{}.cursors", cfg.namespace),
+                name: CURSORS_STREAM.into(),
+                replication_factor: -1,
+                partitions: cfg.cursor_partitions,
+                compact_enabled: Some(proto::NullableBool { value: true }),
+                auto_pause_time: Some(proto::NullableInt64 {
+                    value: cfg.cursor_auto_pause.as_millis() as i64,
+                }),
+                auto_pause_disable_if_subscribers: Some(proto::NullableBool { value: true }),
+                ..Default::default()
+            };
+            match service.create_stream_internal(req, true).await {
+                Ok(()) | Err(ApiError::AlreadyExists(_)) => {}
+                Err(e) => return Err(NodeError::Cursors(e)),
+            }
+        }
+
+        let (mut reporter, health) = tonic_health::server::health_reporter();
+        reporter.set_serving::<ApiServer<ApiService>>().await;
+
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &cfg.tls {
+            let identity = Identity::from_pem(read_file(&tls.cert)?, read_file(&tls.key)?);
+            let mut t = ServerTlsConfig::new().identity(identity);
+            if let Some(ca) = &tls.client_ca {
+                t = t.client_ca_root(Certificate::from_pem(read_file(ca)?));
+            }
+            builder = builder
+                .tls_config(t)
+                .map_err(|e| NodeError::Tls(e.to_string()))?;
+        }
+        let incoming =
+            TcpIncoming::from_listener(listener, true, None).map_err(|e| NodeError::Bind {
+                addr: listen.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let api = ApiServer::new(service)
+            .max_decoding_message_size(MAX_GRPC_MESSAGE)
+            .max_encoding_message_size(MAX_GRPC_MESSAGE);
+        let router = builder.add_service(health).add_service(api);
+        let grpc_task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
+            let _ = stop_rx.await;
+        }));
+        tracing::info!(grpc = %grpc_addr, nats = %nats_addr, server_id = %meta.node().id, "liftbridge node started");
+
+        Ok(NodeHandle {
+            grpc_addr,
+            nats_addr,
+            nats,
+            meta,
+            parts,
+            tasks: Some(tasks),
+            stop_grpc: Some(stop_tx),
+            grpc_task: Some(grpc_task),
+        })
+    }
+}
+
+impl NodeHandle {
+    /// Address the gRPC API listens on.
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc_addr
+    }
+
+    /// Address of the embedded NATS server's client port.
+    pub fn nats_addr(&self) -> SocketAddr {
+        self.nats_addr
+    }
+
+    /// This node's server id.
+    pub fn server_id(&self) -> String {
+        self.meta.node().id.clone()
+    }
+
+    /// The metadata handle (for tests and tools).
+    pub fn metadata(&self) -> &Metadata {
+        &self.meta
+    }
+
+    /// Stops everything, in reverse start order; logs are closed durably.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.stop_grpc.take() {
+            let _ = tx.send(());
+        }
+        // Stopping the partitions ends every subscription stream, which lets
+        // the gRPC server's graceful shutdown complete.
+        if let Some(tasks) = self.tasks.take() {
+            self.parts.shutdown(tasks).await;
+        }
+        if let Some(t) = self.grpc_task.take() {
+            let abort = t.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(2), t)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+        if let Err(e) = self.meta.shutdown().await {
+            tracing::warn!(error = %e, "stopping metadata");
+        }
+        self.nats.shutdown().await;
+    }
+}

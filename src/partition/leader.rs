@@ -1,0 +1,480 @@
+//! One partition led by this node: its log, its stenographer and its state.
+//!
+//! The stenographer is a task that owns an in-process NATS subscription on
+//! the partition subject (a queue subscription when the stream has a group)
+//! and records every message that arrives. It drains whatever is queued into
+//! one `append` per batch, so the store's group commit sees large batches
+//! under load and single messages when idle. Enveloped publishes (magic
+//! `B9 0E 43 B4`, type 0) carry key, headers and ack instructions; anything
+//! else is stored as a raw value. Acks (envelope type 1) are published to the
+//! ack inbox after the append returns: on one node that is both "leader
+//! wrote it" and "all replicas have it" (with `sync = always` the append only
+//! returns after the fsync).
+//!
+//! Invariants: only the stenographer appends to the log while the partition
+//! is led here; the log is closed only after the stenographer has stopped.
+//! Readers never block the stenographer: they read committed data from the
+//! store and wait on its end-offset watch.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::envelope;
+use crate::api::proto;
+use crate::nats::handle::{LocalClient, LocalMsg};
+use crate::store::{NewRecord, PartitionLog, Record, StoreError};
+
+/// Most messages taken from the subscription queue into one append.
+const MAX_BATCH: usize = 4096;
+
+/// Current time in Unix nanoseconds.
+pub fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Why a partition stopped being served here; readers map it to a status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// The stream was deleted (subscribers get NOT_FOUND).
+    Deleted,
+    /// The partition was paused (subscribers get FAILED_PRECONDITION).
+    Paused,
+    /// The node is shutting down.
+    Shutdown,
+}
+
+/// Settings of one partition that the stenographer needs.
+#[derive(Debug, Clone)]
+pub struct PartitionSettings {
+    /// Largest NATS payload recorded (`clustering.replication.max.bytes`).
+    pub max_bytes: usize,
+    /// Optimistic concurrency control: one message per append, checked.
+    pub occ: bool,
+    /// Leader epoch stamped on appended records.
+    pub leader_epoch: u64,
+}
+
+/// A partition led by this node.
+pub struct Partition {
+    /// Stream name.
+    pub stream: String,
+    /// Partition id.
+    pub id: i32,
+    /// The stream's base subject (`Ack.partitionSubject`).
+    pub stream_subject: String,
+    /// The NATS subject this partition records.
+    pub subject: String,
+    /// Creation time of the stream this partition belongs to (tells a
+    /// recreated stream of the same name apart).
+    pub creation_ns: i64,
+    log: PartitionLog,
+    settings: Mutex<PartitionSettings>,
+    group: String,
+    nats: LocalClient,
+    /// First and latest reception time of a recorded message (0 = none).
+    recv_first: AtomicI64,
+    recv_latest: AtomicI64,
+    /// Number of active subscribers (auto-pause may wait for none).
+    subscribers: AtomicUsize,
+    readonly: watch::Sender<bool>,
+    closed: watch::Sender<Option<Closed>>,
+    steno: Mutex<Option<(CancellationToken, JoinHandle<()>)>>,
+}
+
+impl std::fmt::Debug for Partition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Partition")
+            .field("stream", &self.stream)
+            .field("id", &self.id)
+            .field("subject", &self.subject)
+            .finish()
+    }
+}
+
+/// Per-message bookkeeping kept until its ack is sent.
+struct Pending {
+    ack_inbox: String,
+    correlation_id: String,
+    ack_policy: i32,
+    msg_subject: String,
+    expected: i64,
+    reception_ns: i64,
+    too_large: bool,
+}
+
+impl Partition {
+    /// Wraps an opened log. The stenographer is not running yet.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        stream: String,
+        id: i32,
+        stream_subject: String,
+        group: String,
+        creation_ns: i64,
+        log: PartitionLog,
+        settings: PartitionSettings,
+        readonly: bool,
+        nats: LocalClient,
+    ) -> Arc<Partition> {
+        let subject = if id == 0 {
+            stream_subject.clone()
+        } else {
+            format!("{stream_subject}.{id}")
+        };
+        Arc::new(Partition {
+            stream,
+            id,
+            stream_subject,
+            subject,
+            creation_ns,
+            log,
+            settings: Mutex::new(settings),
+            group,
+            nats,
+            recv_first: AtomicI64::new(0),
+            recv_latest: AtomicI64::new(0),
+            subscribers: AtomicUsize::new(0),
+            readonly: watch::channel(readonly).0,
+            closed: watch::channel(None).0,
+            steno: Mutex::new(None),
+        })
+    }
+
+    /// The partition's log.
+    pub fn log(&self) -> &PartitionLog {
+        &self.log
+    }
+
+    /// Whether the partition is readonly.
+    pub fn is_readonly(&self) -> bool {
+        *self.readonly.borrow()
+    }
+
+    /// Watches the readonly flag.
+    pub fn readonly_watch(&self) -> watch::Receiver<bool> {
+        self.readonly.subscribe()
+    }
+
+    /// Watches the closed state (`Some` once the partition stopped here).
+    pub fn closed_watch(&self) -> watch::Receiver<Option<Closed>> {
+        self.closed.subscribe()
+    }
+
+    /// First and latest reception time of recorded messages (ns, 0 = none).
+    pub fn received_timestamps(&self) -> (i64, i64) {
+        (
+            self.recv_first.load(Ordering::Relaxed),
+            self.recv_latest.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Seeds the reception times from stored records (at start-up).
+    pub fn seed_received(&self, first: i64, latest: i64) {
+        self.recv_first.store(first, Ordering::Relaxed);
+        self.recv_latest.store(latest, Ordering::Relaxed);
+    }
+
+    /// Number of active subscribers.
+    pub fn subscriber_count(&self) -> usize {
+        self.subscribers.load(Ordering::Relaxed)
+    }
+
+    /// Registers a subscriber; the guard unregisters it when dropped.
+    pub fn subscriber_guard(self: &Arc<Self>) -> SubscriberGuard {
+        self.subscribers.fetch_add(1, Ordering::Relaxed);
+        SubscriberGuard(self.clone())
+    }
+
+    /// Changes the readonly flag: a readonly partition records nothing.
+    pub fn set_readonly(self: &Arc<Self>, readonly: bool) -> Result<(), crate::nats::NatsError> {
+        if self.is_readonly() == readonly {
+            return Ok(());
+        }
+        self.readonly.send_replace(readonly);
+        if readonly {
+            self.stop_stenographer_now();
+            Ok(())
+        } else {
+            self.start_stenographer()
+        }
+    }
+
+    /// Updates settings (OCC, size limit, epoch) after a metadata change.
+    pub fn update_settings(&self, s: PartitionSettings) {
+        *self.settings.lock() = s;
+    }
+
+    /// Starts recording the partition subject (no-op when readonly or running).
+    pub fn start_stenographer(self: &Arc<Self>) -> Result<(), crate::nats::NatsError> {
+        if self.is_readonly() {
+            return Ok(());
+        }
+        let mut guard = self.steno.lock();
+        if guard.is_some() {
+            return Ok(());
+        }
+        let queue = (!self.group.is_empty()).then_some(self.group.as_str());
+        let sub = self.nats.subscribe(&self.subject, queue)?;
+        let token = CancellationToken::new();
+        let me = self.clone();
+        let t = token.clone();
+        let handle = tokio::spawn(async move { me.record_loop(sub, t).await });
+        *guard = Some((token, handle));
+        Ok(())
+    }
+
+    /// Stops the stenographer without waiting for the task to finish its
+    /// current batch (the batch still completes; nothing new is taken).
+    fn stop_stenographer_now(&self) {
+        if let Some((t, _h)) = self.steno.lock().take() {
+            t.cancel();
+        }
+    }
+
+    /// Stops the stenographer, waits for its last batch, then closes the log
+    /// and tells readers why.
+    pub async fn stop(&self, why: Closed) {
+        let steno = self.steno.lock().take();
+        if let Some((t, h)) = steno {
+            t.cancel();
+            // The task ends by itself after its current batch; a join error
+            // would mean it panicked, which leaves nothing to clean up.
+            let _ = h.await;
+        }
+        self.closed.send_replace(Some(why));
+        if let Err(e) = self.log.close().await {
+            tracing::warn!(stream = %self.stream, partition = self.id, error = %e, "closing partition log");
+        }
+    }
+
+    async fn record_loop(
+        self: Arc<Self>,
+        mut sub: crate::nats::handle::LocalSubscription,
+        cancel: CancellationToken,
+    ) {
+        let mut batch: Vec<LocalMsg> = Vec::with_capacity(64);
+        loop {
+            let first = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                m = sub.next() => m,
+            };
+            let Some(first) = first else { break };
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match sub.try_next() {
+                    Some(m) => batch.push(m),
+                    None => break,
+                }
+            }
+            if let Err(e) = self.record_batch(std::mem::take(&mut batch)).await {
+                // A closed log means the partition is going away; any other
+                // store error is logged and the batch is lost (never acked),
+                // so publishers waiting for acks time out and retry.
+                if matches!(e, StoreError::Closed(_)) {
+                    break;
+                }
+                tracing::error!(stream = %self.stream, partition = self.id, error = %e, "recording batch");
+            }
+        }
+    }
+
+    /// Records one batch of NATS messages and sends the acks asked for.
+    async fn record_batch(&self, batch: Vec<LocalMsg>) -> Result<(), StoreError> {
+        let reception_ns = now_ns();
+        let settings = self.settings.lock().clone();
+        let mut records = Vec::with_capacity(batch.len());
+        let mut pendings = Vec::with_capacity(batch.len());
+        for m in batch {
+            let (rec, pending) = self.to_record(m, reception_ns, settings.max_bytes);
+            records.push(rec);
+            pendings.push(pending);
+        }
+        // Too-large messages are answered and dropped before the append.
+        let mut kept_records = Vec::with_capacity(records.len());
+        let mut kept = Vec::with_capacity(pendings.len());
+        for (r, p) in records.into_iter().zip(pendings) {
+            if p.too_large {
+                self.send_ack(&p, -1, proto::ack::Error::TooLarge);
+            } else {
+                kept_records.push(r);
+                kept.push(p);
+            }
+        }
+        if kept_records.is_empty() {
+            return Ok(());
+        }
+        let n = kept_records.len() as i64;
+        if settings.occ {
+            // Checked appends go one message at a time: each expectation is
+            // against the offset that message would get. Streams without
+            // OCC ignore the expected offset (clients that never set it
+            // send 0).
+            for (r, p) in kept_records.into_iter().zip(kept) {
+                let res = if p.expected >= 0 {
+                    self.log
+                        .append_expecting(settings.leader_epoch, p.expected as u64, vec![r])
+                        .await
+                } else {
+                    self.log.append(settings.leader_epoch, vec![r]).await
+                };
+                match res {
+                    Ok(a) => {
+                        self.mark_received(reception_ns);
+                        self.send_ack(&p, a.first_offset as i64, proto::ack::Error::Ok);
+                    }
+                    Err(StoreError::OffsetMismatch { .. }) => {
+                        self.send_ack(&p, -1, proto::ack::Error::IncorrectOffset);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            return Ok(());
+        }
+        let a = self.log.append(settings.leader_epoch, kept_records).await?;
+        self.mark_received(reception_ns);
+        debug_assert_eq!(a.last_offset as i64 - a.first_offset as i64 + 1, n);
+        for (i, p) in kept.iter().enumerate() {
+            self.send_ack(p, a.first_offset as i64 + i as i64, proto::ack::Error::Ok);
+        }
+        Ok(())
+    }
+
+    fn mark_received(&self, ts: i64) {
+        let _ = self
+            .recv_first
+            .compare_exchange(0, ts, Ordering::Relaxed, Ordering::Relaxed);
+        self.recv_latest.store(ts, Ordering::Relaxed);
+    }
+
+    /// Turns a NATS message into a record plus its ack instructions.
+    fn to_record(&self, m: LocalMsg, reception_ns: i64, max_bytes: usize) -> (NewRecord, Pending) {
+        let subject = String::from_utf8_lossy(&m.subject).into_owned();
+        let reply = m
+            .reply
+            .as_ref()
+            .map(|r| String::from_utf8_lossy(r).into_owned());
+        let too_large = m.payload.len() > max_bytes;
+        match envelope::decode_message(&m.payload) {
+            Ok(env) => {
+                let pending = Pending {
+                    ack_inbox: env.ack_inbox,
+                    correlation_id: env.correlation_id,
+                    ack_policy: env.ack_policy,
+                    msg_subject: subject.clone(),
+                    expected: env.offset,
+                    reception_ns,
+                    too_large,
+                };
+                let mut headers: Vec<(String, Bytes)> = env
+                    .headers
+                    .into_iter()
+                    .filter(|(k, _)| k != "subject" && k != "reply")
+                    .map(|(k, v)| (k, Bytes::from(v)))
+                    .collect();
+                // Map order is random; a stable order keeps replays identical.
+                headers.sort_by(|a, b| a.0.cmp(&b.0));
+                let rec = NewRecord {
+                    timestamp_ns: reception_ns,
+                    key: (!env.key.is_empty()).then(|| Bytes::from(env.key)),
+                    headers,
+                    value: Bytes::from(env.value),
+                    subject,
+                    reply,
+                };
+                (rec, pending)
+            }
+            Err(_) => {
+                let pending = Pending {
+                    ack_inbox: String::new(),
+                    correlation_id: String::new(),
+                    ack_policy: proto::AckPolicy::None as i32,
+                    msg_subject: subject.clone(),
+                    expected: -1,
+                    reception_ns,
+                    too_large,
+                };
+                let rec = NewRecord {
+                    timestamp_ns: reception_ns,
+                    key: None,
+                    headers: Vec::new(),
+                    value: m.payload,
+                    subject,
+                    reply,
+                };
+                (rec, pending)
+            }
+        }
+    }
+
+    fn send_ack(&self, p: &Pending, offset: i64, err: proto::ack::Error) {
+        if p.ack_inbox.is_empty() || p.ack_policy == proto::AckPolicy::None as i32 {
+            return;
+        }
+        let ack = proto::Ack {
+            stream: self.stream.clone(),
+            partition_subject: self.stream_subject.clone(),
+            msg_subject: p.msg_subject.clone(),
+            offset,
+            ack_inbox: p.ack_inbox.clone(),
+            correlation_id: p.correlation_id.clone(),
+            ack_policy: p.ack_policy,
+            reception_timestamp: p.reception_ns,
+            commit_timestamp: now_ns(),
+            ack_error: err as i32,
+        };
+        if let Err(e) = self
+            .nats
+            .publish(&p.ack_inbox, None, None, envelope::encode_ack(&ack))
+        {
+            tracing::debug!(inbox = %p.ack_inbox, error = %e, "sending ack");
+        }
+    }
+}
+
+/// Keeps a partition's subscriber count while a subscription lives.
+pub struct SubscriberGuard(Arc<Partition>);
+
+impl Drop for SubscriberGuard {
+    fn drop(&mut self) {
+        self.0.subscribers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Converts a stored record into the API's `Message`, with the `subject`
+/// and `reply` headers the stenographer promises.
+pub fn record_to_message(stream: &str, partition: i32, r: Record) -> proto::Message {
+    let mut headers: HashMap<String, Vec<u8>> = r
+        .headers
+        .into_iter()
+        .map(|(k, v)| (k, v.to_vec()))
+        .collect();
+    headers.insert("subject".into(), r.subject.as_bytes().to_vec());
+    let reply = r.reply.unwrap_or_default();
+    headers.insert("reply".into(), reply.as_bytes().to_vec());
+    proto::Message {
+        offset: r.offset as i64,
+        key: r.key.map(|k| k.to_vec()).unwrap_or_default(),
+        value: r.value.to_vec(),
+        timestamp: r.timestamp_ns,
+        stream: stream.to_string(),
+        partition,
+        subject: r.subject,
+        reply_subject: reply,
+        headers,
+        ack_inbox: String::new(),
+        correlation_id: String::new(),
+        ack_policy: 0,
+    }
+}

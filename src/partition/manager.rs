@@ -1,0 +1,493 @@
+//! The partition manager: follows the metadata and starts, stops and
+//! deletes the partitions this node leads (see the parent module).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::leader::{Closed, Partition, PartitionSettings};
+use super::now_ns;
+use crate::cluster::state::{MetaCommand, MetadataState, StreamMeta};
+use crate::cluster::Metadata;
+use crate::nats::handle::LocalClient;
+use crate::store::{LogConfig, PartitionLog, RetentionPolicy, StoreError, SyncPolicy};
+
+/// Server-wide defaults for partitions (`streams.*` and clustering keys);
+/// per-stream overrides from CreateStream take precedence.
+#[derive(Debug, Clone)]
+pub struct PartitionDefaults {
+    /// `streams.retention.max.bytes` (0 = unlimited).
+    pub retention_max_bytes: i64,
+    /// `streams.retention.max.messages` (0 = unlimited).
+    pub retention_max_messages: i64,
+    /// `streams.retention.max.age` (zero = unlimited).
+    pub retention_max_age: Duration,
+    /// `streams.cleaner.interval`.
+    pub cleaner_interval: Duration,
+    /// `streams.compact.enabled`.
+    pub compact_enabled: bool,
+    /// `streams.auto.pause.time` (zero = off).
+    pub auto_pause_time: Duration,
+    /// `streams.auto.pause.disable.if.subscribers`.
+    pub auto_pause_disable_if_subscribers: bool,
+    /// `streams.concurrency.control`.
+    pub concurrency_control: bool,
+    /// `clustering.replication.max.bytes`: largest message recorded.
+    pub max_message_bytes: usize,
+    /// Durability of appends.
+    pub sync: SyncPolicy,
+}
+
+impl Default for PartitionDefaults {
+    fn default() -> Self {
+        PartitionDefaults {
+            retention_max_bytes: 0,
+            retention_max_messages: 0,
+            retention_max_age: Duration::from_secs(168 * 3600),
+            cleaner_interval: Duration::from_secs(300),
+            compact_enabled: false,
+            auto_pause_time: Duration::ZERO,
+            auto_pause_disable_if_subscribers: false,
+            concurrency_control: false,
+            max_message_bytes: 1024 * 1024,
+            sync: SyncPolicy::Always,
+        }
+    }
+}
+
+impl PartitionDefaults {
+    /// The log configuration of a stream, overrides applied.
+    pub fn log_config(&self, s: &StreamMeta) -> LogConfig {
+        let c = &s.config;
+        let pos = |v: i64| (v > 0).then_some(v as u64);
+        let bytes = c.retention_max_bytes.unwrap_or(self.retention_max_bytes);
+        let msgs = c
+            .retention_max_messages
+            .unwrap_or(self.retention_max_messages);
+        let age = c
+            .retention_max_age_ms
+            .map(|ms| Duration::from_millis(ms.max(0) as u64))
+            .unwrap_or(self.retention_max_age);
+        let cleaner = c
+            .cleaner_interval_ms
+            .filter(|ms| *ms > 0)
+            .map(|ms| Duration::from_millis(ms as u64))
+            .unwrap_or(self.cleaner_interval);
+        LogConfig {
+            sync: self.sync,
+            retention: RetentionPolicy {
+                max_bytes: pos(bytes),
+                max_messages: pos(msgs),
+                max_age: (!age.is_zero()).then_some(age),
+            },
+            compact: c.compact_enabled.unwrap_or(self.compact_enabled),
+            cleaner_interval: cleaner,
+        }
+    }
+
+    /// Whether OCC applies to the stream.
+    pub fn occ(&self, s: &StreamMeta) -> bool {
+        s.config
+            .optimistic_concurrency_control
+            .unwrap_or(self.concurrency_control)
+    }
+
+    /// The stream's auto-pause time (zero = off) and its subscriber rule.
+    pub fn auto_pause(&self, s: &StreamMeta) -> (Duration, bool) {
+        let t = s
+            .config
+            .auto_pause_time_ms
+            .map(|ms| Duration::from_millis(ms.max(0) as u64))
+            .unwrap_or(self.auto_pause_time);
+        let d = s
+            .config
+            .auto_pause_disable_if_subscribers
+            .unwrap_or(self.auto_pause_disable_if_subscribers);
+        (t, d)
+    }
+}
+
+/// Errors of partition management.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    /// The log could not be opened or removed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The NATS subscription could not be made.
+    #[error("nats: {0}")]
+    Nats(#[from] crate::nats::NatsError),
+    /// A file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+type Key = (String, i32);
+
+struct Inner {
+    data_dir: PathBuf,
+    me: String,
+    nats: LocalClient,
+    meta: Metadata,
+    defaults: PartitionDefaults,
+    running: Mutex<HashMap<Key, Arc<Partition>>>,
+    /// Bumped after every reconciliation (waiters re-check the map).
+    generation: watch::Sender<u64>,
+}
+
+/// Starts, stops and finds the partitions this node leads.
+#[derive(Clone)]
+pub struct PartitionManager {
+    inner: Arc<Inner>,
+}
+
+/// Background tasks of the manager; stopping them ends reconciliation.
+pub struct ManagerTasks {
+    reconcile: JoinHandle<()>,
+    auto_pause: JoinHandle<()>,
+}
+
+impl PartitionManager {
+    /// Creates the manager and starts following the metadata.
+    pub fn start(
+        data_dir: &Path,
+        nats: LocalClient,
+        meta: Metadata,
+        defaults: PartitionDefaults,
+    ) -> (PartitionManager, ManagerTasks) {
+        let me = meta.node().id.clone();
+        let mgr = PartitionManager {
+            inner: Arc::new(Inner {
+                data_dir: data_dir.to_path_buf(),
+                me,
+                nats,
+                meta: meta.clone(),
+                defaults,
+                running: Mutex::new(HashMap::new()),
+                generation: watch::channel(0).0,
+            }),
+        };
+        let m = mgr.clone();
+        let reconcile = tokio::spawn(async move {
+            let mut rx = meta.watch();
+            loop {
+                let state = rx.borrow_and_update().clone();
+                m.reconcile(&state).await;
+                if rx.changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+        let m = mgr.clone();
+        let auto_pause = tokio::spawn(async move { m.auto_pause_loop().await });
+        (
+            mgr,
+            ManagerTasks {
+                reconcile,
+                auto_pause,
+            },
+        )
+    }
+
+    /// The defaults in force.
+    pub fn defaults(&self) -> &PartitionDefaults {
+        &self.inner.defaults
+    }
+
+    /// This node's server id.
+    pub fn server_id(&self) -> &str {
+        &self.inner.me
+    }
+
+    /// The running partition, if this node leads it and it is not paused.
+    pub fn get(&self, stream: &str, id: i32) -> Option<Arc<Partition>> {
+        self.inner
+            .running
+            .lock()
+            .get(&(stream.to_string(), id))
+            .cloned()
+    }
+
+    /// Waits up to `timeout` for the partition to be running here.
+    pub async fn wait_for(
+        &self,
+        stream: &str,
+        id: i32,
+        timeout: Duration,
+    ) -> Option<Arc<Partition>> {
+        let mut rx = self.inner.generation.subscribe();
+        let wait = async {
+            loop {
+                rx.borrow_and_update();
+                if let Some(p) = self.get(stream, id) {
+                    return Some(p);
+                }
+                if rx.changed().await.is_err() {
+                    return None;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.unwrap_or(None)
+    }
+
+    /// Waits up to `timeout` for the partition to be gone from this node
+    /// (after a pause or a deletion).
+    pub async fn wait_gone(&self, stream: &str, id: i32, timeout: Duration) {
+        let mut rx = self.inner.generation.subscribe();
+        let wait = async {
+            loop {
+                rx.borrow_and_update();
+                if self.get(stream, id).is_none() {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(timeout, wait).await;
+    }
+
+    fn partition_dir(&self, stream: &str, id: i32) -> PathBuf {
+        self.inner
+            .data_dir
+            .join("streams")
+            .join(stream)
+            .join(id.to_string())
+    }
+
+    async fn reconcile(&self, state: &MetadataState) {
+        let me = &self.inner.me;
+        let mut wanted: HashMap<Key, (&StreamMeta, i32)> = HashMap::new();
+        for s in state.streams.values() {
+            for p in &s.partitions {
+                if p.leader == *me && !p.paused {
+                    wanted.insert((s.name.clone(), p.id), (s, p.id));
+                }
+            }
+        }
+        // Stop what is no longer wanted (paused, deleted, recreated).
+        let current: Vec<(Key, Arc<Partition>)> = self
+            .inner
+            .running
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (key, part) in current {
+            let stream = state.streams.get(&key.0);
+            let same_stream = stream.is_some_and(|s| s.creation_timestamp_ns == part.creation_ns);
+            if same_stream && wanted.contains_key(&key) {
+                continue;
+            }
+            self.inner.running.lock().remove(&key);
+            let deleted = !same_stream;
+            part.stop(if deleted {
+                Closed::Deleted
+            } else {
+                Closed::Paused
+            })
+            .await;
+            if deleted {
+                self.remove_files(&key.0, key.1).await;
+            }
+            self.inner.generation.send_modify(|g| *g += 1);
+        }
+        // Deleted streams whose partitions were not running here (paused)
+        // still leave files behind: remove stream directories unknown to the
+        // metadata.
+        self.remove_unknown_streams(state).await;
+        // Start or update what is wanted.
+        for (key, (s, id)) in wanted {
+            let Some(pm) = s.partition(id) else { continue };
+            let settings = PartitionSettings {
+                max_bytes: self.inner.defaults.max_message_bytes,
+                occ: self.inner.defaults.occ(s),
+                leader_epoch: pm.leader_epoch,
+            };
+            let existing = self.get(&key.0, key.1);
+            if let Some(p) = existing {
+                p.update_settings(settings);
+                if let Err(e) = p.set_readonly(pm.readonly) {
+                    tracing::error!(stream = %key.0, partition = key.1, error = %e, "changing readonly state");
+                }
+                continue;
+            }
+            match self.open_partition(s, id, settings, pm.readonly).await {
+                Ok(p) => {
+                    self.inner.running.lock().insert(key, p);
+                }
+                Err(e) => {
+                    tracing::error!(stream = %key.0, partition = key.1, error = %e, "starting partition");
+                }
+            }
+        }
+        self.inner.generation.send_modify(|g| *g += 1);
+    }
+
+    async fn open_partition(
+        &self,
+        s: &StreamMeta,
+        id: i32,
+        settings: PartitionSettings,
+        readonly: bool,
+    ) -> Result<Arc<Partition>, PartitionError> {
+        let dir = self.partition_dir(&s.name, id);
+        let cfg = self.inner.defaults.log_config(s);
+        let log = tokio::task::spawn_blocking(move || PartitionLog::open(&dir, "log", cfg))
+            .await
+            .map_err(|e| PartitionError::Io {
+                path: self.partition_dir(&s.name, id),
+                source: std::io::Error::other(e.to_string()),
+            })??;
+        // Reception times survive restarts through the stored timestamps.
+        let first = match log.oldest_offset() {
+            Some(o) => log
+                .read(o, 1, usize::MAX)
+                .await?
+                .first()
+                .map(|r| r.timestamp_ns),
+            None => None,
+        };
+        let latest = match log.newest_offset() {
+            Some(o) => log
+                .read(o, 1, usize::MAX)
+                .await?
+                .first()
+                .map(|r| r.timestamp_ns),
+            None => None,
+        };
+        let p = Partition::new(
+            s.name.clone(),
+            id,
+            s.subject.clone(),
+            s.group.clone(),
+            s.creation_timestamp_ns,
+            log,
+            settings,
+            readonly,
+            self.inner.nats.clone(),
+        );
+        p.seed_received(first.unwrap_or(0), latest.unwrap_or(0));
+        p.start_stenographer()?;
+        Ok(p)
+    }
+
+    async fn remove_files(&self, stream: &str, id: i32) {
+        let dir = self.partition_dir(stream, id);
+        let stream_dir = self.inner.data_dir.join("streams").join(stream);
+        let res = tokio::task::spawn_blocking(move || {
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            // The stream directory goes once its last partition is gone.
+            let _ = std::fs::remove_dir(&stream_dir);
+            Ok(())
+        })
+        .await;
+        if let Ok(Err(e)) = res {
+            tracing::error!(stream, partition = id, error = %e, "removing partition files");
+        }
+    }
+
+    async fn remove_unknown_streams(&self, state: &MetadataState) {
+        let root = self.inner.data_dir.join("streams");
+        let known: Vec<String> = state.streams.keys().cloned().collect();
+        let running: Vec<String> = self
+            .inner
+            .running
+            .lock()
+            .keys()
+            .map(|k| k.0.clone())
+            .collect();
+        let _ = tokio::task::spawn_blocking(move || {
+            let Ok(entries) = std::fs::read_dir(&root) else { return };
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !known.contains(&name) && !running.contains(&name) {
+                    if let Err(err) = std::fs::remove_dir_all(e.path()) {
+                        tracing::warn!(stream = %name, error = %err, "removing files of a deleted stream");
+                    }
+                }
+            }
+        })
+        .await;
+    }
+
+    /// Pauses idle partitions whose stream has an auto-pause time.
+    async fn auto_pause_loop(&self) {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        // Partitions are idle from when we first saw them running.
+        let mut since: HashMap<Key, i64> = HashMap::new();
+        loop {
+            tick.tick().await;
+            let state = self.inner.meta.state();
+            let running: Vec<(Key, Arc<Partition>)> = self
+                .inner
+                .running
+                .lock()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            since.retain(|k, _| running.iter().any(|(r, _)| r == k));
+            let now = now_ns();
+            for (key, p) in running {
+                let Some(s) = state.stream(&key.0) else {
+                    continue;
+                };
+                let (t, no_if_subs) = self.inner.defaults.auto_pause(s);
+                if t.is_zero() {
+                    continue;
+                }
+                let start = *since.entry(key.clone()).or_insert(now);
+                let last = p.received_timestamps().1.max(start);
+                if now - last < t.as_nanos() as i64 {
+                    continue;
+                }
+                if no_if_subs && p.subscriber_count() > 0 {
+                    continue;
+                }
+                if !self.inner.meta.is_leader() {
+                    continue;
+                }
+                let cmd = MetaCommand::PauseStream {
+                    name: key.0.clone(),
+                    partitions: vec![key.1],
+                    resume_all: false,
+                    timestamp_ns: now,
+                };
+                if let Err(e) = self.inner.meta.propose(cmd).await {
+                    tracing::warn!(stream = %key.0, partition = key.1, error = %e, "auto-pause");
+                }
+                since.remove(&key);
+            }
+        }
+    }
+
+    /// Stops reconciliation and every partition (logs closed cleanly).
+    pub async fn shutdown(&self, tasks: ManagerTasks) {
+        tasks.reconcile.abort();
+        tasks.auto_pause.abort();
+        let _ = tasks.reconcile.await;
+        let _ = tasks.auto_pause.await;
+        let parts: Vec<Arc<Partition>> =
+            self.inner.running.lock().drain().map(|(_, p)| p).collect();
+        for p in parts {
+            p.stop(Closed::Shutdown).await;
+        }
+        self.inner.generation.send_modify(|g| *g += 1);
+    }
+}

@@ -1,0 +1,235 @@
+//! Readers: one task per subscriber, streaming committed records from the
+//! store in batches and then waiting on the log end offset.
+//!
+//! A reader owns nothing shared but a clone of the log handle and watches,
+//! so a slow subscriber only fills its own bounded channel and never slows
+//! the stenographer. Start and stop offsets are resolved once, up front
+//! (`resolve_start`, `resolve_stop`), with Liftbridge's rules.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::leader::{record_to_message, Closed, Partition};
+use crate::api::proto;
+use crate::store::StoreError;
+
+/// Records read per store call.
+const READ_BATCH: usize = 512;
+/// Bytes read per store call (soft limit; at least one record is returned).
+const READ_BYTES: usize = 1 << 20;
+
+/// How a subscription ends other than by the client going away.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadEnd {
+    /// The stop position was reached.
+    #[error("Stop offset reached")]
+    StopReached,
+    /// STOP_LATEST on an empty partition.
+    #[error("Stream is empty")]
+    Empty,
+    /// A readonly partition was read to its end.
+    #[error("End of readonly partition")]
+    ReadonlyEnd,
+    /// The stream was deleted while subscribed.
+    #[error("Partition deleted")]
+    Deleted,
+    /// The partition was paused while subscribed.
+    #[error("Partition paused")]
+    Paused,
+    /// The server is shutting down.
+    #[error("Server shutting down")]
+    Shutdown,
+    /// Invalid positions (stop before start).
+    #[error("{0}")]
+    Invalid(String),
+    /// A storage error.
+    #[error("storage: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// Where a subscription starts, from the request's start position.
+pub async fn resolve_start(p: &Partition, req: &proto::SubscribeRequest) -> Result<u64, ReadEnd> {
+    let log = p.log();
+    let leo = log.log_end_offset();
+    let pos =
+        proto::StartPosition::try_from(req.start_position).unwrap_or(proto::StartPosition::NewOnly);
+    Ok(match pos {
+        proto::StartPosition::NewOnly => leo,
+        proto::StartPosition::Offset => req.start_offset.max(0) as u64,
+        proto::StartPosition::Earliest => log.oldest_offset().unwrap_or(leo),
+        proto::StartPosition::Latest => log.newest_offset().unwrap_or(leo),
+        proto::StartPosition::Timestamp => log
+            .offset_for_timestamp(req.start_timestamp)
+            .await?
+            .unwrap_or(leo),
+    })
+}
+
+/// The last offset to deliver (inclusive), `None` for "never stop".
+/// `Some(None)`-like "nothing to deliver" is expressed as `Err(Empty)`.
+pub async fn resolve_stop(
+    p: &Partition,
+    req: &proto::SubscribeRequest,
+) -> Result<Option<u64>, ReadEnd> {
+    let log = p.log();
+    let pos = proto::StopPosition::try_from(req.stop_position)
+        .unwrap_or(proto::StopPosition::StopOnCancel);
+    Ok(match pos {
+        proto::StopPosition::StopOnCancel => None,
+        proto::StopPosition::StopOffset => {
+            if req.stop_offset < 0 {
+                return Err(ReadEnd::Invalid("stop offset must not be negative".into()));
+            }
+            Some(req.stop_offset as u64)
+        }
+        proto::StopPosition::StopLatest => match log.newest_offset() {
+            Some(n) => Some(n),
+            None => return Err(ReadEnd::Empty),
+        },
+        proto::StopPosition::StopTimestamp => {
+            // Last offset with a timestamp ≤ stopTimestamp: one before the
+            // first offset with a timestamp > it.
+            match log
+                .offset_for_timestamp(req.stop_timestamp.saturating_add(1))
+                .await?
+            {
+                Some(0) => {
+                    return Err(ReadEnd::Invalid(
+                        "stop timestamp is before the first message".into(),
+                    ))
+                }
+                Some(o) => Some(o - 1),
+                None => match log.newest_offset() {
+                    Some(n) => Some(n),
+                    None => return Err(ReadEnd::Empty),
+                },
+            }
+        }
+    })
+}
+
+/// Streams records `start..=stop` of `p` into `tx` until the stop, the
+/// client's departure, or the partition's end. Sends the final `Err` itself.
+pub async fn run(
+    p: Arc<Partition>,
+    mut next: u64,
+    stop: Option<u64>,
+    tx: mpsc::Sender<Result<proto::Message, ReadEnd>>,
+) {
+    let _guard = p.subscriber_guard();
+    let log = p.log().clone();
+    let mut end_rx = log.subscribe_end();
+    let mut closed_rx = p.closed_watch();
+    let mut ro_rx = p.readonly_watch();
+    let end = loop {
+        if let Some(s) = stop {
+            if next > s {
+                break ReadEnd::StopReached;
+            }
+        }
+        if let Some(why) = *closed_rx.borrow() {
+            break closed_end(why);
+        }
+        end_rx.borrow_and_update();
+        if next < log.log_end_offset() {
+            let max = match stop {
+                Some(s) => ((s - next + 1) as usize).min(READ_BATCH),
+                None => READ_BATCH,
+            };
+            let recs = match log.read(next, max, READ_BYTES).await {
+                Ok(r) => r,
+                Err(StoreError::Closed(_)) => continue,
+                Err(e) => break ReadEnd::Store(e),
+            };
+            if recs.is_empty() {
+                // Everything from `next` on was removed (compaction or a
+                // truncation); wait for new data.
+                next = log.log_end_offset();
+                continue;
+            }
+            for r in recs {
+                if let Some(s) = stop {
+                    if r.offset > s {
+                        next = r.offset;
+                        break;
+                    }
+                }
+                next = r.offset + 1;
+                if tx
+                    .send(Ok(record_to_message(&p.stream, p.id, r)))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            continue;
+        }
+        if *ro_rx.borrow_and_update() {
+            break ReadEnd::ReadonlyEnd;
+        }
+        tokio::select! {
+            r = end_rx.changed() => if r.is_err() { break ReadEnd::Shutdown },
+            r = closed_rx.changed() => if r.is_err() { break ReadEnd::Shutdown },
+            r = ro_rx.changed() => if r.is_err() { break ReadEnd::Shutdown },
+            _ = tx.closed() => return,
+        }
+    };
+    let _ = tx.send(Err(end)).await;
+}
+
+/// Streams records from `start` down to the oldest (reverse subscription),
+/// then ends normally.
+pub async fn run_reverse(
+    p: Arc<Partition>,
+    start: u64,
+    stop: Option<u64>,
+    tx: mpsc::Sender<Result<proto::Message, ReadEnd>>,
+) {
+    let _guard = p.subscriber_guard();
+    let log = p.log().clone();
+    let Some(newest) = log.newest_offset() else {
+        return;
+    };
+    let oldest = log.oldest_offset().unwrap_or(0);
+    let low = stop.unwrap_or(oldest).max(oldest);
+    let mut hi = start.min(newest);
+    loop {
+        if hi < low {
+            return;
+        }
+        let from = hi.saturating_sub(READ_BATCH as u64 - 1).max(low);
+        let recs = match log.read(from, (hi - from + 1) as usize, usize::MAX).await {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = tx.send(Err(ReadEnd::Store(e))).await;
+                return;
+            }
+        };
+        for r in recs.into_iter().rev() {
+            if r.offset > hi {
+                continue;
+            }
+            if tx
+                .send(Ok(record_to_message(&p.stream, p.id, r)))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        if from == 0 || from <= low {
+            return;
+        }
+        hi = from - 1;
+    }
+}
+
+fn closed_end(why: Closed) -> ReadEnd {
+    match why {
+        Closed::Deleted => ReadEnd::Deleted,
+        Closed::Paused => ReadEnd::Paused,
+        Closed::Shutdown => ReadEnd::Shutdown,
+    }
+}

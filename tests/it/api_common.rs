@@ -1,0 +1,154 @@
+//! Shared helpers of the API tests: an in-process node on port 0 in a
+//! temporary directory, and a tonic client to it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use futures::StreamExt;
+use liftbridge::api::proto::{self, api_client::ApiClient};
+use liftbridge::config::NatsOptions;
+use liftbridge::node::{Node, NodeConfig, NodeHandle};
+use tonic::transport::Channel;
+
+pub type Client = ApiClient<Channel>;
+
+/// A node configuration for tests: loopback, free ports, `dir` as data.
+pub fn config(dir: &Path) -> NodeConfig {
+    NodeConfig {
+        data_dir: dir.to_path_buf(),
+        listen_host: "127.0.0.1".into(),
+        port: 0,
+        nats: NatsOptions {
+            host: "127.0.0.1".into(),
+            port: 0,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// Starts a node with `cfg`.
+pub async fn start(cfg: NodeConfig) -> NodeHandle {
+    Node::start(cfg).await.expect("node starts")
+}
+
+/// Connects a gRPC client to the node.
+pub async fn client(node: &NodeHandle) -> Client {
+    let ch = Channel::from_shared(format!("http://{}", node.grpc_addr()))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect");
+    ApiClient::new(ch)
+}
+
+/// Creates a stream with `partitions` partitions on `subject`.
+pub async fn create(c: &mut Client, name: &str, subject: &str, partitions: i32) {
+    c.create_stream(proto::CreateStreamRequest {
+        subject: subject.into(),
+        name: name.into(),
+        partitions,
+        ..Default::default()
+    })
+    .await
+    .expect("create stream");
+}
+
+/// Publishes `value` with an ack (the call has a deadline) and returns it.
+pub async fn publish_acked(
+    c: &mut Client,
+    stream: &str,
+    partition: i32,
+    key: &[u8],
+    value: &[u8],
+) -> proto::Ack {
+    let mut req = tonic::Request::new(proto::PublishRequest {
+        key: key.to_vec(),
+        value: value.to_vec(),
+        stream: stream.into(),
+        partition,
+        ack_policy: proto::AckPolicy::All as i32,
+        expected_offset: -1,
+        ..Default::default()
+    });
+    req.set_timeout(Duration::from_secs(5));
+    c.publish(req)
+        .await
+        .expect("publish")
+        .into_inner()
+        .ack
+        .expect("ack")
+}
+
+/// Subscribes and checks the handshake; returns the message stream.
+pub async fn subscribe(
+    c: &mut Client,
+    req: proto::SubscribeRequest,
+) -> tonic::Streaming<proto::Message> {
+    let mut s = c.subscribe(req).await.expect("subscribe").into_inner();
+    let hs = tokio::time::timeout(Duration::from_secs(5), s.next())
+        .await
+        .expect("handshake in time")
+        .expect("handshake present")
+        .expect("handshake ok");
+    assert_eq!(
+        hs,
+        proto::Message::default(),
+        "first message is the empty handshake"
+    );
+    s
+}
+
+/// Reads `n` messages (failing after 5 s).
+pub async fn take(s: &mut tonic::Streaming<proto::Message>, n: usize) -> Vec<proto::Message> {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let m = tokio::time::timeout(Duration::from_secs(5), s.next())
+            .await
+            .expect("message in time")
+            .expect("stream open")
+            .expect("message ok");
+        out.push(m);
+    }
+    out
+}
+
+/// The status that ends the stream (failing after 5 s).
+pub async fn end_status(s: &mut tonic::Streaming<proto::Message>) -> tonic::Status {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), s.next())
+            .await
+            .expect("end in time")
+        {
+            Some(Ok(_)) => continue,
+            Some(Err(st)) => return st,
+            None => panic!("stream ended without a status"),
+        }
+    }
+}
+
+/// A subscribe request from the earliest offset.
+pub fn from_earliest(stream: &str, partition: i32) -> proto::SubscribeRequest {
+    proto::SubscribeRequest {
+        stream: stream.into(),
+        partition,
+        start_position: proto::StartPosition::Earliest as i32,
+        ..Default::default()
+    }
+}
+
+/// Waits until `f` holds (polling every 20 ms, up to 5 s).
+pub async fn eventually<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !f().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,394 @@
+//! End-to-end paths: plain NATS publishes recorded by the stenographer,
+//! gRPC publishes with acks, replay through Subscribe, metadata, health.
+
+use std::time::Duration;
+
+use liftbridge::api::{envelope, proto};
+
+use crate::api_common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_plain_nats_publish_is_recorded_with_subject_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    create(&mut c, "events", "events.*", 1).await;
+
+    let nc = async_nats::connect(node.nats_addr().to_string())
+        .await
+        .unwrap();
+    for i in 0..5 {
+        nc.publish(format!("events.k{}", i % 2), format!("m{i}").into())
+            .await
+            .unwrap();
+    }
+    // A subject the wildcard does not match is not recorded.
+    nc.publish("other", "x".into()).await.unwrap();
+    nc.flush().await.unwrap();
+
+    let mut s = subscribe(&mut c, from_earliest("events", 0)).await;
+    let msgs = take(&mut s, 5).await;
+    for (i, m) in msgs.iter().enumerate() {
+        assert_eq!(m.offset, i as i64);
+        assert_eq!(m.value, format!("m{i}").into_bytes());
+        assert_eq!(m.subject, format!("events.k{}", i % 2));
+        assert_eq!(m.headers.get("subject").unwrap(), m.subject.as_bytes());
+        assert!(m.headers.contains_key("reply"));
+        assert_eq!(m.stream, "events");
+        assert!(
+            m.timestamp > 1_600_000_000_000_000_000,
+            "timestamp is Unix ns"
+        );
+    }
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_publish_with_deadline_acks_and_without_returns_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    create(&mut c, "s", "s", 2).await;
+
+    let a0 = publish_acked(&mut c, "s", 1, b"k", b"v0").await;
+    let a1 = publish_acked(&mut c, "s", 1, b"k", b"v1").await;
+    assert_eq!((a0.offset, a1.offset), (0, 1));
+    assert_eq!(a0.stream, "s");
+    assert_eq!(a0.partition_subject, "s");
+    assert_eq!(a0.msg_subject, "s.1");
+    assert_eq!(a0.ack_policy, proto::AckPolicy::All as i32);
+    assert!(a0.reception_timestamp > 0 && a0.commit_timestamp >= a0.reception_timestamp);
+
+    // No deadline: fire and forget, empty response.
+    let r = c
+        .publish(proto::PublishRequest {
+            value: b"v2".to_vec(),
+            stream: "s".into(),
+            partition: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r, proto::PublishResponse::default());
+    // Ack policy NONE with a deadline: also no ack.
+    let mut req = tonic::Request::new(proto::PublishRequest {
+        value: b"v3".to_vec(),
+        stream: "s".into(),
+        partition: 1,
+        ack_policy: proto::AckPolicy::None as i32,
+        ..Default::default()
+    });
+    req.set_timeout(Duration::from_secs(5));
+    assert!(c.publish(req).await.unwrap().into_inner().ack.is_none());
+
+    let mut s = subscribe(&mut c, from_earliest("s", 1)).await;
+    let msgs = take(&mut s, 4).await;
+    let values: Vec<_> = msgs.iter().map(|m| m.value.clone()).collect();
+    assert_eq!(
+        values,
+        vec![
+            b"v0".to_vec(),
+            b"v1".to_vec(),
+            b"v2".to_vec(),
+            b"v3".to_vec()
+        ]
+    );
+    assert_eq!(msgs[0].key, b"k");
+    assert_eq!(msgs[0].partition, 1);
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_enveloped_nats_publish_gets_ack_on_inbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    create(&mut c, "env", "env", 1).await;
+
+    let nc = async_nats::connect(node.nats_addr().to_string())
+        .await
+        .unwrap();
+    let mut acks = nc.subscribe("my.acks").await.unwrap();
+    nc.flush().await.unwrap();
+    let msg = proto::Message {
+        offset: -1,
+        key: b"key".to_vec(),
+        value: b"hello".to_vec(),
+        headers: [("h".to_string(), b"1".to_vec())].into_iter().collect(),
+        ack_inbox: "my.acks".into(),
+        correlation_id: "c1".into(),
+        ack_policy: proto::AckPolicy::Leader as i32,
+        ..Default::default()
+    };
+    nc.publish("env", envelope::encode_message(&msg))
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), futures::StreamExt::next(&mut acks))
+        .await
+        .unwrap()
+        .unwrap();
+    let ack = envelope::decode_ack(&got.payload).unwrap();
+    assert_eq!(ack.correlation_id, "c1");
+    assert_eq!(ack.offset, 0);
+    assert_eq!(ack.ack_error, proto::ack::Error::Ok as i32);
+
+    let mut s = subscribe(&mut c, from_earliest("env", 0)).await;
+    let m = &take(&mut s, 1).await[0];
+    assert_eq!(m.key, b"key");
+    assert_eq!(m.value, b"hello");
+    assert_eq!(m.headers.get("h").unwrap(), b"1");
+    assert_eq!(m.headers.get("subject").unwrap(), b"env");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_publish_async_acks_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    c.create_stream(proto::CreateStreamRequest {
+        subject: "a".into(),
+        name: "a".into(),
+        optimistic_concurrency_control: Some(proto::NullableBool { value: true }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+
+    let mut reqs: Vec<proto::PublishRequest> = (0..100)
+        .map(|i| proto::PublishRequest {
+            value: format!("v{i}").into_bytes(),
+            stream: "a".into(),
+            correlation_id: format!("c{i}"),
+            expected_offset: -1,
+            ..Default::default()
+        })
+        .collect();
+    // Wrong expected offset: INCORRECT_OFFSET async error.
+    reqs.push(proto::PublishRequest {
+        value: b"occ".to_vec(),
+        stream: "a".into(),
+        correlation_id: "occ".into(),
+        expected_offset: 3,
+        ..Default::default()
+    });
+    // Unknown stream: NOT_FOUND async error.
+    reqs.push(proto::PublishRequest {
+        stream: "nope".into(),
+        correlation_id: "nf".into(),
+        ..Default::default()
+    });
+    let resp = c
+        .publish_async(futures::stream::iter(reqs))
+        .await
+        .unwrap()
+        .into_inner();
+    let all: Vec<proto::PublishResponse> = futures::StreamExt::collect::<Vec<_>>(resp)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(
+        all.len(),
+        102,
+        "one response per message, stream closes after the acks"
+    );
+    let mut offsets: Vec<i64> = all
+        .iter()
+        .filter(|r| r.async_error.is_none())
+        .map(|r| {
+            let a = r.ack.as_ref().unwrap();
+            assert_eq!(r.correlation_id, a.correlation_id);
+            a.offset
+        })
+        .collect();
+    offsets.sort();
+    assert_eq!(offsets, (0..100).collect::<Vec<i64>>());
+    let occ = all.iter().find(|r| r.correlation_id == "occ").unwrap();
+    assert_eq!(
+        occ.async_error.as_ref().unwrap().code,
+        proto::publish_async_error::Code::IncorrectOffset as i32
+    );
+    let nf = all.iter().find(|r| r.correlation_id == "nf").unwrap();
+    assert_eq!(
+        nf.async_error.as_ref().unwrap().code,
+        proto::publish_async_error::Code::NotFound as i32
+    );
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_publish_to_subject_and_occ() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    c.create_stream(proto::CreateStreamRequest {
+        subject: "o".into(),
+        name: "o".into(),
+        optimistic_concurrency_control: Some(proto::NullableBool { value: true }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+
+    let mut req = tonic::Request::new(proto::PublishToSubjectRequest {
+        value: b"x".to_vec(),
+        subject: "o".into(),
+        ..Default::default()
+    });
+    req.set_timeout(Duration::from_secs(5));
+    let ack = c
+        .publish_to_subject(req)
+        .await
+        .unwrap()
+        .into_inner()
+        .ack
+        .unwrap();
+    assert_eq!((ack.stream.as_str(), ack.offset), ("o", 0));
+
+    let occ = |expected: i64, policy: proto::AckPolicy| {
+        let mut r = tonic::Request::new(proto::PublishRequest {
+            value: b"y".to_vec(),
+            stream: "o".into(),
+            ack_policy: policy as i32,
+            expected_offset: expected,
+            ..Default::default()
+        });
+        r.set_timeout(Duration::from_secs(5));
+        r
+    };
+    assert_eq!(
+        c.publish(occ(1, proto::AckPolicy::Leader))
+            .await
+            .unwrap()
+            .into_inner()
+            .ack
+            .unwrap()
+            .offset,
+        1
+    );
+    let e = c
+        .publish(occ(1, proto::AckPolicy::Leader))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.code(),
+        tonic::Code::Unknown,
+        "INCORRECT_OFFSET has no explicit mapping"
+    );
+    let e = c.publish(occ(2, proto::AckPolicy::None)).await.unwrap_err();
+    assert_eq!(
+        e.code(),
+        tonic::Code::InvalidArgument,
+        "OCC with ack policy NONE is a bad request"
+    );
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_metadata_brokers_streams_and_health() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    create(&mut c, "m", "m", 3).await;
+    publish_acked(&mut c, "m", 2, b"", b"x").await;
+
+    let md = c
+        .fetch_metadata(proto::FetchMetadataRequest {
+            streams: vec!["m".into(), "ghost".into()],
+            groups: vec![],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(md.brokers.len(), 1);
+    let b = &md.brokers[0];
+    assert_eq!(b.host, "127.0.0.1");
+    assert_eq!(b.port, i32::from(node.grpc_addr().port()));
+    assert_eq!(b.id, node.server_id());
+    assert_eq!((b.partition_count, b.leader_count), (3, 3));
+    let m = &md.stream_metadata[0];
+    assert_eq!(
+        (m.name.as_str(), m.subject.as_str(), m.partitions.len()),
+        ("m", "m", 3)
+    );
+    assert!(m.creation_timestamp > 0);
+    assert_eq!(m.partitions[&2].leader, node.server_id());
+    assert_eq!(m.partitions[&2].isr, vec![node.server_id()]);
+    assert_eq!(md.stream_metadata[1].name, "ghost");
+    assert_eq!(
+        md.stream_metadata[1].error,
+        proto::stream_metadata::Error::UnknownStream as i32
+    );
+
+    let pm = c
+        .fetch_partition_metadata(proto::FetchPartitionMetadataRequest {
+            stream: "m".into(),
+            partition: 2,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .metadata
+        .unwrap();
+    assert_eq!((pm.high_watermark, pm.newest_offset), (0, 0));
+    assert!(pm.messages_received_timestamps.unwrap().latest_timestamp > 0);
+    let empty = c
+        .fetch_partition_metadata(proto::FetchPartitionMetadataRequest {
+            stream: "m".into(),
+            partition: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .metadata
+        .unwrap();
+    assert_eq!((empty.high_watermark, empty.newest_offset), (-1, -1));
+
+    let ch = tonic::transport::Channel::from_shared(format!("http://{}", node.grpc_addr()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
+    let st = h
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "proto.API".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        st.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_restart_keeps_data_and_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let id = node.server_id();
+    let mut c = client(&node).await;
+    create(&mut c, "keep", "keep", 1).await;
+    for i in 0..10 {
+        publish_acked(&mut c, "keep", 0, b"", format!("v{i}").as_bytes()).await;
+    }
+    drop(c);
+    node.shutdown().await;
+
+    let node = start(config(dir.path())).await;
+    assert_eq!(node.server_id(), id, "server id survives restart");
+    let mut c = client(&node).await;
+    let mut s = subscribe(&mut c, from_earliest("keep", 0)).await;
+    let msgs = take(&mut s, 10).await;
+    assert_eq!(msgs[9].value, b"v9");
+    // New messages continue the offsets.
+    assert_eq!(
+        publish_acked(&mut c, "keep", 0, b"", b"v10").await.offset,
+        10
+    );
+    node.shutdown().await;
+}
