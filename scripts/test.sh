@@ -29,7 +29,7 @@ fi
 "$venv/bin/pip" install -q -r tests/py/requirements.txt
 
 cargo build --bins
-cargo test --all-targets -- --test-threads=2
+RUST_TEST_THREADS=2 cargo test --lib --bins --tests
 
 export LIFTBRIDGE_BIN="$root/target/debug/liftbridge"
 "$venv/bin/python" -m pytest -q tests/py
