@@ -23,8 +23,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 venv="$root/.venv"
-if [ ! -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
+if [ ! -x "$venv/bin/pip" ]; then
+  python3 -m venv --clear "$venv"
 fi
 "$venv/bin/pip" install -q -r tests/py/requirements.txt
 
