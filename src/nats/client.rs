@@ -164,7 +164,18 @@ impl ClientShared {
     }
 
     /// Outbound bytes not yet written to the socket.
+    ///
+    /// For an in-process client: the bytes queued in its subscriptions.
     pub fn pending_bytes(&self) -> usize {
+        if self.kind == ClientKind::Local {
+            return self
+                .subs
+                .lock()
+                .values()
+                .filter_map(|s| s.local.as_ref())
+                .map(|l| l.pending.load(Ordering::Relaxed) as usize)
+                .sum();
+        }
         let o = self.out.lock();
         o.buf.len() + o.inflight
     }
