@@ -80,6 +80,10 @@ pub(crate) struct Outbound {
     closed: bool,
     /// Close after the buffer is written (error sent).
     close_after_flush: bool,
+    /// Messages and bytes delivered to this TCP client, counted under the
+    /// lock already held for the append (no extra atomics per message).
+    out_msgs: u64,
+    out_bytes: u64,
 }
 
 /// State of a connection shared between its reader, its writer, other
@@ -129,6 +133,8 @@ impl ClientShared {
                 flush_queued: false,
                 closed: false,
                 close_after_flush: false,
+                out_msgs: 0,
+                out_bytes: 0,
             }),
             notify: Notify::new(),
             drained: Notify::new(),
@@ -145,8 +151,31 @@ impl ClientShared {
         })
     }
 
+    /// Messages and bytes delivered to this client so far.
+    pub fn out_counts(&self) -> (u64, u64) {
+        let (m, b) = {
+            let o = self.out.lock();
+            (o.out_msgs, o.out_bytes)
+        };
+        (
+            m + self.stats.out_msgs.load(Ordering::Relaxed),
+            b + self.stats.out_bytes.load(Ordering::Relaxed),
+        )
+    }
+
     /// Outbound bytes not yet written to the socket.
+    ///
+    /// For an in-process client: the bytes queued in its subscriptions.
     pub fn pending_bytes(&self) -> usize {
+        if self.kind == ClientKind::Local {
+            return self
+                .subs
+                .lock()
+                .values()
+                .filter_map(|s| s.local.as_ref())
+                .map(|l| l.pending.load(Ordering::Relaxed) as usize)
+                .sum();
+        }
         let o = self.out.lock();
         o.buf.len() + o.inflight
     }
@@ -254,21 +283,18 @@ impl FlushList {
     }
 }
 
-/// Longest a producer waits for one stalled receiver per read batch.
+/// How often a stalled producer re-checks a receiver that made no progress.
 const STALL_MAX: Duration = Duration::from_millis(50);
+/// Largest single socket write.
+const WRITE_PIECE: usize = 256 * 1024;
 /// A receiver whose last write completed longer ago than this is stuck:
 /// producers do not wait for it (its backlog will hit `max_pending`).
-const STUCK_AFTER_MS: u64 = 100;
+const STUCK_AFTER_MS: u64 = 1000;
 
 /// Fast-producer stall: waits (bounded) until `c`'s backlog is back under
 /// 75 % of its limit, so a publisher cannot outrun a live receiver into
 /// a slow-consumer close.
 async fn wait_drained(c: &ClientShared) {
-    let now_ms = c.started.elapsed().as_millis() as u64;
-    if now_ms.saturating_sub(c.last_drain_ms.load(Ordering::Relaxed)) > STUCK_AFTER_MS {
-        return;
-    }
-    let deadline = tokio::time::Instant::now() + STALL_MAX;
     loop {
         let notified = c.drained.notified();
         tokio::pin!(notified);
@@ -279,9 +305,12 @@ async fn wait_drained(c: &ClientShared) {
                 return;
             }
         }
-        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+        let now_ms = c.started.elapsed().as_millis() as u64;
+        if now_ms.saturating_sub(c.last_drain_ms.load(Ordering::Relaxed)) > STUCK_AFTER_MS {
             return;
         }
+        // Woken by the writer's progress, or re-checked for "stuck".
+        let _ = tokio::time::timeout(STALL_MAX, notified).await;
     }
 }
 
@@ -444,6 +473,11 @@ fn deliver_one(
             local.pending.fetch_sub(size as u64, Ordering::Relaxed);
             return false;
         }
+        client.stats.out_msgs.fetch_add(1, Ordering::Relaxed);
+        client
+            .stats
+            .out_bytes
+            .fetch_add(size as u64, Ordering::Relaxed);
         size
     } else {
         let with_headers = msg.headers.is_some() && client.headers.load(Ordering::Relaxed);
@@ -477,6 +511,8 @@ fn deliver_one(
             client.notify.notify_one();
             return false;
         }
+        o.out_msgs += 1;
+        o.out_bytes += size as u64;
         let stall = (o.buf.len() + o.inflight) * 4 > client.max_pending * 3;
         if !o.flush_queued {
             o.flush_queued = true;
@@ -487,11 +523,6 @@ fn deliver_one(
         }
         size
     };
-    client.stats.out_msgs.fetch_add(1, Ordering::Relaxed);
-    client
-        .stats
-        .out_bytes
-        .fetch_add(size as u64, Ordering::Relaxed);
     flush.tally.msgs += 1;
     flush.tally.bytes += size as u64;
     if max > 0 && nth == max {
@@ -543,37 +574,60 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
             }
             Step::Write => {}
         }
-        let res = tokio::time::timeout(deadline, async {
-            w.write_all(&spare).await?;
-            w.flush().await
-        })
-        .await;
-        match res {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => break,
-            Err(_) => {
-                server.slow_consumers.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    cid = client.id,
-                    "slow consumer detected: write deadline exceeded"
-                );
-                break;
+        // Write in bounded pieces so pending bytes, the write deadline and
+        // stalled producers all see progress while a big backlog drains.
+        let mut off = 0;
+        let mut failed = false;
+        while off < spare.len() {
+            let end = (off + WRITE_PIECE).min(spare.len());
+            let res = tokio::select! {
+                r = tokio::time::timeout(deadline, w.write_all(&spare[off..end])) => r,
+                // Closed meanwhile (slow consumer, shutdown): stop at once.
+                _ = client.cancel.cancelled() => {
+                    failed = true;
+                    break;
+                }
+            };
+            match res {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    failed = true;
+                    break;
+                }
+                Err(_) => {
+                    server.slow_consumers.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        cid = client.id,
+                        "slow consumer detected: write deadline exceeded"
+                    );
+                    failed = true;
+                    break;
+                }
             }
+            off = end;
+            client.out.lock().inflight = spare.len() - off;
+            client.last_drain_ms.store(
+                client.started.elapsed().as_millis() as u64,
+                Ordering::Relaxed,
+            );
+            client.drained.notify_waiters();
+        }
+        if failed
+            || tokio::time::timeout(deadline, w.flush())
+                .await
+                .map_or(true, |r| r.is_err())
+        {
+            break;
         }
         spare.clear();
         if spare.capacity() > 4 * 1024 * 1024 {
             // Do not keep a huge buffer after a burst.
             spare = BytesMut::with_capacity(4096);
         }
-        client.out.lock().inflight = 0;
-        client.last_drain_ms.store(
-            client.started.elapsed().as_millis() as u64,
-            Ordering::Relaxed,
-        );
-        client.drained.notify_waiters();
     }
     client.drained.notify_waiters();
-    let _ = w.shutdown().await;
+    // Bounded: a TLS close_notify cannot be written to a peer that stopped reading.
+    let _ = tokio::time::timeout(Duration::from_secs(1), w.shutdown()).await;
     {
         let mut o = client.out.lock();
         o.closed = true;
