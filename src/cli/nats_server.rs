@@ -394,9 +394,11 @@ pub fn resolve_signal(spec: &str) -> Result<(libc::c_int, i32), String> {
             match found.as_slice() {
                 [p] => *p,
                 [] => return Err("no nats-server processes running".into()),
-                _ => return Err(format!(
+                _ => {
+                    return Err(format!(
                     "multiple nats-server processes running: {found:?}; use --signal {cmd}=<pid>"
-                )),
+                ))
+                }
             }
         }
     };
@@ -492,9 +494,20 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         }
     };
     if flags.test_config {
+        // As nats-server: TLS files are loaded too, and the verdict goes
+        // to stderr.
+        if let Some(files) = &conf.options.tls {
+            if let Err(e) = crate::tls::server_config(files) {
+                eprintln!("nats-server: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        for w in &conf.warnings {
+            eprintln!("nats-server: warning: {w}");
+        }
         match &flags.config {
-            Some(p) => println!("nats-server: configuration file {} is valid", p.display()),
-            None => println!("nats-server: configuration is valid"),
+            Some(p) => eprintln!("nats-server: configuration file {} is valid", p.display()),
+            None => eprintln!("nats-server: configuration is valid"),
         }
         return ExitCode::SUCCESS;
     }

@@ -812,13 +812,27 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
                 "{}:{}: JetStream is not provided by this server; \"jetstream\" ignored",
                 n.file, n.line
             )),
-            "cluster" | "gateway" | "leafnodes" | "leaf" | "websocket" | "mqtt" | "accounts"
-            | "operator" | "operators" | "resolver" | "resolver_preload" | "system_account" => {
-                c.warnings.push(format!(
-                    "{}:{}: {key:?} is not supported; ignored",
-                    n.file, n.line
-                ))
+            // These define who may connect; ignoring them would silently
+            // run an open server where the file asked for a closed one.
+            "operator" | "operators" | "trusted" | "trusted_keys" | "resolver" => {
+                return invalid(
+                    key,
+                    n,
+                    "operator (JWT) mode is not supported; use authorization { users … }",
+                );
             }
+            "accounts" if accounts_have_users(n) => {
+                return invalid(
+                    key,
+                    n,
+                    "users inside accounts are not supported; use authorization { users … }",
+                );
+            }
+            "cluster" | "gateway" | "leafnodes" | "leaf" | "websocket" | "mqtt" | "accounts"
+            | "resolver_preload" | "system_account" => c.warnings.push(format!(
+                "{}:{}: {key:?} is not supported; ignored",
+                n.file, n.line
+            )),
             _ => c.warnings.push(format!(
                 "{}:{}: unknown field {key:?} ignored",
                 n.file, n.line
@@ -831,6 +845,19 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
         c.options.http = Some((host, http_port.unwrap_or(0)));
     }
     Ok(())
+}
+
+/// Whether an `accounts { A: { users: [...] } }` block declares users.
+fn accounts_have_users(n: &Node) -> bool {
+    let Value::Map(accounts) = &n.value else {
+        return false;
+    };
+    accounts.iter().any(|(_, acc)| match &acc.value {
+        Value::Map(fields) => fields.iter().any(|(k, v)| {
+            k.eq_ignore_ascii_case("users") && !matches!(&v.value, Value::Array(a) if a.is_empty())
+        }),
+        _ => false,
+    })
 }
 
 fn tls_block(key: &str, n: &Node) -> Result<(TlsFiles, Option<Duration>), ConfError> {
@@ -1252,6 +1279,21 @@ no_auth_user: bob
             let e = from_str(text, Path::new("t.conf")).unwrap_err().to_string();
             assert!(e.contains(want), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn auth_defining_blocks_we_cannot_honour_are_errors() {
+        for text in [
+            "operator: eyJhbGciOi.x.y\n",
+            "resolver: MEMORY\n",
+            "accounts { A { users: [ {user: a, password: b} ] } }\n",
+        ] {
+            let e = from_str(text, Path::new("t.conf")).unwrap_err().to_string();
+            assert!(e.contains("not supported"), "{text}: {e}");
+        }
+        let c =
+            conf("accounts { A { jetstream: enabled } }\nwebsocket { port: 8444, no_tls: true }\n");
+        assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
     }
 
     #[test]

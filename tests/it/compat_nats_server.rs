@@ -513,10 +513,22 @@ authorization {{
         .connect(&url)
         .await
         .unwrap();
+    // async-nats's flush() only drains the socket buffer, so each
+    // subscription is proven live with a probe through the server first.
     let mut watch = c.subscribe(">").await.unwrap();
-    c.flush().await.unwrap();
+    c.publish("probe.watch", "p".into()).await.unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.subject.as_str(), "probe.watch");
     let mut own = limited.subscribe("allowed.>").await.unwrap();
-    limited.flush().await.unwrap();
+    limited.publish("allowed.probe", "p".into()).await.unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(5), own.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.subject.as_str(), "allowed.probe");
     limited.publish("denied.x", "no".into()).await.unwrap();
     limited
         .publish("allowed.secret", "no".into())
@@ -524,11 +536,16 @@ authorization {{
         .unwrap();
     limited.publish("allowed.ok", "yes".into()).await.unwrap();
     limited.flush().await.unwrap();
-    let m = tokio::time::timeout(Duration::from_secs(5), watch.next())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(m.subject.as_str(), "allowed.ok");
+    // The watcher sees the probe, then only the allowed message.
+    let mut seen = Vec::new();
+    while seen.last().map(String::as_str) != Some("allowed.ok") {
+        let m = tokio::time::timeout(Duration::from_secs(5), watch.next())
+            .await
+            .expect("allowed.ok reaches the watcher")
+            .unwrap();
+        seen.push(m.subject.to_string());
+    }
+    assert_eq!(seen, vec!["allowed.probe", "allowed.ok"]);
     let m = tokio::time::timeout(Duration::from_secs(5), own.next())
         .await
         .unwrap()
@@ -651,4 +668,53 @@ async fn compat_tls_and_mtls_with_cert_init() {
     )
     .await;
     assert!(!e.is_empty());
+}
+
+fn wait_log_contains(path: &Path, want: &str) -> String {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(want) {
+            return text;
+        }
+        assert!(Instant::now() < end, "{want:?} not in log:\n{text}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn compat_nats_server_reload_reopen_and_sigterm_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = write_conf(dir.path(), "r.conf", "debug: false\n");
+    let mut p = start(dir.path(), &["-a", "127.0.0.1", "-p", "-1", "-c", &conf]);
+    assert!(!p.log_text().contains("[DBG]"));
+
+    // SIGHUP with a changed file: reloaded, debug switched on live.
+    std::fs::write(&conf, "debug: true\n").unwrap();
+    p.signal(libc::SIGHUP);
+    wait_log_contains(&p.log, "[INF] Reloaded server configuration");
+    // SIGHUP with a broken file: an error, the server keeps running.
+    std::fs::write(&conf, "debug: {\n").unwrap();
+    p.signal(libc::SIGHUP);
+    wait_log_contains(&p.log, "[ERR] Failed to reload server configuration");
+
+    // SIGUSR1: the log file is reopened (rotation).
+    let rotated = dir.path().join("server.log.1");
+    std::fs::rename(&p.log, &rotated).unwrap();
+    p.signal(libc::SIGUSR1);
+    wait_log_contains(&p.log, "Reopened log file");
+    assert!(std::net::TcpStream::connect(&p.client).is_ok());
+
+    // SIGTERM: nats-server exits with status 1, after a [DBG] trap line
+    // (debug is now on).
+    p.signal(libc::SIGTERM);
+    let st = p
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits on SIGTERM");
+    assert_eq!(st.code(), Some(1));
+    let text = wait_log_contains(&p.log, "Server Exiting..");
+    assert!(
+        text.contains("[DBG] Trapped \"terminated\" signal"),
+        "{text}"
+    );
 }

@@ -230,11 +230,15 @@ async fn signal_loop(server: &NatsServer, log: &NatsLogger, flags: &Flags) -> Ex
     code
 }
 
-/// SIGHUP: re-reads and validates the configuration. Running listeners and
-/// connections are kept; changed settings apply on the next start.
+/// SIGHUP: re-reads and validates the configuration and applies what can
+/// change live (debug/trace logging). Listeners, limits and auth keep their
+/// start-up values until the next start.
 fn reload(log: &NatsLogger, flags: &Flags) {
     match super::build_config(flags) {
-        Ok(_) => log.info("Reloaded server configuration"),
+        Ok(c) => {
+            log.set_levels(c.options.debug, c.options.trace);
+            log.info("Reloaded server configuration");
+        }
         Err(e) => log.error(&format!("Failed to reload server configuration: {e}")),
     }
 }
