@@ -783,7 +783,7 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
             "authorization" => apply_authorization(key, n, &mut o.auth, &mut o.auth_timeout)?,
             "no_auth_user" => o.auth.no_auth_user = Some(want_str(key, n)?.to_string()),
             "tls" => {
-                let (files, timeout) = tls_block(key, n)?;
+                let (files, timeout) = tls_block(key, n, &mut c.warnings)?;
                 o.tls = Some(files);
                 c.tls_timeout = timeout;
             }
@@ -860,7 +860,11 @@ fn accounts_have_users(n: &Node) -> bool {
     })
 }
 
-fn tls_block(key: &str, n: &Node) -> Result<(TlsFiles, Option<Duration>), ConfError> {
+fn tls_block(
+    key: &str,
+    n: &Node,
+    warnings: &mut Vec<String>,
+) -> Result<(TlsFiles, Option<Duration>), ConfError> {
     let mut files = TlsFiles::default();
     let mut timeout = None;
     let (mut have_cert, mut have_key) = (false, false);
@@ -878,12 +882,12 @@ fn tls_block(key: &str, n: &Node) -> Result<(TlsFiles, Option<Duration>), ConfEr
             "verify" | "verify_and_map" => files.verify = want_bool(k, v)?,
             "timeout" => timeout = Some(want_duration(k, v)?),
             // Accepted for compatibility; rustls picks safe defaults.
-            "cipher_suites"
-            | "curve_preferences"
-            | "insecure"
-            | "handshake_first"
-            | "min_version"
-            | "verify_cert_and_check_known_urls" => {}
+            "cipher_suites" | "curve_preferences" | "min_version" => {}
+            // Behaviour we do not provide: say so, since clients configured
+            // for it will fail in ways that are otherwise hard to trace.
+            "insecure" | "handshake_first" | "verify_cert_and_check_known_urls" => warnings.push(
+                format!("{}:{}: tls {k:?} is not supported; ignored", v.file, v.line),
+            ),
             other => return invalid(key, v, format!("unknown tls field {other:?}")),
         }
     }
@@ -1129,6 +1133,13 @@ mod tests {
         assert_eq!(tls.ca, Some(PathBuf::from("./ca.pem")));
         assert!(tls.verify);
         assert_eq!(c.tls_timeout, Some(Duration::from_secs(2)));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let c = conf("tls { cert_file: a, key_file: b, handshake_first: true }\n");
+        assert!(
+            c.warnings[0].contains("handshake_first"),
+            "{:?}",
+            c.warnings
+        );
     }
 
     #[test]
