@@ -5,6 +5,7 @@
 
 mod compat_cert;
 mod compat_nats_server;
+mod nats_auth;
 mod nats_core;
 mod nats_raw;
 mod nats_support;
