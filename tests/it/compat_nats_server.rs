@@ -718,3 +718,20 @@ fn compat_nats_server_reload_reopen_and_sigterm_status() {
         "{text}"
     );
 }
+
+#[test]
+fn compat_nats_server_lame_duck_without_clients_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // Default grace period (10 s): nats-server skips it when nobody is
+    // connected, so must we.
+    let mut p = start(dir.path(), &["-a", "127.0.0.1", "-p", "-1"]);
+    let t0 = Instant::now();
+    p.signal(libc::SIGUSR2);
+    let st = p.wait_exit(Duration::from_secs(5)).expect("exits promptly");
+    assert!(st.success(), "{st}");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    let text = wait_log_contains(&p.log, "Server Exiting..");
+    let ldm = text.find("Entering lame duck mode").unwrap();
+    let shut = text.find("Initiating Shutdown...").unwrap();
+    assert!(ldm < shut, "{text}");
+}

@@ -218,6 +218,11 @@ async fn signal_loop(server: &NatsServer, log: &NatsLogger, flags: &Flags) -> Ex
                 log.log(Level::Debug, "Trapped \"user defined signal 2\" signal");
                 log.info("Entering lame duck mode, stop accepting new clients");
                 server.enter_lame_duck();
+                // As nats-server: with nobody to hand over, there is no
+                // grace period to wait; shut down now.
+                if server.num_connections() == 0 {
+                    break ExitCode::SUCCESS;
+                }
             }
             _ = server.wait_stopped() => {
                 // Lame duck mode finished (or the server stopped itself).
