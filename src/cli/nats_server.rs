@@ -24,8 +24,8 @@ use std::process::ExitCode;
 use crate::config::nats::{TlsFiles, User};
 use crate::config::nats_conf::{self, NatsConf};
 
-/// Version reported by `-v` (the one in INFO).
-pub const VERSION: &str = "2.11.0";
+/// Version reported by `-v` (the one the server sends in INFO).
+pub const VERSION: &str = crate::nats::server::SERVER_VERSION;
 
 const USAGE: &str = "\
 Usage: nats-server [options]
