@@ -283,21 +283,18 @@ impl FlushList {
     }
 }
 
-/// Longest a producer waits for one stalled receiver per read batch.
+/// How often a stalled producer re-checks a receiver that made no progress.
 const STALL_MAX: Duration = Duration::from_millis(50);
+/// Largest single socket write.
+const WRITE_PIECE: usize = 256 * 1024;
 /// A receiver whose last write completed longer ago than this is stuck:
 /// producers do not wait for it (its backlog will hit `max_pending`).
-const STUCK_AFTER_MS: u64 = 100;
+const STUCK_AFTER_MS: u64 = 1000;
 
 /// Fast-producer stall: waits (bounded) until `c`'s backlog is back under
 /// 75 % of its limit, so a publisher cannot outrun a live receiver into
 /// a slow-consumer close.
 async fn wait_drained(c: &ClientShared) {
-    let now_ms = c.started.elapsed().as_millis() as u64;
-    if now_ms.saturating_sub(c.last_drain_ms.load(Ordering::Relaxed)) > STUCK_AFTER_MS {
-        return;
-    }
-    let deadline = tokio::time::Instant::now() + STALL_MAX;
     loop {
         let notified = c.drained.notified();
         tokio::pin!(notified);
@@ -308,9 +305,12 @@ async fn wait_drained(c: &ClientShared) {
                 return;
             }
         }
-        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+        let now_ms = c.started.elapsed().as_millis() as u64;
+        if now_ms.saturating_sub(c.last_drain_ms.load(Ordering::Relaxed)) > STUCK_AFTER_MS {
             return;
         }
+        // Woken by the writer's progress, or re-checked for "stuck".
+        let _ = tokio::time::timeout(STALL_MAX, notified).await;
     }
 }
 
@@ -574,37 +574,56 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
             }
             Step::Write => {}
         }
-        let res = tokio::select! {
-            r = tokio::time::timeout(deadline, async {
-                w.write_all(&spare).await?;
-                w.flush().await
-            }) => r,
-            // Closed meanwhile (slow consumer, shutdown): stop at once.
-            _ = client.cancel.cancelled() => break,
-        };
-        match res {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => break,
-            Err(_) => {
-                server.slow_consumers.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    cid = client.id,
-                    "slow consumer detected: write deadline exceeded"
-                );
-                break;
+        // Write in bounded pieces so pending bytes, the write deadline and
+        // stalled producers all see progress while a big backlog drains.
+        let mut off = 0;
+        let mut failed = false;
+        while off < spare.len() {
+            let end = (off + WRITE_PIECE).min(spare.len());
+            let res = tokio::select! {
+                r = tokio::time::timeout(deadline, w.write_all(&spare[off..end])) => r,
+                // Closed meanwhile (slow consumer, shutdown): stop at once.
+                _ = client.cancel.cancelled() => {
+                    failed = true;
+                    break;
+                }
+            };
+            match res {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    failed = true;
+                    break;
+                }
+                Err(_) => {
+                    server.slow_consumers.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        cid = client.id,
+                        "slow consumer detected: write deadline exceeded"
+                    );
+                    failed = true;
+                    break;
+                }
             }
+            off = end;
+            client.out.lock().inflight = spare.len() - off;
+            client.last_drain_ms.store(
+                client.started.elapsed().as_millis() as u64,
+                Ordering::Relaxed,
+            );
+            client.drained.notify_waiters();
+        }
+        if failed
+            || tokio::time::timeout(deadline, w.flush())
+                .await
+                .map_or(true, |r| r.is_err())
+        {
+            break;
         }
         spare.clear();
         if spare.capacity() > 4 * 1024 * 1024 {
             // Do not keep a huge buffer after a burst.
             spare = BytesMut::with_capacity(4096);
         }
-        client.out.lock().inflight = 0;
-        client.last_drain_ms.store(
-            client.started.elapsed().as_millis() as u64,
-            Ordering::Relaxed,
-        );
-        client.drained.notify_waiters();
     }
     client.drained.notify_waiters();
     // Bounded: a TLS close_notify cannot be written to a peer that stopped reading.
