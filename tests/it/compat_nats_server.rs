@@ -258,12 +258,12 @@ async fn compat_nats_server_flags_files_monitoring_pubsub() {
     assert!(p.log_text().contains("Server Exiting"));
 }
 
-/// A temp dir holding a `nats-server` symlink to our binary, and a PATH
-/// with it first (Debian's real nats-server may be installed too).
-fn symlink_path(dir: &Path) -> String {
+/// A temp dir holding a `nats-server` symlink to `target`, and a PATH with
+/// it first (Debian's real nats-server may be installed too).
+fn symlink_path(dir: &Path, target: &Path) -> String {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_liftbridge"), bin.join("nats-server")).unwrap();
+    std::os::unix::fs::symlink(target, bin.join("nats-server")).unwrap();
     format!(
         "{}:{}",
         bin.display(),
@@ -271,14 +271,38 @@ fn symlink_path(dir: &Path) -> String {
     )
 }
 
+/// Debian's nats-server, the reference behaviour, when installed.
+fn reference_nats_server() -> Option<PathBuf> {
+    ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
 #[tokio::test]
 async fn compat_nats_server_symlink_lame_duck_via_signal_flag() {
+    symlink_lame_duck(Path::new(env!("CARGO_BIN_EXE_liftbridge")), "2.11.0").await;
+}
+
+/// The same scenario against the reference server, so the expectations
+/// above are nats-server's own (scripts/test.sh installs it).
+#[tokio::test]
+async fn compat_reference_symlink_lame_duck_via_signal_flag() {
+    match reference_nats_server() {
+        Some(bin) => symlink_lame_duck(&bin, "2.9.10").await,
+        None => eprintln!("reference nats-server not installed: reference run not done"),
+    }
+}
+
+async fn symlink_lame_duck(target: &Path, version: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let path = symlink_path(dir.path());
+    let path = symlink_path(dir.path(), target);
     let conf = dir.path().join("ldm.conf");
+    // 30 s is nats-server's minimum lame duck duration; with one client it
+    // is closed right after the grace period.
     std::fs::write(
         &conf,
-        "lame_duck_grace_period: \"300ms\"\nlame_duck_duration: \"1s\"\n",
+        "lame_duck_grace_period: \"300ms\"\nlame_duck_duration: \"30s\"\n",
     )
     .unwrap();
     let log = dir.path().join("nats-server-1.log");
@@ -308,13 +332,19 @@ async fn compat_nats_server_symlink_lame_duck_via_signal_flag() {
     };
     // The ports file is named after the executable as invoked.
     let ports = ports_file(dir.path(), "nats-server", p.pid());
-    assert_eq!(
-        ports["nats"][0]
-            .as_str()
-            .unwrap()
-            .replace("0.0.0.0", "localhost"),
-        p.url()
+    // No -a: every interface address is advertised, loopback included.
+    let port = p.client.rsplit(':').next().unwrap().to_string();
+    let urls: Vec<&str> = ports["nats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|u| u.as_str())
+        .collect();
+    assert!(
+        urls.contains(&format!("nats://127.0.0.1:{port}").as_str()),
+        "{urls:?}"
     );
+    assert!(urls.iter().all(|u| u.ends_with(&format!(":{port}"))));
     assert!(ports.get("monitoring").is_none());
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -365,7 +395,7 @@ async fn compat_nats_server_symlink_lame_duck_via_signal_flag() {
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "nats-server: v2.11.0"
+        format!("nats-server: v{version}")
     );
     let out = Command::new("nats-server")
         .env("PATH", &path)
@@ -375,7 +405,7 @@ async fn compat_nats_server_symlink_lame_duck_via_signal_flag() {
         .unwrap();
     assert!(out.status.success());
     let bad = dir.path().join("bad.conf");
-    std::fs::write(&bad, "port: 1\nmax_payload: {\n").unwrap();
+    std::fs::write(&bad, "port: 1\nmax_payload: \"big\"\n").unwrap();
     let out = Command::new("nats-server")
         .env("PATH", &path)
         .args(["-t", "-c"])
@@ -513,10 +543,22 @@ authorization {{
         .connect(&url)
         .await
         .unwrap();
+    // async-nats's flush() only drains the socket buffer, so each
+    // subscription is proven live with a probe through the server first.
     let mut watch = c.subscribe(">").await.unwrap();
-    c.flush().await.unwrap();
+    c.publish("probe.watch", "p".into()).await.unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.subject.as_str(), "probe.watch");
     let mut own = limited.subscribe("allowed.>").await.unwrap();
-    limited.flush().await.unwrap();
+    limited.publish("allowed.probe", "p".into()).await.unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(5), own.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.subject.as_str(), "allowed.probe");
     limited.publish("denied.x", "no".into()).await.unwrap();
     limited
         .publish("allowed.secret", "no".into())
@@ -524,11 +566,16 @@ authorization {{
         .unwrap();
     limited.publish("allowed.ok", "yes".into()).await.unwrap();
     limited.flush().await.unwrap();
-    let m = tokio::time::timeout(Duration::from_secs(5), watch.next())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(m.subject.as_str(), "allowed.ok");
+    // The watcher sees the probe, then only the allowed message.
+    let mut seen = Vec::new();
+    while seen.last().map(String::as_str) != Some("allowed.ok") {
+        let m = tokio::time::timeout(Duration::from_secs(5), watch.next())
+            .await
+            .expect("allowed.ok reaches the watcher")
+            .unwrap();
+        seen.push(m.subject.to_string());
+    }
+    assert_eq!(seen, vec!["allowed.probe", "allowed.ok"]);
     let m = tokio::time::timeout(Duration::from_secs(5), own.next())
         .await
         .unwrap()
@@ -651,4 +698,70 @@ async fn compat_tls_and_mtls_with_cert_init() {
     )
     .await;
     assert!(!e.is_empty());
+}
+
+fn wait_log_contains(path: &Path, want: &str) -> String {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(want) {
+            return text;
+        }
+        assert!(Instant::now() < end, "{want:?} not in log:\n{text}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn compat_nats_server_reload_reopen_and_sigterm_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = write_conf(dir.path(), "r.conf", "debug: false\n");
+    let mut p = start(dir.path(), &["-a", "127.0.0.1", "-p", "-1", "-c", &conf]);
+    assert!(!p.log_text().contains("[DBG]"));
+
+    // SIGHUP with a changed file: reloaded, debug switched on live.
+    std::fs::write(&conf, "debug: true\n").unwrap();
+    p.signal(libc::SIGHUP);
+    wait_log_contains(&p.log, "[INF] Reloaded server configuration");
+    // SIGHUP with a broken file: an error, the server keeps running.
+    std::fs::write(&conf, "debug: {\n").unwrap();
+    p.signal(libc::SIGHUP);
+    wait_log_contains(&p.log, "[ERR] Failed to reload server configuration");
+
+    // SIGUSR1: the log file is reopened (rotation).
+    let rotated = dir.path().join("server.log.1");
+    std::fs::rename(&p.log, &rotated).unwrap();
+    p.signal(libc::SIGUSR1);
+    wait_log_contains(&p.log, "Reopened log file");
+    assert!(std::net::TcpStream::connect(&p.client).is_ok());
+
+    // SIGTERM: nats-server exits with status 1, after a [DBG] trap line
+    // (debug is now on).
+    p.signal(libc::SIGTERM);
+    let st = p
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits on SIGTERM");
+    assert_eq!(st.code(), Some(1));
+    let text = wait_log_contains(&p.log, "Server Exiting..");
+    assert!(
+        text.contains("[DBG] Trapped \"terminated\" signal"),
+        "{text}"
+    );
+}
+
+#[test]
+fn compat_nats_server_lame_duck_without_clients_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // Default grace period (10 s): nats-server skips it when nobody is
+    // connected, so must we.
+    let mut p = start(dir.path(), &["-a", "127.0.0.1", "-p", "-1"]);
+    let t0 = Instant::now();
+    p.signal(libc::SIGUSR2);
+    let st = p.wait_exit(Duration::from_secs(5)).expect("exits promptly");
+    assert!(st.success(), "{st}");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    let text = wait_log_contains(&p.log, "Server Exiting..");
+    let ldm = text.find("Entering lame duck mode").unwrap();
+    let shut = text.find("Initiating Shutdown...").unwrap();
+    assert!(ldm < shut, "{text}");
 }

@@ -35,12 +35,27 @@ LISTEN_RE = re.compile(r"Listening for client connections on (.+):(\d+)")
 READY_RE = re.compile(r"Server is ready")
 
 
-@pytest.fixture
-def path_env(tmp_path):
-    """A PATH whose first entry holds a `nats-server` symlink to our binary."""
+def _reference():
+    """Debian's nats-server (the reference behaviour), when installed."""
+    for d in ("/usr/sbin", "/usr/bin"):
+        p = os.path.join(d, "nats-server")
+        if os.path.isfile(p) and not os.path.islink(p):
+            return p
+    return None
+
+
+# Every test runs against our binary and, when it is installed (scripts/test.sh
+# installs it), against the reference server too: the same assertions must
+# hold for both, which keeps the tests honest about nats-server behaviour.
+IMPLS = [("liftbridge", BIN)] + ([("reference", _reference())] if _reference() else [])
+
+
+@pytest.fixture(params=IMPLS, ids=[name for name, _ in IMPLS])
+def path_env(request, tmp_path):
+    """A PATH whose first entry holds a `nats-server` symlink to the binary under test."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    os.symlink(os.path.abspath(BIN), bindir / "nats-server")
+    os.symlink(os.path.abspath(request.param[1]), bindir / "nats-server")
     env = dict(os.environ)
     env["PATH"] = f"{bindir}:{env.get('PATH', '')}"
     return env
@@ -256,6 +271,67 @@ async def test_compat_new_harness_lame_duck_sigusr2(path_env):
         proc.send_signal(signal.SIGUSR2)
         await asyncio.wait_for(ldm.wait(), 5)
         await nc.close()
+    finally:
+        proc.kill()
+        await proc.wait()
+
+
+def user_nkey():
+    """A fresh user nkey pair: (seed string, public key string)."""
+    import nkeys
+
+    seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+    return seed.decode(), nkeys.from_seed(seed).public_key.decode()
+
+
+@pytest.mark.asyncio
+async def test_compat_config_nkeys_and_permissions(path_env, tmp_path):
+    """As nats.py's ClientNkeysAuthTest: a config file with nkey users; the
+    client signs the INFO nonce with its seed. Plus per-user permissions."""
+    seed, pub = user_nkey()
+    other_seed, _ = user_nkey()
+    seed_file = tmp_path / "user.nk"
+    seed_file.write_text(seed)
+    conf = tmp_path / "nkeys.conf"
+    conf.write_text(
+        "authorization {\n"
+        "  users = [\n"
+        f"    {{ nkey: {pub}, permissions: {{ publish: \"ok.>\", subscribe: {{ allow: \"ok.>\", deny: \"ok.secret\" }} }} }}\n"
+        "  ]\n"
+        "}\n"
+    )
+    proc, host, port = await start_new_style(path_env, "--config", str(conf))
+    try:
+        errors = []
+
+        async def err_cb(e):
+            errors.append(str(e))
+
+        nc = await nats.connect(f"nats://{host}:{port}", nkeys_seed=str(seed_file), error_cb=err_cb)
+        sub = await nc.subscribe("ok.>")
+        await nc.publish("ok.a", b"1")
+        msg = await sub.next_msg(timeout=5)
+        assert msg.subject == "ok.a"
+        # Publishing outside the allow list is refused by the server.
+        await nc.publish("nope", b"x")
+        await nc.subscribe("ok.secret")
+        await nc.flush()
+        for _ in range(50):
+            if len(errors) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        text = " ".join(errors).lower()
+        assert 'permissions violation for publish to "nope"' in text, errors
+        assert 'permissions violation for subscription to "ok.secret"' in text, errors
+        await nc.close()
+
+        with pytest.raises(Exception):
+            await nats.connect(
+                f"nats://{host}:{port}",
+                nkeys_seed_str=other_seed,
+                allow_reconnect=False,
+                connect_timeout=2,
+            )
     finally:
         proc.kill()
         await proc.wait()
