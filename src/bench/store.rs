@@ -269,6 +269,35 @@ fn disk_baseline(
     Ok(total as f64 / start.elapsed().as_secs_f64())
 }
 
+/// The storage engine's own ceiling on this machine: `batches` transactions
+/// of 1000 raw inserts of `value_len`-byte values keyed by u64, without
+/// fsync, without our encoding or time index (records/s).
+fn engine_ceiling(dir: &Path, value_len: usize, batches: u64) -> anyhow::Result<f64> {
+    const T: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("t");
+    let path = dir.join("engine-ceiling.redb");
+    let _ = std::fs::remove_file(&path);
+    let db = redb::Database::builder().create(&path)?;
+    let v = vec![7u8; value_len];
+    let start = Instant::now();
+    let mut k = 0u64;
+    for _ in 0..batches {
+        let mut tx = db.begin_write()?;
+        tx.set_durability(redb::Durability::None);
+        {
+            let mut t = tx.open_table(T)?;
+            for _ in 0..1000 {
+                t.insert(k, v.as_slice())?;
+                k += 1;
+            }
+        }
+        tx.commit()?;
+    }
+    let rate = k as f64 / start.elapsed().as_secs_f64();
+    drop(db);
+    std::fs::remove_file(&path)?;
+    Ok(rate)
+}
+
 /// Runs the whole benchmark and prints markdown tables.
 pub fn run(opts: StoreBenchOptions) -> anyhow::Result<()> {
     let tmp;
@@ -305,6 +334,12 @@ fn tempdir_in_cwd() -> anyhow::Result<TempDir> {
 
 async fn run_async(dir: &Path, opts: &StoreBenchOptions) -> anyhow::Result<()> {
     let interval = SyncPolicy::Interval(Duration::from_millis(opts.interval_ms));
+    let d = dir.to_owned();
+    let ceiling = tokio::task::spawn_blocking(move || engine_ceiling(&d, 160, 200)).await??;
+    println!(
+        "Engine ceiling on this machine now (redb, 1000 raw 160 B inserts per non-durable commit, no index): {} inserts/s\n",
+        fmt_rate(ceiling)
+    );
     println!(
         "## Append throughput ({} s per case, 4 appends in flight per partition)\n",
         opts.seconds

@@ -56,7 +56,7 @@ const CACHE_BYTES: usize = 64 << 20;
 const MAX_BATCH_BYTES: usize = 64 << 20;
 /// Records removed per retention transaction: small enough that appends
 /// queued meanwhile wait only for one short transaction.
-const RETENTION_CHUNK: u64 = 4096;
+const RETENTION_CHUNK: u64 = 1024;
 /// File name suffix of a partition database.
 const SUFFIX: &str = ".redb";
 
