@@ -56,7 +56,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{Config, Raft, ServerState, SnapshotPolicy};
+use openraft::{ChangeMembers, Config, Raft, ServerState, SnapshotPolicy};
 use rand::Rng;
 use tokio::sync::watch;
 
@@ -200,12 +200,14 @@ impl Metadata {
     ) -> Result<Metadata, MetaError> {
         let dir = data_dir.join("raft");
         let db = RaftDb::open(&dir).await?;
+        let mut previous_id = None;
         let raft_id = match db.identity().await? {
             Some(id) => {
                 if node.id.is_empty() {
                     node.id = id.server_id.clone();
                 }
                 if node.id != id.server_id {
+                    previous_id = Some(id.server_id.clone());
                     // The Raft id stays: it is what the stored membership knows.
                     db.set_identity(&Identity {
                         raft_id: id.raft_id,
@@ -272,23 +274,55 @@ impl Metadata {
                 .map_err(|e| MetaError::Raft(e.to_string()))?;
         }
         if bootstrap || initialized {
-            md.register_self().await?;
+            md.register_self(previous_id).await?;
         }
         Ok(md)
     }
 
     /// Registers this node as a broker once it leads (single-node groups
     /// always elect themselves); a node that does not lead leaves it to later.
-    async fn register_self(&self) -> Result<(), MetaError> {
+    ///
+    /// When the data directory was created under another server id
+    /// (`previous_id`), that broker is replaced so that the streams this node
+    /// led are still led by it. The Raft membership's copy of this node's
+    /// addresses is refreshed too (ports may change between runs).
+    async fn register_self(&self, previous_id: Option<String>) -> Result<(), MetaError> {
         if !self.wait_for_leader().await {
             return Ok(());
         }
         if self.raft_leader() != Some(self.raft_id) {
             return Ok(());
         }
-        if self.state().brokers.get(&self.node.id) != Some(&*self.node) {
-            self.propose(MetaCommand::RegisterBroker((*self.node).clone()))
+        let member = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&self.raft_id)
+            .cloned();
+        if member.as_ref() != Some(&*self.node) {
+            let nodes = BTreeMap::from([(self.raft_id, (*self.node).clone())]);
+            self.raft
+                .change_membership(ChangeMembers::SetNodes(nodes), true)
+                .await
+                .map_err(|e| MetaError::Raft(e.to_string()))?;
+        }
+        let state = self.state();
+        match previous_id {
+            Some(old) if state.brokers.contains_key(&old) => {
+                self.propose_ok(MetaCommand::ReplaceBroker {
+                    old,
+                    new: (*self.node).clone(),
+                })
                 .await?;
+            }
+            _ => {
+                if state.brokers.get(&self.node.id) != Some(&*self.node) {
+                    self.propose_ok(MetaCommand::RegisterBroker((*self.node).clone()))
+                        .await?;
+                }
+            }
         }
         Ok(())
     }

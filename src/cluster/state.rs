@@ -148,6 +148,16 @@ impl StreamMeta {
 pub enum MetaCommand {
     /// Adds or updates a server in the address book.
     RegisterBroker(NodeInfo),
+    /// Replaces a broker by another (a server restarted on the same data with
+    /// a new server id): the old entry goes, and every partition's leader,
+    /// replicas and ISR name the new id. Epochs are unchanged: the data and
+    /// the process are the same.
+    ReplaceBroker {
+        /// Server id being replaced.
+        old: String,
+        /// The new identity.
+        new: NodeInfo,
+    },
     /// Creates a stream. Replicas are placed at apply time on the brokers with
     /// the fewest partitions (ties by id), the first replica leads.
     CreateStream {
@@ -324,6 +334,29 @@ impl MetadataState {
         match cmd {
             MetaCommand::RegisterBroker(b) => {
                 self.brokers.insert(b.id.clone(), b.clone());
+                Ok(())
+            }
+            MetaCommand::ReplaceBroker { old, new } => {
+                if self.brokers.remove(old).is_none() {
+                    return Err(ApplyError::Invalid {
+                        reason: format!("unknown broker {old:?}"),
+                    });
+                }
+                let rename = |id: &mut String| {
+                    if id == old {
+                        *id = new.id.clone();
+                    }
+                };
+                for p in self
+                    .streams
+                    .values_mut()
+                    .flat_map(|s| s.partitions.iter_mut())
+                {
+                    rename(&mut p.leader);
+                    p.replicas.iter_mut().for_each(rename);
+                    p.isr.iter_mut().for_each(rename);
+                }
+                self.brokers.insert(new.id.clone(), new.clone());
                 Ok(())
             }
             MetaCommand::CreateStream {
@@ -655,6 +688,35 @@ mod tests {
             }),
             MetaResponse::Rejected(ApplyError::StreamNotFound { name: "zz".into() })
         );
+    }
+
+    #[test]
+    fn replace_broker_renames_everywhere() {
+        let mut s = MetadataState::default();
+        s.apply(&broker("old"));
+        s.apply(&create("a", 1, 2));
+        let new = NodeInfo {
+            id: "new".into(),
+            ..Default::default()
+        };
+        let cmd = MetaCommand::ReplaceBroker {
+            old: "old".into(),
+            new: new.clone(),
+        };
+        assert_eq!(s.apply(&cmd), MetaResponse::Ok);
+        assert!(!s.brokers.contains_key("old"));
+        assert_eq!(s.brokers.get("new"), Some(&new));
+        for p in &s.stream("a").unwrap().partitions {
+            assert_eq!(
+                (p.leader.as_str(), p.replicas.clone(), p.isr.clone()),
+                ("new", vec!["new".to_string()], vec!["new".to_string()])
+            );
+            assert_eq!(p.epoch, 0);
+        }
+        assert!(matches!(
+            s.apply(&cmd),
+            MetaResponse::Rejected(ApplyError::Invalid { .. })
+        ));
     }
 
     #[test]

@@ -340,3 +340,32 @@ async fn cluster_internal_streams_created_once() {
     );
     md.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn cluster_restart_with_new_server_id_and_ports() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let md = Metadata::open(dir.path(), node("first"), true).await.unwrap();
+        md.propose_ok(create("a", 2)).await.unwrap();
+        md.shutdown().await.unwrap();
+    }
+    let mut renamed = node("second");
+    renamed.port = 19999;
+    let md = Metadata::open(dir.path(), renamed.clone(), true).await.unwrap();
+    assert!(md.is_leader());
+    assert_eq!(md.node().id, "second");
+    assert_eq!(md.leader_id().as_deref(), Some("second"), "membership carries the new identity");
+    let st = md.state();
+    assert_eq!(st.brokers.keys().collect::<Vec<_>>(), ["second"]);
+    assert_eq!(st.brokers["second"].port, 19999);
+    for p in &st.stream("a").unwrap().partitions {
+        assert_eq!(p.leader, "second");
+        assert_eq!(p.isr, ["second"]);
+    }
+    md.shutdown().await.unwrap();
+    // And the rename itself survives another restart (empty id = the stored one).
+    let md = Metadata::open(dir.path(), node(""), true).await.unwrap();
+    assert_eq!(md.node().id, "second");
+    assert_eq!(md.state().stream("a").unwrap().partitions[0].leader, "second");
+    md.shutdown().await.unwrap();
+}
