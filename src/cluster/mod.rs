@@ -61,8 +61,8 @@ use rand::Rng;
 use tokio::sync::watch;
 
 pub use state::{
-    ApplyError, EventTimestamps, MetaCommand, MetaResponse, MetadataState, NodeInfo, PartitionMeta,
-    StreamConfig, StreamMeta,
+    ApplyError, EventTimestamps, GroupMeta, MetaCommand, MetaResponse, MetadataState, NodeInfo,
+    PartitionMeta, StreamConfig, StreamMeta,
 };
 pub use store::StoreError;
 

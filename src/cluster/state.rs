@@ -237,6 +237,97 @@ pub enum MetaCommand {
         /// Replica joining the ISR (must be a replica).
         replica: String,
     },
+    /// Adds (or updates) a consumer in a group, creating the group with
+    /// `coordinator` when it does not exist. Bumps the group epoch when the
+    /// membership changes.
+    JoinConsumerGroup {
+        /// Group id.
+        group_id: String,
+        /// Consumer id.
+        consumer_id: String,
+        /// Streams the consumer reads (must exist).
+        streams: Vec<String>,
+        /// Coordinator for a new group (a registered broker), chosen by the proposer.
+        coordinator: String,
+    },
+    /// Removes a consumer from a group (`expired`: evicted by the coordinator
+    /// after `groups.consumer.timeout`). An empty group is deleted.
+    LeaveConsumerGroup {
+        /// Group id.
+        group_id: String,
+        /// Consumer id.
+        consumer_id: String,
+        /// Whether the consumer timed out rather than left.
+        expired: bool,
+    },
+    /// Moves a group to a new coordinator, fenced by the epoch the reporters saw.
+    ChangeGroupCoordinator {
+        /// Group id.
+        group_id: String,
+        /// New coordinator (a registered broker).
+        coordinator: String,
+        /// The group epoch the change is based on; a stale one is rejected.
+        epoch: u64,
+    },
+}
+
+/// A consumer group (spec §1.7).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMeta {
+    /// Group id.
+    pub id: String,
+    /// Server id of the coordinator.
+    pub coordinator: String,
+    /// Bumped on every membership or coordinator change; fences stale
+    /// coordinators and assignments.
+    pub epoch: u64,
+    /// Members: consumer id → streams it reads.
+    pub members: BTreeMap<String, Vec<String>>,
+}
+
+impl GroupMeta {
+    /// Partition assignments: consumer id → stream → partition ids.
+    ///
+    /// Deterministic (every node computes the same): streams in name order,
+    /// partitions in id order, each to the subscribed member with the fewest
+    /// partitions so far, ties broken by consumer id. Streams that no longer
+    /// exist are skipped.
+    pub fn assignments(
+        &self,
+        state: &MetadataState,
+    ) -> BTreeMap<String, BTreeMap<String, Vec<i32>>> {
+        let mut out: BTreeMap<String, BTreeMap<String, Vec<i32>>> = self
+            .members
+            .keys()
+            .map(|c| (c.clone(), BTreeMap::new()))
+            .collect();
+        let mut load: BTreeMap<&str, usize> =
+            self.members.keys().map(|c| (c.as_str(), 0)).collect();
+        let streams: std::collections::BTreeSet<&String> =
+            self.members.values().flatten().collect();
+        for name in streams {
+            let Some(stream) = state.stream(name) else {
+                continue;
+            };
+            for p in &stream.partitions {
+                let pick = self
+                    .members
+                    .iter()
+                    .filter(|(_, s)| s.contains(name))
+                    .map(|(c, _)| c.as_str())
+                    .min_by_key(|c| (load.get(c).copied().unwrap_or(0), *c));
+                if let Some(c) = pick {
+                    *load.entry(c).or_default() += 1;
+                    out.entry(c.to_string())
+                        .or_default()
+                        .entry(name.clone())
+                        .or_default()
+                        .push(p.id);
+                }
+            }
+        }
+        out
+    }
 }
 
 /// Why a command was rejected at apply time.
@@ -267,6 +358,30 @@ pub enum ApplyError {
     Invalid {
         /// Explanation.
         reason: String,
+    },
+    /// No consumer group of this id (gRPC NOT_FOUND).
+    #[error("consumer group {group:?} not found")]
+    GroupNotFound {
+        /// Group id.
+        group: String,
+    },
+    /// The consumer is not a member of the group (gRPC FAILED_PRECONDITION).
+    #[error("consumer {consumer:?} is not a member of group {group:?}")]
+    NotMember {
+        /// Group id.
+        group: String,
+        /// Consumer id.
+        consumer: String,
+    },
+    /// The request was based on an old group epoch (gRPC FAILED_PRECONDITION).
+    #[error("group {group:?} epoch is {current}, request was for {requested}")]
+    EpochMismatch {
+        /// Group id.
+        group: String,
+        /// Current epoch.
+        current: u64,
+        /// Epoch in the request.
+        requested: u64,
     },
 }
 
@@ -299,12 +414,20 @@ pub struct MetadataState {
     pub streams: BTreeMap<String, StreamMeta>,
     /// Brokers by server id.
     pub brokers: BTreeMap<String, NodeInfo>,
+    /// Consumer groups by id.
+    #[serde(default)]
+    pub groups: BTreeMap<String, GroupMeta>,
 }
 
 impl MetadataState {
     /// The stream of this name.
     pub fn stream(&self, name: &str) -> Option<&StreamMeta> {
         self.streams.get(name)
+    }
+
+    /// The consumer group of this id.
+    pub fn group(&self, id: &str) -> Option<&GroupMeta> {
+        self.groups.get(id)
     }
 
     /// Number of partitions (replicas) each broker holds, and how many it leads.
@@ -336,6 +459,94 @@ impl MetadataState {
                 self.brokers.insert(b.id.clone(), b.clone());
                 Ok(())
             }
+            MetaCommand::JoinConsumerGroup {
+                group_id,
+                consumer_id,
+                streams,
+                coordinator,
+            } => {
+                if group_id.is_empty() || consumer_id.is_empty() || streams.is_empty() {
+                    return Err(ApplyError::Invalid {
+                        reason: "group id, consumer id and streams are required".into(),
+                    });
+                }
+                if let Some(missing) = streams.iter().find(|s| !self.streams.contains_key(*s)) {
+                    return Err(ApplyError::StreamNotFound {
+                        name: missing.clone(),
+                    });
+                }
+                if !self.groups.contains_key(group_id) && !self.brokers.contains_key(coordinator) {
+                    return Err(ApplyError::Invalid {
+                        reason: format!("coordinator {coordinator:?} is not a known server"),
+                    });
+                }
+                let group = self
+                    .groups
+                    .entry(group_id.clone())
+                    .or_insert_with(|| GroupMeta {
+                        id: group_id.clone(),
+                        coordinator: coordinator.clone(),
+                        ..Default::default()
+                    });
+                let mut wanted = streams.clone();
+                wanted.sort();
+                wanted.dedup();
+                if group.members.get(consumer_id) != Some(&wanted) {
+                    group.members.insert(consumer_id.clone(), wanted);
+                    group.epoch += 1;
+                }
+                Ok(())
+            }
+            MetaCommand::LeaveConsumerGroup {
+                group_id,
+                consumer_id,
+                expired: _,
+            } => {
+                let group =
+                    self.groups
+                        .get_mut(group_id)
+                        .ok_or_else(|| ApplyError::GroupNotFound {
+                            group: group_id.clone(),
+                        })?;
+                if group.members.remove(consumer_id).is_none() {
+                    return Err(ApplyError::NotMember {
+                        group: group_id.clone(),
+                        consumer: consumer_id.clone(),
+                    });
+                }
+                group.epoch += 1;
+                if group.members.is_empty() {
+                    self.groups.remove(group_id);
+                }
+                Ok(())
+            }
+            MetaCommand::ChangeGroupCoordinator {
+                group_id,
+                coordinator,
+                epoch,
+            } => {
+                if !self.brokers.contains_key(coordinator) {
+                    return Err(ApplyError::Invalid {
+                        reason: format!("coordinator {coordinator:?} is not a known server"),
+                    });
+                }
+                let group =
+                    self.groups
+                        .get_mut(group_id)
+                        .ok_or_else(|| ApplyError::GroupNotFound {
+                            group: group_id.clone(),
+                        })?;
+                if group.epoch != *epoch {
+                    return Err(ApplyError::EpochMismatch {
+                        group: group_id.clone(),
+                        current: group.epoch,
+                        requested: *epoch,
+                    });
+                }
+                group.coordinator = coordinator.clone();
+                group.epoch += 1;
+                Ok(())
+            }
             MetaCommand::ReplaceBroker { old, new } => {
                 if self.brokers.remove(old).is_none() {
                     return Err(ApplyError::Invalid {
@@ -347,6 +558,9 @@ impl MetadataState {
                         *id = new.id.clone();
                     }
                 };
+                for g in self.groups.values_mut() {
+                    rename(&mut g.coordinator);
+                }
                 for p in self
                     .streams
                     .values_mut()
@@ -688,6 +902,80 @@ mod tests {
             }),
             MetaResponse::Rejected(ApplyError::StreamNotFound { name: "zz".into() })
         );
+    }
+
+    #[test]
+    fn consumer_groups_join_leave_coordinator_and_assignments() {
+        let mut s = MetadataState::default();
+        s.apply(&broker("b1"));
+        s.apply(&broker("b2"));
+        s.apply(&create("a", 1, 3));
+        s.apply(&create("b", 1, 1));
+        let join = |c: &str, streams: &[&str]| MetaCommand::JoinConsumerGroup {
+            group_id: "g".into(),
+            consumer_id: c.into(),
+            streams: streams.iter().map(|s| s.to_string()).collect(),
+            coordinator: "b1".into(),
+        };
+        assert_eq!(
+            s.apply(&join("c1", &["nope"])),
+            MetaResponse::Rejected(ApplyError::StreamNotFound {
+                name: "nope".into()
+            })
+        );
+        assert!(s.group("g").is_none());
+        assert_eq!(s.apply(&join("c1", &["a", "b"])), MetaResponse::Ok);
+        let g = s.group("g").unwrap();
+        assert_eq!((g.coordinator.as_str(), g.epoch), ("b1", 1));
+        // Rejoining with the same streams changes nothing.
+        s.apply(&join("c1", &["b", "a"]));
+        assert_eq!(s.group("g").unwrap().epoch, 1);
+        s.apply(&join("c2", &["a"]));
+        let g = s.group("g").unwrap().clone();
+        assert_eq!(g.epoch, 2);
+        let a = g.assignments(&s);
+        // Stream a: p0 → c1 (tie, id order), p1 → c2, p2 → c1 (tie again);
+        // stream b is read by c1 only.
+        assert_eq!(a["c1"]["a"], vec![0, 2]);
+        assert_eq!(a["c2"]["a"], vec![1]);
+        assert_eq!(a["c1"]["b"], vec![0]);
+        assert!(!a["c2"].contains_key("b"));
+        // A stale coordinator change is fenced; a current one applies.
+        let change = |epoch| MetaCommand::ChangeGroupCoordinator {
+            group_id: "g".into(),
+            coordinator: "b2".into(),
+            epoch,
+        };
+        assert!(matches!(
+            s.apply(&change(1)),
+            MetaResponse::Rejected(ApplyError::EpochMismatch {
+                current: 2,
+                requested: 1,
+                ..
+            })
+        ));
+        assert_eq!(s.apply(&change(2)), MetaResponse::Ok);
+        assert_eq!(s.group("g").unwrap().coordinator, "b2");
+        let leave = |c: &str| MetaCommand::LeaveConsumerGroup {
+            group_id: "g".into(),
+            consumer_id: c.into(),
+            expired: false,
+        };
+        assert_eq!(s.apply(&leave("c1")), MetaResponse::Ok);
+        assert!(matches!(
+            s.apply(&leave("c1")),
+            MetaResponse::Rejected(ApplyError::NotMember { .. })
+        ));
+        assert_eq!(
+            s.group("g").unwrap().assignments(&s)["c2"]["a"],
+            vec![0, 1, 2]
+        );
+        assert_eq!(s.apply(&leave("c2")), MetaResponse::Ok);
+        assert!(s.group("g").is_none(), "an empty group is deleted");
+        assert!(matches!(
+            s.apply(&leave("c2")),
+            MetaResponse::Rejected(ApplyError::GroupNotFound { .. })
+        ));
     }
 
     #[test]
