@@ -1,7 +1,9 @@
 //! Metadata through Raft (openraft 0.9) with redb storage.
 //!
-//! Every metadata change — create/delete/pause/resume/readonly of a stream,
-//! broker registration, later leader and ISR changes — is a `MetaCommand`
+//! Every metadata change — create/delete/pause/resume/readonly of a stream
+//! (internal `__cursors`/`__activity` included), broker registration,
+//! consumer-group membership and coordinator, leader and ISR changes
+//! (defined, used once replication exists) — is a `MetaCommand`
 //! appended to one openraft group and applied by a deterministic state
 //! machine (`state::MetadataState`). On a single node the group has one
 //! member, bootstrapped at first start; clustering adds members and a network
@@ -11,7 +13,8 @@
 //! - `state`: the metadata model and the pure `apply` function;
 //! - `store`: Raft log, vote, committed/purged markers and snapshots in
 //!   `<data>/raft/raft.redb` (all redb calls on the blocking pool);
-//! - `network`: the peer transport (none yet: every RPC is `Unreachable`).
+//! - `network`: the peer transport (none yet: every RPC is `Unreachable`);
+//! - `internal`: the internal streams' create commands.
 //!
 //! Public API (used by the gRPC API and the partition layer):
 //!
@@ -23,6 +26,7 @@
 //! metadata.state() -> Arc<MetadataState>                             // latest applied
 //! metadata.watch() -> watch::Receiver<Arc<MetadataState>>            // every apply
 //! metadata.is_leader() -> bool
+//! metadata.leader_id() -> Option<String>                              // server id of the controller
 //! metadata.node() -> &NodeInfo                                        // server id in use
 //! metadata.compact() -> Result<u64, MetaError>                        // snapshot + purge
 //! metadata.shutdown() -> Result<(), MetaError>   // call before reopening the same dir
@@ -36,9 +40,19 @@
 //!
 //! `propose` returns `Ok(MetaResponse::Rejected(ApplyError::..))` when the
 //! command was committed but rejected at apply (stream exists, not found, bad
-//! partition, bad replication factor): those checks are linearizable. It
+//! partition, bad replication factor, unknown group, stale group epoch):
+//! those checks are linearizable. Suggested gRPC mapping: AlreadyExists →
+//! ALREADY_EXISTS; StreamNotFound, PartitionNotFound, GroupNotFound →
+//! NOT_FOUND; Invalid → INVALID_ARGUMENT; NotMember, EpochMismatch →
+//! FAILED_PRECONDITION. It
 //! returns `Err(MetaError::NoLeader)` ("no known metadata leader", gRPC
 //! INTERNAL) when no leader shows up within `MetadataOptions::leader_wait`.
+//!
+//! Identity: the Raft node id is random, chosen once per data directory and
+//! stored with the server id; an empty `NodeInfo::id` reuses the stored
+//! server id. A restart under a new server id replaces the old broker
+//! everywhere (`MetaCommand::ReplaceBroker`), so the node keeps leading its
+//! partitions; new addresses are refreshed in the Raft membership.
 //!
 //! Must not: block a tokio worker (redb runs on the blocking pool), read a
 //! clock inside `apply` (timestamps come in the command), or change metadata
