@@ -208,10 +208,26 @@ impl Metadata {
     /// Like `open`, with explicit options.
     pub async fn open_with(
         data_dir: &Path,
-        mut node: NodeInfo,
+        node: NodeInfo,
         bootstrap: bool,
         opts: MetadataOptions,
     ) -> Result<Metadata, MetaError> {
+        Self::open_with_network(data_dir, node, bootstrap, opts, network::NoPeers).await
+    }
+
+    /// Like `open_with`, with the transport to peers. This is the only
+    /// difference between a single node and a cluster member: the log store,
+    /// state machine and `propose` path are the same.
+    pub async fn open_with_network<N>(
+        data_dir: &Path,
+        mut node: NodeInfo,
+        bootstrap: bool,
+        opts: MetadataOptions,
+        network: N,
+    ) -> Result<Metadata, MetaError>
+    where
+        N: openraft::RaftNetworkFactory<TypeConfig>,
+    {
         let dir = data_dir.join("raft");
         let db = RaftDb::open(&dir).await?;
         let mut previous_id = None;
@@ -262,7 +278,7 @@ impl Metadata {
         let log_store = LogStore::new(db.clone());
         let sm = StateMachine::open(db.clone()).await?;
         let rx = sm.subscribe();
-        let raft = Raft::new(raft_id, Arc::new(config), network::NoPeers, log_store, sm)
+        let raft = Raft::new(raft_id, Arc::new(config), network, log_store, sm)
             .await
             .map_err(|e| MetaError::Raft(e.to_string()))?;
 
@@ -471,7 +487,34 @@ impl Metadata {
         Ok(applied.index)
     }
 
-    /// The underlying openraft handle (for metrics and, later, membership).
+    /// This node's Raft id (stable for its data directory).
+    pub fn raft_id(&self) -> u64 {
+        self.raft_id
+    }
+
+    /// Adds a server to the group as a voter (leader only): it joins as a
+    /// learner, catches up, then becomes a voter; it is also registered as a
+    /// broker. Idempotent for a server that is already a voter.
+    pub async fn add_voter(&self, raft_id: u64, node: NodeInfo) -> Result<(), MetaError> {
+        let map_err = |e: RaftError<u64, ClientWriteError<u64, NodeInfo>>| match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => match f.leader_node {
+                Some(n) => MetaError::NotLeader { leader: n.id },
+                None => MetaError::NoLeader,
+            },
+            other => MetaError::Raft(other.to_string()),
+        };
+        self.raft
+            .add_learner(raft_id, node.clone(), true)
+            .await
+            .map_err(map_err)?;
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds([raft_id].into()), false)
+            .await
+            .map_err(map_err)?;
+        self.propose_ok(MetaCommand::RegisterBroker(node)).await
+    }
+
+    /// The underlying openraft handle (metrics, RPC entry points for a transport).
     pub fn raft(&self) -> &Raft<TypeConfig> {
         &self.raft
     }

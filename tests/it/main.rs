@@ -5,5 +5,6 @@
 
 mod cluster_crash;
 mod cluster_meta;
+mod cluster_router;
 mod cluster_storage;
 mod config_liftbridge;
