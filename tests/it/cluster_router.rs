@@ -1,7 +1,7 @@
 //! Three metadata nodes over an in-process transport: the same log store,
 //! state machine and `propose` path as a single node, plus members and a
-//! network. Checks replication to followers, a leader failure and a new
-//! leader continuing from the replicated state.
+//! network. Checks snapshot installation and replication to followers, a
+//! leader failure and a new leader continuing from the replicated state.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -149,6 +149,10 @@ async fn cluster_three_nodes_replicate_and_survive_leader_loss() {
         nodes.push(md);
     }
     assert!(nodes[0].is_leader());
+    // State written and compacted before the others join reaches them only
+    // through a snapshot (the log behind it is purged).
+    nodes[0].propose_ok(create("before", 1)).await.unwrap();
+    nodes[0].compact().await.unwrap();
     for md in &nodes[1..] {
         nodes[0]
             .add_voter(md.raft_id(), md.node().clone())
@@ -158,7 +162,18 @@ async fn cluster_three_nodes_replicate_and_survive_leader_loss() {
     // Replication factor 3 is valid now that three brokers are registered.
     nodes[0].propose_ok(create("rf3", 3)).await.unwrap();
     for md in &nodes {
-        wait_state(md, |s| s.stream("rf3").is_some() && s.brokers.len() == 3).await;
+        wait_state(md, |s| {
+            s.stream("rf3").is_some() && s.stream("before").is_some() && s.brokers.len() == 3
+        })
+        .await;
+    }
+    for md in &nodes[1..] {
+        let snap = md.raft().metrics().borrow().snapshot;
+        assert!(
+            snap.is_some(),
+            "follower {} installed the leader's snapshot",
+            md.node().id
+        );
     }
     // A follower does not accept writes: it names the leader.
     match nodes[1].propose(create("x", 1)).await {
