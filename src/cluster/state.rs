@@ -1053,3 +1053,177 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn name() -> impl Strategy<Value = String> {
+        prop::sample::select(vec!["a", "b", "c"]).prop_map(str::to_string)
+    }
+    fn server() -> impl Strategy<Value = String> {
+        prop::sample::select(vec!["s1", "s2", "s3", "s4"]).prop_map(str::to_string)
+    }
+    fn parts() -> impl Strategy<Value = Vec<i32>> {
+        prop::collection::vec(0i32..4, 0..3)
+    }
+
+    fn command() -> impl Strategy<Value = MetaCommand> {
+        prop_oneof![
+            server().prop_map(|id| MetaCommand::RegisterBroker(NodeInfo {
+                id,
+                ..Default::default()
+            })),
+            (name(), -2i32..4, -1i32..4).prop_map(|(n, rf, p)| MetaCommand::CreateStream {
+                subject: n.clone(),
+                name: n,
+                group: String::new(),
+                replication_factor: rf,
+                partitions: p,
+                config: StreamConfig::default(),
+                creation_timestamp_ns: 1,
+            }),
+            name().prop_map(|name| MetaCommand::DeleteStream { name }),
+            (name(), parts(), any::<bool>(), 1i64..100).prop_map(
+                |(name, partitions, resume_all, timestamp_ns)| {
+                    MetaCommand::PauseStream {
+                        name,
+                        partitions,
+                        resume_all,
+                        timestamp_ns,
+                    }
+                }
+            ),
+            (name(), parts())
+                .prop_map(|(name, partitions)| MetaCommand::ResumeStream { name, partitions }),
+            (name(), parts(), any::<bool>(), 1i64..100).prop_map(
+                |(name, partitions, readonly, timestamp_ns)| {
+                    MetaCommand::SetStreamReadonly {
+                        name,
+                        partitions,
+                        readonly,
+                        timestamp_ns,
+                    }
+                }
+            ),
+            (name(), 0i32..4, server()).prop_map(|(name, partition, leader)| {
+                MetaCommand::ChangeLeader {
+                    name,
+                    partition,
+                    leader,
+                }
+            }),
+            (name(), 0i32..4, server()).prop_map(|(name, partition, replica)| {
+                MetaCommand::ShrinkIsr {
+                    name,
+                    partition,
+                    replica,
+                }
+            }),
+            (name(), 0i32..4, server()).prop_map(|(name, partition, replica)| {
+                MetaCommand::ExpandIsr {
+                    name,
+                    partition,
+                    replica,
+                }
+            }),
+            (
+                name(),
+                server(),
+                prop::collection::vec(name(), 0..3),
+                server()
+            )
+                .prop_map(|(g, c, streams, coord)| {
+                    MetaCommand::JoinConsumerGroup {
+                        group_id: g,
+                        consumer_id: c,
+                        streams,
+                        coordinator: coord,
+                    }
+                }),
+            (name(), server(), any::<bool>()).prop_map(|(g, c, expired)| {
+                MetaCommand::LeaveConsumerGroup {
+                    group_id: g,
+                    consumer_id: c,
+                    expired,
+                }
+            }),
+            (name(), server(), 0u64..4).prop_map(|(g, coordinator, epoch)| {
+                MetaCommand::ChangeGroupCoordinator {
+                    group_id: g,
+                    coordinator,
+                    epoch,
+                }
+            }),
+        ]
+    }
+
+    fn check_invariants(s: &MetadataState) {
+        for st in s.streams.values() {
+            assert!(!st.partitions.is_empty());
+            for (i, p) in st.partitions.iter().enumerate() {
+                assert_eq!(p.id as usize, i, "partition ids are their index");
+                assert!(
+                    p.leader.is_empty() || p.replicas.contains(&p.leader),
+                    "leader is a replica"
+                );
+                assert!(
+                    p.isr.iter().all(|r| p.replicas.contains(r)),
+                    "isr within replicas"
+                );
+                assert!(p.leader_epoch <= p.epoch, "leader changes bump both epochs");
+                if p.paused {
+                    assert_ne!(
+                        p.pause_timestamps.latest_ns, 0,
+                        "a paused partition has a pause time"
+                    );
+                }
+                assert!(!p.resume_all || p.paused, "resume_all only while paused");
+            }
+        }
+        for g in s.groups.values() {
+            assert!(!g.members.is_empty(), "empty groups are deleted");
+            // Every partition of every read stream is assigned exactly once.
+            let assigned = g.assignments(s);
+            let streams: std::collections::BTreeSet<&String> =
+                g.members.values().flatten().collect();
+            for name in streams {
+                if let Some(st) = s.stream(name) {
+                    let mut got: Vec<i32> = assigned
+                        .values()
+                        .filter_map(|m| m.get(name))
+                        .flatten()
+                        .copied()
+                        .collect();
+                    got.sort();
+                    let want: Vec<i32> = (0..st.partitions.len() as i32).collect();
+                    assert_eq!(got, want);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Random command sequences: rejected commands change nothing,
+        /// invariants hold after every step, and the JSON snapshot of the
+        /// state reads back equal (what a restart restores).
+        #[test]
+        fn apply_sequences_keep_invariants(cmds in prop::collection::vec(command(), 1..40)) {
+            let mut s = MetadataState::default();
+            for cmd in &cmds {
+                let before = s.clone();
+                match s.apply(cmd) {
+                    MetaResponse::Ok => {}
+                    MetaResponse::Rejected(_) => prop_assert_eq!(&s, &before),
+                }
+                check_invariants(&s);
+            }
+            let json = serde_json::to_vec(&s).unwrap();
+            let back: MetadataState = serde_json::from_slice(&json).unwrap();
+            prop_assert_eq!(back, s);
+        }
+    }
+}
