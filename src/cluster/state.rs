@@ -16,6 +16,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// Upper bound of partitions per stream: a request for more is rejected
+/// rather than allocating without limit.
+pub const MAX_PARTITIONS: i32 = 65_536;
+
 /// Address book entry of one server (a "broker" in Liftbridge's metadata).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeInfo {
@@ -691,9 +695,11 @@ impl MetadataState {
         replication_factor: i32,
         partitions: i32,
     ) -> Result<Vec<PartitionMeta>, ApplyError> {
-        if partitions < 1 {
+        if !(1..=MAX_PARTITIONS).contains(&partitions) {
             return Err(ApplyError::Invalid {
-                reason: format!("partitions must be at least 1, got {partitions}"),
+                reason: format!(
+                    "partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}"
+                ),
             });
         }
         let n = self.brokers.len();
@@ -726,9 +732,12 @@ impl MetadataState {
                     *v += 1;
                 }
             }
+            // `rf` is at least 1 and at most the number of brokers, so
+            // `replicas` is never empty; `unwrap_or_default` only avoids a panic path.
+            let leader = replicas.first().cloned().unwrap_or_default();
             out.push(PartitionMeta {
                 id,
-                leader: replicas[0].clone(),
+                leader,
                 isr: replicas.clone(),
                 replicas,
                 epoch: 0,
@@ -834,6 +843,10 @@ mod tests {
         ));
         assert!(matches!(
             s.apply(&create("x", 1, 0)),
+            MetaResponse::Rejected(ApplyError::Invalid { .. })
+        ));
+        assert!(matches!(
+            s.apply(&create("x", 1, i32::MAX)),
             MetaResponse::Rejected(ApplyError::Invalid { .. })
         ));
         assert_eq!(s.broker_load("b1"), (3, 3));
