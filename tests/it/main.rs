@@ -4,7 +4,9 @@
 //! binary) and talks to it with real clients.
 
 mod compat_cert;
+mod cluster_crash;
 mod cluster_meta;
+mod cluster_router;
 mod cluster_storage;
 mod nats_auth;
 mod compat_nats_server;
