@@ -2,6 +2,22 @@
 //!
 //! Our own implementation of the NATS client protocol, behaving as
 //! nats-server 2.x does on the wire (see `spec/nats.md`).
+//!
+//! - [`proto`]: I/O-free parser and encoder;
+//! - [`sublist`]: the subscription trie with its match cache;
+//! - [`client`]: one connection (reader, writer, delivery);
+//! - [`server`]: listener, INFO/TLS/auth, lame duck, shutdown ([`NatsServer`]);
+//! - [`handle`]: the in-process client used by the log layer ([`LocalClient`]);
+//! - [`monitor`]: `/varz`, `/connz`, `/subsz`, `/healthz` bodies.
 
 pub mod auth;
+pub mod client;
+pub mod handle;
+pub mod monitor;
+pub mod proto;
+pub mod server;
 pub mod subject;
+pub mod sublist;
+
+pub use handle::{LocalClient, LocalMsg, LocalSubscription};
+pub use server::{NatsError, NatsServer};

@@ -7,4 +7,8 @@ mod cluster_meta;
 mod cluster_storage;
 mod compat_cert;
 mod config_liftbridge;
+mod nats_auth;
+mod nats_core;
+mod nats_raw;
+mod nats_support;
 mod store_basic;

@@ -1,0 +1,1105 @@
+//! One client connection: its shared state, the read loop that parses and
+//! applies operations, the writer task, and message delivery.
+//!
+//! Delivery model: a publisher's read loop matches each message (through a
+//! per-connection match cache in front of the shared sublist cache) and
+//! appends the encoded MSG/HMSG frame to every receiver's outbound buffer
+//! under that receiver's short mutex. Receivers are collected in a flush
+//! list and woken ONCE at the end of the read batch, so a batch of many
+//! messages becomes one write per receiver. Each connection has exactly one
+//! writer task that swaps the outbound buffer with a spare (no allocation in
+//! steady state) and writes it.
+//!
+//! Invariants: no lock is held across `.await`; a receiver whose pending
+//! bytes exceed `max_pending` is closed (slow consumer) without affecting
+//! the publisher; nothing received from the network can panic this code.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, Notify};
+use tokio_util::sync::CancellationToken;
+
+use super::auth::{Credentials, PermissionSet};
+use super::handle::LocalMsg;
+use super::proto::{self, ClientOp, ConnectOptions, Parsed, Parser};
+use super::server::ServerInner;
+use super::sublist::MatchResult;
+
+/// Read buffer growth step.
+const READ_CHUNK: usize = 64 * 1024;
+/// Maximum entries of a connection's private match cache.
+const CONN_CACHE_MAX: usize = 128;
+/// Maximum entries of a connection's publish-permission cache.
+const PERM_CACHE_MAX: usize = 256;
+
+/// What kind of client this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientKind {
+    /// A TCP (or TLS) client.
+    Tcp,
+    /// An in-process client (see `handle.rs`).
+    Local,
+}
+
+/// Message counters of one connection (payload bytes incl. headers).
+#[derive(Debug, Default)]
+pub struct ClientStats {
+    pub in_msgs: AtomicU64,
+    pub in_bytes: AtomicU64,
+    pub out_msgs: AtomicU64,
+    pub out_bytes: AtomicU64,
+}
+
+/// Descriptive data of a connection, for `/connz`.
+#[derive(Debug, Clone, Default)]
+pub struct ConnMeta {
+    pub name: String,
+    pub lang: String,
+    pub version: String,
+    pub authorized_user: String,
+    pub tls_version: String,
+    pub tls_cipher: String,
+    pub rtt: Option<Duration>,
+}
+
+/// Outbound state guarded by the connection's mutex.
+pub(crate) struct Outbound {
+    buf: BytesMut,
+    /// Bytes handed to the writer and not yet written.
+    inflight: usize,
+    /// Already in some publisher's flush list for its current batch.
+    flush_queued: bool,
+    /// No more bytes are accepted (closing or closed).
+    closed: bool,
+    /// Close after the buffer is written (error sent).
+    close_after_flush: bool,
+}
+
+/// State of a connection shared between its reader, its writer, other
+/// connections' readers (delivery) and monitoring.
+pub struct ClientShared {
+    pub id: u64,
+    pub kind: ClientKind,
+    pub addr: Option<SocketAddr>,
+    pub start: chrono::DateTime<chrono::Utc>,
+    started: Instant,
+    out: Mutex<Outbound>,
+    notify: Notify,
+    /// Signalled by the writer after each write (wakes stalled producers).
+    drained: Notify,
+    /// Milliseconds since `started` of the last completed socket write.
+    last_drain_ms: AtomicU64,
+    pub(crate) cancel: CancellationToken,
+    /// Whether the client declared `headers` (else headers are stripped).
+    headers: AtomicBool,
+    pub stats: ClientStats,
+    /// Subscriptions by sid.
+    pub(crate) subs: Mutex<HashMap<Bytes, Arc<Subscription>>>,
+    pub(crate) meta: Mutex<ConnMeta>,
+    /// Milliseconds since `started` of the last inbound activity.
+    last_activity_ms: AtomicU64,
+    pings_out: AtomicU64,
+    connected: AtomicBool,
+    max_pending: usize,
+}
+
+impl ClientShared {
+    pub(crate) fn new(
+        id: u64,
+        kind: ClientKind,
+        addr: Option<SocketAddr>,
+        max_pending: usize,
+    ) -> Arc<Self> {
+        Arc::new(ClientShared {
+            id,
+            kind,
+            addr,
+            start: chrono::Utc::now(),
+            started: Instant::now(),
+            out: Mutex::new(Outbound {
+                buf: BytesMut::with_capacity(4096),
+                inflight: 0,
+                flush_queued: false,
+                closed: false,
+                close_after_flush: false,
+            }),
+            notify: Notify::new(),
+            drained: Notify::new(),
+            last_drain_ms: AtomicU64::new(0),
+            cancel: CancellationToken::new(),
+            headers: AtomicBool::new(kind == ClientKind::Local),
+            stats: ClientStats::default(),
+            subs: Mutex::new(HashMap::new()),
+            meta: Mutex::new(ConnMeta::default()),
+            last_activity_ms: AtomicU64::new(0),
+            pings_out: AtomicU64::new(0),
+            connected: AtomicBool::new(kind == ClientKind::Local),
+            max_pending,
+        })
+    }
+
+    /// Outbound bytes not yet written to the socket.
+    pub fn pending_bytes(&self) -> usize {
+        let o = self.out.lock();
+        o.buf.len() + o.inflight
+    }
+
+    /// Time of the last inbound activity.
+    pub fn last_activity(&self) -> chrono::DateTime<chrono::Utc> {
+        let ms = self.last_activity_ms.load(Ordering::Relaxed);
+        let since_start = chrono::Duration::milliseconds(ms as i64);
+        self.start + since_start
+    }
+
+    fn touch(&self) {
+        let ms = self.started.elapsed().as_millis() as u64;
+        self.last_activity_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Appends raw protocol bytes (PONG, +OK, -ERR, INFO) and queues a flush.
+    pub(crate) fn send_raw(self: &Arc<Self>, data: &[u8], flush: &mut FlushList) {
+        let mut o = self.out.lock();
+        if o.closed {
+            return;
+        }
+        o.buf.extend_from_slice(data);
+        if !o.flush_queued {
+            o.flush_queued = true;
+            flush.push(self.clone());
+        }
+    }
+
+    /// Sends raw bytes and wakes the writer right away.
+    pub(crate) fn send_now(self: &Arc<Self>, data: &[u8]) {
+        let mut fl = FlushList::default();
+        self.send_raw(data, &mut fl);
+        fl.flush();
+    }
+
+    /// Sends `-ERR '<text>'` and closes the connection once it is written.
+    pub(crate) fn close_with_err(&self, text: Option<&str>) {
+        {
+            let mut o = self.out.lock();
+            if o.closed {
+                return;
+            }
+            if let Some(t) = text {
+                proto::encode_err(&mut o.buf, t);
+            }
+            o.closed = true;
+            o.close_after_flush = true;
+        }
+        self.notify.notify_one();
+    }
+
+    /// Closes immediately, discarding pending output.
+    pub(crate) fn close_now(&self) {
+        {
+            let mut o = self.out.lock();
+            o.closed = true;
+            o.buf.clear();
+        }
+        self.cancel.cancel();
+        self.notify.notify_one();
+    }
+
+    /// Whether the connection is closing or closed.
+    pub fn is_closed(&self) -> bool {
+        self.out.lock().closed
+    }
+}
+
+/// Per-batch delivery state of a producer: receivers to wake at the end of
+/// the batch, receivers whose backlog passed 75 % of `max_pending` (the
+/// producer waits for them), queue-member randomness and out counters.
+#[derive(Default)]
+pub(crate) struct FlushList {
+    wake: Vec<Arc<ClientShared>>,
+    stalled: Vec<Arc<ClientShared>>,
+    pub rng: u64,
+    pub tally: OutTally,
+}
+
+impl FlushList {
+    /// An empty batch with a random queue-selection seed.
+    pub(crate) fn new() -> FlushList {
+        FlushList {
+            rng: rand::random::<u64>() | 1,
+            ..FlushList::default()
+        }
+    }
+
+    fn push(&mut self, c: Arc<ClientShared>) {
+        self.wake.push(c);
+    }
+
+    /// Clears each receiver's queued flag and wakes its writer once.
+    pub(crate) fn flush(&mut self) {
+        for c in self.wake.drain(..) {
+            c.out.lock().flush_queued = false;
+            c.notify.notify_one();
+        }
+    }
+
+    /// Receivers the producer should wait for (taken).
+    fn take_stalled(&mut self) -> Vec<Arc<ClientShared>> {
+        std::mem::take(&mut self.stalled)
+    }
+}
+
+/// Longest a producer waits for one stalled receiver per read batch.
+const STALL_MAX: Duration = Duration::from_millis(50);
+/// A receiver whose last write completed longer ago than this is stuck:
+/// producers do not wait for it (its backlog will hit `max_pending`).
+const STUCK_AFTER_MS: u64 = 100;
+
+/// Fast-producer stall: waits (bounded) until `c`'s backlog is back under
+/// 75 % of its limit, so a publisher cannot outrun a live receiver into
+/// a slow-consumer close.
+async fn wait_drained(c: &ClientShared) {
+    let now_ms = c.started.elapsed().as_millis() as u64;
+    if now_ms.saturating_sub(c.last_drain_ms.load(Ordering::Relaxed)) > STUCK_AFTER_MS {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + STALL_MAX;
+    loop {
+        let notified = c.drained.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        {
+            let o = c.out.lock();
+            if o.closed || (o.buf.len() + o.inflight) * 4 <= c.max_pending * 3 {
+                return;
+            }
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// One subscription, held by the sublist and by its connection's sid map.
+pub struct Subscription {
+    pub subject: String,
+    pub queue: Option<String>,
+    pub sid: Bytes,
+    pub(crate) client: Arc<ClientShared>,
+    /// For in-process subscriptions: the unbounded queue of the handle.
+    pub(crate) local: Option<LocalSink>,
+    delivered: AtomicU64,
+    /// Auto-unsubscribe after this many messages (0 = never).
+    max: AtomicU64,
+    closed: AtomicBool,
+}
+
+/// The receiving side of an in-process subscription.
+pub(crate) struct LocalSink {
+    pub tx: mpsc::UnboundedSender<LocalMsg>,
+    pub pending: Arc<AtomicU64>,
+}
+
+impl Subscription {
+    pub(crate) fn new(
+        subject: String,
+        queue: Option<String>,
+        sid: Bytes,
+        client: Arc<ClientShared>,
+        local: Option<LocalSink>,
+    ) -> Arc<Self> {
+        Arc::new(Subscription {
+            subject,
+            queue,
+            sid,
+            client,
+            local,
+            delivered: AtomicU64::new(0),
+            max: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Messages delivered so far.
+    pub fn delivered(&self) -> u64 {
+        self.delivered.load(Ordering::Relaxed)
+    }
+
+    /// Auto-unsubscribe limit (0 = none).
+    pub fn max(&self) -> u64 {
+        self.max.load(Ordering::Relaxed)
+    }
+
+    /// The owning connection's id.
+    pub fn client_id(&self) -> u64 {
+        self.client.id
+    }
+
+    pub(crate) fn mark_closed(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+}
+
+/// A message being delivered (borrowed from the publisher's frame).
+pub(crate) struct MsgRef<'a> {
+    pub subject: &'a Bytes,
+    pub reply: Option<&'a Bytes>,
+    pub headers: Option<&'a Bytes>,
+    pub payload: &'a Bytes,
+}
+
+impl MsgRef<'_> {
+    fn size(&self) -> usize {
+        self.headers.map_or(0, |h| h.len()) + self.payload.len()
+    }
+}
+
+/// Per-delivery counters accumulated by a publisher for the server totals.
+#[derive(Default)]
+pub(crate) struct OutTally {
+    pub msgs: u64,
+    pub bytes: u64,
+}
+
+/// xorshift64*: cheap randomness for queue member selection.
+#[inline]
+pub(crate) fn next_rand(state: &mut u64) -> u64 {
+    let mut x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+}
+
+/// Delivers `msg` to everything in `result`. Returns how many subscriptions
+/// received it.
+pub(crate) fn deliver(
+    server: &ServerInner,
+    publisher: &Arc<ClientShared>,
+    echo: bool,
+    msg: &MsgRef<'_>,
+    result: &MatchResult<Subscription>,
+    flush: &mut FlushList,
+) -> usize {
+    let mut n = 0;
+    for sub in &result.psubs {
+        if deliver_one(server, publisher, echo, sub, msg, flush) {
+            n += 1;
+        }
+    }
+    for (_, members) in &result.qsubs {
+        let len = members.len();
+        if len == 0 {
+            continue;
+        }
+        let start = (next_rand(&mut flush.rng) % len as u64) as usize;
+        for i in 0..len {
+            let sub = &members[(start + i) % len];
+            if deliver_one(server, publisher, echo, sub, msg, flush) {
+                n += 1;
+                break;
+            }
+        }
+    }
+    n
+}
+
+/// Delivers to one subscription; false if it could not take the message.
+fn deliver_one(
+    server: &ServerInner,
+    publisher: &Arc<ClientShared>,
+    echo: bool,
+    sub: &Arc<Subscription>,
+    msg: &MsgRef<'_>,
+    flush: &mut FlushList,
+) -> bool {
+    if sub.closed.load(Ordering::Acquire) {
+        return false;
+    }
+    if !echo && Arc::ptr_eq(&sub.client, publisher) {
+        return false;
+    }
+    let max = sub.max.load(Ordering::Relaxed);
+    let nth = sub.delivered.fetch_add(1, Ordering::Relaxed) + 1;
+    if max > 0 && nth > max {
+        return false;
+    }
+    let client = &sub.client;
+    let size = if let Some(local) = &sub.local {
+        let m = LocalMsg {
+            subject: msg.subject.clone(),
+            reply: msg.reply.cloned(),
+            headers: msg.headers.cloned(),
+            payload: msg.payload.clone(),
+        };
+        let size = msg.size();
+        local.pending.fetch_add(size as u64, Ordering::Relaxed);
+        if local.tx.send(m).is_err() {
+            local.pending.fetch_sub(size as u64, Ordering::Relaxed);
+            return false;
+        }
+        size
+    } else {
+        let with_headers = msg.headers.is_some() && client.headers.load(Ordering::Relaxed);
+        let size = if with_headers {
+            msg.size()
+        } else {
+            msg.payload.len()
+        };
+        let mut o = client.out.lock();
+        if o.closed {
+            return false;
+        }
+        let reply = msg.reply.map(|r| &r[..]);
+        match msg.headers {
+            Some(h) if with_headers => {
+                proto::encode_hmsg(&mut o.buf, msg.subject, &sub.sid, reply, h, msg.payload)
+            }
+            _ => proto::encode_msg(&mut o.buf, msg.subject, &sub.sid, reply, msg.payload),
+        }
+        if o.buf.len() + o.inflight > client.max_pending {
+            // Slow consumer: close this client only.
+            o.closed = true;
+            o.buf = BytesMut::new();
+            drop(o);
+            server.slow_consumers.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                cid = client.id,
+                "slow consumer detected: max pending exceeded"
+            );
+            client.cancel.cancel();
+            client.notify.notify_one();
+            return false;
+        }
+        let stall = (o.buf.len() + o.inflight) * 4 > client.max_pending * 3;
+        if !o.flush_queued {
+            o.flush_queued = true;
+            flush.push(client.clone());
+            if stall {
+                flush.stalled.push(client.clone());
+            }
+        }
+        size
+    };
+    client.stats.out_msgs.fetch_add(1, Ordering::Relaxed);
+    client
+        .stats
+        .out_bytes
+        .fetch_add(size as u64, Ordering::Relaxed);
+    flush.tally.msgs += 1;
+    flush.tally.bytes += size as u64;
+    if max > 0 && nth == max {
+        server.remove_subscription(sub);
+    }
+    true
+}
+
+/// The writer task: drains the outbound buffer to the socket.
+pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
+    client: Arc<ClientShared>,
+    mut w: W,
+    deadline: Duration,
+    server: Arc<ServerInner>,
+) {
+    let mut spare = BytesMut::with_capacity(4096);
+    enum Step {
+        Wait,
+        Write,
+        Exit,
+    }
+    loop {
+        let step = {
+            let mut o = client.out.lock();
+            if o.buf.is_empty() {
+                if o.close_after_flush || client.cancel.is_cancelled() {
+                    Step::Exit
+                } else {
+                    Step::Wait
+                }
+            } else {
+                std::mem::swap(&mut o.buf, &mut spare);
+                o.inflight = spare.len();
+                Step::Write
+            }
+        };
+        match step {
+            Step::Exit => break,
+            Step::Wait => {
+                tokio::select! {
+                    _ = client.notify.notified() => {}
+                    _ = client.cancel.cancelled() => {}
+                }
+                let flushing = client.out.lock().close_after_flush;
+                if client.cancel.is_cancelled() && !flushing {
+                    break;
+                }
+                continue;
+            }
+            Step::Write => {}
+        }
+        let res = tokio::time::timeout(deadline, async {
+            w.write_all(&spare).await?;
+            w.flush().await
+        })
+        .await;
+        match res {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => break,
+            Err(_) => {
+                server.slow_consumers.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    cid = client.id,
+                    "slow consumer detected: write deadline exceeded"
+                );
+                break;
+            }
+        }
+        spare.clear();
+        if spare.capacity() > 4 * 1024 * 1024 {
+            // Do not keep a huge buffer after a burst.
+            spare = BytesMut::with_capacity(4096);
+        }
+        client.out.lock().inflight = 0;
+        client.last_drain_ms.store(
+            client.started.elapsed().as_millis() as u64,
+            Ordering::Relaxed,
+        );
+        client.drained.notify_waiters();
+    }
+    client.drained.notify_waiters();
+    let _ = w.shutdown().await;
+    {
+        let mut o = client.out.lock();
+        o.closed = true;
+        o.buf = BytesMut::new();
+        o.inflight = 0;
+    }
+    client.cancel.cancel();
+}
+
+/// Connection-level options fixed by CONNECT.
+struct ConnState {
+    connected: bool,
+    verbose: bool,
+    pedantic: bool,
+    echo: bool,
+    headers: bool,
+    no_responders: bool,
+    perms: Option<Arc<PermissionSet>>,
+}
+
+/// The reader side of one TCP connection.
+pub(crate) struct Reader {
+    client: Arc<ClientShared>,
+    server: Arc<ServerInner>,
+    parser: Parser,
+    st: ConnState,
+    nonce: Option<String>,
+    cache_gen: u64,
+    cache: HashMap<Bytes, Arc<MatchResult<Subscription>>>,
+    perm_cache: HashMap<Bytes, bool>,
+    flush: FlushList,
+    in_msgs: u64,
+    in_bytes: u64,
+}
+
+/// What to do after an operation.
+enum Flow {
+    Continue,
+    Close,
+    /// CONNECT passed its checks; credentials must be verified (possibly
+    /// slow: bcrypt runs on the blocking pool).
+    Authenticate(Box<ConnectOptions>),
+}
+
+impl Reader {
+    pub(crate) fn new(
+        client: Arc<ClientShared>,
+        server: Arc<ServerInner>,
+        nonce: Option<String>,
+    ) -> Reader {
+        let o = &server.opts;
+        let parser = Parser::new(o.max_control_line, o.max_payload);
+        Reader {
+            client,
+            server,
+            parser,
+            // Before CONNECT nats-server applies its defaults: verbose and
+            // pedantic on.
+            st: ConnState {
+                connected: false,
+                verbose: true,
+                pedantic: true,
+                echo: true,
+                headers: false,
+                no_responders: false,
+                perms: None,
+            },
+            nonce,
+            cache_gen: u64::MAX,
+            cache: HashMap::new(),
+            perm_cache: HashMap::new(),
+            flush: FlushList::new(),
+            in_msgs: 0,
+            in_bytes: 0,
+        }
+    }
+
+    /// Reads and applies operations until the connection ends.
+    pub(crate) async fn run<R: AsyncRead + Unpin>(mut self, mut r: R) {
+        let mut buf = BytesMut::with_capacity(READ_CHUNK);
+        let cancel = self.client.cancel.clone();
+        'outer: loop {
+            if buf.capacity() - buf.len() < 4096 {
+                buf.reserve(READ_CHUNK);
+            }
+            let n = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                r = r.read_buf(&mut buf) => match r {
+                    Ok(0) | Err(_) => {
+                        self.client.close_now();
+                        break;
+                    }
+                    Ok(n) => n,
+                },
+            };
+            let _ = n;
+            self.client.touch();
+            loop {
+                match self.parser.parse(&mut buf) {
+                    Ok(Parsed::Incomplete) => break,
+                    Ok(Parsed::Op(op)) => match self.apply(op) {
+                        Flow::Continue => {}
+                        Flow::Close => {
+                            self.end_batch();
+                            break 'outer;
+                        }
+                        Flow::Authenticate(co) => {
+                            if let Flow::Close = self.authenticate(co).await {
+                                self.end_batch();
+                                break 'outer;
+                            }
+                        }
+                    },
+                    Err(e) => {
+                        tracing::debug!(cid = self.client.id, error = %e, "protocol error");
+                        self.end_batch();
+                        self.client.close_with_err(e.err_text());
+                        break 'outer;
+                    }
+                }
+            }
+            self.end_batch();
+            for c in self.flush.take_stalled() {
+                wait_drained(&c).await;
+            }
+        }
+        self.server.remove_client(&self.client);
+    }
+
+    fn end_batch(&mut self) {
+        self.flush.flush();
+        let s = &self.server.stats;
+        if self.in_msgs > 0 {
+            s.in_msgs.fetch_add(self.in_msgs, Ordering::Relaxed);
+            s.in_bytes.fetch_add(self.in_bytes, Ordering::Relaxed);
+            self.client
+                .stats
+                .in_msgs
+                .fetch_add(self.in_msgs, Ordering::Relaxed);
+            self.client
+                .stats
+                .in_bytes
+                .fetch_add(self.in_bytes, Ordering::Relaxed);
+            self.in_msgs = 0;
+            self.in_bytes = 0;
+        }
+        let tally = std::mem::take(&mut self.flush.tally);
+        if tally.msgs > 0 {
+            s.out_msgs.fetch_add(tally.msgs, Ordering::Relaxed);
+            s.out_bytes.fetch_add(tally.bytes, Ordering::Relaxed);
+        }
+    }
+
+    fn send(&mut self, data: &[u8]) {
+        self.client.send_raw(data, &mut self.flush);
+    }
+
+    fn send_err(&mut self, text: &str) {
+        let mut b = BytesMut::with_capacity(text.len() + 10);
+        proto::encode_err(&mut b, text);
+        self.send(&b);
+    }
+
+    fn ok(&mut self) {
+        if self.st.verbose {
+            self.send(proto::OK);
+        }
+    }
+
+    fn apply(&mut self, op: ClientOp) -> Flow {
+        if !self.st.connected && self.server.auth_required() && !matches!(op, ClientOp::Connect(_))
+        {
+            self.client.close_with_err(Some("Authorization Violation"));
+            return Flow::Close;
+        }
+        match op {
+            ClientOp::Ping => {
+                self.send(proto::PONG);
+                Flow::Continue
+            }
+            ClientOp::Pong => {
+                self.client.pings_out.store(0, Ordering::Relaxed);
+                Flow::Continue
+            }
+            ClientOp::Info | ClientOp::Ok => Flow::Continue,
+            ClientOp::Err(_) => {
+                self.client.close_with_err(None);
+                Flow::Close
+            }
+            ClientOp::Connect(json) => self.connect(&json),
+            ClientOp::Pub {
+                subject,
+                reply,
+                payload,
+            } => self.publish(subject, reply, None, payload),
+            ClientOp::HPub {
+                subject,
+                reply,
+                headers,
+                payload,
+            } => {
+                if !self.st.headers {
+                    self.client.close_with_err(None);
+                    return Flow::Close;
+                }
+                self.publish(subject, reply, Some(headers), payload)
+            }
+            ClientOp::Sub {
+                subject,
+                queue,
+                sid,
+            } => {
+                self.subscribe(&subject, queue.as_deref(), &sid);
+                Flow::Continue
+            }
+            ClientOp::Unsub { sid, max } => {
+                self.unsubscribe(&sid, max);
+                self.ok();
+                Flow::Continue
+            }
+        }
+    }
+
+    fn connect(&mut self, json: &[u8]) -> Flow {
+        let co: ConnectOptions = match serde_json::from_slice(json) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(cid = self.client.id, error = %e, "bad CONNECT json");
+                self.client.close_with_err(None);
+                return Flow::Close;
+            }
+        };
+        if co.protocol < 0 || co.protocol > 1 {
+            self.client.close_with_err(Some("invalid client protocol"));
+            return Flow::Close;
+        }
+        if co.no_responders && !co.headers {
+            self.client
+                .close_with_err(Some("no responders requires headers support"));
+            return Flow::Close;
+        }
+        if co.account.is_some() || co.new_account.is_some() {
+            self.client.close_with_err(Some("Authorization Violation"));
+            return Flow::Close;
+        }
+        if self.server.auth_required() {
+            return Flow::Authenticate(Box::new(co));
+        }
+        self.finish_connect(co, None, String::new());
+        Flow::Continue
+    }
+
+    /// Verifies CONNECT credentials; bcrypt hashes are checked on the
+    /// blocking pool so a slow hash never stalls a runtime worker.
+    async fn authenticate(&mut self, co: Box<ConnectOptions>) -> Flow {
+        let Some(auth) = self.server.authenticator.as_ref() else {
+            self.finish_connect(*co, None, String::new());
+            return Flow::Continue;
+        };
+        let bcrypt = auth.uses_bcrypt() && co.pass.is_some();
+        let server = self.server.clone();
+        let nonce = self.nonce.clone();
+        let check = move |co: Box<ConnectOptions>| {
+            let creds = Credentials {
+                user: co.user.as_deref(),
+                pass: co.pass.as_deref(),
+                auth_token: co.auth_token.as_deref(),
+                nkey: co.nkey.as_deref(),
+                sig: co.sig.as_deref(),
+            };
+            let r = match server.authenticator.as_ref() {
+                Some(a) => a.authenticate_identity(&creds, nonce.as_deref()),
+                None => Err(super::auth::AuthError::Violation("no authenticator")),
+            };
+            (r, co)
+        };
+        let (result, co) = if bcrypt {
+            match tokio::task::spawn_blocking(move || check(co)).await {
+                Ok(v) => v,
+                Err(_) => {
+                    self.client.close_with_err(Some("Authorization Violation"));
+                    return Flow::Close;
+                }
+            }
+        } else {
+            check(co)
+        };
+        match result {
+            Ok(outcome) => {
+                let who = match outcome.identity {
+                    super::auth::Identity::User(u) => u,
+                    super::auth::Identity::Nkey(k) => k,
+                    super::auth::Identity::Token | super::auth::Identity::Anonymous => {
+                        String::new()
+                    }
+                };
+                self.finish_connect(*co, outcome.permissions, who);
+                Flow::Continue
+            }
+            Err(e) => {
+                tracing::debug!(cid = self.client.id, error = %e, "authorization violation");
+                self.client.close_with_err(Some("Authorization Violation"));
+                Flow::Close
+            }
+        }
+    }
+
+    fn finish_connect(
+        &mut self,
+        co: ConnectOptions,
+        perms: Option<Arc<PermissionSet>>,
+        who: String,
+    ) {
+        self.st = ConnState {
+            connected: true,
+            verbose: co.verbose,
+            pedantic: co.pedantic,
+            echo: co.echo,
+            headers: co.headers,
+            no_responders: co.no_responders,
+            perms,
+        };
+        self.perm_cache.clear();
+        self.client.headers.store(co.headers, Ordering::Relaxed);
+        self.client.connected.store(true, Ordering::Release);
+        {
+            let mut m = self.client.meta.lock();
+            m.name = co.name.unwrap_or_default();
+            m.lang = co.lang.unwrap_or_default();
+            m.version = co.version.unwrap_or_default();
+            m.authorized_user = who;
+        }
+        self.ok();
+    }
+
+    fn can_publish(&mut self, subject: &Bytes) -> bool {
+        let Some(perms) = &self.st.perms else {
+            return true;
+        };
+        if let Some(&ok) = self.perm_cache.get(&subject[..]) {
+            return ok;
+        }
+        let ok = std::str::from_utf8(subject).is_ok_and(|s| perms.can_publish(s));
+        if self.perm_cache.len() >= PERM_CACHE_MAX {
+            self.perm_cache.clear();
+        }
+        self.perm_cache.insert(Bytes::copy_from_slice(subject), ok);
+        ok
+    }
+
+    fn lookup(&mut self, subject: &Bytes) -> Option<Arc<MatchResult<Subscription>>> {
+        let gen = self.server.sublist.genid();
+        if gen != self.cache_gen {
+            self.cache.clear();
+            self.cache_gen = gen;
+        }
+        if let Some(r) = self.cache.get(&subject[..]) {
+            return Some(r.clone());
+        }
+        let s = std::str::from_utf8(subject).ok()?;
+        let r = self.server.sublist.match_subject(s);
+        if self.cache.len() >= CONN_CACHE_MAX {
+            self.cache.clear();
+        }
+        self.cache
+            .insert(Bytes::copy_from_slice(subject), r.clone());
+        Some(r)
+    }
+
+    fn publish(
+        &mut self,
+        subject: Bytes,
+        reply: Option<Bytes>,
+        headers: Option<Bytes>,
+        payload: Bytes,
+    ) -> Flow {
+        let size = headers.as_ref().map_or(0, |h| h.len()) + payload.len();
+        self.in_msgs += 1;
+        self.in_bytes += size as u64;
+        if self.st.pedantic
+            && !std::str::from_utf8(&subject).is_ok_and(super::subject::is_valid_literal_subject)
+        {
+            self.send_err("Invalid Publish Subject");
+        }
+        self.ok();
+        if !self.can_publish(&subject) {
+            let text = format!(
+                "Permissions Violation for Publish to \"{}\"",
+                String::from_utf8_lossy(&subject)
+            );
+            self.send_err(&text);
+            return Flow::Continue;
+        }
+        let Some(result) = self.lookup(&subject) else {
+            return Flow::Continue;
+        };
+        let msg = MsgRef {
+            subject: &subject,
+            reply: reply.as_ref(),
+            headers: headers.as_ref(),
+            payload: &payload,
+        };
+        let n = deliver(
+            &self.server,
+            &self.client,
+            self.st.echo,
+            &msg,
+            &result,
+            &mut self.flush,
+        );
+        if n == 0 && self.st.no_responders {
+            if let Some(reply) = &reply {
+                self.no_responders(reply);
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Sends the 503 status to the publisher's own subscription on `reply`.
+    fn no_responders(&mut self, reply: &Bytes) {
+        let Ok(r) = std::str::from_utf8(reply) else {
+            return;
+        };
+        let result = self.server.sublist.match_subject(r);
+        let Some(sub) = result
+            .psubs
+            .iter()
+            .find(|s| Arc::ptr_eq(&s.client, &self.client) && s.local.is_none())
+        else {
+            return;
+        };
+        let mut b = BytesMut::with_capacity(64 + reply.len());
+        proto::encode_hmsg(&mut b, reply, &sub.sid, None, b"NATS/1.0 503\r\n\r\n", b"");
+        self.send(&b);
+    }
+
+    fn subscribe(&mut self, subject: &[u8], queue: Option<&[u8]>, sid: &[u8]) {
+        let (Ok(subj), Ok(q)) = (
+            std::str::from_utf8(subject),
+            queue.map(std::str::from_utf8).transpose(),
+        ) else {
+            self.send_err("Invalid Subject");
+            return;
+        };
+        if let Some(perms) = &self.st.perms {
+            if !perms.can_subscribe(subj, q) {
+                let text = match q {
+                    Some(q) => format!(
+                        "Permissions Violation for Subscription to \"{subj}\" using queue \"{q}\""
+                    ),
+                    None => format!("Permissions Violation for Subscription to \"{subj}\""),
+                };
+                self.send_err(&text);
+                return;
+            }
+        }
+        if self.client.subs.lock().contains_key(sid) {
+            // Duplicate sid: keep the original subscription.
+            self.ok();
+            return;
+        }
+        let max_subs = self.server.opts.max_subscriptions;
+        if max_subs > 0 && self.client.subs.lock().len() >= max_subs {
+            self.send_err("maximum subscriptions exceeded");
+            return;
+        }
+        let sub = Subscription::new(
+            subj.to_string(),
+            q.map(str::to_string),
+            Bytes::copy_from_slice(sid),
+            self.client.clone(),
+            None,
+        );
+        if self.server.sublist.insert(subj, q, sub.clone()).is_err() {
+            self.send_err("Invalid Subject");
+            return;
+        }
+        self.client.subs.lock().insert(sub.sid.clone(), sub);
+        self.ok();
+    }
+
+    fn unsubscribe(&mut self, sid: &[u8], max: Option<u64>) {
+        let sub = self.client.subs.lock().get(sid).cloned();
+        let Some(sub) = sub else {
+            return;
+        };
+        match max {
+            Some(m) if m > sub.delivered() => sub.max.store(m, Ordering::Relaxed),
+            _ => self.server.remove_subscription(&sub),
+        }
+    }
+}
+
+/// Periodic server PINGs, stale detection and the auth timeout.
+pub(crate) async fn ping_loop(client: Arc<ClientShared>, server: Arc<ServerInner>) {
+    let opts = &server.opts;
+    let cancel = client.cancel.clone();
+    if server.auth_required() {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(opts.auth_timeout) => {}
+        }
+        if !client.connected.load(Ordering::Acquire) {
+            client.close_with_err(Some("Authentication Timeout"));
+            return;
+        }
+    }
+    // First PING about 2 s after connect, then every ping_interval.
+    let first = opts.ping_interval.min(Duration::from_secs(2));
+    let mut wait = first;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        wait = opts.ping_interval;
+        if !client.connected.load(Ordering::Acquire) {
+            continue;
+        }
+        let out = client.pings_out.load(Ordering::Relaxed);
+        if out + 1 > u64::from(opts.ping_max) {
+            client.close_with_err(Some("Stale Connection"));
+            return;
+        }
+        client.pings_out.store(out + 1, Ordering::Relaxed);
+        client.send_now(proto::PING);
+    }
+}

@@ -1,0 +1,249 @@
+//! The in-process NATS client used by the log layer (no TCP, no parsing).
+//!
+//! A [`LocalClient`] is a pseudo-connection registered with the server:
+//! its publishes go through the same matching and delivery code as a TCP
+//! client's, and TCP clients' messages reach its subscriptions. A
+//! [`LocalSubscription`] receives into an unbounded queue so that no
+//! message is ever dropped (the stenographer must record every one); the
+//! queued bytes are accounted for monitoring. Dropping the subscription
+//! unsubscribes it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use super::client::{self, ClientKind, ClientShared, FlushList, LocalSink, MsgRef, Subscription};
+use super::server::{NatsError, ServerInner};
+use super::subject::{is_valid_literal_subject, is_valid_subject};
+
+/// A message received by an in-process subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalMsg {
+    pub subject: Bytes,
+    pub reply: Option<Bytes>,
+    pub headers: Option<Bytes>,
+    pub payload: Bytes,
+}
+
+struct LocalInner {
+    server: Arc<ServerInner>,
+    client: Arc<ClientShared>,
+    next_sid: AtomicU64,
+    inbox_prefix: String,
+}
+
+impl Drop for LocalInner {
+    fn drop(&mut self) {
+        self.server.remove_client(&self.client);
+    }
+}
+
+/// An in-process client. Cheap to clone; the pseudo-connection goes away
+/// when the last clone is dropped.
+#[derive(Clone)]
+pub struct LocalClient {
+    inner: Arc<LocalInner>,
+}
+
+impl LocalClient {
+    pub(crate) fn new(server: Arc<ServerInner>, name: &str) -> LocalClient {
+        let id = server.next_client_id();
+        let client = ClientShared::new(id, ClientKind::Local, None, usize::MAX);
+        client.meta.lock().name = name.to_string();
+        client.meta.lock().lang = "rust-local".to_string();
+        server.clients.lock().insert(id, client.clone());
+        let nonce: u64 = rand::random();
+        LocalClient {
+            inner: Arc::new(LocalInner {
+                server,
+                client,
+                next_sid: AtomicU64::new(1),
+                inbox_prefix: format!("_INBOX.{nonce:016x}{id:x}"),
+            }),
+        }
+    }
+
+    /// Publishes a message. `headers` is a complete NATS header block
+    /// (`NATS/1.0\r\n…\r\n\r\n`).
+    pub fn publish(
+        &self,
+        subject: &str,
+        reply: Option<&str>,
+        headers: Option<Bytes>,
+        payload: Bytes,
+    ) -> Result<(), NatsError> {
+        self.publish_counted(subject, reply, headers, payload)
+            .map(|_| ())
+    }
+
+    fn publish_counted(
+        &self,
+        subject: &str,
+        reply: Option<&str>,
+        headers: Option<Bytes>,
+        payload: Bytes,
+    ) -> Result<usize, NatsError> {
+        let server = &self.inner.server;
+        if !is_valid_literal_subject(subject) {
+            return Err(NatsError::InvalidSubject(subject.to_string()));
+        }
+        if let Some(r) = reply {
+            if !is_valid_literal_subject(r) {
+                return Err(NatsError::InvalidSubject(r.to_string()));
+            }
+        }
+        let size = headers.as_ref().map_or(0, |h| h.len()) + payload.len();
+        if size > server.opts.max_payload {
+            return Err(NatsError::MaxPayload);
+        }
+        let result = server.sublist.match_subject(subject);
+        let subject_b = Bytes::copy_from_slice(subject.as_bytes());
+        let reply_b = reply.map(|r| Bytes::copy_from_slice(r.as_bytes()));
+        let msg = MsgRef {
+            subject: &subject_b,
+            reply: reply_b.as_ref(),
+            headers: headers.as_ref(),
+            payload: &payload,
+        };
+        let mut flush = FlushList::new();
+        let n = client::deliver(server, &self.inner.client, true, &msg, &result, &mut flush);
+        flush.flush();
+        let tally = std::mem::take(&mut flush.tally);
+        let c = &self.inner.client.stats;
+        c.in_msgs.fetch_add(1, Ordering::Relaxed);
+        c.in_bytes.fetch_add(size as u64, Ordering::Relaxed);
+        let s = &server.stats;
+        s.in_msgs.fetch_add(1, Ordering::Relaxed);
+        s.in_bytes.fetch_add(size as u64, Ordering::Relaxed);
+        s.out_msgs.fetch_add(tally.msgs, Ordering::Relaxed);
+        s.out_bytes.fetch_add(tally.bytes, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// Subscribes to `subject` (wildcards allowed), optionally in a queue group.
+    pub fn subscribe(
+        &self,
+        subject: &str,
+        queue: Option<&str>,
+    ) -> Result<LocalSubscription, NatsError> {
+        if !is_valid_subject(subject) {
+            return Err(NatsError::InvalidSubject(subject.to_string()));
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let pending = Arc::new(AtomicU64::new(0));
+        let sid = self.inner.next_sid.fetch_add(1, Ordering::Relaxed);
+        let sub = Subscription::new(
+            subject.to_string(),
+            queue.map(str::to_string),
+            Bytes::from(sid.to_string()),
+            self.inner.client.clone(),
+            Some(LocalSink {
+                tx,
+                pending: pending.clone(),
+            }),
+        );
+        self.inner
+            .server
+            .sublist
+            .insert(subject, queue, sub.clone())
+            .map_err(|_| NatsError::InvalidSubject(subject.to_string()))?;
+        self.inner
+            .client
+            .subs
+            .lock()
+            .insert(sub.sid.clone(), sub.clone());
+        Ok(LocalSubscription {
+            rx,
+            pending,
+            sub: Arc::downgrade(&sub),
+            subject: subject.to_string(),
+            server: self.inner.server.clone(),
+        })
+    }
+
+    /// A fresh unique inbox subject.
+    pub fn new_inbox(&self) -> String {
+        let n: u64 = rand::random();
+        format!("{}.{n:016x}", self.inner.inbox_prefix)
+    }
+
+    /// Publishes `payload` with a fresh inbox as reply subject and waits for
+    /// the first reply.
+    pub async fn request(
+        &self,
+        subject: &str,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<LocalMsg, NatsError> {
+        let inbox = self.new_inbox();
+        let mut sub = self.subscribe(&inbox, None)?;
+        let n = self.publish_counted(subject, Some(&inbox), None, payload)?;
+        if n == 0 {
+            return Err(NatsError::NoResponders);
+        }
+        match tokio::time::timeout(timeout, sub.next()).await {
+            Ok(Some(m)) => Ok(m),
+            Ok(None) => Err(NatsError::Stopped),
+            Err(_) => Err(NatsError::Timeout),
+        }
+    }
+
+    /// The pseudo-connection's client id (as shown in `/connz`).
+    pub fn client_id(&self) -> u64 {
+        self.inner.client.id
+    }
+}
+
+/// An in-process subscription; unsubscribes when dropped.
+pub struct LocalSubscription {
+    rx: mpsc::UnboundedReceiver<LocalMsg>,
+    pending: Arc<AtomicU64>,
+    /// Weak so that removal from the server (shutdown) drops the sender
+    /// and ends the stream.
+    sub: std::sync::Weak<Subscription>,
+    subject: String,
+    server: Arc<ServerInner>,
+}
+
+impl LocalSubscription {
+    /// The next message; `None` once the subscription has ended (server
+    /// shut down or auto-unsubscribed).
+    pub async fn next(&mut self) -> Option<LocalMsg> {
+        let m = self.rx.recv().await?;
+        self.account(&m);
+        Some(m)
+    }
+
+    /// The next message if one is queued.
+    pub fn try_next(&mut self) -> Option<LocalMsg> {
+        let m = self.rx.try_recv().ok()?;
+        self.account(&m);
+        Some(m)
+    }
+
+    fn account(&self, m: &LocalMsg) {
+        let size = m.headers.as_ref().map_or(0, |h| h.len()) + m.payload.len();
+        self.pending.fetch_sub(size as u64, Ordering::Relaxed);
+    }
+
+    /// Bytes queued and not yet taken.
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    /// The subscribed subject.
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+}
+
+impl Drop for LocalSubscription {
+    fn drop(&mut self) {
+        if let Some(sub) = self.sub.upgrade() {
+            self.server.remove_subscription(&sub);
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! The NATS server: listener, accept loop, INFO, TLS, connection limits,
+//! lame duck mode and shutdown.
+//!
+//! [`NatsServer`] is a cheap handle (an `Arc`) shared by the CLI, the HTTP
+//! layer and the log layer. Each accepted connection gets INFO first, then
+//! (with TLS) the handshake on the same socket, then three tasks: the reader
+//! (which also owns cleanup), the writer, and the ping/auth timer.
+//!
+//! Invariants: every connection is in `clients` from just before its tasks
+//! start until its reader has removed its subscriptions; shutdown closes
+//! every connection and removes every subscription (which also ends every
+//! in-process subscription stream).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use parking_lot::Mutex;
+use serde::Serialize;
+use thiserror::Error;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::auth::{AuthError, Authenticator};
+use super::client::{self, ClientKind, ClientShared, ClientStats, Reader, Subscription};
+use super::handle::LocalClient;
+use super::proto;
+use super::sublist::Sublist;
+use crate::config::nats::NatsOptions;
+
+/// Version reported in INFO and `/varz` (semver, as clients require).
+pub const SERVER_VERSION: &str = "2.11.0";
+
+/// Errors of the NATS server and its in-process client.
+#[derive(Debug, Error)]
+pub enum NatsError {
+    /// The client listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Invalid authentication configuration.
+    #[error("auth configuration: {0}")]
+    Auth(#[from] AuthError),
+    /// Invalid TLS configuration.
+    #[error("tls configuration: {0}")]
+    Tls(#[from] crate::tls::TlsError),
+    /// A subject is not valid for the operation.
+    #[error("invalid subject {0:?}")]
+    InvalidSubject(String),
+    /// A payload exceeds `max_payload`.
+    #[error("maximum payload exceeded")]
+    MaxPayload,
+    /// A request found no subscriber.
+    #[error("no responders")]
+    NoResponders,
+    /// A request got no reply in time.
+    #[error("request timed out")]
+    Timeout,
+    /// The server has shut down.
+    #[error("server stopped")]
+    Stopped,
+}
+
+/// The INFO object (field order as nats-server's `Info` struct).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Info {
+    pub server_id: String,
+    pub server_name: String,
+    pub version: &'static str,
+    pub proto: u32,
+    pub go: &'static str,
+    pub host: String,
+    pub port: u16,
+    pub headers: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub auth_required: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub tls_required: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub tls_verify: bool,
+    pub max_payload: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_ip: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<String>,
+    #[serde(skip_serializing_if = "is_false")]
+    pub ldm: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Server-wide state shared by all connections.
+pub(crate) struct ServerInner {
+    pub opts: NatsOptions,
+    pub server_id: String,
+    pub server_name: String,
+    pub addr: SocketAddr,
+    pub sublist: Sublist<Subscription>,
+    pub authenticator: Option<Authenticator>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    pub stats: ClientStats,
+    pub slow_consumers: AtomicU64,
+    pub total_connections: AtomicU64,
+    pub clients: Mutex<HashMap<u64, Arc<ClientShared>>>,
+    next_cid: AtomicU64,
+    listener_cancel: CancellationToken,
+    lame_duck: AtomicBool,
+    stopped: watch::Sender<bool>,
+    pub start: chrono::DateTime<chrono::Utc>,
+    pub info: Info,
+}
+
+impl ServerInner {
+    pub(crate) fn auth_required(&self) -> bool {
+        self.authenticator.as_ref().is_some_and(|a| a.required())
+    }
+
+    pub(crate) fn next_client_id(&self) -> u64 {
+        self.next_cid.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Removes one subscription everywhere (auto-unsubscribe, UNSUB, drop
+    /// of an in-process subscription).
+    pub(crate) fn remove_subscription(&self, sub: &Arc<Subscription>) {
+        sub.mark_closed();
+        self.sublist.remove(&sub.subject, sub.queue.as_deref(), sub);
+        let mut subs = sub.client.subs.lock();
+        if subs.get(&sub.sid).is_some_and(|s| Arc::ptr_eq(s, sub)) {
+            subs.remove(&sub.sid);
+        }
+    }
+
+    /// Forgets a connection and all its subscriptions.
+    pub(crate) fn remove_client(&self, c: &Arc<ClientShared>) {
+        let subs: Vec<Arc<Subscription>> = c.subs.lock().drain().map(|(_, s)| s).collect();
+        for s in subs {
+            s.mark_closed();
+            self.sublist.remove(&s.subject, s.queue.as_deref(), &s);
+        }
+        self.clients.lock().remove(&c.id);
+    }
+
+    fn info_json(
+        &self,
+        cid: Option<u64>,
+        ip: Option<String>,
+        nonce: Option<String>,
+        ldm: bool,
+    ) -> String {
+        let mut info = self.info.clone();
+        info.client_id = cid;
+        info.client_ip = ip;
+        info.nonce = nonce;
+        info.ldm = ldm;
+        // Serializing a struct of strings and numbers cannot fail.
+        serde_json::to_string(&info).unwrap_or_default()
+    }
+}
+
+/// The embedded NATS server. Cheap to clone.
+#[derive(Clone)]
+pub struct NatsServer {
+    pub(crate) inner: Arc<ServerInner>,
+}
+
+impl NatsServer {
+    /// Binds the client listener and starts accepting connections.
+    pub async fn start(opts: NatsOptions) -> Result<NatsServer, NatsError> {
+        let authenticator = if opts.auth.required() || opts.auth.no_auth_user.is_some() {
+            Some(Authenticator::new(&opts.auth)?)
+        } else {
+            None
+        };
+        let tls = match &opts.tls {
+            Some(files) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(
+                files,
+            )?)),
+            None => None,
+        };
+        let bind = format!("{}:{}", opts.host, opts.port);
+        let listener = TcpListener::bind(&bind)
+            .await
+            .map_err(|source| NatsError::Bind {
+                addr: bind.clone(),
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| NatsError::Bind {
+            addr: bind.clone(),
+            source,
+        })?;
+        let server_id = nkeys::KeyPair::new_server().public_key();
+        let server_name = opts
+            .server_name
+            .clone()
+            .unwrap_or_else(|| server_id.clone());
+        let info = Info {
+            server_id: server_id.clone(),
+            server_name: server_name.clone(),
+            version: SERVER_VERSION,
+            proto: 1,
+            go: "rust",
+            host: opts.host.clone(),
+            port: addr.port(),
+            headers: true,
+            auth_required: authenticator.as_ref().is_some_and(|a| a.required()),
+            tls_required: tls.is_some(),
+            tls_verify: opts.tls.as_ref().is_some_and(|t| t.verify),
+            max_payload: opts.max_payload,
+            client_id: None,
+            client_ip: None,
+            nonce: None,
+            ldm: false,
+        };
+        let (stopped, _) = watch::channel(false);
+        let inner = Arc::new(ServerInner {
+            opts,
+            server_id,
+            server_name,
+            addr,
+            sublist: Sublist::new(),
+            authenticator,
+            tls,
+            stats: ClientStats::default(),
+            slow_consumers: AtomicU64::new(0),
+            total_connections: AtomicU64::new(0),
+            clients: Mutex::new(HashMap::new()),
+            next_cid: AtomicU64::new(1),
+            listener_cancel: CancellationToken::new(),
+            lame_duck: AtomicBool::new(false),
+            stopped,
+            start: chrono::Utc::now(),
+            info,
+        });
+        tokio::spawn(accept_loop(inner.clone(), listener));
+        tracing::info!(%addr, "listening for client connections");
+        Ok(NatsServer { inner })
+    }
+
+    /// The bound client address (port 0 resolved).
+    pub fn client_addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    /// The 56-character server id (`N…`).
+    pub fn server_id(&self) -> &str {
+        &self.inner.server_id
+    }
+
+    /// The server name (defaults to the id).
+    pub fn server_name(&self) -> &str {
+        &self.inner.server_name
+    }
+
+    /// The options the server runs with.
+    pub fn options(&self) -> &NatsOptions {
+        &self.inner.opts
+    }
+
+    /// An in-process client (no TCP) named `name`.
+    pub fn local_client(&self, name: &str) -> LocalClient {
+        LocalClient::new(self.inner.clone(), name)
+    }
+
+    /// Number of current client connections (TCP and in-process).
+    pub fn num_connections(&self) -> usize {
+        self.inner.clients.lock().len()
+    }
+
+    /// Whether lame duck mode has been entered.
+    pub fn is_lame_duck(&self) -> bool {
+        self.inner.lame_duck.load(Ordering::Acquire)
+    }
+
+    /// Lame duck mode: stop accepting, announce `"ldm":true` to clients,
+    /// wait the grace period, close clients spread over the lame duck
+    /// duration, then shut down.
+    pub fn enter_lame_duck(&self) {
+        if self.inner.lame_duck.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            let inner = &me.inner;
+            inner.listener_cancel.cancel();
+            let json = inner.info_json(None, None, None, true);
+            let mut frame = BytesMut::new();
+            proto::encode_info(&mut frame, &json);
+            let clients: Vec<Arc<ClientShared>> = tcp_clients(inner);
+            for c in &clients {
+                c.send_now(&frame);
+            }
+            tracing::info!("entering lame duck mode");
+            tokio::time::sleep(inner.opts.lame_duck_grace_period).await;
+            let clients = tcp_clients(inner);
+            if !clients.is_empty() {
+                let dur = inner
+                    .opts
+                    .lame_duck_duration
+                    .saturating_sub(inner.opts.lame_duck_grace_period)
+                    .max(Duration::from_millis(1));
+                let step = (dur / clients.len() as u32).min(Duration::from_secs(1));
+                for (i, c) in clients.iter().enumerate() {
+                    if i > 0 {
+                        tokio::time::sleep(step).await;
+                    }
+                    c.close_now();
+                }
+            }
+            me.shutdown().await;
+        });
+    }
+
+    /// Closes the listener and every connection, removes every subscription.
+    pub async fn shutdown(&self) {
+        let inner = &self.inner;
+        inner.listener_cancel.cancel();
+        let clients: Vec<Arc<ClientShared>> = inner.clients.lock().values().cloned().collect();
+        for c in clients {
+            c.close_now();
+            inner.remove_client(&c);
+        }
+        inner.stopped.send_replace(true);
+    }
+
+    /// Returns once the server has stopped (after `shutdown` or lame duck).
+    pub async fn wait_stopped(&self) {
+        let mut rx = self.inner.stopped.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+}
+
+fn tcp_clients(inner: &ServerInner) -> Vec<Arc<ClientShared>> {
+    inner
+        .clients
+        .lock()
+        .values()
+        .filter(|c| c.kind == ClientKind::Tcp)
+        .cloned()
+        .collect()
+}
+
+async fn accept_loop(inner: Arc<ServerInner>, listener: TcpListener) {
+    loop {
+        let accepted = tokio::select! {
+            _ = inner.listener_cancel.cancelled() => break,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, addr)) => {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(serve_conn(inner.clone(), stream, addr));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                // Back off on resource exhaustion (EMFILE) instead of spinning.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn serve_conn(inner: Arc<ServerInner>, mut stream: TcpStream, addr: SocketAddr) {
+    let cid = inner.next_client_id();
+    let nonce = match &inner.authenticator {
+        Some(a) if a.needs_nonce() => Some(new_nonce()),
+        _ => None,
+    };
+    let json = inner.info_json(Some(cid), Some(addr.ip().to_string()), nonce.clone(), false);
+    let mut frame = BytesMut::new();
+    proto::encode_info(&mut frame, &json);
+    if stream.write_all(&frame).await.is_err() {
+        return;
+    }
+    let over_limit = inner
+        .clients
+        .lock()
+        .values()
+        .filter(|c| c.kind == ClientKind::Tcp)
+        .count()
+        >= inner.opts.max_connections;
+    if over_limit {
+        let mut b = BytesMut::new();
+        proto::encode_err(&mut b, "maximum connections exceeded");
+        let _ = stream.write_all(&b).await;
+        let _ = stream.shutdown().await;
+        return;
+    }
+    let client = ClientShared::new(cid, ClientKind::Tcp, Some(addr), inner.opts.max_pending);
+    inner.clients.lock().insert(cid, client.clone());
+    inner.total_connections.fetch_add(1, Ordering::Relaxed);
+    let deadline = inner.opts.write_deadline;
+    tokio::spawn(client::ping_loop(client.clone(), inner.clone()));
+    let reader = Reader::new(client.clone(), inner.clone(), nonce);
+    match inner.tls.clone() {
+        None => {
+            let (r, w) = stream.into_split();
+            tokio::spawn(client::write_loop(
+                client.clone(),
+                w,
+                deadline,
+                inner.clone(),
+            ));
+            reader.run(r).await;
+        }
+        Some(acceptor) => {
+            let hs = tokio::time::timeout(
+                inner.opts.auth_timeout.max(Duration::from_secs(2)),
+                acceptor.accept(stream),
+            )
+            .await;
+            let tls = match hs {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(cid, error = %e, "TLS handshake failed");
+                    client.close_now();
+                    inner.remove_client(&client);
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(cid, "TLS handshake timed out");
+                    client.close_now();
+                    inner.remove_client(&client);
+                    return;
+                }
+            };
+            {
+                let (_, conn) = tls.get_ref();
+                let mut m = client.meta.lock();
+                m.tls_version = conn
+                    .protocol_version()
+                    .map(|v| format!("{v:?}"))
+                    .unwrap_or_default();
+                m.tls_cipher = conn
+                    .negotiated_cipher_suite()
+                    .map(|c| format!("{:?}", c.suite()))
+                    .unwrap_or_default();
+            }
+            let (r, w) = tokio::io::split(tls);
+            tokio::spawn(client::write_loop(
+                client.clone(),
+                w,
+                deadline,
+                inner.clone(),
+            ));
+            reader.run(r).await;
+        }
+    }
+}
+
+/// A random nonce for nkey challenges (base64url, as nats-server).
+fn new_nonce() -> String {
+    use base64::Engine;
+    let bytes: [u8; 11] = rand::random();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
