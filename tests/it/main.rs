@@ -3,6 +3,11 @@
 //! Each test starts the real server (in-process on port 0, or the built
 //! binary) and talks to it with real clients.
 
+mod api_cli;
+mod api_common;
+mod api_flow;
+mod api_lifecycle;
+mod api_positions;
 mod cluster_meta;
 mod cluster_storage;
 mod compat_cert;
