@@ -15,6 +15,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -264,12 +265,32 @@ pub struct NodeHandle {
 /// Entry point.
 pub struct Node;
 
-/// Starts the HTTP listener with the liftbridge endpoints: `/healthz` and
+/// The embedded NATS server as the source of the monitoring endpoints.
+struct NatsMonitor(NatsServer);
+
+impl crate::http::MonitorSource for NatsMonitor {
+    fn varz(&self) -> serde_json::Value {
+        self.0.varz_json()
+    }
+    fn connz(&self, query: &str) -> Result<serde_json::Value, String> {
+        self.0.connz_json(query)
+    }
+    fn subsz(&self, query: &str) -> Result<serde_json::Value, String> {
+        self.0.subsz_json(query)
+    }
+    fn healthz(&self) -> serde_json::Value {
+        self.0.healthz_json()
+    }
+}
+
+/// Starts the HTTP listener: NATS monitoring (`/varz`, `/connz`, `/subsz`,
+/// `/healthz`) plus the liftbridge endpoints `/api/v1/health` and
 /// `/api/v1/streams` (streams and partitions as JSON).
 async fn start_http(
     host: &str,
     port: u16,
     meta: Metadata,
+    nats: NatsServer,
 ) -> Result<crate::http::HttpServer, NodeError> {
     use crate::http::{HttpResponse, HttpState, Router};
     let addr = tokio::net::lookup_host((host, port))
@@ -279,7 +300,7 @@ async fn start_http(
         .ok_or_else(|| NodeError::Config(format!("http.listen {host}:{port} does not resolve")))?;
     let m = meta.clone();
     let router = Router::new()
-        .route_sync("/healthz", move |_| {
+        .route_sync("/api/v1/health", move |_| {
             let ok = m.leader_id().is_some();
             let body = if ok {
                 serde_json::json!({"status": "ok"})
@@ -312,6 +333,7 @@ async fn start_http(
                 .collect();
             HttpResponse::json(200, &serde_json::json!({ "streams": streams }))
         });
+    let router = crate::http::monitoring_routes(Arc::new(NatsMonitor(nats))).merge(router);
     crate::http::serve(addr, HttpState::new(router))
         .await
         .map_err(|e| NodeError::Bind {
@@ -455,7 +477,7 @@ impl Node {
             let _ = stop_rx.await;
         }));
         let http = match &cfg.http {
-            Some((h, p)) => Some(start_http(h, *p, meta.clone()).await?),
+            Some((h, p)) => Some(start_http(h, *p, meta.clone(), nats.clone()).await?),
             None => None,
         };
         tracing::info!(grpc = %grpc_addr, nats = %nats_addr, server_id = %meta.node().id, "liftbridge node started");

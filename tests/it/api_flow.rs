@@ -365,7 +365,12 @@ async fn api_metadata_brokers_streams_and_health() {
     );
 
     let http = node.http_addr().expect("http enabled");
-    let health = http_get(http, "/healthz").await;
+    let varz = http_get(http, "/varz").await;
+    assert!(
+        varz.starts_with("HTTP/1.1 200") && varz.contains("server_id"),
+        "{varz}"
+    );
+    let health = http_get(http, "/api/v1/health").await;
     assert!(
         health.starts_with("HTTP/1.1 200") && health.contains("\"ok\""),
         "{health}"
