@@ -80,6 +80,10 @@ pub(crate) struct Outbound {
     closed: bool,
     /// Close after the buffer is written (error sent).
     close_after_flush: bool,
+    /// Messages and bytes delivered to this TCP client, counted under the
+    /// lock already held for the append (no extra atomics per message).
+    out_msgs: u64,
+    out_bytes: u64,
 }
 
 /// State of a connection shared between its reader, its writer, other
@@ -129,6 +133,8 @@ impl ClientShared {
                 flush_queued: false,
                 closed: false,
                 close_after_flush: false,
+                out_msgs: 0,
+                out_bytes: 0,
             }),
             notify: Notify::new(),
             drained: Notify::new(),
@@ -145,8 +151,31 @@ impl ClientShared {
         })
     }
 
+    /// Messages and bytes delivered to this client so far.
+    pub fn out_counts(&self) -> (u64, u64) {
+        let (m, b) = {
+            let o = self.out.lock();
+            (o.out_msgs, o.out_bytes)
+        };
+        (
+            m + self.stats.out_msgs.load(Ordering::Relaxed),
+            b + self.stats.out_bytes.load(Ordering::Relaxed),
+        )
+    }
+
     /// Outbound bytes not yet written to the socket.
+    ///
+    /// For an in-process client: the bytes queued in its subscriptions.
     pub fn pending_bytes(&self) -> usize {
+        if self.kind == ClientKind::Local {
+            return self
+                .subs
+                .lock()
+                .values()
+                .filter_map(|s| s.local.as_ref())
+                .map(|l| l.pending.load(Ordering::Relaxed) as usize)
+                .sum();
+        }
         let o = self.out.lock();
         o.buf.len() + o.inflight
     }
@@ -444,6 +473,11 @@ fn deliver_one(
             local.pending.fetch_sub(size as u64, Ordering::Relaxed);
             return false;
         }
+        client.stats.out_msgs.fetch_add(1, Ordering::Relaxed);
+        client
+            .stats
+            .out_bytes
+            .fetch_add(size as u64, Ordering::Relaxed);
         size
     } else {
         let with_headers = msg.headers.is_some() && client.headers.load(Ordering::Relaxed);
@@ -477,6 +511,8 @@ fn deliver_one(
             client.notify.notify_one();
             return false;
         }
+        o.out_msgs += 1;
+        o.out_bytes += size as u64;
         let stall = (o.buf.len() + o.inflight) * 4 > client.max_pending * 3;
         if !o.flush_queued {
             o.flush_queued = true;
@@ -487,11 +523,6 @@ fn deliver_one(
         }
         size
     };
-    client.stats.out_msgs.fetch_add(1, Ordering::Relaxed);
-    client
-        .stats
-        .out_bytes
-        .fetch_add(size as u64, Ordering::Relaxed);
     flush.tally.msgs += 1;
     flush.tally.bytes += size as u64;
     if max > 0 && nth == max {
@@ -543,11 +574,14 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
             }
             Step::Write => {}
         }
-        let res = tokio::time::timeout(deadline, async {
-            w.write_all(&spare).await?;
-            w.flush().await
-        })
-        .await;
+        let res = tokio::select! {
+            r = tokio::time::timeout(deadline, async {
+                w.write_all(&spare).await?;
+                w.flush().await
+            }) => r,
+            // Closed meanwhile (slow consumer, shutdown): stop at once.
+            _ = client.cancel.cancelled() => break,
+        };
         match res {
             Ok(Ok(())) => {}
             Ok(Err(_)) => break,
@@ -573,7 +607,8 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
         client.drained.notify_waiters();
     }
     client.drained.notify_waiters();
-    let _ = w.shutdown().await;
+    // Bounded: a TLS close_notify cannot be written to a peer that stopped reading.
+    let _ = tokio::time::timeout(Duration::from_secs(1), w.shutdown()).await;
     {
         let mut o = client.out.lock();
         o.closed = true;

@@ -177,9 +177,9 @@ impl NatsServer {
             match sort.as_str() {
                 "subs" => c.subs.lock().len() as i128,
                 "pending" => c.pending_bytes() as i128,
-                "msgs_to" => s.out_msgs.load(Ordering::Relaxed) as i128,
+                "msgs_to" => c.out_counts().0 as i128,
                 "msgs_from" => s.in_msgs.load(Ordering::Relaxed) as i128,
-                "bytes_to" => s.out_bytes.load(Ordering::Relaxed) as i128,
+                "bytes_to" => c.out_counts().1 as i128,
                 "bytes_from" => s.in_bytes.load(Ordering::Relaxed) as i128,
                 "last" => c.last_activity().timestamp_nanos_opt().unwrap_or(0) as i128,
                 "idle" => -(c.last_activity().timestamp_nanos_opt().unwrap_or(0) as i128),
@@ -304,12 +304,10 @@ fn conn_info(
     m.insert("idle".into(), json!(uptime(now - c.last_activity())));
     m.insert("pending_bytes".into(), json!(c.pending_bytes()));
     m.insert("in_msgs".into(), json!(s.in_msgs.load(Ordering::Relaxed)));
-    m.insert("out_msgs".into(), json!(s.out_msgs.load(Ordering::Relaxed)));
+    let (out_msgs, out_bytes) = c.out_counts();
+    m.insert("out_msgs".into(), json!(out_msgs));
     m.insert("in_bytes".into(), json!(s.in_bytes.load(Ordering::Relaxed)));
-    m.insert(
-        "out_bytes".into(),
-        json!(s.out_bytes.load(Ordering::Relaxed)),
-    );
+    m.insert("out_bytes".into(), json!(out_bytes));
     m.insert("subscriptions".into(), json!(sub_list.len()));
     if !meta.name.is_empty() {
         m.insert("name".into(), json!(meta.name));

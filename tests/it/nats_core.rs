@@ -312,6 +312,20 @@ async fn nats_local_client_interop() {
             .unwrap();
     }
     c.flush().await.unwrap();
+    // Queued bytes are visible in /connz for the in-process client.
+    let q = format!("cid={}", local.client_id());
+    let mut pending = 0;
+    for _ in 0..200 {
+        pending = srv.connz_json(&q).unwrap()["connections"][0]["pending_bytes"]
+            .as_u64()
+            .unwrap();
+        if pending > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(pending > 0);
+    assert!(lsub.pending_bytes() >= pending);
     for i in 0..5000u32 {
         let m = tokio::time::timeout(T, lsub.next()).await.unwrap().unwrap();
         assert_eq!(m.payload, Bytes::from(i.to_string()));
