@@ -1,1 +1,2 @@
 //! Load generators and side-by-side benchmarks.
+pub mod store;

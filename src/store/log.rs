@@ -15,6 +15,7 @@
 //!   writer thread or to `spawn_blocking`.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,8 +33,8 @@ use tokio::sync::{oneshot, watch};
 
 use super::codec::{self, RecordRef};
 use super::{
-    AppendResult, CompactionStats, LogConfig, NewRecord, Record, RetentionStats, StoreError,
-    SyncPolicy,
+    AppendResult, CommitStats, CompactionStats, LogConfig, NewRecord, Record, RetentionStats,
+    StoreError, SyncPolicy,
 };
 
 const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
@@ -167,6 +168,8 @@ struct Shared {
     generation: AtomicU64,
     epochs: Mutex<Vec<(u64, u64)>>,
     leo_tx: watch::Sender<u64>,
+    commits: AtomicU64,
+    durable_commits: AtomicU64,
 }
 
 impl Shared {
@@ -382,6 +385,8 @@ impl PartitionLog {
             generation: AtomicU64::new(0),
             epochs: Mutex::new(Vec::new()),
             leo_tx,
+            commits: AtomicU64::new(0),
+            durable_commits: AtomicU64::new(0),
         });
         shared.publish(&state);
         let db = Arc::new(db);
@@ -465,6 +470,19 @@ impl PartitionLog {
         rx.await.map_err(|_| self.closed())?
     }
 
+    fn call_now<T: Send + 'static>(
+        &self,
+        make: impl FnOnce(Reply<T>) -> Op,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.send(make(tx));
+        let name = self.inner.name.clone();
+        async move {
+            sent?;
+            rx.await.map_err(|_| StoreError::Closed(name))?
+        }
+    }
+
     fn call_blocking<T>(&self, make: impl FnOnce(Reply<T>) -> Op) -> Result<T, StoreError> {
         let (tx, rx) = oneshot::channel();
         self.send(make(tx))?;
@@ -485,38 +503,39 @@ impl PartitionLog {
     }
 
     /// Appends a batch under `leader_epoch`; offsets are assigned in arrival
-    /// order. Completes once the batch is committed (and, with
+    /// order. The batch is queued when this method is called (not when the
+    /// future is first polled), so appends issued one after another get
+    /// offsets in that order even when their futures are awaited later. The
+    /// future completes once the batch is committed (and, with
     /// [`SyncPolicy::Always`], fsynced).
-    pub async fn append(
+    pub fn append(
         &self,
         leader_epoch: u64,
         records: Vec<NewRecord>,
-    ) -> Result<AppendResult, StoreError> {
-        self.call(|reply| Op::Append {
+    ) -> impl Future<Output = Result<AppendResult, StoreError>> + Send + 'static {
+        self.call_now(move |reply| Op::Append {
             epoch: leader_epoch,
             expected: None,
             records,
             reply,
         })
-        .await
     }
 
     /// Like [`append`](Self::append), but only if the batch would start at
     /// `expected_next_offset` (optimistic concurrency); otherwise
     /// [`StoreError::OffsetMismatch`] and nothing is written.
-    pub async fn append_expecting(
+    pub fn append_expecting(
         &self,
         leader_epoch: u64,
         expected_next_offset: u64,
         records: Vec<NewRecord>,
-    ) -> Result<AppendResult, StoreError> {
-        self.call(|reply| Op::Append {
+    ) -> impl Future<Output = Result<AppendResult, StoreError>> + Send + 'static {
+        self.call_now(move |reply| Op::Append {
             epoch: leader_epoch,
             expected: Some(expected_next_offset),
             records,
             reply,
         })
-        .await
     }
 
     /// Appends records copied from a leader (replication): offsets, epochs and
@@ -648,6 +667,14 @@ impl PartitionLog {
     /// Total encoded bytes of the records present.
     pub fn record_bytes(&self) -> u64 {
         self.inner.shared.bytes.load(Ordering::Acquire)
+    }
+
+    /// Commits made by the writer since open (for metrics and benchmarks).
+    pub fn commit_stats(&self) -> CommitStats {
+        CommitStats {
+            commits: self.inner.shared.commits.load(Ordering::Relaxed),
+            durable_commits: self.inner.shared.durable_commits.load(Ordering::Relaxed),
+        }
     }
 
     /// Watches the log end offset: changes on every committed append or
@@ -1097,7 +1124,9 @@ impl Writer {
             Ok(()) => {
                 self.state = st;
                 self.shared.publish(&self.state);
+                self.shared.commits.fetch_add(1, Ordering::Relaxed);
                 if durable {
+                    self.shared.durable_commits.fetch_add(1, Ordering::Relaxed);
                     self.last_durable = Instant::now();
                     self.dirty = false;
                 } else {

@@ -44,6 +44,30 @@
 //! copy-on-write commits mean the reopened log is always a prefix of what was
 //! appended: never a hole, never a torn record.
 //!
+//! # API in short
+//!
+//! - open: [`PartitionLog::open`] (creates), [`PartitionLog::open_existing`],
+//!   [`open_all`] (one result per file); blocking, call from `spawn_blocking`;
+//! - write: [`PartitionLog::append`], [`PartitionLog::append_expecting`]
+//!   (OCC), [`PartitionLog::append_replicated`] (follower copy of leader
+//!   records), [`PartitionLog::truncate`], [`PartitionLog::sync`];
+//! - read: [`PartitionLog::read`] (offset, count and byte budget),
+//!   [`PartitionLog::offset_for_timestamp`], [`PartitionLog::log_end_offset`],
+//!   [`PartitionLog::oldest_offset`], [`PartitionLog::newest_offset`],
+//!   [`PartitionLog::subscribe_end`] (wake on new data);
+//! - replication: [`PartitionLog::leader_epochs`],
+//!   [`PartitionLog::epoch_start_offset`], [`PartitionLog::epoch_end_offset`],
+//!   [`PartitionLog::set_compaction_limit`] (set it to the high watermark);
+//! - maintenance: [`PartitionLog::enforce_retention`],
+//!   [`PartitionLog::compact`], [`PartitionLog::update_config`],
+//!   [`PartitionLog::close`], [`PartitionLog::delete_files`],
+//!   [`PartitionLog::disk_size`].
+//!
+//! Retention semantics: `max_messages` and `max_bytes` count the records
+//! present (after compaction); `max_age` removes every record before the
+//! first one whose running maximum timestamp is within the age. Retention may
+//! empty the log; the log end offset never moves back except by truncation.
+//!
 //! This module knows nothing of NATS or gRPC: subjects are plain strings.
 
 pub mod codec;
@@ -169,6 +193,15 @@ pub struct AppendResult {
     pub first_offset: u64,
     /// Offset of the last record of the batch.
     pub last_offset: u64,
+}
+
+/// Commit counters of one log since it was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Write transactions committed (group commits).
+    pub commits: u64,
+    /// Of those, commits fsynced to disk.
+    pub durable_commits: u64,
 }
 
 /// What one retention pass removed.

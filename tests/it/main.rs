@@ -17,3 +17,5 @@ mod nats_core;
 mod nats_raw;
 mod nats_support;
 mod store_basic;
+mod store_crash;
+mod store_model;
