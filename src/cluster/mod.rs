@@ -1,7 +1,9 @@
 //! Metadata through Raft (openraft 0.9) with redb storage.
 //!
-//! Every metadata change — create/delete/pause/resume/readonly of a stream,
-//! broker registration, later leader and ISR changes — is a `MetaCommand`
+//! Every metadata change — create/delete/pause/resume/readonly of a stream
+//! (internal `__cursors`/`__activity` included), broker registration,
+//! consumer-group membership and coordinator, leader and ISR changes
+//! (defined, used once replication exists) — is a `MetaCommand`
 //! appended to one openraft group and applied by a deterministic state
 //! machine (`state::MetadataState`). On a single node the group has one
 //! member, bootstrapped at first start; clustering adds members and a network
@@ -11,7 +13,8 @@
 //! - `state`: the metadata model and the pure `apply` function;
 //! - `store`: Raft log, vote, committed/purged markers and snapshots in
 //!   `<data>/raft/raft.redb` (all redb calls on the blocking pool);
-//! - `network`: the peer transport (none yet: every RPC is `Unreachable`).
+//! - `network`: the peer transport (none yet: every RPC is `Unreachable`);
+//! - `internal`: the internal streams' create commands.
 //!
 //! Public API (used by the gRPC API and the partition layer):
 //!
@@ -19,24 +22,43 @@
 //! Metadata::open(data_dir, node: NodeInfo, bootstrap) -> Result<Metadata, MetaError>
 //! Metadata::open_with(data_dir, node, bootstrap, MetadataOptions) -> Result<Metadata, MetaError>
 //! metadata.propose(MetaCommand) -> Result<MetaResponse, MetaError>   // through Raft
+//! metadata.propose_ok(MetaCommand) -> Result<(), MetaError>           // rejection = Err(Rejected)
 //! metadata.state() -> Arc<MetadataState>                             // latest applied
 //! metadata.watch() -> watch::Receiver<Arc<MetadataState>>            // every apply
 //! metadata.is_leader() -> bool
+//! metadata.leader_id() -> Option<String>                              // server id of the controller
 //! metadata.node() -> &NodeInfo                                        // server id in use
 //! metadata.compact() -> Result<u64, MetaError>                        // snapshot + purge
-//! metadata.shutdown() -> Result<(), MetaError>
+//! metadata.shutdown() -> Result<(), MetaError>   // call before reopening the same dir
+//! internal::ensure_internal_streams(&metadata, &config)   // __cursors / __activity
+//! MetadataOptions::from_config(&config); now_ns()
 //! ```
+//!
+//! Start-up order for the server: bind the listeners first (ports may be 0),
+//! then `open` with a `NodeInfo` carrying the bound addresses, with
+//! `bootstrap = config.raft_bootstrap()`, then `ensure_internal_streams`.
 //!
 //! `propose` returns `Ok(MetaResponse::Rejected(ApplyError::..))` when the
 //! command was committed but rejected at apply (stream exists, not found, bad
-//! partition, bad replication factor): those checks are linearizable. It
+//! partition, bad replication factor, unknown group, stale group epoch):
+//! those checks are linearizable. Suggested gRPC mapping: AlreadyExists →
+//! ALREADY_EXISTS; StreamNotFound, PartitionNotFound, GroupNotFound →
+//! NOT_FOUND; Invalid → INVALID_ARGUMENT; NotMember, EpochMismatch →
+//! FAILED_PRECONDITION. It
 //! returns `Err(MetaError::NoLeader)` ("no known metadata leader", gRPC
 //! INTERNAL) when no leader shows up within `MetadataOptions::leader_wait`.
+//!
+//! Identity: the Raft node id is random, chosen once per data directory and
+//! stored with the server id; an empty `NodeInfo::id` reuses the stored
+//! server id. A restart under a new server id replaces the old broker
+//! everywhere (`MetaCommand::ReplaceBroker`), so the node keeps leading its
+//! partitions; new addresses are refreshed in the Raft membership.
 //!
 //! Must not: block a tokio worker (redb runs on the blocking pool), read a
 //! clock inside `apply` (timestamps come in the command), or change metadata
 //! anywhere but through `propose`.
 
+pub mod internal;
 pub mod network;
 pub mod state;
 pub mod store;
@@ -48,13 +70,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{Config, Raft, ServerState, SnapshotPolicy};
+use openraft::{ChangeMembers, Config, Raft, ServerState, SnapshotPolicy};
 use rand::Rng;
 use tokio::sync::watch;
 
 pub use state::{
-    ApplyError, EventTimestamps, MetaCommand, MetaResponse, MetadataState, NodeInfo, PartitionMeta,
-    StreamConfig, StreamMeta,
+    ApplyError, EventTimestamps, GroupMeta, MetaCommand, MetaResponse, MetadataState, NodeInfo,
+    PartitionMeta, StreamConfig, StreamMeta,
 };
 pub use store::StoreError;
 
@@ -90,6 +112,9 @@ pub enum MetaError {
     /// openraft reported an error (invalid config, fatal error, shut down).
     #[error("raft: {0}")]
     Raft(String),
+    /// The command was committed but rejected by the state machine.
+    #[error("metadata command rejected: {0}")]
+    Rejected(#[from] ApplyError),
     /// Creating the data directory failed.
     #[error("creating {path}: {source}")]
     Io {
@@ -125,6 +150,21 @@ impl Default for MetadataOptions {
     }
 }
 
+impl MetadataOptions {
+    /// Options from the configuration (`clustering.raft.snapshot.threshold`).
+    pub fn from_config(cfg: &crate::config::liftbridge::LiftbridgeConfig) -> MetadataOptions {
+        MetadataOptions {
+            snapshot_threshold: cfg.clustering.raft_snapshot_threshold,
+            ..Default::default()
+        }
+    }
+}
+
+/// Current time as Unix nanoseconds, for the timestamps carried in commands.
+pub fn now_ns() -> i64 {
+    chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX)
+}
+
 /// Handle on the metadata group. Cloning is cheap; all clones share the group.
 #[derive(Clone)]
 pub struct Metadata {
@@ -133,6 +173,7 @@ pub struct Metadata {
     node: Arc<NodeInfo>,
     rx: watch::Receiver<Arc<MetadataState>>,
     opts: Arc<MetadataOptions>,
+    db: RaftDb,
 }
 
 /// A random id in the style of a NATS NUID (22 alphanumerics): no spaces or
@@ -167,18 +208,36 @@ impl Metadata {
     /// Like `open`, with explicit options.
     pub async fn open_with(
         data_dir: &Path,
-        mut node: NodeInfo,
+        node: NodeInfo,
         bootstrap: bool,
         opts: MetadataOptions,
     ) -> Result<Metadata, MetaError> {
+        Self::open_with_network(data_dir, node, bootstrap, opts, network::NoPeers).await
+    }
+
+    /// Like `open_with`, with the transport to peers. This is the only
+    /// difference between a single node and a cluster member: the log store,
+    /// state machine and `propose` path are the same.
+    pub async fn open_with_network<N>(
+        data_dir: &Path,
+        mut node: NodeInfo,
+        bootstrap: bool,
+        opts: MetadataOptions,
+        network: N,
+    ) -> Result<Metadata, MetaError>
+    where
+        N: openraft::RaftNetworkFactory<TypeConfig>,
+    {
         let dir = data_dir.join("raft");
         let db = RaftDb::open(&dir).await?;
+        let mut previous_id = None;
         let raft_id = match db.identity().await? {
             Some(id) => {
                 if node.id.is_empty() {
                     node.id = id.server_id.clone();
                 }
                 if node.id != id.server_id {
+                    previous_id = Some(id.server_id.clone());
                     // The Raft id stays: it is what the stored membership knows.
                     db.set_identity(&Identity {
                         raft_id: id.raft_id,
@@ -217,9 +276,9 @@ impl Metadata {
         .map_err(|e| MetaError::Raft(e.to_string()))?;
 
         let log_store = LogStore::new(db.clone());
-        let sm = StateMachine::open(db).await?;
+        let sm = StateMachine::open(db.clone()).await?;
         let rx = sm.subscribe();
-        let raft = Raft::new(raft_id, Arc::new(config), network::NoPeers, log_store, sm)
+        let raft = Raft::new(raft_id, Arc::new(config), network, log_store, sm)
             .await
             .map_err(|e| MetaError::Raft(e.to_string()))?;
 
@@ -229,6 +288,7 @@ impl Metadata {
             node: Arc::new(node),
             rx,
             opts: Arc::new(opts),
+            db,
         };
 
         let initialized = md
@@ -244,23 +304,55 @@ impl Metadata {
                 .map_err(|e| MetaError::Raft(e.to_string()))?;
         }
         if bootstrap || initialized {
-            md.register_self().await?;
+            md.register_self(previous_id).await?;
         }
         Ok(md)
     }
 
     /// Registers this node as a broker once it leads (single-node groups
     /// always elect themselves); a node that does not lead leaves it to later.
-    async fn register_self(&self) -> Result<(), MetaError> {
+    ///
+    /// When the data directory was created under another server id
+    /// (`previous_id`), that broker is replaced so that the streams this node
+    /// led are still led by it. The Raft membership's copy of this node's
+    /// addresses is refreshed too (ports may change between runs).
+    async fn register_self(&self, previous_id: Option<String>) -> Result<(), MetaError> {
         if !self.wait_for_leader().await {
             return Ok(());
         }
         if self.raft_leader() != Some(self.raft_id) {
             return Ok(());
         }
-        if self.state().brokers.get(&self.node.id) != Some(&*self.node) {
-            self.propose(MetaCommand::RegisterBroker((*self.node).clone()))
+        let member = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&self.raft_id)
+            .cloned();
+        if member.as_ref() != Some(&*self.node) {
+            let nodes = BTreeMap::from([(self.raft_id, (*self.node).clone())]);
+            self.raft
+                .change_membership(ChangeMembers::SetNodes(nodes), true)
+                .await
+                .map_err(|e| MetaError::Raft(e.to_string()))?;
+        }
+        let state = self.state();
+        match previous_id {
+            Some(old) if state.brokers.contains_key(&old) => {
+                self.propose_ok(MetaCommand::ReplaceBroker {
+                    old,
+                    new: (*self.node).clone(),
+                })
                 .await?;
+            }
+            _ => {
+                if state.brokers.get(&self.node.id) != Some(&*self.node) {
+                    self.propose_ok(MetaCommand::RegisterBroker((*self.node).clone()))
+                        .await?;
+                }
+            }
         }
         Ok(())
     }
@@ -315,6 +407,14 @@ impl Metadata {
                 Err(RaftError::Fatal(e)) => return Err(MetaError::Raft(e.to_string())),
             }
         }
+    }
+
+    /// Like `propose`, with a rejection turned into `MetaError::Rejected`.
+    pub async fn propose_ok(&self, cmd: MetaCommand) -> Result<(), MetaError> {
+        self.propose(cmd)
+            .await?
+            .into_result()
+            .map_err(MetaError::Rejected)
     }
 
     /// The latest applied state.
@@ -387,16 +487,47 @@ impl Metadata {
         Ok(applied.index)
     }
 
-    /// The underlying openraft handle (for metrics and, later, membership).
+    /// This node's Raft id (stable for its data directory).
+    pub fn raft_id(&self) -> u64 {
+        self.raft_id
+    }
+
+    /// Adds a server to the group as a voter (leader only): it joins as a
+    /// learner, catches up, then becomes a voter; it is also registered as a
+    /// broker. Idempotent for a server that is already a voter.
+    pub async fn add_voter(&self, raft_id: u64, node: NodeInfo) -> Result<(), MetaError> {
+        let map_err = |e: RaftError<u64, ClientWriteError<u64, NodeInfo>>| match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => match f.leader_node {
+                Some(n) => MetaError::NotLeader { leader: n.id },
+                None => MetaError::NoLeader,
+            },
+            other => MetaError::Raft(other.to_string()),
+        };
+        self.raft
+            .add_learner(raft_id, node.clone(), true)
+            .await
+            .map_err(map_err)?;
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds([raft_id].into()), false)
+            .await
+            .map_err(map_err)?;
+        self.propose_ok(MetaCommand::RegisterBroker(node)).await
+    }
+
+    /// The underlying openraft handle (metrics, RPC entry points for a transport).
     pub fn raft(&self) -> &Raft<TypeConfig> {
         &self.raft
     }
 
-    /// Stops the Raft task. Other clones become unusable.
+    /// Stops the Raft task and closes the database (the directory can then be
+    /// opened again in this process). Other clones become unusable.
     pub async fn shutdown(&self) -> Result<(), MetaError> {
-        self.raft
+        let res = self
+            .raft
             .shutdown()
             .await
-            .map_err(|e| MetaError::Raft(e.to_string()))
+            .map_err(|e| MetaError::Raft(e.to_string()));
+        self.db.close().await;
+        res
     }
 }

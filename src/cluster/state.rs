@@ -16,6 +16,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// Upper bound of partitions per stream: a request for more is rejected
+/// rather than allocating without limit.
+pub const MAX_PARTITIONS: i32 = 65_536;
+
 /// Address book entry of one server (a "broker" in Liftbridge's metadata).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeInfo {
@@ -148,6 +152,16 @@ impl StreamMeta {
 pub enum MetaCommand {
     /// Adds or updates a server in the address book.
     RegisterBroker(NodeInfo),
+    /// Replaces a broker by another (a server restarted on the same data with
+    /// a new server id): the old entry goes, and every partition's leader,
+    /// replicas and ISR name the new id. Epochs are unchanged: the data and
+    /// the process are the same.
+    ReplaceBroker {
+        /// Server id being replaced.
+        old: String,
+        /// The new identity.
+        new: NodeInfo,
+    },
     /// Creates a stream. Replicas are placed at apply time on the brokers with
     /// the fewest partitions (ties by id), the first replica leads.
     CreateStream {
@@ -227,6 +241,97 @@ pub enum MetaCommand {
         /// Replica joining the ISR (must be a replica).
         replica: String,
     },
+    /// Adds (or updates) a consumer in a group, creating the group with
+    /// `coordinator` when it does not exist. Bumps the group epoch when the
+    /// membership changes.
+    JoinConsumerGroup {
+        /// Group id.
+        group_id: String,
+        /// Consumer id.
+        consumer_id: String,
+        /// Streams the consumer reads (must exist).
+        streams: Vec<String>,
+        /// Coordinator for a new group (a registered broker), chosen by the proposer.
+        coordinator: String,
+    },
+    /// Removes a consumer from a group (`expired`: evicted by the coordinator
+    /// after `groups.consumer.timeout`). An empty group is deleted.
+    LeaveConsumerGroup {
+        /// Group id.
+        group_id: String,
+        /// Consumer id.
+        consumer_id: String,
+        /// Whether the consumer timed out rather than left.
+        expired: bool,
+    },
+    /// Moves a group to a new coordinator, fenced by the epoch the reporters saw.
+    ChangeGroupCoordinator {
+        /// Group id.
+        group_id: String,
+        /// New coordinator (a registered broker).
+        coordinator: String,
+        /// The group epoch the change is based on; a stale one is rejected.
+        epoch: u64,
+    },
+}
+
+/// A consumer group (spec §1.7).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMeta {
+    /// Group id.
+    pub id: String,
+    /// Server id of the coordinator.
+    pub coordinator: String,
+    /// Bumped on every membership or coordinator change; fences stale
+    /// coordinators and assignments.
+    pub epoch: u64,
+    /// Members: consumer id → streams it reads.
+    pub members: BTreeMap<String, Vec<String>>,
+}
+
+impl GroupMeta {
+    /// Partition assignments: consumer id → stream → partition ids.
+    ///
+    /// Deterministic (every node computes the same): streams in name order,
+    /// partitions in id order, each to the subscribed member with the fewest
+    /// partitions so far, ties broken by consumer id. Streams that no longer
+    /// exist are skipped.
+    pub fn assignments(
+        &self,
+        state: &MetadataState,
+    ) -> BTreeMap<String, BTreeMap<String, Vec<i32>>> {
+        let mut out: BTreeMap<String, BTreeMap<String, Vec<i32>>> = self
+            .members
+            .keys()
+            .map(|c| (c.clone(), BTreeMap::new()))
+            .collect();
+        let mut load: BTreeMap<&str, usize> =
+            self.members.keys().map(|c| (c.as_str(), 0)).collect();
+        let streams: std::collections::BTreeSet<&String> =
+            self.members.values().flatten().collect();
+        for name in streams {
+            let Some(stream) = state.stream(name) else {
+                continue;
+            };
+            for p in &stream.partitions {
+                let pick = self
+                    .members
+                    .iter()
+                    .filter(|(_, s)| s.contains(name))
+                    .map(|(c, _)| c.as_str())
+                    .min_by_key(|c| (load.get(c).copied().unwrap_or(0), *c));
+                if let Some(c) = pick {
+                    *load.entry(c).or_default() += 1;
+                    out.entry(c.to_string())
+                        .or_default()
+                        .entry(name.clone())
+                        .or_default()
+                        .push(p.id);
+                }
+            }
+        }
+        out
+    }
 }
 
 /// Why a command was rejected at apply time.
@@ -257,6 +362,30 @@ pub enum ApplyError {
     Invalid {
         /// Explanation.
         reason: String,
+    },
+    /// No consumer group of this id (gRPC NOT_FOUND).
+    #[error("consumer group {group:?} not found")]
+    GroupNotFound {
+        /// Group id.
+        group: String,
+    },
+    /// The consumer is not a member of the group (gRPC FAILED_PRECONDITION).
+    #[error("consumer {consumer:?} is not a member of group {group:?}")]
+    NotMember {
+        /// Group id.
+        group: String,
+        /// Consumer id.
+        consumer: String,
+    },
+    /// The request was based on an old group epoch (gRPC FAILED_PRECONDITION).
+    #[error("group {group:?} epoch is {current}, request was for {requested}")]
+    EpochMismatch {
+        /// Group id.
+        group: String,
+        /// Current epoch.
+        current: u64,
+        /// Epoch in the request.
+        requested: u64,
     },
 }
 
@@ -289,12 +418,20 @@ pub struct MetadataState {
     pub streams: BTreeMap<String, StreamMeta>,
     /// Brokers by server id.
     pub brokers: BTreeMap<String, NodeInfo>,
+    /// Consumer groups by id.
+    #[serde(default)]
+    pub groups: BTreeMap<String, GroupMeta>,
 }
 
 impl MetadataState {
     /// The stream of this name.
     pub fn stream(&self, name: &str) -> Option<&StreamMeta> {
         self.streams.get(name)
+    }
+
+    /// The consumer group of this id.
+    pub fn group(&self, id: &str) -> Option<&GroupMeta> {
+        self.groups.get(id)
     }
 
     /// Number of partitions (replicas) each broker holds, and how many it leads.
@@ -324,6 +461,120 @@ impl MetadataState {
         match cmd {
             MetaCommand::RegisterBroker(b) => {
                 self.brokers.insert(b.id.clone(), b.clone());
+                Ok(())
+            }
+            MetaCommand::JoinConsumerGroup {
+                group_id,
+                consumer_id,
+                streams,
+                coordinator,
+            } => {
+                if group_id.is_empty() || consumer_id.is_empty() || streams.is_empty() {
+                    return Err(ApplyError::Invalid {
+                        reason: "group id, consumer id and streams are required".into(),
+                    });
+                }
+                if let Some(missing) = streams.iter().find(|s| !self.streams.contains_key(*s)) {
+                    return Err(ApplyError::StreamNotFound {
+                        name: missing.clone(),
+                    });
+                }
+                if !self.groups.contains_key(group_id) && !self.brokers.contains_key(coordinator) {
+                    return Err(ApplyError::Invalid {
+                        reason: format!("coordinator {coordinator:?} is not a known server"),
+                    });
+                }
+                let group = self
+                    .groups
+                    .entry(group_id.clone())
+                    .or_insert_with(|| GroupMeta {
+                        id: group_id.clone(),
+                        coordinator: coordinator.clone(),
+                        ..Default::default()
+                    });
+                let mut wanted = streams.clone();
+                wanted.sort();
+                wanted.dedup();
+                if group.members.get(consumer_id) != Some(&wanted) {
+                    group.members.insert(consumer_id.clone(), wanted);
+                    group.epoch += 1;
+                }
+                Ok(())
+            }
+            MetaCommand::LeaveConsumerGroup {
+                group_id,
+                consumer_id,
+                expired: _,
+            } => {
+                let group =
+                    self.groups
+                        .get_mut(group_id)
+                        .ok_or_else(|| ApplyError::GroupNotFound {
+                            group: group_id.clone(),
+                        })?;
+                if group.members.remove(consumer_id).is_none() {
+                    return Err(ApplyError::NotMember {
+                        group: group_id.clone(),
+                        consumer: consumer_id.clone(),
+                    });
+                }
+                group.epoch += 1;
+                if group.members.is_empty() {
+                    self.groups.remove(group_id);
+                }
+                Ok(())
+            }
+            MetaCommand::ChangeGroupCoordinator {
+                group_id,
+                coordinator,
+                epoch,
+            } => {
+                if !self.brokers.contains_key(coordinator) {
+                    return Err(ApplyError::Invalid {
+                        reason: format!("coordinator {coordinator:?} is not a known server"),
+                    });
+                }
+                let group =
+                    self.groups
+                        .get_mut(group_id)
+                        .ok_or_else(|| ApplyError::GroupNotFound {
+                            group: group_id.clone(),
+                        })?;
+                if group.epoch != *epoch {
+                    return Err(ApplyError::EpochMismatch {
+                        group: group_id.clone(),
+                        current: group.epoch,
+                        requested: *epoch,
+                    });
+                }
+                group.coordinator = coordinator.clone();
+                group.epoch += 1;
+                Ok(())
+            }
+            MetaCommand::ReplaceBroker { old, new } => {
+                if self.brokers.remove(old).is_none() {
+                    return Err(ApplyError::Invalid {
+                        reason: format!("unknown broker {old:?}"),
+                    });
+                }
+                let rename = |id: &mut String| {
+                    if id == old {
+                        *id = new.id.clone();
+                    }
+                };
+                for g in self.groups.values_mut() {
+                    rename(&mut g.coordinator);
+                }
+                for p in self
+                    .streams
+                    .values_mut()
+                    .flat_map(|s| s.partitions.iter_mut())
+                {
+                    rename(&mut p.leader);
+                    p.replicas.iter_mut().for_each(rename);
+                    p.isr.iter_mut().for_each(rename);
+                }
+                self.brokers.insert(new.id.clone(), new.clone());
                 Ok(())
             }
             MetaCommand::CreateStream {
@@ -444,9 +695,11 @@ impl MetadataState {
         replication_factor: i32,
         partitions: i32,
     ) -> Result<Vec<PartitionMeta>, ApplyError> {
-        if partitions < 1 {
+        if !(1..=MAX_PARTITIONS).contains(&partitions) {
             return Err(ApplyError::Invalid {
-                reason: format!("partitions must be at least 1, got {partitions}"),
+                reason: format!(
+                    "partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}"
+                ),
             });
         }
         let n = self.brokers.len();
@@ -479,9 +732,12 @@ impl MetadataState {
                     *v += 1;
                 }
             }
+            // `rf` is at least 1 and at most the number of brokers, so
+            // `replicas` is never empty; `unwrap_or_default` only avoids a panic path.
+            let leader = replicas.first().cloned().unwrap_or_default();
             out.push(PartitionMeta {
                 id,
-                leader: replicas[0].clone(),
+                leader,
                 isr: replicas.clone(),
                 replicas,
                 epoch: 0,
@@ -589,6 +845,10 @@ mod tests {
             s.apply(&create("x", 1, 0)),
             MetaResponse::Rejected(ApplyError::Invalid { .. })
         ));
+        assert!(matches!(
+            s.apply(&create("x", 1, i32::MAX)),
+            MetaResponse::Rejected(ApplyError::Invalid { .. })
+        ));
         assert_eq!(s.broker_load("b1"), (3, 3));
         assert_eq!(s.broker_load("b2"), (3, 2));
     }
@@ -658,6 +918,109 @@ mod tests {
     }
 
     #[test]
+    fn consumer_groups_join_leave_coordinator_and_assignments() {
+        let mut s = MetadataState::default();
+        s.apply(&broker("b1"));
+        s.apply(&broker("b2"));
+        s.apply(&create("a", 1, 3));
+        s.apply(&create("b", 1, 1));
+        let join = |c: &str, streams: &[&str]| MetaCommand::JoinConsumerGroup {
+            group_id: "g".into(),
+            consumer_id: c.into(),
+            streams: streams.iter().map(|s| s.to_string()).collect(),
+            coordinator: "b1".into(),
+        };
+        assert_eq!(
+            s.apply(&join("c1", &["nope"])),
+            MetaResponse::Rejected(ApplyError::StreamNotFound {
+                name: "nope".into()
+            })
+        );
+        assert!(s.group("g").is_none());
+        assert_eq!(s.apply(&join("c1", &["a", "b"])), MetaResponse::Ok);
+        let g = s.group("g").unwrap();
+        assert_eq!((g.coordinator.as_str(), g.epoch), ("b1", 1));
+        // Rejoining with the same streams changes nothing.
+        s.apply(&join("c1", &["b", "a"]));
+        assert_eq!(s.group("g").unwrap().epoch, 1);
+        s.apply(&join("c2", &["a"]));
+        let g = s.group("g").unwrap().clone();
+        assert_eq!(g.epoch, 2);
+        let a = g.assignments(&s);
+        // Stream a: p0 → c1 (tie, id order), p1 → c2, p2 → c1 (tie again);
+        // stream b is read by c1 only.
+        assert_eq!(a["c1"]["a"], vec![0, 2]);
+        assert_eq!(a["c2"]["a"], vec![1]);
+        assert_eq!(a["c1"]["b"], vec![0]);
+        assert!(!a["c2"].contains_key("b"));
+        // A stale coordinator change is fenced; a current one applies.
+        let change = |epoch| MetaCommand::ChangeGroupCoordinator {
+            group_id: "g".into(),
+            coordinator: "b2".into(),
+            epoch,
+        };
+        assert!(matches!(
+            s.apply(&change(1)),
+            MetaResponse::Rejected(ApplyError::EpochMismatch {
+                current: 2,
+                requested: 1,
+                ..
+            })
+        ));
+        assert_eq!(s.apply(&change(2)), MetaResponse::Ok);
+        assert_eq!(s.group("g").unwrap().coordinator, "b2");
+        let leave = |c: &str| MetaCommand::LeaveConsumerGroup {
+            group_id: "g".into(),
+            consumer_id: c.into(),
+            expired: false,
+        };
+        assert_eq!(s.apply(&leave("c1")), MetaResponse::Ok);
+        assert!(matches!(
+            s.apply(&leave("c1")),
+            MetaResponse::Rejected(ApplyError::NotMember { .. })
+        ));
+        assert_eq!(
+            s.group("g").unwrap().assignments(&s)["c2"]["a"],
+            vec![0, 1, 2]
+        );
+        assert_eq!(s.apply(&leave("c2")), MetaResponse::Ok);
+        assert!(s.group("g").is_none(), "an empty group is deleted");
+        assert!(matches!(
+            s.apply(&leave("c2")),
+            MetaResponse::Rejected(ApplyError::GroupNotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn replace_broker_renames_everywhere() {
+        let mut s = MetadataState::default();
+        s.apply(&broker("old"));
+        s.apply(&create("a", 1, 2));
+        let new = NodeInfo {
+            id: "new".into(),
+            ..Default::default()
+        };
+        let cmd = MetaCommand::ReplaceBroker {
+            old: "old".into(),
+            new: new.clone(),
+        };
+        assert_eq!(s.apply(&cmd), MetaResponse::Ok);
+        assert!(!s.brokers.contains_key("old"));
+        assert_eq!(s.brokers.get("new"), Some(&new));
+        for p in &s.stream("a").unwrap().partitions {
+            assert_eq!(
+                (p.leader.as_str(), p.replicas.clone(), p.isr.clone()),
+                ("new", vec!["new".to_string()], vec!["new".to_string()])
+            );
+            assert_eq!(p.epoch, 0);
+        }
+        assert!(matches!(
+            s.apply(&cmd),
+            MetaResponse::Rejected(ApplyError::Invalid { .. })
+        ));
+    }
+
+    #[test]
     fn leader_and_isr_changes_bump_epochs() {
         let mut s = MetadataState::default();
         s.apply(&broker("b1"));
@@ -701,5 +1064,179 @@ mod tests {
             s.apply(&MetaCommand::DeleteStream { name: "a".into() }),
             MetaResponse::Rejected(ApplyError::StreamNotFound { name: "a".into() })
         );
+    }
+}
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn name() -> impl Strategy<Value = String> {
+        prop::sample::select(vec!["a", "b", "c"]).prop_map(str::to_string)
+    }
+    fn server() -> impl Strategy<Value = String> {
+        prop::sample::select(vec!["s1", "s2", "s3", "s4"]).prop_map(str::to_string)
+    }
+    fn parts() -> impl Strategy<Value = Vec<i32>> {
+        prop::collection::vec(0i32..4, 0..3)
+    }
+
+    fn command() -> impl Strategy<Value = MetaCommand> {
+        prop_oneof![
+            server().prop_map(|id| MetaCommand::RegisterBroker(NodeInfo {
+                id,
+                ..Default::default()
+            })),
+            (name(), -2i32..4, -1i32..4).prop_map(|(n, rf, p)| MetaCommand::CreateStream {
+                subject: n.clone(),
+                name: n,
+                group: String::new(),
+                replication_factor: rf,
+                partitions: p,
+                config: StreamConfig::default(),
+                creation_timestamp_ns: 1,
+            }),
+            name().prop_map(|name| MetaCommand::DeleteStream { name }),
+            (name(), parts(), any::<bool>(), 1i64..100).prop_map(
+                |(name, partitions, resume_all, timestamp_ns)| {
+                    MetaCommand::PauseStream {
+                        name,
+                        partitions,
+                        resume_all,
+                        timestamp_ns,
+                    }
+                }
+            ),
+            (name(), parts())
+                .prop_map(|(name, partitions)| MetaCommand::ResumeStream { name, partitions }),
+            (name(), parts(), any::<bool>(), 1i64..100).prop_map(
+                |(name, partitions, readonly, timestamp_ns)| {
+                    MetaCommand::SetStreamReadonly {
+                        name,
+                        partitions,
+                        readonly,
+                        timestamp_ns,
+                    }
+                }
+            ),
+            (name(), 0i32..4, server()).prop_map(|(name, partition, leader)| {
+                MetaCommand::ChangeLeader {
+                    name,
+                    partition,
+                    leader,
+                }
+            }),
+            (name(), 0i32..4, server()).prop_map(|(name, partition, replica)| {
+                MetaCommand::ShrinkIsr {
+                    name,
+                    partition,
+                    replica,
+                }
+            }),
+            (name(), 0i32..4, server()).prop_map(|(name, partition, replica)| {
+                MetaCommand::ExpandIsr {
+                    name,
+                    partition,
+                    replica,
+                }
+            }),
+            (
+                name(),
+                server(),
+                prop::collection::vec(name(), 0..3),
+                server()
+            )
+                .prop_map(|(g, c, streams, coord)| {
+                    MetaCommand::JoinConsumerGroup {
+                        group_id: g,
+                        consumer_id: c,
+                        streams,
+                        coordinator: coord,
+                    }
+                }),
+            (name(), server(), any::<bool>()).prop_map(|(g, c, expired)| {
+                MetaCommand::LeaveConsumerGroup {
+                    group_id: g,
+                    consumer_id: c,
+                    expired,
+                }
+            }),
+            (name(), server(), 0u64..4).prop_map(|(g, coordinator, epoch)| {
+                MetaCommand::ChangeGroupCoordinator {
+                    group_id: g,
+                    coordinator,
+                    epoch,
+                }
+            }),
+        ]
+    }
+
+    fn check_invariants(s: &MetadataState) {
+        for st in s.streams.values() {
+            assert!(!st.partitions.is_empty());
+            for (i, p) in st.partitions.iter().enumerate() {
+                assert_eq!(p.id as usize, i, "partition ids are their index");
+                assert!(
+                    p.leader.is_empty() || p.replicas.contains(&p.leader),
+                    "leader is a replica"
+                );
+                assert!(
+                    p.isr.iter().all(|r| p.replicas.contains(r)),
+                    "isr within replicas"
+                );
+                assert!(p.leader_epoch <= p.epoch, "leader changes bump both epochs");
+                if p.paused {
+                    assert_ne!(
+                        p.pause_timestamps.latest_ns, 0,
+                        "a paused partition has a pause time"
+                    );
+                }
+                assert!(!p.resume_all || p.paused, "resume_all only while paused");
+            }
+        }
+        for g in s.groups.values() {
+            assert!(!g.members.is_empty(), "empty groups are deleted");
+            // Every partition of every read stream is assigned exactly once.
+            let assigned = g.assignments(s);
+            let streams: std::collections::BTreeSet<&String> =
+                g.members.values().flatten().collect();
+            for name in streams {
+                if let Some(st) = s.stream(name) {
+                    let mut got: Vec<i32> = assigned
+                        .values()
+                        .filter_map(|m| m.get(name))
+                        .flatten()
+                        .copied()
+                        .collect();
+                    got.sort();
+                    let want: Vec<i32> = (0..st.partitions.len() as i32).collect();
+                    assert_eq!(got, want);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Random command sequences: rejected commands change nothing,
+        /// invariants hold after every step, and the JSON snapshot of the
+        /// state reads back equal (what a restart restores).
+        #[test]
+        fn apply_sequences_keep_invariants(cmds in prop::collection::vec(command(), 1..40)) {
+            let mut s = MetadataState::default();
+            for cmd in &cmds {
+                let before = s.clone();
+                match s.apply(cmd) {
+                    MetaResponse::Ok => {}
+                    MetaResponse::Rejected(_) => prop_assert_eq!(&s, &before),
+                }
+                check_invariants(&s);
+            }
+            let json = serde_json::to_vec(&s).unwrap();
+            let back: MetadataState = serde_json::from_slice(&json).unwrap();
+            prop_assert_eq!(back, s);
+        }
     }
 }

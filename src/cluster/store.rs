@@ -31,7 +31,7 @@ use openraft::{
     RaftLogReader, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageError, StorageIOError,
     StoredMembership, Vote,
 };
-use redb::{Database, ReadableTable, TableDefinition};
+use redb::{Database, Durability, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -74,6 +74,9 @@ pub enum StoreError {
         /// Why.
         source: serde_json::Error,
     },
+    /// The database was closed (the metadata group was shut down).
+    #[error("raft database is closed")]
+    Closed,
     /// The blocking task was cancelled or panicked.
     #[error("storage task failed: {0}")]
     Join(String),
@@ -114,9 +117,13 @@ struct StoredSnapshot {
 }
 
 /// Shared handle on the Raft database. Cloning is cheap.
+///
+/// `close` drops the database for every clone (once in-flight operations
+/// finish), so the same directory can be opened again in this process even if
+/// some handle outlives the Raft task.
 #[derive(Clone)]
 pub struct RaftDb {
-    db: Arc<Database>,
+    db: Arc<parking_lot::RwLock<Option<Arc<Database>>>>,
 }
 
 impl RaftDb {
@@ -135,7 +142,38 @@ impl RaftDb {
         })
         .await
         .map_err(|e| StoreError::Join(e.to_string()))??;
-        Ok(RaftDb { db: Arc::new(db) })
+        Ok(RaftDb {
+            db: Arc::new(parking_lot::RwLock::new(Some(Arc::new(db)))),
+        })
+    }
+
+    /// Closes the database: later operations fail with `StoreError::Closed`.
+    /// Waits (up to 5s) for operations in flight to release it, then drops it
+    /// on the blocking pool, so that the file lock is gone when this returns.
+    pub async fn close(&self) {
+        let Some(mut db) = self.db.write().take() else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match Arc::try_unwrap(db) {
+                Ok(db) => {
+                    // Dropping flushes and unlocks the file: blocking work.
+                    let _ = tokio::task::spawn_blocking(move || drop(db)).await;
+                    return;
+                }
+                Err(still_shared) => {
+                    if tokio::time::Instant::now() >= deadline {
+                        tracing::warn!(
+                            "raft database still in use after shutdown; it closes when released"
+                        );
+                        return;
+                    }
+                    db = still_shared;
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+            }
+        }
     }
 
     /// Runs `f` with the database on the blocking pool.
@@ -144,7 +182,7 @@ impl RaftDb {
         T: Send + 'static,
         F: FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
     {
-        let db = self.db.clone();
+        let db = self.db.read().clone().ok_or(StoreError::Closed)?;
         tokio::task::spawn_blocking(move || f(&db))
             .await
             .map_err(|e| StoreError::Join(e.to_string()))?
@@ -166,9 +204,19 @@ impl RaftDb {
     }
 
     async fn put_meta<T: Serialize>(&self, key: &'static str, v: &T) -> Result<(), StoreError> {
+        self.put_meta_with(key, v, Durability::Immediate).await
+    }
+
+    async fn put_meta_with<T: Serialize>(
+        &self,
+        key: &'static str,
+        v: &T,
+        durability: Durability,
+    ) -> Result<(), StoreError> {
         let bytes = encode(key, v)?;
         self.run(move |db| {
-            let tx = redb_err!(db.begin_write())?;
+            let mut tx = redb_err!(db.begin_write())?;
+            tx.set_durability(durability);
             {
                 let mut t = redb_err!(tx.open_table(META))?;
                 redb_err!(t.insert(key, bytes.as_slice()))?;
@@ -296,8 +344,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> SResult<()> {
+        // The committed marker only saves re-applying entries after a
+        // restart; losing the latest value in a crash is harmless (the leader
+        // commits them again), so it does not pay for its own fsync: the next
+        // durable commit (append, vote) persists it.
         self.db
-            .put_meta(KEY_COMMITTED, &committed)
+            .put_meta_with(KEY_COMMITTED, &committed, Durability::None)
             .await
             .map_err(|e| io_err(ErrorSubject::Store, ErrorVerb::Write, &e))
     }

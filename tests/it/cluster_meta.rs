@@ -203,9 +203,15 @@ async fn cluster_restart_keeps_streams_and_flags() {
         let st = md.state();
         let id = md.node().id.clone();
         md.shutdown().await.unwrap();
-        (st, id)
+        // A clone that outlives the shutdown must not keep the directory locked.
+        (st, id, md.clone())
     };
     let md = Metadata::open(dir.path(), node(""), true).await.unwrap();
+    let stale = before.2;
+    assert!(
+        stale.propose(create("zz", 1)).await.is_err(),
+        "a shut down handle cannot write"
+    );
     assert_eq!(md.node().id, before.1, "server id is reused");
     assert!(md.is_leader());
     let st = md.state();
@@ -287,5 +293,126 @@ async fn cluster_without_bootstrap_has_no_leader() {
     let err = md.propose(create("a", 1)).await.unwrap_err();
     assert!(matches!(err, MetaError::NoLeader), "{err:?}");
     assert_eq!(err.to_string(), "no known metadata leader");
+    md.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn cluster_internal_streams_created_once() {
+    use liftbridge::cluster::internal::{ensure_internal_streams, ACTIVITY_STREAM, CURSORS_STREAM};
+    use liftbridge::config::liftbridge::{from_yaml_str, LiftbridgeConfig};
+
+    let dir = tempfile::tempdir().unwrap();
+    let md = Metadata::open(dir.path(), node("s1"), true).await.unwrap();
+    // Defaults: neither stream is enabled.
+    let created = ensure_internal_streams(&md, &LiftbridgeConfig::default())
+        .await
+        .unwrap();
+    assert!(created.is_empty());
+
+    let cfg = from_yaml_str(
+        "clustering.namespace: ns1\ncursors:\n  stream.partitions: 2\nactivity.stream.enabled: true\n",
+        std::path::Path::new("t.yaml"),
+    )
+    .unwrap();
+    let mut created = ensure_internal_streams(&md, &cfg).await.unwrap();
+    created.sort();
+    assert_eq!(created, [ACTIVITY_STREAM, CURSORS_STREAM]);
+    let st = md.state();
+    let cursors = st.stream(CURSORS_STREAM).unwrap();
+    assert_eq!(cursors.subject, "ns1.cursors");
+    assert_eq!(cursors.partitions.len(), 2);
+    assert_eq!(cursors.config.compact_enabled, Some(true));
+    assert_eq!(cursors.config.auto_pause_time_ms, Some(60_000));
+    assert_eq!(cursors.config.auto_pause_disable_if_subscribers, Some(true));
+    assert_eq!(st.stream(ACTIVITY_STREAM).unwrap().subject, "ns1.activity");
+    // Idempotent.
+    assert!(ensure_internal_streams(&md, &cfg).await.unwrap().is_empty());
+    // propose_ok turns a rejection into an error.
+    let err = md
+        .propose_ok(MetaCommand::DeleteStream {
+            name: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, MetaError::Rejected(ApplyError::StreamNotFound { .. })),
+        "{err:?}"
+    );
+    md.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn cluster_restart_with_new_server_id_and_ports() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let md = Metadata::open(dir.path(), node("first"), true)
+            .await
+            .unwrap();
+        md.propose_ok(create("a", 2)).await.unwrap();
+        md.shutdown().await.unwrap();
+    }
+    let mut renamed = node("second");
+    renamed.port = 19999;
+    let md = Metadata::open(dir.path(), renamed.clone(), true)
+        .await
+        .unwrap();
+    assert!(md.is_leader());
+    assert_eq!(md.node().id, "second");
+    assert_eq!(
+        md.leader_id().as_deref(),
+        Some("second"),
+        "membership carries the new identity"
+    );
+    let st = md.state();
+    assert_eq!(st.brokers.keys().collect::<Vec<_>>(), ["second"]);
+    assert_eq!(st.brokers["second"].port, 19999);
+    for p in &st.stream("a").unwrap().partitions {
+        assert_eq!(p.leader, "second");
+        assert_eq!(p.isr, ["second"]);
+    }
+    md.shutdown().await.unwrap();
+    // And the rename itself survives another restart (empty id = the stored one).
+    let md = Metadata::open(dir.path(), node(""), true).await.unwrap();
+    assert_eq!(md.node().id, "second");
+    assert_eq!(
+        md.state().stream("a").unwrap().partitions[0].leader,
+        "second"
+    );
+    md.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn cluster_consumer_groups_through_raft_survive_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let md = Metadata::open(dir.path(), node("s1"), true).await.unwrap();
+        md.propose_ok(create("a", 2)).await.unwrap();
+        md.propose_ok(MetaCommand::JoinConsumerGroup {
+            group_id: "g".into(),
+            consumer_id: "c1".into(),
+            streams: vec!["a".into()],
+            coordinator: "s1".into(),
+        })
+        .await
+        .unwrap();
+        let err = md
+            .propose_ok(MetaCommand::LeaveConsumerGroup {
+                group_id: "g".into(),
+                consumer_id: "zz".into(),
+                expired: true,
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, MetaError::Rejected(ApplyError::NotMember { .. })),
+            "{err:?}"
+        );
+        md.shutdown().await.unwrap();
+    }
+    let md = Metadata::open(dir.path(), node("s1"), true).await.unwrap();
+    let st = md.state();
+    let g = st.group("g").expect("group survives the restart");
+    assert_eq!((g.coordinator.as_str(), g.epoch), ("s1", 1));
+    assert_eq!(g.assignments(&st)["c1"]["a"], vec![0, 1]);
     md.shutdown().await.unwrap();
 }
