@@ -15,6 +15,7 @@
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -96,8 +97,9 @@ where
 pub struct NatsLogger {
     tx: mpsc::Sender<Cmd>,
     pid: u32,
-    debug: bool,
-    trace: bool,
+    /// Atomics so a config reload (SIGHUP) can switch levels live.
+    debug: AtomicBool,
+    trace: AtomicBool,
 }
 
 fn open(target: &LogTarget) -> Result<Box<dyn std::io::Write + Send>, LogError> {
@@ -150,18 +152,24 @@ impl NatsLogger {
         Ok(Arc::new(NatsLogger {
             tx,
             pid: std::process::id(),
-            debug,
-            trace,
+            debug: AtomicBool::new(debug),
+            trace: AtomicBool::new(trace),
         }))
     }
 
     /// Whether lines of `level` are written.
     pub fn enabled(&self, level: Level) -> bool {
         match level {
-            Level::Debug => self.debug,
-            Level::Trace => self.trace,
+            Level::Debug => self.debug.load(Ordering::Relaxed),
+            Level::Trace => self.trace.load(Ordering::Relaxed),
             _ => true,
         }
+    }
+
+    /// Switches `[DBG]`/`[TRC]` output on or off (config reload).
+    pub fn set_levels(&self, debug: bool, trace: bool) {
+        self.debug.store(debug, Ordering::Relaxed);
+        self.trace.store(trace, Ordering::Relaxed);
     }
 
     /// Logs one message (if its level is enabled).
@@ -321,6 +329,13 @@ mod tests {
         assert!(text.contains("[DBG] debug line\n"));
         assert!(!text.contains("trace line"));
         assert!(text.contains("[WRN] careful\n"));
+        log.set_levels(false, true);
+        log.log(Level::Debug, "debug after reload");
+        log.log(Level::Trace, "trace after reload");
+        log.flush();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("debug after reload"));
+        assert!(text.contains("[TRC] trace after reload\n"));
         // Rotation: move the file away, reopen, new lines go to a new file.
         let rotated = dir.path().join("nats.log.1");
         std::fs::rename(&path, &rotated).unwrap();

@@ -783,7 +783,7 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
             "authorization" => apply_authorization(key, n, &mut o.auth, &mut o.auth_timeout)?,
             "no_auth_user" => o.auth.no_auth_user = Some(want_str(key, n)?.to_string()),
             "tls" => {
-                let (files, timeout) = tls_block(key, n)?;
+                let (files, timeout) = tls_block(key, n, &mut c.warnings)?;
                 o.tls = Some(files);
                 c.tls_timeout = timeout;
             }
@@ -812,13 +812,27 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
                 "{}:{}: JetStream is not provided by this server; \"jetstream\" ignored",
                 n.file, n.line
             )),
-            "cluster" | "gateway" | "leafnodes" | "leaf" | "websocket" | "mqtt" | "accounts"
-            | "operator" | "operators" | "resolver" | "resolver_preload" | "system_account" => {
-                c.warnings.push(format!(
-                    "{}:{}: {key:?} is not supported; ignored",
-                    n.file, n.line
-                ))
+            // These define who may connect; ignoring them would silently
+            // run an open server where the file asked for a closed one.
+            "operator" | "operators" | "trusted" | "trusted_keys" | "resolver" => {
+                return invalid(
+                    key,
+                    n,
+                    "operator (JWT) mode is not supported; use authorization { users … }",
+                );
             }
+            "accounts" if accounts_have_users(n) => {
+                return invalid(
+                    key,
+                    n,
+                    "users inside accounts are not supported; use authorization { users … }",
+                );
+            }
+            "cluster" | "gateway" | "leafnodes" | "leaf" | "websocket" | "mqtt" | "accounts"
+            | "resolver_preload" | "system_account" => c.warnings.push(format!(
+                "{}:{}: {key:?} is not supported; ignored",
+                n.file, n.line
+            )),
             _ => c.warnings.push(format!(
                 "{}:{}: unknown field {key:?} ignored",
                 n.file, n.line
@@ -833,7 +847,24 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
     Ok(())
 }
 
-fn tls_block(key: &str, n: &Node) -> Result<(TlsFiles, Option<Duration>), ConfError> {
+/// Whether an `accounts { A: { users: [...] } }` block declares users.
+fn accounts_have_users(n: &Node) -> bool {
+    let Value::Map(accounts) = &n.value else {
+        return false;
+    };
+    accounts.iter().any(|(_, acc)| match &acc.value {
+        Value::Map(fields) => fields.iter().any(|(k, v)| {
+            k.eq_ignore_ascii_case("users") && !matches!(&v.value, Value::Array(a) if a.is_empty())
+        }),
+        _ => false,
+    })
+}
+
+fn tls_block(
+    key: &str,
+    n: &Node,
+    warnings: &mut Vec<String>,
+) -> Result<(TlsFiles, Option<Duration>), ConfError> {
     let mut files = TlsFiles::default();
     let mut timeout = None;
     let (mut have_cert, mut have_key) = (false, false);
@@ -851,12 +882,12 @@ fn tls_block(key: &str, n: &Node) -> Result<(TlsFiles, Option<Duration>), ConfEr
             "verify" | "verify_and_map" => files.verify = want_bool(k, v)?,
             "timeout" => timeout = Some(want_duration(k, v)?),
             // Accepted for compatibility; rustls picks safe defaults.
-            "cipher_suites"
-            | "curve_preferences"
-            | "insecure"
-            | "handshake_first"
-            | "min_version"
-            | "verify_cert_and_check_known_urls" => {}
+            "cipher_suites" | "curve_preferences" | "min_version" => {}
+            // Behaviour we do not provide: say so, since clients configured
+            // for it will fail in ways that are otherwise hard to trace.
+            "insecure" | "handshake_first" | "verify_cert_and_check_known_urls" => warnings.push(
+                format!("{}:{}: tls {k:?} is not supported; ignored", v.file, v.line),
+            ),
             other => return invalid(key, v, format!("unknown tls field {other:?}")),
         }
     }
@@ -1102,6 +1133,13 @@ mod tests {
         assert_eq!(tls.ca, Some(PathBuf::from("./ca.pem")));
         assert!(tls.verify);
         assert_eq!(c.tls_timeout, Some(Duration::from_secs(2)));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let c = conf("tls { cert_file: a, key_file: b, handshake_first: true }\n");
+        assert!(
+            c.warnings[0].contains("handshake_first"),
+            "{:?}",
+            c.warnings
+        );
     }
 
     #[test]
@@ -1252,6 +1290,21 @@ no_auth_user: bob
             let e = from_str(text, Path::new("t.conf")).unwrap_err().to_string();
             assert!(e.contains(want), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn auth_defining_blocks_we_cannot_honour_are_errors() {
+        for text in [
+            "operator: eyJhbGciOi.x.y\n",
+            "resolver: MEMORY\n",
+            "accounts { A { users: [ {user: a, password: b} ] } }\n",
+        ] {
+            let e = from_str(text, Path::new("t.conf")).unwrap_err().to_string();
+            assert!(e.contains("not supported"), "{text}: {e}");
+        }
+        let c =
+            conf("accounts { A { jetstream: enabled } }\nwebsocket { port: 8444, no_tls: true }\n");
+        assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
     }
 
     #[test]

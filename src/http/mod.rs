@@ -289,9 +289,17 @@ pub async fn serve(addr: SocketAddr, state: HttpState) -> Result<HttpServer, Htt
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| HttpError::Bind { addr, source })?;
-    let local = listener
-        .local_addr()
-        .map_err(|source| HttpError::Bind { addr, source })?;
+    serve_listener(listener, state)
+}
+
+/// Serves `state` on an already bound listener (lets a caller learn a
+/// random port before starting other components). Must be called inside a
+/// tokio runtime.
+pub fn serve_listener(listener: TcpListener, state: HttpState) -> Result<HttpServer, HttpError> {
+    let local = listener.local_addr().map_err(|source| HttpError::Bind {
+        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        source,
+    })?;
     let cancel = CancellationToken::new();
     let router = Arc::new(state.router);
     let task = tokio::spawn(accept_loop(listener, router, cancel.clone()));
@@ -389,6 +397,21 @@ pub trait MonitorSource: Send + Sync + 'static {
     fn subsz(&self, query: &str) -> Result<Value, String>;
     /// `/healthz` (`status` other than `ok` → 503).
     fn healthz(&self) -> Value;
+}
+
+impl MonitorSource for crate::nats::server::NatsServer {
+    fn varz(&self) -> Value {
+        self.varz_json()
+    }
+    fn connz(&self, query: &str) -> Result<Value, String> {
+        self.connz_json(query)
+    }
+    fn subsz(&self, query: &str) -> Result<Value, String> {
+        self.subsz_json(query)
+    }
+    fn healthz(&self) -> Value {
+        self.healthz_json()
+    }
 }
 
 /// Routes for the NATS monitoring endpoints served from `src`: `/varz`,

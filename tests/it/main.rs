@@ -13,6 +13,7 @@ mod cluster_meta;
 mod cluster_router;
 mod cluster_storage;
 mod compat_cert;
+mod compat_nats_server;
 mod config_liftbridge;
 mod nats_auth;
 mod nats_core;
