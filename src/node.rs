@@ -76,6 +76,10 @@ pub struct NodeConfig {
     pub cursor_partitions: i32,
     /// `cursors.stream.auto.pause.time`.
     pub cursor_auto_pause: Duration,
+    /// `groups.consumer.timeout`.
+    pub consumer_timeout: Duration,
+    /// `groups.coordinator.timeout`.
+    pub coordinator_timeout: Duration,
 }
 
 impl Default for NodeConfig {
@@ -94,6 +98,8 @@ impl Default for NodeConfig {
             partitions: PartitionDefaults::default(),
             cursor_partitions: 0,
             cursor_auto_pause: Duration::from_secs(60),
+            consumer_timeout: Duration::from_secs(15),
+            coordinator_timeout: Duration::from_secs(15),
         }
     }
 }
@@ -207,6 +213,8 @@ impl NodeConfig {
             partitions,
             cursor_partitions: c.cursors.stream_partitions,
             cursor_auto_pause: c.cursors.stream_auto_pause_time,
+            consumer_timeout: c.groups.consumer_timeout,
+            coordinator_timeout: c.groups.coordinator_timeout,
         })
     }
 }
@@ -427,6 +435,8 @@ impl Node {
             ApiOptions {
                 namespace: cfg.namespace.clone(),
                 cursor_partitions: cfg.cursor_partitions,
+                consumer_timeout: cfg.consumer_timeout,
+                coordinator_timeout: cfg.coordinator_timeout,
             },
         );
 
