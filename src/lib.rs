@@ -26,6 +26,7 @@ pub mod config;
 pub mod http;
 pub mod logging;
 pub mod nats;
+pub mod node;
 pub mod partition;
 pub mod store;
 pub mod systemd;

@@ -15,6 +15,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -62,8 +63,11 @@ pub struct NodeConfig {
     pub namespace: String,
     /// Bootstrap a one-node metadata group (`clustering.raft.bootstrap.seed`).
     pub bootstrap: bool,
-    /// Options of the embedded NATS server.
+    /// Options of the embedded NATS server (its `http` is ignored: the node
+    /// serves HTTP itself, see `http`).
     pub nats: NatsOptions,
+    /// HTTP listener (monitoring, admin JSON); `None` = off, port 0 = any.
+    pub http: Option<(String, u16)>,
     /// TLS for the gRPC API.
     pub tls: Option<GrpcTls>,
     /// Partition defaults (`streams.*`, durability, size limit).
@@ -72,6 +76,10 @@ pub struct NodeConfig {
     pub cursor_partitions: i32,
     /// `cursors.stream.auto.pause.time`.
     pub cursor_auto_pause: Duration,
+    /// `groups.consumer.timeout`.
+    pub consumer_timeout: Duration,
+    /// `groups.coordinator.timeout`.
+    pub coordinator_timeout: Duration,
 }
 
 impl Default for NodeConfig {
@@ -85,10 +93,13 @@ impl Default for NodeConfig {
             namespace: "liftbridge-default".into(),
             bootstrap: true,
             nats: NatsOptions::default(),
+            http: None,
             tls: None,
             partitions: PartitionDefaults::default(),
             cursor_partitions: 0,
             cursor_auto_pause: Duration::from_secs(60),
+            consumer_timeout: Duration::from_secs(15),
+            coordinator_timeout: Duration::from_secs(15),
         }
     }
 }
@@ -134,10 +145,17 @@ impl NodeConfig {
                 }
             }
         };
-        if nats.http.is_none() && !c.http.listen.is_empty() {
-            let (h, p) = split_listen(&c.http.listen, crate::config::nats::DEFAULT_HTTP_PORT);
-            nats.http = Some((h, p));
-        }
+        // The node serves HTTP itself (one listener for NATS monitoring and
+        // the liftbridge endpoints); a monitoring port from the NATS file
+        // takes precedence over `http.listen`.
+        let http = match nats.http.take() {
+            Some(hp) => Some(hp),
+            None if !c.http.listen.is_empty() => Some(split_listen(
+                &c.http.listen,
+                crate::config::nats::DEFAULT_HTTP_PORT,
+            )),
+            None => None,
+        };
         let tls = match (&c.tls.cert, &c.tls.key) {
             (Some(cert), Some(key)) => Some(GrpcTls {
                 cert: cert.clone(),
@@ -190,10 +208,13 @@ impl NodeConfig {
             namespace: c.clustering.namespace.clone(),
             bootstrap: c.raft_bootstrap(),
             nats,
+            http,
             tls,
             partitions,
             cursor_partitions: c.cursors.stream_partitions,
             cursor_auto_pause: c.cursors.stream_auto_pause_time,
+            consumer_timeout: c.groups.consumer_timeout,
+            coordinator_timeout: c.groups.coordinator_timeout,
         })
     }
 }
@@ -244,12 +265,90 @@ pub struct NodeHandle {
     meta: Metadata,
     parts: PartitionManager,
     tasks: Option<ManagerTasks>,
+    http: Option<crate::http::HttpServer>,
     stop_grpc: Option<oneshot::Sender<()>>,
     grpc_task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
 }
 
 /// Entry point.
 pub struct Node;
+
+/// The embedded NATS server as the source of the monitoring endpoints.
+struct NatsMonitor(NatsServer);
+
+impl crate::http::MonitorSource for NatsMonitor {
+    fn varz(&self) -> serde_json::Value {
+        self.0.varz_json()
+    }
+    fn connz(&self, query: &str) -> Result<serde_json::Value, String> {
+        self.0.connz_json(query)
+    }
+    fn subsz(&self, query: &str) -> Result<serde_json::Value, String> {
+        self.0.subsz_json(query)
+    }
+    fn healthz(&self) -> serde_json::Value {
+        self.0.healthz_json()
+    }
+}
+
+/// Starts the HTTP listener: NATS monitoring (`/varz`, `/connz`, `/subsz`,
+/// `/healthz`) plus the liftbridge endpoints `/api/v1/health` and
+/// `/api/v1/streams` (streams and partitions as JSON).
+async fn start_http(
+    host: &str,
+    port: u16,
+    meta: Metadata,
+    nats: NatsServer,
+) -> Result<crate::http::HttpServer, NodeError> {
+    use crate::http::{HttpResponse, HttpState, Router};
+    let addr = tokio::net::lookup_host((host, port))
+        .await
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| NodeError::Config(format!("http.listen {host}:{port} does not resolve")))?;
+    let m = meta.clone();
+    let router = Router::new()
+        .route_sync("/api/v1/health", move |_| {
+            let ok = m.leader_id().is_some();
+            let body = if ok {
+                serde_json::json!({"status": "ok"})
+            } else {
+                serde_json::json!({"status": "unavailable", "error": "no known metadata leader"})
+            };
+            HttpResponse::json(if ok { 200 } else { 503 }, &body)
+        })
+        .route_sync("/api/v1/streams", move |_| {
+            let state = meta.state();
+            let streams: Vec<serde_json::Value> = state
+                .streams
+                .values()
+                .map(|s| {
+                    serde_json::json!({
+                        "name": s.name,
+                        "subject": s.subject,
+                        "group": s.group,
+                        "creation_timestamp": s.creation_timestamp_ns,
+                        "partitions": s.partitions.iter().map(|p| serde_json::json!({
+                            "id": p.id,
+                            "leader": p.leader,
+                            "replicas": p.replicas,
+                            "isr": p.isr,
+                            "paused": p.paused,
+                            "readonly": p.readonly,
+                        })).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            HttpResponse::json(200, &serde_json::json!({ "streams": streams }))
+        });
+    let router = crate::http::monitoring_routes(Arc::new(NatsMonitor(nats))).merge(router);
+    crate::http::serve(addr, HttpState::new(router))
+        .await
+        .map_err(|e| NodeError::Bind {
+            addr: addr.to_string(),
+            source: std::io::Error::other(e.to_string()),
+        })
+}
 
 fn read_file(p: &PathBuf) -> Result<Vec<u8>, NodeError> {
     std::fs::read(p).map_err(|e| NodeError::Tls(format!("{}: {e}", p.display())))
@@ -285,7 +384,9 @@ impl Node {
             })?
             .map_err(|(path, source)| NodeError::DataDir { path, source })?;
 
-        let nats = NatsServer::start(cfg.nats.clone()).await?;
+        let mut nats_opts = cfg.nats.clone();
+        nats_opts.http = None;
+        let nats = NatsServer::start(nats_opts).await?;
         let nats_addr = nats.client_addr();
 
         let listen = format!("{}:{}", cfg.listen_host, cfg.port);
@@ -316,12 +417,7 @@ impl Node {
             host: advertise,
             port: grpc_addr.port(),
             nats_addr: nats_addr.to_string(),
-            http_addr: cfg
-                .nats
-                .http
-                .as_ref()
-                .map(|(h, p)| format!("{h}:{p}"))
-                .unwrap_or_default(),
+            http_addr: String::new(),
         };
         let meta = open_metadata(&cfg, node).await?;
 
@@ -339,6 +435,8 @@ impl Node {
             ApiOptions {
                 namespace: cfg.namespace.clone(),
                 cursor_partitions: cfg.cursor_partitions,
+                consumer_timeout: cfg.consumer_timeout,
+                coordinator_timeout: cfg.coordinator_timeout,
             },
         );
 
@@ -388,6 +486,10 @@ impl Node {
         let grpc_task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
         }));
+        let http = match &cfg.http {
+            Some((h, p)) => Some(start_http(h, *p, meta.clone(), nats.clone()).await?),
+            None => None,
+        };
         tracing::info!(grpc = %grpc_addr, nats = %nats_addr, server_id = %meta.node().id, "liftbridge node started");
 
         Ok(NodeHandle {
@@ -397,6 +499,7 @@ impl Node {
             meta,
             parts,
             tasks: Some(tasks),
+            http,
             stop_grpc: Some(stop_tx),
             grpc_task: Some(grpc_task),
         })
@@ -414,6 +517,11 @@ impl NodeHandle {
         self.nats_addr
     }
 
+    /// Address of the HTTP listener, when enabled.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(|h| h.local_addr())
+    }
+
     /// This node's server id.
     pub fn server_id(&self) -> String {
         self.meta.node().id.clone()
@@ -426,6 +534,9 @@ impl NodeHandle {
 
     /// Stops everything, in reverse start order; logs are closed durably.
     pub async fn shutdown(mut self) {
+        if let Some(h) = self.http.take() {
+            h.shutdown().await;
+        }
         if let Some(tx) = self.stop_grpc.take() {
             let _ = tx.send(());
         }

@@ -9,3 +9,6 @@
 
 pub mod envelope;
 pub mod proto;
+pub mod service;
+
+pub use service::{ApiError, ApiOptions, ApiService};

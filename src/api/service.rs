@@ -109,6 +109,10 @@ impl From<ApplyError> for ApiError {
             ApplyError::StreamNotFound { .. } => ApiError::NotFound("No such stream".into()),
             ApplyError::PartitionNotFound { .. } => ApiError::NotFound("No such partition".into()),
             ApplyError::Invalid { reason } => ApiError::InvalidArgument(reason),
+            ApplyError::GroupNotFound { .. } => ApiError::NotFound("No such consumer group".into()),
+            e @ (ApplyError::NotMember { .. } | ApplyError::EpochMismatch { .. }) => {
+                ApiError::FailedPrecondition(e.to_string())
+            }
         }
     }
 }
@@ -150,6 +154,21 @@ pub struct ApiOptions {
     pub namespace: String,
     /// `cursors.stream.partitions` (0 = cursors disabled).
     pub cursor_partitions: i32,
+    /// `groups.consumer.timeout`: members silent this long are evicted.
+    pub consumer_timeout: Duration,
+    /// `groups.coordinator.timeout`, told to consumers.
+    pub coordinator_timeout: Duration,
+}
+
+impl Default for ApiOptions {
+    fn default() -> Self {
+        ApiOptions {
+            namespace: "liftbridge-default".into(),
+            cursor_partitions: 0,
+            consumer_timeout: Duration::from_secs(15),
+            coordinator_timeout: Duration::from_secs(15),
+        }
+    }
 }
 
 struct Inner {
@@ -159,6 +178,9 @@ struct Inner {
     opts: ApiOptions,
     /// Latest cursor offsets by cursor key, filled by SetCursor and by scans.
     cursors: Mutex<HashMap<String, i64>>,
+    /// Last time each (group, consumer) joined or fetched its assignments,
+    /// on the coordinator (this node): the liveness that eviction checks.
+    group_seen: Mutex<HashMap<(String, String), tokio::time::Instant>>,
 }
 
 /// The `proto.API` service. Cheap to clone.
@@ -224,6 +246,7 @@ impl ApiService {
                 nats,
                 opts,
                 cursors: Mutex::new(HashMap::new()),
+                group_seen: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -503,6 +526,58 @@ impl ApiService {
         }
     }
 
+    /// Evicts members of `group` this coordinator has not heard from within
+    /// the consumer timeout (checked whenever the group is used, so no
+    /// background task is needed).
+    async fn evict_expired(&self, group: &str) -> Result<(), ApiError> {
+        let state = self.state();
+        let Some(g) = state.group(group) else {
+            return Ok(());
+        };
+        if g.coordinator != self.inner.parts.server_id() {
+            return Ok(());
+        }
+        let now = tokio::time::Instant::now();
+        let expired: Vec<String> = {
+            let mut seen = self.inner.group_seen.lock();
+            g.members
+                .keys()
+                .filter(|c| {
+                    // A member never seen here (e.g. after a restart) starts
+                    // its timeout now.
+                    let t = *seen.entry((group.to_string(), (*c).clone())).or_insert(now);
+                    now.duration_since(t) > self.inner.opts.consumer_timeout
+                })
+                .cloned()
+                .collect()
+        };
+        for c in expired {
+            self.inner
+                .group_seen
+                .lock()
+                .remove(&(group.to_string(), c.clone()));
+            match self
+                .propose(MetaCommand::LeaveConsumerGroup {
+                    group_id: group.to_string(),
+                    consumer_id: c,
+                    expired: true,
+                })
+                .await
+            {
+                Ok(()) | Err(ApiError::NotFound(_)) | Err(ApiError::FailedPrecondition(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn touch_member(&self, group: &str, consumer: &str) {
+        self.inner.group_seen.lock().insert(
+            (group.to_string(), consumer.to_string()),
+            tokio::time::Instant::now(),
+        );
+    }
+
     fn cursor_key(cursor_id: &str, stream: &str, partition: i32) -> String {
         format!("{cursor_id},{stream},{partition}")
     }
@@ -679,10 +754,30 @@ impl Api for ApiService {
         request: Request<proto::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         let r = request.into_inner();
-        if r.consumer.is_some() {
-            return Err(ApiError::Unimplemented("consumer groups are not supported".into()).into());
-        }
         let state = self.state();
+        if let Some(c) = &r.consumer {
+            // A group member may only read what is assigned to it, under the
+            // current group epoch.
+            let g = state
+                .group(&c.group_id)
+                .ok_or_else(|| ApiError::NotFound("No such consumer group".into()))?;
+            if g.epoch != c.group_epoch {
+                return Err(
+                    ApiError::FailedPrecondition("Consumer group epoch is stale".into()).into(),
+                );
+            }
+            let assigned = g
+                .assignments(&state)
+                .get(&c.consumer_id)
+                .and_then(|a| a.get(&r.stream))
+                .is_some_and(|ps| ps.contains(&r.partition));
+            if !assigned {
+                return Err(ApiError::FailedPrecondition(
+                    "Partition not assigned to this consumer".into(),
+                )
+                .into());
+            }
+        }
         let s = match state.stream(&r.stream) {
             Some(s) if s.partition(r.partition).is_some() => s.clone(),
             _ => return Err(ApiError::NotFound("No such partition".into()).into()),
@@ -775,10 +870,18 @@ impl Api for ApiService {
         let group_metadata = r
             .groups
             .iter()
-            .map(|g| proto::ConsumerGroupMetadata {
-                group_id: g.clone(),
-                error: proto::consumer_group_metadata::Error::UnknownGroup as i32,
-                ..Default::default()
+            .map(|g| match state.group(g) {
+                Some(meta) => proto::ConsumerGroupMetadata {
+                    group_id: g.clone(),
+                    error: proto::consumer_group_metadata::Error::Ok as i32,
+                    coordinator: meta.coordinator.clone(),
+                    epoch: meta.epoch,
+                },
+                None => proto::ConsumerGroupMetadata {
+                    group_id: g.clone(),
+                    error: proto::consumer_group_metadata::Error::UnknownGroup as i32,
+                    ..Default::default()
+                },
             })
             .collect();
         Ok(Response::new(proto::FetchMetadataResponse {
@@ -951,30 +1054,131 @@ impl Api for ApiService {
 
     async fn join_consumer_group(
         &self,
-        _request: Request<proto::JoinConsumerGroupRequest>,
+        request: Request<proto::JoinConsumerGroupRequest>,
     ) -> Result<Response<proto::JoinConsumerGroupResponse>, Status> {
-        Err(ApiError::Unimplemented("consumer groups are not supported".into()).into())
+        let r = request.into_inner();
+        if r.group_id.is_empty() || r.consumer_id.is_empty() || r.streams.is_empty() {
+            return Err(ApiError::InvalidArgument(
+                "group id, consumer id and streams are required".into(),
+            )
+            .into());
+        }
+        self.evict_expired(&r.group_id).await?;
+        self.propose(MetaCommand::JoinConsumerGroup {
+            group_id: r.group_id.clone(),
+            consumer_id: r.consumer_id.clone(),
+            streams: r.streams,
+            coordinator: self.inner.parts.server_id().to_string(),
+        })
+        .await?;
+        self.touch_member(&r.group_id, &r.consumer_id);
+        let state = self.state();
+        let g = state
+            .group(&r.group_id)
+            .ok_or_else(|| ApiError::Internal("group vanished after join".into()))?;
+        Ok(Response::new(proto::JoinConsumerGroupResponse {
+            coordinator: g.coordinator.clone(),
+            epoch: g.epoch,
+            consumer_timeout: self.inner.opts.consumer_timeout.as_nanos() as i64,
+            coordinator_timeout: self.inner.opts.coordinator_timeout.as_nanos() as i64,
+        }))
     }
 
     async fn leave_consumer_group(
         &self,
-        _request: Request<proto::LeaveConsumerGroupRequest>,
+        request: Request<proto::LeaveConsumerGroupRequest>,
     ) -> Result<Response<proto::LeaveConsumerGroupResponse>, Status> {
-        Err(ApiError::Unimplemented("consumer groups are not supported".into()).into())
+        let r = request.into_inner();
+        if r.group_id.is_empty() || r.consumer_id.is_empty() {
+            return Err(
+                ApiError::InvalidArgument("group id and consumer id are required".into()).into(),
+            );
+        }
+        self.propose(MetaCommand::LeaveConsumerGroup {
+            group_id: r.group_id.clone(),
+            consumer_id: r.consumer_id.clone(),
+            expired: false,
+        })
+        .await?;
+        self.inner
+            .group_seen
+            .lock()
+            .remove(&(r.group_id, r.consumer_id));
+        Ok(Response::new(proto::LeaveConsumerGroupResponse {}))
     }
 
     async fn fetch_consumer_group_assignments(
         &self,
-        _request: Request<proto::FetchConsumerGroupAssignmentsRequest>,
+        request: Request<proto::FetchConsumerGroupAssignmentsRequest>,
     ) -> Result<Response<proto::FetchConsumerGroupAssignmentsResponse>, Status> {
-        Err(ApiError::Unimplemented("consumer groups are not supported".into()).into())
+        let r = request.into_inner();
+        self.evict_expired(&r.group_id).await?;
+        let state = self.state();
+        let g = state
+            .group(&r.group_id)
+            .ok_or_else(|| ApiError::NotFound("No such consumer group".into()))?;
+        if !g.members.contains_key(&r.consumer_id) {
+            return Err(ApiError::FailedPrecondition(
+                "Consumer is not a member of the group".into(),
+            )
+            .into());
+        }
+        if g.coordinator != self.inner.parts.server_id() {
+            return Err(ApiError::FailedPrecondition("Server not group coordinator".into()).into());
+        }
+        if g.epoch != r.epoch {
+            return Err(ApiError::FailedPrecondition(format!(
+                "Group epoch is {}, request was for {}",
+                g.epoch, r.epoch
+            ))
+            .into());
+        }
+        self.touch_member(&r.group_id, &r.consumer_id);
+        let assignments = g
+            .assignments(&state)
+            .remove(&r.consumer_id)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(stream, partitions)| proto::PartitionAssignment { stream, partitions })
+            .collect();
+        Ok(Response::new(
+            proto::FetchConsumerGroupAssignmentsResponse {
+                epoch: g.epoch,
+                assignments,
+            },
+        ))
     }
 
     async fn report_consumer_group_coordinator(
         &self,
-        _request: Request<proto::ReportConsumerGroupCoordinatorRequest>,
+        request: Request<proto::ReportConsumerGroupCoordinatorRequest>,
     ) -> Result<Response<proto::ReportConsumerGroupCoordinatorResponse>, Status> {
-        Err(ApiError::Unimplemented("consumer groups are not supported".into()).into())
+        let r = request.into_inner();
+        let state = self.state();
+        let g = state
+            .group(&r.group_id)
+            .ok_or_else(|| ApiError::NotFound("No such consumer group".into()))?;
+        if !g.members.contains_key(&r.consumer_id) {
+            return Err(ApiError::FailedPrecondition(
+                "Consumer is not a member of the group".into(),
+            )
+            .into());
+        }
+        // A report about a coordinator or epoch that is no longer current
+        // is stale; otherwise, with this node the only possible
+        // coordinator, the group moves to this node (bumping the epoch so
+        // consumers refetch their assignments).
+        if g.coordinator == r.coordinator && g.epoch == r.epoch {
+            self.propose(MetaCommand::ChangeGroupCoordinator {
+                group_id: r.group_id.clone(),
+                coordinator: self.inner.parts.server_id().to_string(),
+                epoch: r.epoch,
+            })
+            .await?;
+        }
+        Ok(Response::new(
+            proto::ReportConsumerGroupCoordinatorResponse {},
+        ))
     }
 }
 

@@ -12,3 +12,10 @@
 //! Auto-pause also lives here: a partition idle for its `autoPauseTime`
 //! (and without subscribers when so configured) is paused through a
 //! metadata proposal, like an explicit PauseStream.
+
+pub mod leader;
+pub mod manager;
+pub mod reader;
+
+pub use leader::{now_ns, Closed, Partition, PartitionSettings};
+pub use manager::{ManagerTasks, PartitionDefaults, PartitionError, PartitionManager};

@@ -23,8 +23,21 @@ pub fn config(dir: &Path) -> NodeConfig {
             port: 0,
             ..Default::default()
         },
+        http: Some(("127.0.0.1".into(), 0)),
         ..Default::default()
     }
+}
+
+/// A plain HTTP/1.1 GET; returns the whole response text.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
 }
 
 /// Starts a node with `cfg`.

@@ -363,6 +363,26 @@ async fn api_metadata_brokers_streams_and_health() {
         st.status,
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
+
+    let http = node.http_addr().expect("http enabled");
+    let varz = http_get(http, "/varz").await;
+    assert!(
+        varz.starts_with("HTTP/1.1 200") && varz.contains("server_id"),
+        "{varz}"
+    );
+    let health = http_get(http, "/api/v1/health").await;
+    assert!(
+        health.starts_with("HTTP/1.1 200") && health.contains("\"ok\""),
+        "{health}"
+    );
+    let streams = http_get(http, "/api/v1/streams").await;
+    let body = streams.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(body).expect("JSON body");
+    assert_eq!(v["streams"][0]["name"], "m", "{streams}");
+    assert_eq!(
+        v["streams"][0]["partitions"].as_array().map(Vec::len),
+        Some(3)
+    );
     node.shutdown().await;
 }
 

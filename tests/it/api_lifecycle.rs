@@ -497,3 +497,159 @@ async fn api_cursors_set_fetch_and_survive_restart() {
     assert_eq!(fetch(&mut c, "c2").await, -1);
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_consumer_groups_join_assign_fence_evict() {
+    use tonic::Code;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.consumer_timeout = Duration::from_millis(400);
+    let node = start(cfg).await;
+    let mut c = client(&node).await;
+    create(&mut c, "g", "g", 2).await;
+    publish_acked(&mut c, "g", 0, b"", b"p0").await;
+    publish_acked(&mut c, "g", 1, b"", b"p1").await;
+
+    let join = |id: &str| proto::JoinConsumerGroupRequest {
+        group_id: "grp".into(),
+        consumer_id: id.into(),
+        streams: vec!["g".into()],
+    };
+    let fetch = |id: &str, epoch: u64| proto::FetchConsumerGroupAssignmentsRequest {
+        group_id: "grp".into(),
+        consumer_id: id.into(),
+        epoch,
+    };
+    let j1 = c
+        .join_consumer_group(join("c1"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(j1.coordinator, node.server_id());
+    assert_eq!(j1.consumer_timeout, 400_000_000, "nanoseconds");
+    let a = c
+        .fetch_consumer_group_assignments(fetch("c1", j1.epoch))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(a.assignments[0].partitions, vec![0, 1]);
+
+    let j2 = c
+        .join_consumer_group(join("c2"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(j2.epoch > j1.epoch);
+    let e = c
+        .fetch_consumer_group_assignments(fetch("c1", j1.epoch))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "stale epoch");
+    let a1 = c
+        .fetch_consumer_group_assignments(fetch("c1", j2.epoch))
+        .await
+        .unwrap()
+        .into_inner();
+    let a2 = c
+        .fetch_consumer_group_assignments(fetch("c2", j2.epoch))
+        .await
+        .unwrap()
+        .into_inner();
+    let (p1, p2) = (
+        a1.assignments[0].partitions.clone(),
+        a2.assignments[0].partitions.clone(),
+    );
+    assert_eq!((p1.len(), p2.len()), (1, 1));
+    assert_ne!(p1, p2);
+
+    // A member reads its own partition, not the other one.
+    let sub = |id: &str, p: i32, epoch: u64| {
+        let mut r = from_earliest("g", p);
+        r.consumer = Some(proto::Consumer {
+            group_id: "grp".into(),
+            group_epoch: epoch,
+            consumer_id: id.into(),
+        });
+        r
+    };
+    let mut s = subscribe(&mut c, sub("c1", p1[0], j2.epoch)).await;
+    assert_eq!(
+        take(&mut s, 1).await[0].value,
+        format!("p{}", p1[0]).into_bytes()
+    );
+    let e = c.subscribe(sub("c1", p2[0], j2.epoch)).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition);
+
+    let md = c
+        .fetch_metadata(proto::FetchMetadataRequest {
+            streams: vec![],
+            groups: vec!["grp".into(), "nope".into()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(md.group_metadata[0].epoch, j2.epoch);
+    assert_eq!(md.group_metadata[0].coordinator, node.server_id());
+    assert_eq!(
+        md.group_metadata[1].error,
+        proto::consumer_group_metadata::Error::UnknownGroup as i32
+    );
+
+    // c2 goes silent: evicted after the consumer timeout; c1 gets everything.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    c.fetch_consumer_group_assignments(fetch("c1", j2.epoch))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let e = c
+        .fetch_consumer_group_assignments(fetch("c1", j2.epoch))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.code(),
+        Code::FailedPrecondition,
+        "epoch moved by the eviction"
+    );
+    let epoch = c
+        .fetch_metadata(proto::FetchMetadataRequest {
+            streams: vec![],
+            groups: vec!["grp".into()],
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .group_metadata[0]
+        .epoch;
+    let a = c
+        .fetch_consumer_group_assignments(fetch("c1", epoch))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(a.assignments[0].partitions, vec![0, 1]);
+    let e = c
+        .fetch_consumer_group_assignments(fetch("c2", epoch))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "evicted member");
+
+    c.leave_consumer_group(proto::LeaveConsumerGroupRequest {
+        group_id: "grp".into(),
+        consumer_id: "c1".into(),
+    })
+    .await
+    .unwrap();
+    let e = c
+        .fetch_consumer_group_assignments(fetch("c1", epoch))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "empty group is gone");
+    let e = c
+        .join_consumer_group(proto::JoinConsumerGroupRequest {
+            group_id: "grp".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    node.shutdown().await;
+}

@@ -4,12 +4,19 @@
 //! binary) and talks to it with real clients.
 
 mod compat_cert;
+mod api_cli;
+mod api_common;
+mod api_flow;
+mod api_lifecycle;
+mod api_positions;
 mod cluster_crash;
 mod cluster_meta;
 mod cluster_router;
 mod cluster_storage;
 mod nats_auth;
 mod compat_nats_server;
+mod compat_cert;
+mod config_liftbridge;
 mod nats_core;
 mod nats_raw;
 mod nats_support;

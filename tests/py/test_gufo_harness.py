@@ -49,18 +49,30 @@ class Server:
                 "    stream.partitions: 1\n" + extra_config
             )
         self.proc = None
+        self._starts = 0
 
     def start(self) -> "Server":
         binary = os.environ.get("LIFTBRIDGE_BIN", "target/debug/liftbridge")
+        self._starts += 1
         self.log = open(os.path.join(self.tmpdir, "server.log"), "ab")
         self.proc = subprocess.Popen(
             [binary, "-c", self.config, "-d", self.data, "--embedded-nats", "--raft-bootstrap-seed"],
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
-        wait_port(self.grpc_port, self.proc)
-        wait_port(self.nats_port, self.proc)
+        # Ready once the server says so (after the gRPC server runs); a bare
+        # TCP connect could be fooled by a self-connect on ephemeral ports.
+        deadline = time.time() + 30
+        while self._ready_lines() < self._starts:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"liftbridge exited with {self.proc.returncode}:\n{self.log_text()}")
+            if time.time() > deadline:
+                raise RuntimeError(f"liftbridge not ready after 30s:\n{self.log_text()}")
+            time.sleep(0.05)
         return self
+
+    def _ready_lines(self) -> int:
+        return self.log_text(full=True).count(f"serving gRPC on 127.0.0.1:{self.grpc_port}")
 
     @property
     def grpc(self) -> str:
@@ -69,6 +81,14 @@ class Server:
     @property
     def nats(self) -> str:
         return f"nats://127.0.0.1:{self.nats_port}"
+
+    def log_text(self, full: bool = False) -> str:
+        try:
+            with open(os.path.join(self.tmpdir, "server.log"), "rb") as f:
+                text = f.read().decode(errors="replace")
+                return text if full else text[-4000:]
+        except OSError:
+            return ""
 
     def kill9(self) -> None:
         if self.proc is not None:

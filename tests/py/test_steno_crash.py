@@ -14,7 +14,9 @@ async def subscribe_all(stub, n_min):
     req = api_pb2.SubscribeRequest(stream="crash", partition=0, startPosition=api_pb2.EARLIEST,
                                    stopPosition=api_pb2.STOP_LATEST)
     out = []
-    call = stub.Subscribe(req)
+    # wait_for_ready: grpc shares subchannels per process, and the one to
+    # this address may still be backing off from the killed server.
+    call = stub.Subscribe(req, wait_for_ready=True, timeout=60)
     first = True
     try:
         async for m in call:
@@ -31,6 +33,7 @@ async def subscribe_all(stub, n_min):
 async def test_steno_crash_keeps_every_acked_message(tmp_path):
     srv = Server(str(tmp_path)).start()
     acked = []
+    errors = []
     try:
         async with grpc.aio.insecure_channel(srv.grpc) as ch:
             stub = api_pb2_grpc.APIStub(ch)
@@ -65,17 +68,20 @@ async def test_steno_crash_keeps_every_acked_message(tmp_path):
             for t in tasks:
                 try:
                     await asyncio.wait_for(t, 10)
-                except Exception:
-                    pass
+                except Exception as e:  # the server is gone: calls fail
+                    errors.append(repr(e)[:300])
     finally:
         srv.kill9()
-    assert len(acked) > 100, f"only {len(acked)} acks before the crash"
+    assert len(acked) > 100, f"only {len(acked)} acks before the crash; errors {errors}; log:\n{srv.log_text()}"
 
     srv.start()
     try:
-        async with grpc.aio.insecure_channel(srv.grpc) as ch:
+        async with grpc.aio.insecure_channel(srv.grpc, options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
             stub = api_pb2_grpc.APIStub(ch)
-            msgs = await subscribe_all(stub, len(acked))
+            try:
+                msgs = await subscribe_all(stub, len(acked))
+            except Exception as e:
+                raise AssertionError(f"{e!r}; server exit status {srv.proc.poll()}; log:\n{srv.log_text()}")
     finally:
         srv.stop()
     offsets = [m.offset for m in msgs]
