@@ -3,7 +3,6 @@
 //! Each test starts the real server (in-process on port 0, or the built
 //! binary) and talks to it with real clients.
 
-mod compat_cert;
 mod api_cli;
 mod api_common;
 mod api_flow;
@@ -13,14 +12,13 @@ mod cluster_crash;
 mod cluster_meta;
 mod cluster_router;
 mod cluster_storage;
-mod nats_auth;
-mod compat_nats_server;
 mod compat_cert;
+mod compat_nats_server;
 mod config_liftbridge;
+mod nats_auth;
 mod nats_core;
 mod nats_raw;
 mod nats_support;
 mod store_basic;
 mod store_crash;
 mod store_model;
-mod config_liftbridge;
