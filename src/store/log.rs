@@ -1335,7 +1335,8 @@ impl Writer {
         let mut next = st.leo;
         let mut latest = st.epochs.last().map_or(0, |e| e.0);
         for r in records {
-            if r.offset < next {
+            // u64::MAX is reserved: the log end offset must stay representable.
+            if r.offset < next || r.offset == u64::MAX {
                 return Err(StoreError::OffsetOutOfOrder {
                     offset: r.offset,
                     next,
