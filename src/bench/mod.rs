@@ -1,4 +1,5 @@
 //! Load generators and side-by-side benchmarks.
 
+pub mod lb;
 pub mod nats;
 pub mod store;

@@ -1,9 +1,7 @@
 //! `liftbridge bench`: run load benchmarks.
 //!
-//! A dispatcher: each target has its own arm and argument struct, so the
-//! owners of the NATS and Liftbridge load generators add theirs without
-//! touching the store's. Arms whose generator is not in this build say so
-//! and exit non-zero.
+//! A dispatcher: each target has its own arm and argument struct, defined
+//! next to its load generator in `crate::bench`.
 
 use std::path::PathBuf;
 
@@ -23,10 +21,12 @@ pub enum BenchTarget {
     /// The partition log on disk: append, read, time lookup, retention,
     /// compaction, file size, next to the disk's own fsync limit.
     Store(StoreBenchArgs),
-    /// Core NATS pub/sub against the embedded server (and nats-server).
-    Nats(OtherBenchArgs),
-    /// Liftbridge publish/subscribe end to end.
-    Lb(OtherBenchArgs),
+    /// Core NATS pub/sub against the embedded server, side by side with
+    /// nats-server (from PATH and every `--peer`), as a ratio table.
+    Nats(crate::bench::nats::NatsBenchArgs),
+    /// Acked durable publish and replay end to end, side by side with
+    /// JetStream (file storage, one replica).
+    Lb(crate::bench::lb::LbBenchArgs),
     /// Child process of the store crash tests: appends until killed and
     /// prints every acknowledged append on stdout.
     #[command(name = "store-crash-child", hide = true)]
@@ -48,14 +48,6 @@ pub struct StoreBenchArgs {
     /// Interval of the interval sync policy, in milliseconds.
     #[arg(long, default_value_t = 100)]
     pub interval_ms: u64,
-}
-
-/// Arguments of targets not in this build.
-#[derive(Debug, Clone, Args)]
-pub struct OtherBenchArgs {
-    /// Target arguments.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub rest: Vec<String>,
 }
 
 /// Arguments of the crash-test child.
@@ -81,7 +73,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchTarget::StoreCrashChild(a) => {
             crate::bench::store::crash_child(&a.dir, &a.sync, a.seed)
         }
-        BenchTarget::Nats(_) => anyhow::bail!("`bench nats` is not part of this build"),
-        BenchTarget::Lb(_) => anyhow::bail!("`bench lb` is not part of this build"),
+        BenchTarget::Nats(a) => crate::bench::nats::run(a),
+        BenchTarget::Lb(a) => crate::bench::lb::run(a),
     }
 }

@@ -1,0 +1,627 @@
+//! `liftbridge bench lb`: acked durable publish and replay, side by side
+//! with JetStream.
+//!
+//! Targets: this binary started as a single-node server (its own data
+//! directory in a temp dir, `store.sync` as given) and every nats-server
+//! binary (`--peer LABEL=PATH`, plus `nats-server` from PATH) started with
+//! JetStream (`-js -sd DIR`, file storage, one replica).
+//!
+//! Workloads (issue "Liftbridge streams on one node", item 9), 1 KiB values:
+//! - acked publish, ack policy LEADER and ALL, windows of 1 and 256
+//!   outstanding, 1 and 4 publishers, through gRPC `PublishAsync` and
+//!   through enveloped NATS publishes; JetStream: async publish with acks in
+//!   the same windows;
+//! - recording rate of plain NATS publishes (the stenographer) with no loss;
+//! - replay from earliest through `Subscribe`; JetStream: an ordered
+//!   consumer.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::StreamExt;
+use prost::Message as _;
+use tokio::sync::Semaphore;
+
+use crate::api::proto;
+use crate::api::proto::api_client::ApiClient;
+
+/// Arguments of `liftbridge bench lb`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LbBenchArgs {
+    /// A nats-server binary to start with JetStream and measure, as LABEL=PATH. Repeatable.
+    #[arg(long = "peer")]
+    pub peers: Vec<String>,
+    /// Do not add `nats-server` found on PATH as a peer.
+    #[arg(long)]
+    pub no_path_peer: bool,
+    /// Messages per publish workload.
+    #[arg(long, default_value_t = 50_000)]
+    pub msgs: u64,
+    /// Messages recorded and then replayed in the replay workload.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub replay_msgs: u64,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub size: usize,
+    /// `store.sync` of the liftbridge server under test: `always` or `interval`.
+    #[arg(long, default_value = "always")]
+    pub sync: String,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+struct Proc {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the benchmark and prints the table.
+pub fn run(args: LbBenchArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the benchmark runtime")?;
+    rt.block_on(run_async(args))
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+struct Row {
+    workload: String,
+    target: String,
+    msgs_per_sec: f64,
+}
+
+async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    let payload = Bytes::from(vec![b'v'; args.size]);
+
+    // liftbridge
+    {
+        let (proc_, grpc, nats) = start_liftbridge(&args.sync)?;
+        let label = format!("liftbridge (sync={})", args.sync);
+        for (policy, pname) in [
+            (proto::AckPolicy::Leader, "LEADER"),
+            (proto::AckPolicy::All, "ALL"),
+        ] {
+            for window in [1usize, 256] {
+                for pubs in [1usize, 4] {
+                    let stream = format!("b{}", rand::random::<u32>());
+                    create_stream(&grpc, &stream).await?;
+                    let r =
+                        lb_publish_async(&grpc, &stream, policy, window, pubs, args.msgs, &payload)
+                            .await?;
+                    rows.push(Row {
+                        workload: format!(
+                            "acked publish {pname}, window {window}, {pubs} publisher(s)"
+                        ),
+                        target: format!("{label} PublishAsync"),
+                        msgs_per_sec: r,
+                    });
+                    let stream = format!("b{}", rand::random::<u32>());
+                    create_stream(&grpc, &stream).await?;
+                    let r = lb_publish_envelope(
+                        &nats, &stream, policy, window, pubs, args.msgs, &payload,
+                    )
+                    .await?;
+                    rows.push(Row {
+                        workload: format!(
+                            "acked publish {pname}, window {window}, {pubs} publisher(s)"
+                        ),
+                        target: format!("{label} NATS envelope"),
+                        msgs_per_sec: r,
+                    });
+                }
+            }
+        }
+        let stream = format!("r{}", rand::random::<u32>());
+        create_stream(&grpc, &stream).await?;
+        let rec = lb_record_plain(&grpc, &nats, &stream, args.replay_msgs, &payload).await?;
+        rows.push(Row {
+            workload: "recording of plain NATS publishes".into(),
+            target: label.clone(),
+            msgs_per_sec: rec,
+        });
+        let rep = lb_replay(&grpc, &stream, args.replay_msgs).await?;
+        rows.push(Row {
+            workload: format!("replay from earliest, {} msgs", args.replay_msgs),
+            target: label.clone(),
+            msgs_per_sec: rep,
+        });
+        drop(proc_);
+    }
+
+    // JetStream peers
+    let mut peers: Vec<(String, PathBuf)> = Vec::new();
+    for p in &args.peers {
+        let (l, path) = p
+            .split_once('=')
+            .ok_or_else(|| anyhow!("expected LABEL=PATH, got {p:?}"))?;
+        peers.push((l.to_string(), PathBuf::from(path)));
+    }
+    if !args.no_path_peer {
+        if let Some(p) = find_on_path("nats-server") {
+            peers.push(("nats-server".into(), p));
+        }
+    }
+    for (label, path) in peers {
+        let (proc_, url) = start_jetstream(&path)?;
+        let client = async_nats::connect(&url).await?;
+        let label = format!("{label} {} JetStream", client.server_info().version);
+        for window in [1usize, 256] {
+            for pubs in [1usize, 4] {
+                let r = js_publish(&url, window, pubs, args.msgs, &payload).await?;
+                for pname in ["LEADER", "ALL"] {
+                    rows.push(Row {
+                        workload: format!(
+                            "acked publish {pname}, window {window}, {pubs} publisher(s)"
+                        ),
+                        target: label.clone(),
+                        msgs_per_sec: r,
+                    });
+                }
+            }
+        }
+        let rep = js_replay(&url, args.replay_msgs, &payload).await?;
+        rows.push(Row {
+            workload: format!("replay from earliest, {} msgs", args.replay_msgs),
+            target: label.clone(),
+            msgs_per_sec: rep,
+        });
+        drop(proc_);
+    }
+
+    print_rows(&rows);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&rows)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn wait_port(port: u16, what: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("{what} did not listen on port {port} within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+fn start_liftbridge(sync: &str) -> anyhow::Result<(Proc, String, String)> {
+    let dir = tempfile::tempdir()?;
+    let cfg = dir.path().join("liftbridge.yaml");
+    let (grpc, nats) = (free_port()?, free_port()?);
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen: 127.0.0.1:{grpc}\nnats.listen: 127.0.0.1:{nats}\nhttp.listen: 127.0.0.1:0\nstore.sync: {sync}\n"
+        ),
+    )?;
+    let exe = std::env::current_exe()?;
+    let child = Command::new(exe)
+        .arg("-c")
+        .arg(&cfg)
+        .arg("-d")
+        .arg(dir.path().join("data"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting liftbridge")?;
+    let p = Proc { child, _dir: dir };
+    wait_port(grpc, "liftbridge gRPC")?;
+    wait_port(nats, "liftbridge NATS")?;
+    Ok((
+        p,
+        format!("http://127.0.0.1:{grpc}"),
+        format!("nats://127.0.0.1:{nats}"),
+    ))
+}
+
+fn start_jetstream(exe: &Path) -> anyhow::Result<(Proc, String)> {
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let child = Command::new(exe)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", exe.display()))?;
+    let p = Proc { child, _dir: dir };
+    wait_port(port, "nats-server")?;
+    Ok((p, format!("nats://127.0.0.1:{port}")))
+}
+
+async fn create_stream(grpc: &str, name: &str) -> anyhow::Result<()> {
+    let mut c = ApiClient::connect(grpc.to_string()).await?;
+    c.create_stream(proto::CreateStreamRequest {
+        subject: name.to_string(),
+        name: name.to_string(),
+        ..Default::default()
+    })
+    .await?;
+    // Wait until the partition has a leader that records.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let md = c
+            .fetch_partition_metadata(proto::FetchPartitionMetadataRequest {
+                stream: name.to_string(),
+                partition: 0,
+            })
+            .await;
+        if md.is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("stream {name} has no partition leader after 10 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn lb_publish_async(
+    grpc: &str,
+    stream: &str,
+    policy: proto::AckPolicy,
+    window: usize,
+    pubs: usize,
+    msgs: u64,
+    payload: &Bytes,
+) -> anyhow::Result<f64> {
+    let per = msgs / pubs as u64;
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for p in 0..pubs {
+        let grpc = grpc.to_string();
+        let stream = stream.to_string();
+        let payload = payload.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = ApiClient::connect(grpc).await?;
+            let (tx, rx) = tokio::sync::mpsc::channel::<proto::PublishRequest>(window.max(1) * 2);
+            let mut responses = c
+                .publish_async(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await?
+                .into_inner();
+            let permits = Arc::new(Semaphore::new(window));
+            let sender = {
+                let permits = permits.clone();
+                tokio::spawn(async move {
+                    for i in 0..per {
+                        permits.acquire().await?.forget();
+                        tx.send(proto::PublishRequest {
+                            value: payload.to_vec(),
+                            stream: stream.clone(),
+                            correlation_id: format!("{p}-{i}"),
+                            ack_policy: policy as i32,
+                            expected_offset: -1,
+                            ..Default::default()
+                        })
+                        .await
+                        .map_err(|_| anyhow!("publish stream closed"))?;
+                    }
+                    anyhow::Ok(tx)
+                })
+            };
+            let mut acked = 0u64;
+            while acked < per {
+                match responses.next().await {
+                    Some(Ok(r)) => {
+                        if let Some(e) = r.async_error {
+                            bail!("publish failed: {}", e.message);
+                        }
+                        acked += 1;
+                        permits.add_permits(1);
+                    }
+                    Some(Err(e)) => return Err(e.into()),
+                    None => bail!("ack stream ended after {acked} acks"),
+                }
+            }
+            drop(sender.await??);
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(msgs as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Builds a Liftbridge envelope (magic, version 0, header length 8, no CRC)
+/// around a protobuf payload.
+fn envelope(msg_type: u8, body: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(8 + body.len());
+    b.put_slice(&[0xB9, 0x0E, 0x43, 0xB4, 0, 8, 0, msg_type]);
+    b.put_slice(body);
+    b.freeze()
+}
+
+async fn lb_publish_envelope(
+    nats: &str,
+    stream: &str,
+    policy: proto::AckPolicy,
+    window: usize,
+    pubs: usize,
+    msgs: u64,
+    payload: &Bytes,
+) -> anyhow::Result<f64> {
+    let per = msgs / pubs as u64;
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..pubs {
+        let nats = nats.to_string();
+        let subject = stream.to_string();
+        let payload = payload.clone();
+        tasks.push(tokio::spawn(async move {
+            let client = async_nats::ConnectOptions::new()
+                .subscription_capacity(1 << 16)
+                .connect(&nats)
+                .await?;
+            let inbox = client.new_inbox();
+            let mut acks = client.subscribe(inbox.clone()).await?;
+            client.flush().await?;
+            let permits = Arc::new(Semaphore::new(window));
+            let sender = {
+                let permits = permits.clone();
+                let client = client.clone();
+                tokio::spawn(async move {
+                    for i in 0..per {
+                        permits.acquire().await?.forget();
+                        let m = proto::Message {
+                            offset: -1,
+                            value: payload.to_vec(),
+                            ack_inbox: inbox.clone(),
+                            correlation_id: i.to_string(),
+                            ack_policy: policy as i32,
+                            ..Default::default()
+                        };
+                        client
+                            .publish(subject.clone(), envelope(0, &m.encode_to_vec()))
+                            .await?;
+                    }
+                    client.flush().await?;
+                    anyhow::Ok(())
+                })
+            };
+            let mut acked = 0u64;
+            while acked < per {
+                let m = tokio::time::timeout(Duration::from_secs(30), acks.next())
+                    .await
+                    .map_err(|_| anyhow!("no ack within 30 s after {acked} acks"))?
+                    .ok_or_else(|| anyhow!("ack subscription closed"))?;
+                if m.payload.len() < 8 || m.payload[..4] != [0xB9, 0x0E, 0x43, 0xB4] {
+                    bail!("ack is not an envelope");
+                }
+                acked += 1;
+                permits.add_permits(1);
+            }
+            sender.await??;
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(msgs as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn newest_offset(
+    c: &mut ApiClient<tonic::transport::Channel>,
+    stream: &str,
+) -> anyhow::Result<i64> {
+    let md = c
+        .fetch_partition_metadata(proto::FetchPartitionMetadataRequest {
+            stream: stream.to_string(),
+            partition: 0,
+        })
+        .await?
+        .into_inner();
+    Ok(md.metadata.map_or(-1, |m| m.newest_offset))
+}
+
+async fn lb_record_plain(
+    grpc: &str,
+    nats: &str,
+    stream: &str,
+    msgs: u64,
+    payload: &Bytes,
+) -> anyhow::Result<f64> {
+    let client = async_nats::connect(nats).await?;
+    let mut c = ApiClient::connect(grpc.to_string()).await?;
+    let start = Instant::now();
+    for i in 0..msgs {
+        client.publish(stream.to_string(), payload.clone()).await?;
+        if i % 10_000 == 9_999 {
+            client.flush().await?;
+        }
+    }
+    client.flush().await?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while newest_offset(&mut c, stream).await? + 1 < msgs as i64 {
+        if Instant::now() > deadline {
+            bail!("not every plain publish was recorded within 300 s");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(msgs as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn lb_replay(grpc: &str, stream: &str, msgs: u64) -> anyhow::Result<f64> {
+    let mut c = ApiClient::connect(grpc.to_string())
+        .await?
+        .max_decoding_message_size(64 << 20);
+    let start = Instant::now();
+    let mut s = c
+        .subscribe(proto::SubscribeRequest {
+            stream: stream.to_string(),
+            start_position: proto::StartPosition::Earliest as i32,
+            stop_position: proto::StopPosition::StopLatest as i32,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let mut n = 0u64;
+    let mut handshake = true;
+    while let Some(m) = s.next().await {
+        match m {
+            Ok(_) if handshake => handshake = false,
+            Ok(_) => n += 1,
+            Err(st) if st.code() == tonic::Code::ResourceExhausted => break,
+            Err(st) => return Err(st.into()),
+        }
+    }
+    if n != msgs {
+        bail!("replayed {n} messages, expected {msgs}");
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn js_publish(
+    url: &str,
+    window: usize,
+    pubs: usize,
+    msgs: u64,
+    payload: &Bytes,
+) -> anyhow::Result<f64> {
+    let client = async_nats::connect(url).await?;
+    let js = async_nats::jetstream::new(client);
+    let name = format!("B{}", rand::random::<u32>());
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: name.clone(),
+        subjects: vec![name.clone()],
+        storage: async_nats::jetstream::stream::StorageType::File,
+        num_replicas: 1,
+        ..Default::default()
+    })
+    .await?;
+    let per = msgs / pubs as u64;
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..pubs {
+        let url = url.to_string();
+        let subject = name.clone();
+        let payload = payload.clone();
+        tasks.push(tokio::spawn(async move {
+            let js = async_nats::jetstream::new(async_nats::connect(&url).await?);
+            let mut pending = std::collections::VecDeque::with_capacity(window);
+            for _ in 0..per {
+                if pending.len() == window {
+                    let f: async_nats::jetstream::context::PublishAckFuture =
+                        pending.pop_front().expect("window is full, so not empty");
+                    f.await?;
+                }
+                pending.push_back(js.publish(subject.clone(), payload.clone()).await?);
+            }
+            for f in pending {
+                f.await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let rate = msgs as f64 / start.elapsed().as_secs_f64();
+    js.delete_stream(&name).await?;
+    Ok(rate)
+}
+
+async fn js_replay(url: &str, msgs: u64, payload: &Bytes) -> anyhow::Result<f64> {
+    let client = async_nats::connect(url).await?;
+    let js = async_nats::jetstream::new(client);
+    let name = format!("R{}", rand::random::<u32>());
+    let stream = js
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: name.clone(),
+            subjects: vec![name.clone()],
+            storage: async_nats::jetstream::stream::StorageType::File,
+            num_replicas: 1,
+            ..Default::default()
+        })
+        .await?;
+    let mut pending = std::collections::VecDeque::with_capacity(512);
+    for _ in 0..msgs {
+        if pending.len() == 512 {
+            let f: async_nats::jetstream::context::PublishAckFuture =
+                pending.pop_front().expect("window is full, so not empty");
+            f.await?;
+        }
+        pending.push_back(js.publish(name.clone(), payload.clone()).await?);
+    }
+    for f in pending {
+        f.await?;
+    }
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
+            deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await?;
+    let start = Instant::now();
+    let mut messages = consumer.messages().await?;
+    let mut n = 0u64;
+    while n < msgs {
+        match tokio::time::timeout(Duration::from_secs(30), messages.next()).await {
+            Ok(Some(Ok(_))) => n += 1,
+            Ok(Some(Err(e))) => bail!("ordered consumer failed: {e}"),
+            Ok(None) => bail!("ordered consumer ended after {n} messages"),
+            Err(_) => bail!("ordered consumer stalled after {n} messages"),
+        }
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    js.delete_stream(&name).await?;
+    Ok(rate)
+}
+
+fn print_rows(rows: &[Row]) {
+    let mut workloads: Vec<&str> = Vec::new();
+    let mut targets: Vec<&str> = Vec::new();
+    for r in rows {
+        if !workloads.contains(&r.workload.as_str()) {
+            workloads.push(&r.workload);
+        }
+        if !targets.contains(&r.target.as_str()) {
+            targets.push(&r.target);
+        }
+    }
+    println!("| workload | target | msgs/s | MB/s (1 KiB) |");
+    println!("|---|---|---:|---:|");
+    for w in &workloads {
+        for r in rows.iter().filter(|r| r.workload == *w) {
+            println!(
+                "| {} | {} | {:.0} | {:.1} |",
+                r.workload,
+                r.target,
+                r.msgs_per_sec,
+                r.msgs_per_sec * 1024.0 / 1e6
+            );
+        }
+    }
+}
