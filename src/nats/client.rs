@@ -51,21 +51,33 @@ pub enum ClientKind {
 /// Message counters of one connection (payload bytes incl. headers).
 #[derive(Debug, Default)]
 pub struct ClientStats {
+    /// Messages received from the client.
     pub in_msgs: AtomicU64,
+    /// Payload bytes (headers included) received from the client.
     pub in_bytes: AtomicU64,
+    /// Messages delivered (in-process clients and server totals only; TCP
+    /// clients count under their outbound lock, see `out_counts`).
     pub out_msgs: AtomicU64,
+    /// Payload bytes delivered (same scope as `out_msgs`).
     pub out_bytes: AtomicU64,
 }
 
 /// Descriptive data of a connection, for `/connz`.
 #[derive(Debug, Clone, Default)]
 pub struct ConnMeta {
+    /// `name` from CONNECT.
     pub name: String,
+    /// `lang` from CONNECT.
     pub lang: String,
+    /// Client library `version` from CONNECT.
     pub version: String,
+    /// User name or nkey the client authenticated as (empty if none).
     pub authorized_user: String,
+    /// Negotiated TLS version (empty without TLS).
     pub tls_version: String,
+    /// Negotiated TLS cipher suite (empty without TLS).
     pub tls_cipher: String,
+    /// Last measured round-trip time, if any.
     pub rtt: Option<Duration>,
 }
 
@@ -89,9 +101,13 @@ pub(crate) struct Outbound {
 /// State of a connection shared between its reader, its writer, other
 /// connections' readers (delivery) and monitoring.
 pub struct ClientShared {
+    /// Client id (`cid`), unique per server.
     pub id: u64,
+    /// TCP or in-process.
     pub kind: ClientKind,
+    /// Peer address (TCP clients).
     pub addr: Option<SocketAddr>,
+    /// When the connection was accepted.
     pub start: chrono::DateTime<chrono::Utc>,
     started: Instant,
     out: Mutex<Outbound>,
@@ -103,6 +119,7 @@ pub struct ClientShared {
     pub(crate) cancel: CancellationToken,
     /// Whether the client declared `headers` (else headers are stripped).
     headers: AtomicBool,
+    /// Message counters.
     pub stats: ClientStats,
     /// Subscriptions by sid.
     pub(crate) subs: Mutex<HashMap<Bytes, Arc<Subscription>>>,
@@ -316,8 +333,11 @@ async fn wait_drained(c: &ClientShared) {
 
 /// One subscription, held by the sublist and by its connection's sid map.
 pub struct Subscription {
+    /// Subscribed subject (may hold wildcards).
     pub subject: String,
+    /// Queue group, if any.
     pub queue: Option<String>,
+    /// The client's subscription id.
     pub sid: Bytes,
     pub(crate) client: Arc<ClientShared>,
     /// For in-process subscriptions: the unbounded queue of the handle.
@@ -391,7 +411,9 @@ impl MsgRef<'_> {
 /// Per-delivery counters accumulated by a publisher for the server totals.
 #[derive(Default)]
 pub(crate) struct OutTally {
+    /// Deliveries in this batch.
     pub msgs: u64,
+    /// Delivered payload bytes in this batch.
     pub bytes: u64,
 }
 

@@ -22,9 +22,13 @@ use super::subject::{is_valid_literal_subject, is_valid_subject};
 /// A message received by an in-process subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalMsg {
+    /// The subject it was published on.
     pub subject: Bytes,
+    /// Reply subject, if the publisher set one.
     pub reply: Option<Bytes>,
+    /// The complete header block (`NATS/1.0\r\n…\r\n\r\n`), if any.
     pub headers: Option<Bytes>,
+    /// The payload.
     pub payload: Bytes,
 }
 

@@ -42,7 +42,9 @@ pub enum NatsError {
     /// The client listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The `host:port` that was tried.
         addr: String,
+        /// Why binding failed.
         #[source]
         source: std::io::Error,
     },
