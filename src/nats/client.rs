@@ -732,7 +732,11 @@ impl Reader {
         let mut buf = BytesMut::with_capacity(READ_CHUNK);
         let cancel = self.client.cancel.clone();
         'outer: loop {
-            if buf.capacity() - buf.len() < 4096 {
+            let need = self.parser.needed();
+            if need > buf.capacity() {
+                // A large payload is arriving: make room for all of it once.
+                buf.reserve(need - buf.len());
+            } else if buf.capacity() - buf.len() < 4096 {
                 buf.reserve(READ_CHUNK);
             }
             let n = tokio::select! {

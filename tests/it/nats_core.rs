@@ -427,3 +427,28 @@ async fn nats_monitoring_counters() {
     assert!(sz["num_matches"].as_u64().unwrap() >= 1);
     assert_eq!(srv.healthz_json()["status"], "ok");
 }
+
+#[tokio::test]
+async fn nats_large_payloads_intact() {
+    let srv = start(test_opts()).await;
+    let c = async_nats::connect(url(&srv)).await.unwrap();
+    let mut sub = c.subscribe("big").await.unwrap();
+    wait_subs(&srv, 1).await;
+    let p = async_nats::connect(url(&srv)).await.unwrap();
+    let payloads: Vec<Bytes> = (0..3u8)
+        .map(|i| {
+            Bytes::from(
+                (0..1_000_000u32)
+                    .map(|j| (j as u8) ^ i)
+                    .collect::<Vec<u8>>(),
+            )
+        })
+        .collect();
+    for pl in &payloads {
+        p.publish("big", pl.clone()).await.unwrap();
+    }
+    p.flush().await.unwrap();
+    for pl in &payloads {
+        assert_eq!(&next(&mut sub).await.payload, pl);
+    }
+}
