@@ -304,6 +304,11 @@ impl NatsServer {
                 c.send_now(&frame);
             }
             tracing::info!("entering lame duck mode");
+            if clients.is_empty() {
+                // Nobody to hand over: stop at once, as nats-server does.
+                me.shutdown().await;
+                return;
+            }
             tokio::time::sleep(inner.opts.lame_duck_grace_period).await;
             let clients = tcp_clients(inner);
             if !clients.is_empty() {

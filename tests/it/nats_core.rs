@@ -452,3 +452,16 @@ async fn nats_large_payloads_intact() {
         assert_eq!(&next(&mut sub).await.payload, pl);
     }
 }
+
+#[tokio::test]
+async fn nats_lame_duck_without_clients_stops_at_once() {
+    // Default grace period (10 s) must not apply when no client is connected;
+    // in-process clients do not count.
+    let srv = start(test_opts()).await;
+    let _local = srv.local_client("internal");
+    srv.enter_lame_duck();
+    tokio::time::timeout(Duration::from_secs(2), srv.wait_stopped())
+        .await
+        .expect("stopped without waiting for the grace period");
+    assert!(srv.is_lame_duck());
+}
