@@ -114,6 +114,8 @@ pub struct ClientShared {
     notify: Notify,
     /// Signalled by the writer after each write (wakes stalled producers).
     drained: Notify,
+    /// Signalled once CONNECT is accepted (starts the ping timer).
+    connected_notify: Notify,
     /// Milliseconds since `started` of the last completed socket write.
     last_drain_ms: AtomicU64,
     pub(crate) cancel: CancellationToken,
@@ -155,6 +157,7 @@ impl ClientShared {
             }),
             notify: Notify::new(),
             drained: Notify::new(),
+            connected_notify: Notify::new(),
             last_drain_ms: AtomicU64::new(0),
             cancel: CancellationToken::new(),
             headers: AtomicBool::new(kind == ClientKind::Local),
@@ -980,6 +983,7 @@ impl Reader {
         self.perm_cache.clear();
         self.client.headers.store(co.headers, Ordering::Relaxed);
         self.client.connected.store(true, Ordering::Release);
+        self.client.connected_notify.notify_one();
         {
             let mut m = self.client.meta.lock();
             m.name = co.name.unwrap_or_default();
@@ -1162,7 +1166,15 @@ pub(crate) async fn ping_loop(client: Arc<ClientShared>, server: Arc<ServerInner
             return;
         }
     }
-    // First PING about 2 s after connect, then every ping_interval.
+    // The ping timer starts at CONNECT (notify_one keeps the permit if
+    // CONNECT came first): first PING about 2 s later, then every
+    // ping_interval.
+    if !client.connected.load(Ordering::Acquire) {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = client.connected_notify.notified() => {}
+        }
+    }
     let first = opts.ping_interval.min(Duration::from_secs(2));
     let mut wait = first;
     loop {

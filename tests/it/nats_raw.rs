@@ -297,6 +297,13 @@ async fn nats_raw_server_pings_and_stale_connection() {
     let (out, closed) = r.read_for(Duration::from_secs(1)).await;
     assert_eq!(s(&out), "PING\r\nPING\r\n-ERR 'Stale Connection'\r\n");
     assert!(closed);
+    // The ping timer starts at CONNECT: nothing before it, PINGs after.
+    let mut r = Raw::connect(&srv).await;
+    let (out, closed) = r.read_for(Duration::from_millis(400)).await;
+    assert_eq!(s(&out), "");
+    assert!(!closed);
+    r.send(b"CONNECT {\"verbose\":false}\r\n").await;
+    assert!(r.read_until(b"PING\r\n").await.ends_with(b"PING\r\n"));
     // A client that answers stays connected.
     let mut r = Raw::connected(&srv).await;
     for _ in 0..4 {
