@@ -129,6 +129,9 @@ pub struct ClientShared {
     /// Milliseconds since `started` of the last inbound activity.
     last_activity_ms: AtomicU64,
     pings_out: AtomicU64,
+    /// Microseconds since `started` when the last server PING was sent
+    /// (0 = none outstanding); the PONG gives the RTT shown in `/connz`.
+    ping_sent_us: AtomicU64,
     connected: AtomicBool,
     max_pending: usize,
 }
@@ -166,6 +169,7 @@ impl ClientShared {
             meta: Mutex::new(ConnMeta::default()),
             last_activity_ms: AtomicU64::new(0),
             pings_out: AtomicU64::new(0),
+            ping_sent_us: AtomicU64::new(0),
             connected: AtomicBool::new(kind == ClientKind::Local),
             max_pending,
         })
@@ -840,6 +844,12 @@ impl Reader {
             }
             ClientOp::Pong => {
                 self.client.pings_out.store(0, Ordering::Relaxed);
+                let sent = self.client.ping_sent_us.swap(0, Ordering::Relaxed);
+                if sent > 0 {
+                    let now = self.client.started.elapsed().as_micros() as u64;
+                    self.client.meta.lock().rtt =
+                        Some(Duration::from_micros(now.saturating_sub(sent)));
+                }
                 Flow::Continue
             }
             ClientOp::Info | ClientOp::Ok => Flow::Continue,
@@ -1192,6 +1202,8 @@ pub(crate) async fn ping_loop(client: Arc<ClientShared>, server: Arc<ServerInner
             return;
         }
         client.pings_out.store(out + 1, Ordering::Relaxed);
+        let now = (client.started.elapsed().as_micros() as u64).max(1);
+        client.ping_sent_us.store(now, Ordering::Relaxed);
         client.send_now(proto::PING);
     }
 }

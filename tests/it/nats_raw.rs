@@ -311,6 +311,15 @@ async fn nats_raw_server_pings_and_stale_connection() {
         assert!(got.ends_with(b"PING\r\n"));
         r.send(b"PONG\r\n").await;
     }
+    let cz = srv.connz_json("").unwrap();
+    assert!(
+        cz["connections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["rtt"].is_string()),
+        "rtt measured from PING/PONG: {cz}"
+    );
     r.send(b"SUB z 1\r\nPUB z 1\r\nq\r\n").await;
     let out = r.read_until(b"q\r\n").await;
     assert!(s(&out).ends_with("MSG z 1 1\r\nq\r\n"), "{}", s(&out));
