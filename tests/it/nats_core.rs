@@ -193,31 +193,44 @@ async fn nats_slow_consumer_closes_only_that_client() {
     let mut slow = Raw::connected(&srv).await;
     slow.send(b"SUB flood 1\r\n").await;
     slow.sync().await;
-    let fast = async_nats::connect(url(&srv)).await.unwrap();
-    let mut fsub = fast.subscribe("flood").await.unwrap();
+    // The live subscriber reads on its own OS thread, so a busy test
+    // runtime cannot starve it.
+    let mut fast = std::net::TcpStream::connect(srv.client_addr()).unwrap();
+    {
+        use std::io::{BufRead, Write};
+        let mut line = String::new();
+        std::io::BufReader::new(fast.try_clone().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        fast.write_all(b"CONNECT {\"verbose\":false}\r\nSUB flood 1\r\n")
+            .unwrap();
+    }
     wait_subs(&srv, 2).await;
     let p = async_nats::connect(url(&srv)).await.unwrap();
     let payload = Bytes::from(vec![b'x'; 16 * 1024]);
     let n = 2000;
-    let reader = tokio::spawn(async move {
-        let mut got = 0;
-        while got < n {
-            match tokio::time::timeout(T, fsub.next()).await {
-                Ok(Some(_)) => got += 1,
-                _ => break,
+    let frame = format!("MSG flood 1 {}\r\n", payload.len()).len() + payload.len() + 2;
+    let reader = std::thread::spawn(move || {
+        use std::io::Read;
+        fast.set_read_timeout(Some(T)).unwrap();
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut got = 0usize;
+        while got < n * frame {
+            match fast.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => got += k,
             }
         }
-        got
+        got / frame
     });
     for _ in 0..n {
         p.publish("flood", payload.clone()).await.unwrap();
     }
     p.flush().await.unwrap();
-    assert_eq!(
-        reader.await.unwrap(),
-        n,
-        "the fast subscriber got everything"
-    );
+    let got = tokio::task::spawn_blocking(move || reader.join().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(got, n, "the live subscriber got everything");
     let varz = srv.varz_json();
     assert!(varz["slow_consumers"].as_u64().unwrap() >= 1, "{varz}");
     // The slow client was closed: its socket reaches EOF after the buffered data.
@@ -426,4 +439,77 @@ async fn nats_monitoring_counters() {
     assert_eq!(sz["subscriptions_list"][0]["subject"], "cnt");
     assert!(sz["num_matches"].as_u64().unwrap() >= 1);
     assert_eq!(srv.healthz_json()["status"], "ok");
+}
+
+#[tokio::test]
+async fn nats_large_payloads_intact() {
+    let srv = start(test_opts()).await;
+    let c = async_nats::connect(url(&srv)).await.unwrap();
+    let mut sub = c.subscribe("big").await.unwrap();
+    wait_subs(&srv, 1).await;
+    let p = async_nats::connect(url(&srv)).await.unwrap();
+    let payloads: Vec<Bytes> = (0..3u8)
+        .map(|i| {
+            Bytes::from(
+                (0..1_000_000u32)
+                    .map(|j| (j as u8) ^ i)
+                    .collect::<Vec<u8>>(),
+            )
+        })
+        .collect();
+    for pl in &payloads {
+        p.publish("big", pl.clone()).await.unwrap();
+    }
+    p.flush().await.unwrap();
+    for pl in &payloads {
+        assert_eq!(&next(&mut sub).await.payload, pl);
+    }
+}
+
+#[tokio::test]
+async fn nats_lame_duck_without_clients_stops_at_once() {
+    // Default grace period (10 s) must not apply when no client is connected;
+    // in-process clients do not count.
+    let srv = start(test_opts()).await;
+    let _local = srv.local_client("internal");
+    srv.enter_lame_duck();
+    tokio::time::timeout(Duration::from_secs(2), srv.wait_stopped())
+        .await
+        .expect("stopped without waiting for the grace period");
+    assert!(srv.is_lame_duck());
+}
+
+#[tokio::test]
+async fn nats_local_concurrent_requests_share_one_reply_subscription() {
+    let srv = start(test_opts()).await;
+    let c = async_nats::connect(url(&srv)).await.unwrap();
+    let mut reqs = c.subscribe("echo").await.unwrap();
+    wait_subs(&srv, 1).await;
+    let c2 = c.clone();
+    tokio::spawn(async move {
+        while let Some(m) = reqs.next().await {
+            c2.publish(m.reply.unwrap(), m.payload).await.unwrap();
+        }
+    });
+    let local = srv.local_client("rpc");
+    let mut tasks = Vec::new();
+    for i in 0..50u32 {
+        let l = local.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = l
+                .request("echo", Bytes::from(i.to_string()), T)
+                .await
+                .unwrap();
+            assert_eq!(r.payload, Bytes::from(i.to_string()));
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // One reply subscription for all requests, besides the responder's.
+    assert_eq!(srv.subsz_json("").unwrap()["num_subscriptions"], 2);
+    assert!(matches!(
+        local.request("nobody", Bytes::new(), T).await,
+        Err(liftbridge::nats::NatsError::NoResponders)
+    ));
 }
