@@ -4,6 +4,7 @@
 //! binary) and talks to it with real clients.
 
 mod cluster_crash;
+mod cluster_disk;
 mod cluster_meta;
 mod cluster_router;
 mod cluster_storage;
