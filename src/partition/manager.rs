@@ -491,3 +491,61 @@ impl PartitionManager {
         self.inner.generation.send_modify(|g| *g += 1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::state::StreamConfig;
+
+    fn stream(config: StreamConfig) -> StreamMeta {
+        StreamMeta {
+            name: "s".into(),
+            subject: "s".into(),
+            config,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn server_defaults_apply_when_the_stream_sets_nothing() {
+        let d = PartitionDefaults {
+            retention_max_messages: 10,
+            ..Default::default()
+        };
+        let c = d.log_config(&stream(StreamConfig::default()));
+        assert_eq!(c.retention.max_messages, Some(10));
+        assert_eq!(c.retention.max_bytes, None, "0 means unlimited");
+        assert_eq!(c.retention.max_age, Some(Duration::from_secs(168 * 3600)));
+        assert!(!c.compact);
+        assert_eq!(c.cleaner_interval, Duration::from_secs(300));
+        assert!(!d.occ(&stream(StreamConfig::default())));
+    }
+
+    #[test]
+    fn stream_overrides_win_and_durations_are_milliseconds() {
+        let d = PartitionDefaults::default();
+        let s = stream(StreamConfig {
+            retention_max_bytes: Some(1000),
+            retention_max_age_ms: Some(1500),
+            cleaner_interval_ms: Some(50),
+            compact_enabled: Some(true),
+            auto_pause_time_ms: Some(250),
+            auto_pause_disable_if_subscribers: Some(true),
+            optimistic_concurrency_control: Some(true),
+            ..Default::default()
+        });
+        let c = d.log_config(&s);
+        assert_eq!(c.retention.max_bytes, Some(1000));
+        assert_eq!(c.retention.max_age, Some(Duration::from_millis(1500)));
+        assert_eq!(c.cleaner_interval, Duration::from_millis(50));
+        assert!(c.compact);
+        assert!(d.occ(&s));
+        assert_eq!(d.auto_pause(&s), (Duration::from_millis(250), true));
+        // An explicit 0 age means "no age limit", as on the wire.
+        let s0 = stream(StreamConfig {
+            retention_max_age_ms: Some(0),
+            ..Default::default()
+        });
+        assert_eq!(d.log_config(&s0).retention.max_age, None);
+    }
+}
