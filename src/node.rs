@@ -428,6 +428,9 @@ impl Node {
             meta.clone(),
             cfg.partitions.clone(),
         );
+        if !parts.wait_started(Duration::from_secs(30)).await {
+            tracing::warn!("partitions still opening after 30s; serving anyway");
+        }
         let service = ApiService::new(
             meta.clone(),
             parts.clone(),

@@ -911,6 +911,13 @@ impl Api for ApiService {
         if leader != self.inner.parts.server_id() {
             return Err(ApiError::FailedPrecondition("Server not partition leader".into()).into());
         }
+        if s.partition(r.partition).is_some_and(|p| !p.paused) {
+            // A partition that is still opening reports its offsets once open.
+            self.inner
+                .parts
+                .wait_for(&r.stream, r.partition, START_WAIT)
+                .await;
+        }
         Ok(Response::new(proto::FetchPartitionMetadataResponse {
             metadata: Some(self.partition_metadata(s, r.partition)),
         }))
