@@ -195,7 +195,7 @@ fn request_reply(addr: SocketAddr, n: usize) -> (f64, f64, f64) {
     (rate, lat[n / 2], lat[n * 99 / 100])
 }
 
-fn run_all(name: &str, addr: SocketAddr, msgs: usize) -> Vec<(String, f64)> {
+fn run_all(name: &str, addr: SocketAddr, msgs: usize, rr: usize) -> Vec<(String, f64)> {
     let mut out = Vec::new();
     let mut rec = |k: &str, v: f64| {
         println!("{name:>12} {k:<28} {v:>14.0}");
@@ -208,7 +208,7 @@ fn run_all(name: &str, addr: SocketAddr, msgs: usize) -> Vec<(String, f64)> {
     );
     rec("4->1 fan-in msgs/s", pubsub(addr, 4, 1, false, msgs / 4));
     rec("1->queue(4) msgs/s", pubsub(addr, 1, 4, true, msgs));
-    let (rate, p50, p99) = request_reply(addr, 5000);
+    let (rate, p50, p99) = request_reply(addr, rr);
     rec("req/reply req/s", rate);
     rec("req/reply p50 us", p50);
     rec("req/reply p99 us", p99);
@@ -241,11 +241,14 @@ fn start_nats_server() -> Option<(Child, SocketAddr)> {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; nothing else to parse.
+    // `cargo bench` passes `--bench`. Without it (`cargo test
+    // --all-targets`) this is a quick smoke run of our server only.
+    let full = std::env::args().any(|a| a == "--bench");
     let msgs: usize = std::env::var("NATS_BENCH_MSGS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
+        .unwrap_or(if full { 1_000_000 } else { 8_000 });
+    let rr = if full { 5000 } else { 200 };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -259,9 +262,13 @@ fn main() {
     let srv = rt
         .block_on(liftbridge::nats::NatsServer::start(opts))
         .expect("server");
-    let ours = run_all("liftbridge", srv.client_addr(), msgs);
+    let ours = run_all("liftbridge", srv.client_addr(), msgs, rr);
+    if !full {
+        rt.block_on(srv.shutdown());
+        return;
+    }
     if let Some((mut child, addr)) = start_nats_server() {
-        let theirs = run_all("nats-server", addr, msgs);
+        let theirs = run_all("nats-server", addr, msgs, rr);
         let _ = child.kill();
         let _ = child.wait();
         println!("\n{:<28} {:>10}", "workload", "ours/theirs");

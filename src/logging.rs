@@ -180,14 +180,17 @@ impl NatsLogger {
         }
     }
 
+    /// Logs an `[INF]` line.
     pub fn info(&self, msg: &str) {
         self.log(Level::Info, msg)
     }
 
+    /// Logs a `[WRN]` line.
     pub fn warn(&self, msg: &str) {
         self.log(Level::Warn, msg)
     }
 
+    /// Logs an `[ERR]` line.
     pub fn error(&self, msg: &str) {
         self.log(Level::Error, msg)
     }

@@ -24,8 +24,8 @@ use std::process::ExitCode;
 use crate::config::nats::{TlsFiles, User};
 use crate::config::nats_conf::{self, NatsConf};
 
-/// Version reported by `-v` (the one in INFO).
-pub const VERSION: &str = "2.11.0";
+/// Version reported by `-v` (the one the server sends in INFO).
+pub const VERSION: &str = crate::nats::server::SERVER_VERSION;
 
 const USAGE: &str = "\
 Usage: nats-server [options]
@@ -449,17 +449,107 @@ pub fn ports_file_path(dir: &Path, exe_name: &str, pid: u32) -> PathBuf {
     dir.join(format!("{exe_name}_{pid}.ports"))
 }
 
-/// Content of the ports file.
-pub fn ports_file_json(client: &str, monitoring: Option<&str>) -> String {
+/// Content of the ports file: `{"nats":[urls],"monitoring":[urls]}` with
+/// each list of `host:port` strings turned into URLs.
+pub fn ports_file_json(client: &[String], monitoring: &[String]) -> String {
     // Built by hand to keep nats-server's key order (`nats` first).
-    let url =
-        |scheme: &str, a: &str| serde_json::Value::from(format!("{scheme}://{a}")).to_string();
-    let mut s = format!("{{\"nats\":[{}]", url("nats", client));
-    if let Some(m) = monitoring {
-        s.push_str(&format!(",\"monitoring\":[{}]", url("http", m)));
+    let urls = |scheme: &str, list: &[String]| {
+        list.iter()
+            .map(|a| serde_json::Value::from(format!("{scheme}://{a}")).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut s = format!("{{\"nats\":[{}]", urls("nats", client));
+    if !monitoring.is_empty() {
+        s.push_str(&format!(",\"monitoring\":[{}]", urls("http", monitoring)));
     }
     s.push('}');
     s
+}
+
+/// The `host:port` strings a listener is reachable at, as nats-server
+/// advertises them: for an unspecified host (`0.0.0.0`, `::`) every address
+/// of every interface, grouped by interface; otherwise the host itself.
+pub fn advertised(host: &str, port: u16) -> Vec<String> {
+    let fmt = |ip: &std::net::IpAddr| match ip {
+        std::net::IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+        std::net::IpAddr::V4(v4) => format!("{v4}:{port}"),
+    };
+    let unspecified = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified());
+    if unspecified {
+        let addrs = interface_addrs();
+        if !addrs.is_empty() {
+            return addrs.iter().map(fmt).collect();
+        }
+    }
+    if host.contains(':') && !host.starts_with('[') {
+        vec![format!("[{host}]:{port}")]
+    } else {
+        vec![format!("{host}:{port}")]
+    }
+}
+
+/// Addresses of the machine's network interfaces, grouped by interface in
+/// the order the system lists the interfaces.
+fn interface_addrs() -> Vec<std::net::IpAddr> {
+    use std::ffi::CStr;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs allocates a list into `ifap`, freed below with
+    // freeifaddrs; on failure nothing is allocated.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return Vec::new();
+    }
+    let mut names: Vec<String> = Vec::new();
+    let mut found: Vec<(usize, IpAddr)> = Vec::new();
+    let mut cur = ifap;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, which
+        // stays valid until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: a non-null ifa_name is a NUL-terminated C string.
+        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
+        let idx = match names.iter().position(|n| *n == name) {
+            Some(i) => i,
+            None => {
+                names.push(name);
+                names.len() - 1
+            }
+        };
+        if ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: a non-null ifa_addr points to a sockaddr whose family
+        // tells its real type, checked before each cast.
+        let ip = unsafe {
+            match i32::from((*ifa.ifa_addr).sa_family) {
+                libc::AF_INET => {
+                    let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                    IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)))
+                }
+                libc::AF_INET6 => {
+                    let sin6 = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
+                    IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr))
+                }
+                _ => continue,
+            }
+        };
+        found.push((idx, ip));
+    }
+    // SAFETY: `ifap` came from a successful getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(ifap) };
+    found.sort_by_key(|(i, _)| *i);
+    found.into_iter().map(|(_, ip)| ip).collect()
 }
 
 /// Runs nats-server compatibility mode with the arguments after the program name.
@@ -705,12 +795,21 @@ mod tests {
     #[test]
     fn ports_file_format() {
         assert_eq!(
-            ports_file_json("127.0.0.1:42567", Some("127.0.0.1:18222")),
+            ports_file_json(
+                &["127.0.0.1:42567".to_string()],
+                &["127.0.0.1:18222".to_string()]
+            ),
             r#"{"nats":["nats://127.0.0.1:42567"],"monitoring":["http://127.0.0.1:18222"]}"#
         );
         assert_eq!(
             ports_file_path(Path::new("/tmp"), "nats-server", 12),
             PathBuf::from("/tmp/nats-server_12.ports")
         );
+        assert_eq!(advertised("127.0.0.1", 4222), vec!["127.0.0.1:4222"]);
+        assert_eq!(advertised("::1", 4222), vec!["[::1]:4222"]);
+        assert_eq!(advertised("localhost", 1), vec!["localhost:1"]);
+        // Unspecified: every interface address, loopback included.
+        let all = advertised("0.0.0.0", 4222);
+        assert!(all.contains(&"127.0.0.1:4222".to_string()), "{all:?}");
     }
 }

@@ -65,10 +65,15 @@ pub enum AuthError {
 /// Credentials from a client's CONNECT.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Credentials<'a> {
+    /// CONNECT `user`.
     pub user: Option<&'a str>,
+    /// CONNECT `pass`.
     pub pass: Option<&'a str>,
+    /// CONNECT `auth_token`.
     pub auth_token: Option<&'a str>,
+    /// CONNECT `nkey` (public user key).
     pub nkey: Option<&'a str>,
+    /// CONNECT `sig`: the INFO nonce signed with the nkey.
     pub sig: Option<&'a str>,
 }
 

@@ -51,21 +51,33 @@ pub enum ClientKind {
 /// Message counters of one connection (payload bytes incl. headers).
 #[derive(Debug, Default)]
 pub struct ClientStats {
+    /// Messages received from the client.
     pub in_msgs: AtomicU64,
+    /// Payload bytes (headers included) received from the client.
     pub in_bytes: AtomicU64,
+    /// Messages delivered (in-process clients and server totals only; TCP
+    /// clients count under their outbound lock, see `out_counts`).
     pub out_msgs: AtomicU64,
+    /// Payload bytes delivered (same scope as `out_msgs`).
     pub out_bytes: AtomicU64,
 }
 
 /// Descriptive data of a connection, for `/connz`.
 #[derive(Debug, Clone, Default)]
 pub struct ConnMeta {
+    /// `name` from CONNECT.
     pub name: String,
+    /// `lang` from CONNECT.
     pub lang: String,
+    /// Client library `version` from CONNECT.
     pub version: String,
+    /// User name or nkey the client authenticated as (empty if none).
     pub authorized_user: String,
+    /// Negotiated TLS version (empty without TLS).
     pub tls_version: String,
+    /// Negotiated TLS cipher suite (empty without TLS).
     pub tls_cipher: String,
+    /// Last measured round-trip time, if any.
     pub rtt: Option<Duration>,
 }
 
@@ -89,20 +101,27 @@ pub(crate) struct Outbound {
 /// State of a connection shared between its reader, its writer, other
 /// connections' readers (delivery) and monitoring.
 pub struct ClientShared {
+    /// Client id (`cid`), unique per server.
     pub id: u64,
+    /// TCP or in-process.
     pub kind: ClientKind,
+    /// Peer address (TCP clients).
     pub addr: Option<SocketAddr>,
+    /// When the connection was accepted.
     pub start: chrono::DateTime<chrono::Utc>,
     started: Instant,
     out: Mutex<Outbound>,
     notify: Notify,
     /// Signalled by the writer after each write (wakes stalled producers).
     drained: Notify,
+    /// Signalled once CONNECT is accepted (starts the ping timer).
+    connected_notify: Notify,
     /// Milliseconds since `started` of the last completed socket write.
     last_drain_ms: AtomicU64,
     pub(crate) cancel: CancellationToken,
     /// Whether the client declared `headers` (else headers are stripped).
     headers: AtomicBool,
+    /// Message counters.
     pub stats: ClientStats,
     /// Subscriptions by sid.
     pub(crate) subs: Mutex<HashMap<Bytes, Arc<Subscription>>>,
@@ -110,6 +129,9 @@ pub struct ClientShared {
     /// Milliseconds since `started` of the last inbound activity.
     last_activity_ms: AtomicU64,
     pings_out: AtomicU64,
+    /// Microseconds since `started` when the last server PING was sent
+    /// (0 = none outstanding); the PONG gives the RTT shown in `/connz`.
+    ping_sent_us: AtomicU64,
     connected: AtomicBool,
     max_pending: usize,
 }
@@ -138,6 +160,7 @@ impl ClientShared {
             }),
             notify: Notify::new(),
             drained: Notify::new(),
+            connected_notify: Notify::new(),
             last_drain_ms: AtomicU64::new(0),
             cancel: CancellationToken::new(),
             headers: AtomicBool::new(kind == ClientKind::Local),
@@ -146,6 +169,7 @@ impl ClientShared {
             meta: Mutex::new(ConnMeta::default()),
             last_activity_ms: AtomicU64::new(0),
             pings_out: AtomicU64::new(0),
+            ping_sent_us: AtomicU64::new(0),
             connected: AtomicBool::new(kind == ClientKind::Local),
             max_pending,
         })
@@ -283,21 +307,18 @@ impl FlushList {
     }
 }
 
-/// Longest a producer waits for one stalled receiver per read batch.
+/// How often a stalled producer re-checks a receiver that made no progress.
 const STALL_MAX: Duration = Duration::from_millis(50);
+/// Largest single socket write.
+const WRITE_PIECE: usize = 256 * 1024;
 /// A receiver whose last write completed longer ago than this is stuck:
 /// producers do not wait for it (its backlog will hit `max_pending`).
-const STUCK_AFTER_MS: u64 = 100;
+const STUCK_AFTER_MS: u64 = 1000;
 
 /// Fast-producer stall: waits (bounded) until `c`'s backlog is back under
 /// 75 % of its limit, so a publisher cannot outrun a live receiver into
 /// a slow-consumer close.
 async fn wait_drained(c: &ClientShared) {
-    let now_ms = c.started.elapsed().as_millis() as u64;
-    if now_ms.saturating_sub(c.last_drain_ms.load(Ordering::Relaxed)) > STUCK_AFTER_MS {
-        return;
-    }
-    let deadline = tokio::time::Instant::now() + STALL_MAX;
     loop {
         let notified = c.drained.notified();
         tokio::pin!(notified);
@@ -308,16 +329,22 @@ async fn wait_drained(c: &ClientShared) {
                 return;
             }
         }
-        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+        let now_ms = c.started.elapsed().as_millis() as u64;
+        if now_ms.saturating_sub(c.last_drain_ms.load(Ordering::Relaxed)) > STUCK_AFTER_MS {
             return;
         }
+        // Woken by the writer's progress, or re-checked for "stuck".
+        let _ = tokio::time::timeout(STALL_MAX, notified).await;
     }
 }
 
 /// One subscription, held by the sublist and by its connection's sid map.
 pub struct Subscription {
+    /// Subscribed subject (may hold wildcards).
     pub subject: String,
+    /// Queue group, if any.
     pub queue: Option<String>,
+    /// The client's subscription id.
     pub sid: Bytes,
     pub(crate) client: Arc<ClientShared>,
     /// For in-process subscriptions: the unbounded queue of the handle.
@@ -391,7 +418,9 @@ impl MsgRef<'_> {
 /// Per-delivery counters accumulated by a publisher for the server totals.
 #[derive(Default)]
 pub(crate) struct OutTally {
+    /// Deliveries in this batch.
     pub msgs: u64,
+    /// Delivered payload bytes in this batch.
     pub bytes: u64,
 }
 
@@ -574,37 +603,56 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
             }
             Step::Write => {}
         }
-        let res = tokio::select! {
-            r = tokio::time::timeout(deadline, async {
-                w.write_all(&spare).await?;
-                w.flush().await
-            }) => r,
-            // Closed meanwhile (slow consumer, shutdown): stop at once.
-            _ = client.cancel.cancelled() => break,
-        };
-        match res {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => break,
-            Err(_) => {
-                server.slow_consumers.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    cid = client.id,
-                    "slow consumer detected: write deadline exceeded"
-                );
-                break;
+        // Write in bounded pieces so pending bytes, the write deadline and
+        // stalled producers all see progress while a big backlog drains.
+        let mut off = 0;
+        let mut failed = false;
+        while off < spare.len() {
+            let end = (off + WRITE_PIECE).min(spare.len());
+            let res = tokio::select! {
+                r = tokio::time::timeout(deadline, w.write_all(&spare[off..end])) => r,
+                // Closed meanwhile (slow consumer, shutdown): stop at once.
+                _ = client.cancel.cancelled() => {
+                    failed = true;
+                    break;
+                }
+            };
+            match res {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    failed = true;
+                    break;
+                }
+                Err(_) => {
+                    server.slow_consumers.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        cid = client.id,
+                        "slow consumer detected: write deadline exceeded"
+                    );
+                    failed = true;
+                    break;
+                }
             }
+            off = end;
+            client.out.lock().inflight = spare.len() - off;
+            client.last_drain_ms.store(
+                client.started.elapsed().as_millis() as u64,
+                Ordering::Relaxed,
+            );
+            client.drained.notify_waiters();
+        }
+        if failed
+            || tokio::time::timeout(deadline, w.flush())
+                .await
+                .map_or(true, |r| r.is_err())
+        {
+            break;
         }
         spare.clear();
         if spare.capacity() > 4 * 1024 * 1024 {
             // Do not keep a huge buffer after a burst.
             spare = BytesMut::with_capacity(4096);
         }
-        client.out.lock().inflight = 0;
-        client.last_drain_ms.store(
-            client.started.elapsed().as_millis() as u64,
-            Ordering::Relaxed,
-        );
-        client.drained.notify_waiters();
     }
     client.drained.notify_waiters();
     // Bounded: a TLS close_notify cannot be written to a peer that stopped reading.
@@ -691,7 +739,11 @@ impl Reader {
         let mut buf = BytesMut::with_capacity(READ_CHUNK);
         let cancel = self.client.cancel.clone();
         'outer: loop {
-            if buf.capacity() - buf.len() < 4096 {
+            let need = self.parser.needed();
+            if need > buf.capacity() {
+                // A large payload is arriving: make room for all of it once.
+                buf.reserve(need - buf.len());
+            } else if buf.capacity() - buf.len() < 4096 {
                 buf.reserve(READ_CHUNK);
             }
             let n = tokio::select! {
@@ -792,6 +844,12 @@ impl Reader {
             }
             ClientOp::Pong => {
                 self.client.pings_out.store(0, Ordering::Relaxed);
+                let sent = self.client.ping_sent_us.swap(0, Ordering::Relaxed);
+                if sent > 0 {
+                    let now = self.client.started.elapsed().as_micros() as u64;
+                    self.client.meta.lock().rtt =
+                        Some(Duration::from_micros(now.saturating_sub(sent)));
+                }
                 Flow::Continue
             }
             ClientOp::Info | ClientOp::Ok => Flow::Continue,
@@ -935,6 +993,7 @@ impl Reader {
         self.perm_cache.clear();
         self.client.headers.store(co.headers, Ordering::Relaxed);
         self.client.connected.store(true, Ordering::Release);
+        self.client.connected_notify.notify_one();
         {
             let mut m = self.client.meta.lock();
             m.name = co.name.unwrap_or_default();
@@ -1117,7 +1176,15 @@ pub(crate) async fn ping_loop(client: Arc<ClientShared>, server: Arc<ServerInner
             return;
         }
     }
-    // First PING about 2 s after connect, then every ping_interval.
+    // The ping timer starts at CONNECT (notify_one keeps the permit if
+    // CONNECT came first): first PING about 2 s later, then every
+    // ping_interval.
+    if !client.connected.load(Ordering::Acquire) {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = client.connected_notify.notified() => {}
+        }
+    }
     let first = opts.ping_interval.min(Duration::from_secs(2));
     let mut wait = first;
     loop {
@@ -1135,6 +1202,8 @@ pub(crate) async fn ping_loop(client: Arc<ClientShared>, server: Arc<ServerInner
             return;
         }
         client.pings_out.store(out + 1, Ordering::Relaxed);
+        let now = (client.started.elapsed().as_micros() as u64).max(1);
+        client.ping_sent_us.store(now, Ordering::Relaxed);
         client.send_now(proto::PING);
     }
 }

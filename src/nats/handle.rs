@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
+use std::collections::HashMap;
+
+use tokio::sync::{mpsc, oneshot};
 
 use super::client::{self, ClientKind, ClientShared, FlushList, LocalSink, MsgRef, Subscription};
 use super::server::{NatsError, ServerInner};
@@ -22,17 +24,28 @@ use super::subject::{is_valid_literal_subject, is_valid_subject};
 /// A message received by an in-process subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalMsg {
+    /// The subject it was published on.
     pub subject: Bytes,
+    /// Reply subject, if the publisher set one.
     pub reply: Option<Bytes>,
+    /// The complete header block (`NATS/1.0\r\n…\r\n\r\n`), if any.
     pub headers: Option<Bytes>,
+    /// The payload.
     pub payload: Bytes,
 }
+
+/// Requests waiting for their reply, by reply token.
+type PendingReplies = Arc<parking_lot::Mutex<HashMap<String, oneshot::Sender<LocalMsg>>>>;
 
 struct LocalInner {
     server: Arc<ServerInner>,
     client: Arc<ClientShared>,
     next_sid: AtomicU64,
     inbox_prefix: String,
+    /// Reply routing for `request`: one wildcard subscription per client
+    /// (`<prefix>.r.*`) instead of a subscribe/unsubscribe per request, so
+    /// requests do not churn the sublist and connections' match caches.
+    replies: parking_lot::Mutex<Option<PendingReplies>>,
 }
 
 impl Drop for LocalInner {
@@ -62,6 +75,7 @@ impl LocalClient {
                 client,
                 next_sid: AtomicU64::new(1),
                 inbox_prefix: format!("_INBOX.{nonce:016x}{id:x}"),
+                replies: parking_lot::Mutex::new(None),
             }),
         }
     }
@@ -178,17 +192,52 @@ impl LocalClient {
         payload: Bytes,
         timeout: Duration,
     ) -> Result<LocalMsg, NatsError> {
-        let inbox = self.new_inbox();
-        let mut sub = self.subscribe(&inbox, None)?;
-        let n = self.publish_counted(subject, Some(&inbox), None, payload)?;
-        if n == 0 {
-            return Err(NatsError::NoResponders);
+        let pending = self.reply_router()?;
+        let token = format!("{:016x}", rand::random::<u64>());
+        let reply = format!("{}.r.{token}", self.inner.inbox_prefix);
+        let (tx, rx) = oneshot::channel();
+        pending.lock().insert(token.clone(), tx);
+        let sent = self.publish_counted(subject, Some(&reply), None, payload);
+        let result = match sent {
+            Err(e) => Err(e),
+            Ok(0) => Err(NatsError::NoResponders),
+            Ok(_) => match tokio::time::timeout(timeout, rx).await {
+                Ok(Ok(m)) => Ok(m),
+                Ok(Err(_)) => Err(NatsError::Stopped),
+                Err(_) => Err(NatsError::Timeout),
+            },
+        };
+        pending.lock().remove(&token);
+        result
+    }
+
+    /// The reply map, creating the wildcard reply subscription and its
+    /// routing task on first use.
+    fn reply_router(&self) -> Result<PendingReplies, NatsError> {
+        let mut guard = self.inner.replies.lock();
+        if let Some(p) = guard.as_ref() {
+            return Ok(p.clone());
         }
-        match tokio::time::timeout(timeout, sub.next()).await {
-            Ok(Some(m)) => Ok(m),
-            Ok(None) => Err(NatsError::Stopped),
-            Err(_) => Err(NatsError::Timeout),
-        }
+        let mut sub = self.subscribe(&format!("{}.r.*", self.inner.inbox_prefix), None)?;
+        let pending: PendingReplies = Arc::default();
+        let routes = pending.clone();
+        // Ends when the subscription ends (client dropped, server stopped).
+        tokio::spawn(async move {
+            while let Some(m) = sub.next().await {
+                let token = m
+                    .subject
+                    .rsplit(|&b| b == b'.')
+                    .next()
+                    .and_then(|t| std::str::from_utf8(t).ok())
+                    .map(str::to_string);
+                if let Some(tx) = token.and_then(|t| routes.lock().remove(&t)) {
+                    let _ = tx.send(m);
+                }
+            }
+            routes.lock().clear();
+        });
+        *guard = Some(pending.clone());
+        Ok(pending)
     }
 
     /// The pseudo-connection's client id (as shown in `/connz`).

@@ -42,7 +42,9 @@ pub enum NatsError {
     /// The client listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The `host:port` that was tried.
         addr: String,
+        /// Why binding failed.
         #[source]
         source: std::io::Error,
     },
@@ -302,6 +304,11 @@ impl NatsServer {
                 c.send_now(&frame);
             }
             tracing::info!("entering lame duck mode");
+            if clients.is_empty() {
+                // Nobody to hand over: stop at once, as nats-server does.
+                me.shutdown().await;
+                return;
+            }
             tokio::time::sleep(inner.opts.lame_duck_grace_period).await;
             let clients = tcp_clients(inner);
             if !clients.is_empty() {

@@ -101,13 +101,21 @@ impl<T> Level<T> {
 /// Counters reported by `/subsz`.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct SublistStats {
+    /// Subscriptions in the index.
     pub num_subscriptions: u64,
+    /// Cached match results.
     pub num_cache: u64,
+    /// Inserts since start.
     pub num_inserts: u64,
+    /// Removals since start.
     pub num_removes: u64,
+    /// Matches since start.
     pub num_matches: u64,
+    /// Share of matches answered by the cache.
     pub cache_hit_rate: f64,
+    /// Largest fan-out among cached results.
     pub max_fanout: u64,
+    /// Average fan-out among cached results.
     pub avg_fanout: f64,
 }
 

@@ -258,12 +258,12 @@ async fn compat_nats_server_flags_files_monitoring_pubsub() {
     assert!(p.log_text().contains("Server Exiting"));
 }
 
-/// A temp dir holding a `nats-server` symlink to our binary, and a PATH
-/// with it first (Debian's real nats-server may be installed too).
-fn symlink_path(dir: &Path) -> String {
+/// A temp dir holding a `nats-server` symlink to `target`, and a PATH with
+/// it first (Debian's real nats-server may be installed too).
+fn symlink_path(dir: &Path, target: &Path) -> String {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_liftbridge"), bin.join("nats-server")).unwrap();
+    std::os::unix::fs::symlink(target, bin.join("nats-server")).unwrap();
     format!(
         "{}:{}",
         bin.display(),
@@ -271,14 +271,38 @@ fn symlink_path(dir: &Path) -> String {
     )
 }
 
+/// Debian's nats-server, the reference behaviour, when installed.
+fn reference_nats_server() -> Option<PathBuf> {
+    ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
 #[tokio::test]
 async fn compat_nats_server_symlink_lame_duck_via_signal_flag() {
+    symlink_lame_duck(Path::new(env!("CARGO_BIN_EXE_liftbridge")), "2.11.0").await;
+}
+
+/// The same scenario against the reference server, so the expectations
+/// above are nats-server's own (scripts/test.sh installs it).
+#[tokio::test]
+async fn compat_reference_symlink_lame_duck_via_signal_flag() {
+    match reference_nats_server() {
+        Some(bin) => symlink_lame_duck(&bin, "2.9.10").await,
+        None => eprintln!("reference nats-server not installed: reference run not done"),
+    }
+}
+
+async fn symlink_lame_duck(target: &Path, version: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let path = symlink_path(dir.path());
+    let path = symlink_path(dir.path(), target);
     let conf = dir.path().join("ldm.conf");
+    // 30 s is nats-server's minimum lame duck duration; with one client it
+    // is closed right after the grace period.
     std::fs::write(
         &conf,
-        "lame_duck_grace_period: \"300ms\"\nlame_duck_duration: \"1s\"\n",
+        "lame_duck_grace_period: \"300ms\"\nlame_duck_duration: \"30s\"\n",
     )
     .unwrap();
     let log = dir.path().join("nats-server-1.log");
@@ -308,13 +332,19 @@ async fn compat_nats_server_symlink_lame_duck_via_signal_flag() {
     };
     // The ports file is named after the executable as invoked.
     let ports = ports_file(dir.path(), "nats-server", p.pid());
-    assert_eq!(
-        ports["nats"][0]
-            .as_str()
-            .unwrap()
-            .replace("0.0.0.0", "localhost"),
-        p.url()
+    // No -a: every interface address is advertised, loopback included.
+    let port = p.client.rsplit(':').next().unwrap().to_string();
+    let urls: Vec<&str> = ports["nats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|u| u.as_str())
+        .collect();
+    assert!(
+        urls.contains(&format!("nats://127.0.0.1:{port}").as_str()),
+        "{urls:?}"
     );
+    assert!(urls.iter().all(|u| u.ends_with(&format!(":{port}"))));
     assert!(ports.get("monitoring").is_none());
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -365,7 +395,7 @@ async fn compat_nats_server_symlink_lame_duck_via_signal_flag() {
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "nats-server: v2.11.0"
+        format!("nats-server: v{version}")
     );
     let out = Command::new("nats-server")
         .env("PATH", &path)
@@ -375,7 +405,7 @@ async fn compat_nats_server_symlink_lame_duck_via_signal_flag() {
         .unwrap();
     assert!(out.status.success());
     let bad = dir.path().join("bad.conf");
-    std::fs::write(&bad, "port: 1\nmax_payload: {\n").unwrap();
+    std::fs::write(&bad, "port: 1\nmax_payload: \"big\"\n").unwrap();
     let out = Command::new("nats-server")
         .env("PATH", &path)
         .args(["-t", "-c"])
@@ -717,4 +747,21 @@ fn compat_nats_server_reload_reopen_and_sigterm_status() {
         text.contains("[DBG] Trapped \"terminated\" signal"),
         "{text}"
     );
+}
+
+#[test]
+fn compat_nats_server_lame_duck_without_clients_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // Default grace period (10 s): nats-server skips it when nobody is
+    // connected, so must we.
+    let mut p = start(dir.path(), &["-a", "127.0.0.1", "-p", "-1"]);
+    let t0 = Instant::now();
+    p.signal(libc::SIGUSR2);
+    let st = p.wait_exit(Duration::from_secs(5)).expect("exits promptly");
+    assert!(st.success(), "{st}");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    let text = wait_log_contains(&p.log, "Server Exiting..");
+    let ldm = text.find("Entering lame duck mode").unwrap();
+    let shut = text.find("Initiating Shutdown...").unwrap();
+    assert!(ldm < shut, "{text}");
 }

@@ -427,3 +427,76 @@ async fn nats_monitoring_counters() {
     assert!(sz["num_matches"].as_u64().unwrap() >= 1);
     assert_eq!(srv.healthz_json()["status"], "ok");
 }
+
+#[tokio::test]
+async fn nats_large_payloads_intact() {
+    let srv = start(test_opts()).await;
+    let c = async_nats::connect(url(&srv)).await.unwrap();
+    let mut sub = c.subscribe("big").await.unwrap();
+    wait_subs(&srv, 1).await;
+    let p = async_nats::connect(url(&srv)).await.unwrap();
+    let payloads: Vec<Bytes> = (0..3u8)
+        .map(|i| {
+            Bytes::from(
+                (0..1_000_000u32)
+                    .map(|j| (j as u8) ^ i)
+                    .collect::<Vec<u8>>(),
+            )
+        })
+        .collect();
+    for pl in &payloads {
+        p.publish("big", pl.clone()).await.unwrap();
+    }
+    p.flush().await.unwrap();
+    for pl in &payloads {
+        assert_eq!(&next(&mut sub).await.payload, pl);
+    }
+}
+
+#[tokio::test]
+async fn nats_lame_duck_without_clients_stops_at_once() {
+    // Default grace period (10 s) must not apply when no client is connected;
+    // in-process clients do not count.
+    let srv = start(test_opts()).await;
+    let _local = srv.local_client("internal");
+    srv.enter_lame_duck();
+    tokio::time::timeout(Duration::from_secs(2), srv.wait_stopped())
+        .await
+        .expect("stopped without waiting for the grace period");
+    assert!(srv.is_lame_duck());
+}
+
+#[tokio::test]
+async fn nats_local_concurrent_requests_share_one_reply_subscription() {
+    let srv = start(test_opts()).await;
+    let c = async_nats::connect(url(&srv)).await.unwrap();
+    let mut reqs = c.subscribe("echo").await.unwrap();
+    wait_subs(&srv, 1).await;
+    let c2 = c.clone();
+    tokio::spawn(async move {
+        while let Some(m) = reqs.next().await {
+            c2.publish(m.reply.unwrap(), m.payload).await.unwrap();
+        }
+    });
+    let local = srv.local_client("rpc");
+    let mut tasks = Vec::new();
+    for i in 0..50u32 {
+        let l = local.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = l
+                .request("echo", Bytes::from(i.to_string()), T)
+                .await
+                .unwrap();
+            assert_eq!(r.payload, Bytes::from(i.to_string()));
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // One reply subscription for all requests, besides the responder's.
+    assert_eq!(srv.subsz_json("").unwrap()["num_subscriptions"], 2);
+    assert!(matches!(
+        local.request("nobody", Bytes::new(), T).await,
+        Err(liftbridge::nats::NatsError::NoResponders)
+    ));
+}

@@ -297,6 +297,13 @@ async fn nats_raw_server_pings_and_stale_connection() {
     let (out, closed) = r.read_for(Duration::from_secs(1)).await;
     assert_eq!(s(&out), "PING\r\nPING\r\n-ERR 'Stale Connection'\r\n");
     assert!(closed);
+    // The ping timer starts at CONNECT: nothing before it, PINGs after.
+    let mut r = Raw::connect(&srv).await;
+    let (out, closed) = r.read_for(Duration::from_millis(400)).await;
+    assert_eq!(s(&out), "");
+    assert!(!closed);
+    r.send(b"CONNECT {\"verbose\":false}\r\n").await;
+    assert!(r.read_until(b"PING\r\n").await.ends_with(b"PING\r\n"));
     // A client that answers stays connected.
     let mut r = Raw::connected(&srv).await;
     for _ in 0..4 {
@@ -304,6 +311,15 @@ async fn nats_raw_server_pings_and_stale_connection() {
         assert!(got.ends_with(b"PING\r\n"));
         r.send(b"PONG\r\n").await;
     }
+    let cz = srv.connz_json("").unwrap();
+    assert!(
+        cz["connections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["rtt"].is_string()),
+        "rtt measured from PING/PONG: {cz}"
+    );
     r.send(b"SUB z 1\r\nPUB z 1\r\nq\r\n").await;
     let out = r.read_until(b"q\r\n").await;
     assert!(s(&out).ends_with("MSG z 1 1\r\nq\r\n"), "{}", s(&out));

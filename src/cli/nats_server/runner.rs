@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use tokio::signal::unix::{signal, SignalKind};
 
-use super::{ports_file_json, ports_file_path, Flags, VERSION};
+use super::{advertised, ports_file_json, ports_file_path, Flags, VERSION};
 use crate::config::nats_conf::NatsConf;
 use crate::http::{self, HttpServer, HttpState};
 use crate::logging::{write_pid_file, Level, LogTarget, NatsLogger};
@@ -139,13 +139,15 @@ async fn serve(mut conf: NatsConf, flags: Flags, log: Arc<NatsLogger>) -> ExitCo
     log.info(&format!("  Name:     {}", server.server_name()));
     log.info(&format!("  ID:       {}", server.server_id()));
 
-    let mut monitor: Option<(HttpServer, String)> = None;
+    let mut monitor: Option<(HttpServer, Vec<String>)> = None;
     if let (Some(listener), Some((host, port))) = (http_listener, conf.options.http.clone()) {
-        let shown = host_port(&host, port);
-        log.info(&format!("Starting http monitor on {shown}"));
+        log.info(&format!(
+            "Starting http monitor on {}",
+            host_port(&host, port)
+        ));
         let router = http::monitoring_routes(Arc::new(server.clone()));
         match http::serve_listener(listener, HttpState::new(router)) {
-            Ok(h) => monitor = Some((h, shown)),
+            Ok(h) => monitor = Some((h, advertised(&host, port))),
             Err(e) => {
                 log.fatal(&format!("Error starting monitor: {e}"));
                 return ExitCode::FAILURE;
@@ -165,7 +167,8 @@ async fn serve(mut conf: NatsConf, flags: Flags, log: Arc<NatsLogger>) -> ExitCo
 
     let ports_file: Option<PathBuf> = conf.ports_file_dir.as_ref().map(|dir| {
         let path = ports_file_path(dir, &exe_name(), pid);
-        let json = ports_file_json(&client, monitor.as_ref().map(|(_, m)| m.as_str()));
+        let nats = advertised(&conf.options.host, server.client_addr().port());
+        let json = ports_file_json(&nats, monitor.as_ref().map_or(&[][..], |(_, m)| m));
         if let Err(e) = std::fs::write(&path, json) {
             log.error(&format!("Error writing ports file {}: {e}", path.display()));
         }
@@ -218,6 +221,11 @@ async fn signal_loop(server: &NatsServer, log: &NatsLogger, flags: &Flags) -> Ex
                 log.log(Level::Debug, "Trapped \"user defined signal 2\" signal");
                 log.info("Entering lame duck mode, stop accepting new clients");
                 server.enter_lame_duck();
+                // As nats-server: with nobody to hand over, there is no
+                // grace period to wait; shut down now.
+                if server.num_connections() == 0 {
+                    break ExitCode::SUCCESS;
+                }
             }
             _ = server.wait_stopped() => {
                 // Lame duck mode finished (or the server stopped itself).

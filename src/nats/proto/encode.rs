@@ -110,23 +110,41 @@ pub fn encode_hmsg(
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(default)]
 pub struct ConnectOptions {
+    /// Answer every operation with `+OK`.
     pub verbose: bool,
+    /// Check publish subjects strictly.
     pub pedantic: bool,
+    /// Deliver the client's own publishes to its subscriptions.
     pub echo: bool,
+    /// The client requires TLS.
     pub tls_required: bool,
+    /// The client understands HPUB/HMSG.
     pub headers: bool,
+    /// The client wants 503 status messages for requests nobody received.
     pub no_responders: bool,
+    /// Protocol level (0 or 1).
     pub protocol: i64,
+    /// User name.
     pub user: Option<String>,
+    /// Password.
     pub pass: Option<String>,
+    /// Token.
     pub auth_token: Option<String>,
+    /// Public nkey.
     pub nkey: Option<String>,
+    /// Signature of the INFO nonce.
     pub sig: Option<String>,
+    /// User JWT (operator mode; not supported, rejected by auth).
     pub jwt: Option<String>,
+    /// Connection name.
     pub name: Option<String>,
+    /// Client library language.
     pub lang: Option<String>,
+    /// Client library version.
     pub version: Option<String>,
+    /// Account (not supported: an authorization violation).
     pub account: Option<String>,
+    /// New account request (not supported: an authorization violation).
     pub new_account: Option<bool>,
 }
 

@@ -221,6 +221,12 @@ impl Parser {
         }
     }
 
+    /// Total bytes the frame at the front of the buffer is known to need
+    /// (0 when unknown), so the caller can reserve room in one step.
+    pub fn needed(&self) -> usize {
+        self.need
+    }
+
     /// Parses one operation from the front of `buf`.
     pub fn parse(&mut self, buf: &mut BytesMut) -> Result<Parsed, ParseError> {
         if buf.len() < self.need || buf.is_empty() {
