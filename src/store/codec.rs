@@ -264,8 +264,8 @@ pub fn decode(offset: u64, buf: Bytes) -> Result<Record, CodecError> {
     })
 }
 
-/// Reads only the timestamp and the encoded size check (used by retention
-/// and compaction scans, which must not allocate per record).
+/// Reads the timestamp of an encoded record without decoding it or checking
+/// its checksum (for scans that must not allocate per record).
 pub fn peek_timestamp(buf: &[u8]) -> Option<i64> {
     let b: [u8; 8] = buf.get(6..14)?.try_into().ok()?;
     Some(i64::from_le_bytes(b))

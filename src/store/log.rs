@@ -56,7 +56,7 @@ const CACHE_BYTES: usize = 64 << 20;
 const MAX_BATCH_BYTES: usize = 64 << 20;
 /// Records removed per retention transaction: small enough that appends
 /// queued meanwhile wait only for one short transaction.
-const RETENTION_CHUNK: u64 = 4096;
+const RETENTION_CHUNK: u64 = 1024;
 /// File name suffix of a partition database.
 const SUFFIX: &str = ".redb";
 
@@ -1335,7 +1335,8 @@ impl Writer {
         let mut next = st.leo;
         let mut latest = st.epochs.last().map_or(0, |e| e.0);
         for r in records {
-            if r.offset < next {
+            // u64::MAX is reserved: the log end offset must stay representable.
+            if r.offset < next || r.offset == u64::MAX {
                 return Err(StoreError::OffsetOutOfOrder {
                     offset: r.offset,
                     next,

@@ -68,6 +68,11 @@
 //! first one whose running maximum timestamp is within the age. Retention may
 //! empty the log; the log end offset never moves back except by truncation.
 //!
+//! Known costs: each open log runs two threads (writer and cleaner);
+//! compaction deletes in one transaction, so appends wait for it (about
+//! 10 s for 990k deletions on a loaded 2-core machine, see BENCHMARKS.md);
+//! the database file never shrinks, freed pages are reused.
+//!
 //! This module knows nothing of NATS or gRPC: subjects are plain strings.
 
 pub mod codec;
