@@ -392,9 +392,17 @@ impl Metadata {
                     }
                     if let Some(id) = f.leader_id {
                         if id != self.raft_id {
-                            return Err(MetaError::NotLeader {
-                                leader: id.to_string(),
-                            });
+                            // Name the leader by server id when the membership knows it.
+                            let leader = self
+                                .raft
+                                .metrics()
+                                .borrow()
+                                .membership_config
+                                .membership()
+                                .get_node(&id)
+                                .map(|n| n.id.clone())
+                                .unwrap_or_else(|| id.to_string());
+                            return Err(MetaError::NotLeader { leader });
                         }
                     }
                     // No leader known (yet): wait once for an election.

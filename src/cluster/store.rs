@@ -14,7 +14,12 @@
 //! - `purge` records the purged marker and deletes the entries in the same
 //!   transaction, so the log state read back after a crash is consistent;
 //! - the state machine keeps the state in memory only; a restart restores the
-//!   latest snapshot and openraft re-applies the committed entries after it.
+//!   latest snapshot and openraft re-applies the committed entries after it;
+//! - readers get an `Arc<MetadataState>` that never changes under them: apply
+//!   copies the state once per batch (copy-on-write). That copy is linear in
+//!   the number of streams (about 4 ms for 1000 streams in a debug build),
+//!   fine for metadata rates; sharing unchanged streams is the next step if
+//!   clusters grow to many thousands of streams.
 //!
 //! Data read back from disk is decoded with serde; a corrupt value becomes a
 //! storage error, never a panic.

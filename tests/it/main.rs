@@ -9,6 +9,7 @@ mod api_flow;
 mod api_lifecycle;
 mod api_positions;
 mod cluster_crash;
+mod cluster_disk;
 mod cluster_meta;
 mod cluster_router;
 mod cluster_storage;
