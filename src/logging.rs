@@ -219,13 +219,19 @@ impl NatsLogger {
     pub fn layer(self: &Arc<Self>) -> NatsLayer {
         NatsLayer {
             logger: self.clone(),
+            info_as_debug: false,
         }
     }
 
     /// Installs [`NatsLogger::layer`] as the global `tracing` subscriber.
-    pub fn install_global(self: &Arc<Self>) -> Result<(), LogError> {
+    /// With `info_as_debug`, INFO events are written as `[DBG]`: the
+    /// `nats-server` mode prints nats-server's own INFO lines itself, and
+    /// the engine's extra INFO events would make its default log differ.
+    pub fn install_global(self: &Arc<Self>, info_as_debug: bool) -> Result<(), LogError> {
         use tracing_subscriber::layer::SubscriberExt;
-        let subscriber = tracing_subscriber::registry().with(self.layer());
+        let mut layer = self.layer();
+        layer.info_as_debug = info_as_debug;
+        let subscriber = tracing_subscriber::registry().with(layer);
         tracing::subscriber::set_global_default(subscriber).map_err(|_| LogError::AlreadyInstalled)
     }
 }
@@ -233,6 +239,7 @@ impl NatsLogger {
 /// `tracing` layer of a [`NatsLogger`].
 pub struct NatsLayer {
     logger: Arc<NatsLogger>,
+    info_as_debug: bool,
 }
 
 /// Collects an event's message and fields as `message k=v k2=v2`.
@@ -273,7 +280,10 @@ fn map_level(l: &tracing::Level) -> Level {
 impl<S: Subscriber> Layer<S> for NatsLayer {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         let meta = event.metadata();
-        let level = map_level(meta.level());
+        let mut level = map_level(meta.level());
+        if self.info_as_debug && level == Level::Info {
+            level = Level::Debug;
+        }
         let ours = meta.target().starts_with("liftbridge");
         if !ours && level > Level::Warn {
             return;
@@ -372,5 +382,19 @@ mod tests {
         assert!(!text.contains("hidden"));
         assert!(text.contains("[WRN] foreign warning"));
         assert!(!text.contains("foreign info"));
+
+        // INFO demoted to DEBUG: hidden without -D, shown as [DBG] with it.
+        log.set_levels(true, false);
+        let mut layer = log.layer();
+        layer.info_as_debug = true;
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!("engine detail");
+            tracing::warn!("engine warning");
+        });
+        log.flush();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("[DBG] engine detail\n"), "{text}");
+        assert!(text.contains("[WRN] engine warning\n"), "{text}");
     }
 }

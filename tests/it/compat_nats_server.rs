@@ -172,6 +172,12 @@ async fn compat_nats_server_flags_files_monitoring_pubsub() {
     ] {
         assert!(log.contains(&want), "missing {want:?} in\n{log}");
     }
+    // Only nats-server's own lines at the default level.
+    assert_eq!(
+        log.matches("client connections").count(),
+        1,
+        "one listening line:\n{log}"
+    );
     // Date and time as nats-server prints them.
     let first = log.lines().next().unwrap();
     let ts = &first[first.find("] ").unwrap() + 2..][..26];

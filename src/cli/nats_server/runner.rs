@@ -35,7 +35,7 @@ pub(super) fn run_server(conf: NatsConf, flags: Flags) -> ExitCode {
         }
     };
     // Another subscriber may exist when embedded in tests; ours is optional.
-    let _ = log.install_global();
+    let _ = log.install_global(true);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("nats-server")
