@@ -471,3 +471,61 @@ async fn api_grpc_over_mutual_tls() {
     assert!(refused, "a client without a certificate is refused");
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_group_streams_share_a_subject() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    for name in ["ga", "gb"] {
+        c.create_stream(proto::CreateStreamRequest {
+            subject: "work".into(),
+            name: name.into(),
+            group: "workers".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    // A stream outside the group sees everything.
+    create(&mut c, "all", "work", 1).await;
+    let nc = async_nats::connect(node.nats_addr().to_string())
+        .await
+        .unwrap();
+    for i in 0..200 {
+        nc.publish("work", format!("{i}").into()).await.unwrap();
+    }
+    nc.flush().await.unwrap();
+    let mut s = subscribe(&mut c, from_earliest("all", 0)).await;
+    take(&mut s, 200).await;
+    let newest = |c: &Client, name: &str| {
+        let mut c = c.clone();
+        let name = name.to_string();
+        async move {
+            c.fetch_partition_metadata(proto::FetchPartitionMetadataRequest {
+                stream: name,
+                partition: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .metadata
+            .unwrap()
+            .newest_offset
+                + 1
+        }
+    };
+    eventually("group members recorded everything", || {
+        let c = c.clone();
+        async move { newest(&c, "ga").await + newest(&c, "gb").await >= 200 }
+    })
+    .await;
+    let (a, b) = (newest(&c, "ga").await, newest(&c, "gb").await);
+    assert_eq!(
+        a + b,
+        200,
+        "each message recorded by exactly one group member"
+    );
+    assert!(a > 0 && b > 0, "the group splits the messages ({a}/{b})");
+    node.shutdown().await;
+}
