@@ -116,7 +116,8 @@ pub struct ClientShared {
     drained: Notify,
     /// Signalled once CONNECT is accepted (starts the ping timer).
     connected_notify: Notify,
-    /// Milliseconds since `started` of the last completed socket write.
+    /// Milliseconds since `started` of the writer's last progress (a
+    /// completed piece, or waking up to new work).
     last_drain_ms: AtomicU64,
     pub(crate) cancel: CancellationToken,
     /// Whether the client declared `headers` (else headers are stripped).
@@ -599,6 +600,12 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
                 if client.cancel.is_cancelled() && !flushing {
                     break;
                 }
+                // Progress is measured from when new work arrives, so an
+                // idle period never makes a live receiver look stuck.
+                client.last_drain_ms.store(
+                    client.started.elapsed().as_millis() as u64,
+                    Ordering::Relaxed,
+                );
                 continue;
             }
             Step::Write => {}
