@@ -373,6 +373,11 @@ async fn open_metadata(cfg: &NodeConfig, node: NodeInfo) -> Result<Metadata, Nod
 }
 
 impl Node {
+    /// Starts a node from the liftbridge configuration (what `serve` does).
+    pub async fn start_with(cfg: &LiftbridgeConfig) -> Result<NodeHandle, NodeError> {
+        Node::start(NodeConfig::from_liftbridge(cfg)?).await
+    }
+
     /// Starts a node; returns once the gRPC API accepts connections.
     pub async fn start(cfg: NodeConfig) -> Result<NodeHandle, NodeError> {
         let dir = cfg.data_dir.clone();
@@ -428,6 +433,9 @@ impl Node {
             meta.clone(),
             cfg.partitions.clone(),
         );
+        if !parts.wait_started(Duration::from_secs(30)).await {
+            tracing::warn!("partitions still opening after 30s; serving anyway");
+        }
         let service = ApiService::new(
             meta.clone(),
             parts.clone(),

@@ -36,7 +36,8 @@ use crate::partition::{now_ns, PartitionManager};
 pub const CURSORS_STREAM: &str = "__cursors";
 /// Name of the internal activity stream.
 pub const ACTIVITY_STREAM: &str = "__activity";
-/// How long PublishAsync waits for in-flight acks after the client half-closes.
+/// How long PublishAsync waits for the next in-flight ack after the client
+/// half-closes (reset by every ack that arrives).
 const ASYNC_ACK_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long SetCursor waits for its ack.
 const CURSOR_TIMEOUT: Duration = Duration::from_secs(5);
@@ -358,19 +359,19 @@ impl ApiService {
         Ok(())
     }
 
-    fn stream_partition(
+    fn stream_partition<'a>(
         &self,
-        state: &MetadataState,
+        state: &'a MetadataState,
         stream: &str,
         partition: i32,
-    ) -> Result<StreamMeta, ApiError> {
+    ) -> Result<&'a StreamMeta, ApiError> {
         let s = state
             .stream(stream)
             .ok_or_else(|| ApiError::NotFound("No such stream".into()))?;
         if s.partition(partition).is_none() {
             return Err(ApiError::NotFound("No such partition".into()));
         }
-        Ok(s.clone())
+        Ok(s)
     }
 
     /// Resumes a paused partition (all partitions when the stream was paused
@@ -391,7 +392,10 @@ impl ApiService {
             })
             .await?;
         }
-        if p.leader == self.inner.parts.server_id() {
+        // Fast path: the partition already runs here.
+        if p.leader == self.inner.parts.server_id()
+            && (p.paused || self.inner.parts.get(&s.name, partition).is_none())
+        {
             self.inner
                 .parts
                 .wait_for(&s.name, partition, START_WAIT)
@@ -412,18 +416,17 @@ impl ApiService {
         }
         let state = self.state();
         let s = self.stream_partition(&state, &r.stream, r.partition)?;
-        let pm = s.partition(r.partition).cloned().unwrap_or_default();
-        if pm.readonly {
+        if s.partition(r.partition).is_some_and(|p| p.readonly) {
             return Err(ApiError::FailedPrecondition("Partition is readonly".into()));
         }
         let policy = proto::AckPolicy::try_from(r.ack_policy).unwrap_or(proto::AckPolicy::Leader);
-        let occ = self.inner.parts.defaults().occ(&s);
+        let occ = self.inner.parts.defaults().occ(s);
         if occ && policy == proto::AckPolicy::None {
             return Err(ApiError::InvalidArgument(
                 "BAD_REQUEST: optimistic concurrency control requires an ack policy other than NONE".into(),
             ));
         }
-        self.ensure_resumed(&s, r.partition).await?;
+        self.ensure_resumed(s, r.partition).await?;
         let subject = s.partition_subject(r.partition);
         let wait = wait.filter(|_| policy != proto::AckPolicy::None);
         let ack_inbox = if wait.is_some() && r.ack_inbox.is_empty() {
@@ -908,6 +911,13 @@ impl Api for ApiService {
         if leader != self.inner.parts.server_id() {
             return Err(ApiError::FailedPrecondition("Server not partition leader".into()).into());
         }
+        if s.partition(r.partition).is_some_and(|p| !p.paused) {
+            // A partition that is still opening reports its offsets once open.
+            self.inner
+                .parts
+                .wait_for(&r.stream, r.partition, START_WAIT)
+                .await;
+        }
         Ok(Response::new(proto::FetchPartitionMetadataResponse {
             metadata: Some(self.partition_metadata(s, r.partition)),
         }))
@@ -1267,6 +1277,11 @@ impl ApiService {
                     let Some(m) = m else { break };
                     let Ok(ack) = envelope::decode_ack(&m.payload) else { continue };
                     in_flight = in_flight.saturating_sub(1);
+                    if input_done {
+                        // The 5 s budget runs from the last progress, so a
+                        // long but moving backlog is drained completely.
+                        drain_until.as_mut().reset(tokio::time::Instant::now() + ASYNC_ACK_TIMEOUT);
+                    }
                     let corr = ack.correlation_id.clone();
                     use proto::publish_async_error::Code;
                     let resp = match proto::ack::Error::try_from(ack.ack_error).unwrap_or(proto::ack::Error::Unknown) {

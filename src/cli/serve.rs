@@ -30,6 +30,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_env_filter(filter)
         .with_target(false)
         .try_init();
+    // Mapped before the runtime starts so configuration errors come first.
     let node_cfg = NodeConfig::from_liftbridge(&cfg)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -478,3 +478,39 @@ pub fn record_to_message(stream: &str, partition: i32, r: Record) -> proto::Mess
         ack_policy: 0,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_records_carry_subject_and_reply_headers() {
+        let r = Record {
+            offset: 7,
+            timestamp_ns: 42,
+            key: Some(Bytes::from_static(b"k")),
+            headers: vec![("h".into(), Bytes::from_static(b"v"))],
+            value: Bytes::from_static(b"payload"),
+            subject: "foo.bar".into(),
+            reply: Some("_INBOX.1".into()),
+            ..Default::default()
+        };
+        let m = record_to_message("s", 3, r);
+        assert_eq!((m.offset, m.timestamp, m.partition), (7, 42, 3));
+        assert_eq!(m.stream, "s");
+        assert_eq!(m.key, b"k");
+        assert_eq!(m.value, b"payload");
+        assert_eq!(m.subject, "foo.bar");
+        assert_eq!(m.reply_subject, "_INBOX.1");
+        assert_eq!(m.headers["subject"], b"foo.bar");
+        assert_eq!(m.headers["reply"], b"_INBOX.1");
+        assert_eq!(m.headers["h"], b"v");
+    }
+
+    #[test]
+    fn no_reply_gives_an_empty_reply_header() {
+        let m = record_to_message("s", 0, Record::default());
+        assert_eq!(m.headers["reply"], b"");
+        assert!(m.key.is_empty());
+    }
+}

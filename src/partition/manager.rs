@@ -141,6 +141,9 @@ struct Inner {
     meta: Metadata,
     defaults: PartitionDefaults,
     running: Mutex<HashMap<Key, Arc<Partition>>>,
+    /// Streams seen in the metadata (name → creation time), to tell a
+    /// deletion from a state that is not loaded yet.
+    seen: Mutex<HashMap<String, i64>>,
     /// Bumped after every reconciliation (waiters re-check the map).
     generation: watch::Sender<u64>,
 }
@@ -174,6 +177,7 @@ impl PartitionManager {
                 meta: meta.clone(),
                 defaults,
                 running: Mutex::new(HashMap::new()),
+                seen: Mutex::new(HashMap::new()),
                 generation: watch::channel(0).0,
             }),
         };
@@ -216,6 +220,24 @@ impl PartitionManager {
             .lock()
             .get(&(stream.to_string(), id))
             .cloned()
+    }
+
+    /// Waits up to `timeout` for the first reconciliation to finish (every
+    /// partition led here opened), so a node starting up serves its data
+    /// from the first request.
+    pub async fn wait_started(&self, timeout: Duration) -> bool {
+        let mut rx = self.inner.generation.subscribe();
+        let wait = async {
+            loop {
+                if *rx.borrow_and_update() > 0 {
+                    return true;
+                }
+                if rx.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.unwrap_or(false)
     }
 
     /// Waits up to `timeout` for the partition to be running here.
@@ -267,6 +289,10 @@ impl PartitionManager {
     }
 
     async fn reconcile(&self, state: &MetadataState) {
+        if state.applied_index == 0 {
+            // Nothing applied yet (start-up): not a state to act on.
+            return;
+        }
         let me = &self.inner.me;
         let mut wanted: HashMap<Key, (&StreamMeta, i32)> = HashMap::new();
         for s in state.streams.values() {
@@ -304,9 +330,38 @@ impl PartitionManager {
             self.inner.generation.send_modify(|g| *g += 1);
         }
         // Deleted streams whose partitions were not running here (paused)
-        // still leave files behind: remove stream directories unknown to the
-        // metadata.
-        self.remove_unknown_streams(state).await;
+        // still leave files behind: remove the directories of streams this
+        // manager has seen in the metadata and that are now gone. Never
+        // "everything unknown": right after a restart the state may not be
+        // loaded yet, and unknown must not mean deleted.
+        let gone: Vec<(String, i64)> = {
+            let mut seen = self.inner.seen.lock();
+            let gone = seen
+                .iter()
+                .filter(|(name, created)| {
+                    state
+                        .streams
+                        .get(*name)
+                        .is_none_or(|s| s.creation_timestamp_ns != **created)
+                })
+                .map(|(n, c)| (n.clone(), *c))
+                .collect::<Vec<_>>();
+            for (n, _) in &gone {
+                seen.remove(n);
+            }
+            for st in state.streams.values() {
+                seen.insert(st.name.clone(), st.creation_timestamp_ns);
+            }
+            gone
+        };
+        for (name, _) in gone {
+            if state.streams.contains_key(&name) {
+                // Recreated under the same name: its old files went with the
+                // running partitions above; the new stream keeps its own.
+                continue;
+            }
+            self.remove_stream_dir(&name).await;
+        }
         // Start or update what is wanted.
         for (key, (s, id)) in wanted {
             let Some(pm) = s.partition(id) else { continue };
@@ -380,6 +435,12 @@ impl PartitionManager {
         );
         p.seed_received(first.unwrap_or(0), latest.unwrap_or(0));
         p.start_stenographer()?;
+        tracing::info!(
+            stream = %s.name,
+            partition = id,
+            newest = ?p.log().newest_offset(),
+            "partition leader started"
+        );
         Ok(p)
     }
 
@@ -402,28 +463,17 @@ impl PartitionManager {
         }
     }
 
-    async fn remove_unknown_streams(&self, state: &MetadataState) {
-        let root = self.inner.data_dir.join("streams");
-        let known: Vec<String> = state.streams.keys().cloned().collect();
-        let running: Vec<String> = self
-            .inner
-            .running
-            .lock()
-            .keys()
-            .map(|k| k.0.clone())
-            .collect();
-        let _ = tokio::task::spawn_blocking(move || {
-            let Ok(entries) = std::fs::read_dir(&root) else { return };
-            for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if !known.contains(&name) && !running.contains(&name) {
-                    if let Err(err) = std::fs::remove_dir_all(e.path()) {
-                        tracing::warn!(stream = %name, error = %err, "removing files of a deleted stream");
-                    }
-                }
-            }
+    async fn remove_stream_dir(&self, name: &str) {
+        let dir = self.inner.data_dir.join("streams").join(name);
+        let res = tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
         })
         .await;
+        if let Ok(Err(e)) = res {
+            tracing::warn!(stream = %name, error = %e, "removing files of a deleted stream");
+        }
     }
 
     /// Pauses idle partitions whose stream has an auto-pause time.
@@ -489,5 +539,63 @@ impl PartitionManager {
             p.stop(Closed::Shutdown).await;
         }
         self.inner.generation.send_modify(|g| *g += 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::state::StreamConfig;
+
+    fn stream(config: StreamConfig) -> StreamMeta {
+        StreamMeta {
+            name: "s".into(),
+            subject: "s".into(),
+            config,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn server_defaults_apply_when_the_stream_sets_nothing() {
+        let d = PartitionDefaults {
+            retention_max_messages: 10,
+            ..Default::default()
+        };
+        let c = d.log_config(&stream(StreamConfig::default()));
+        assert_eq!(c.retention.max_messages, Some(10));
+        assert_eq!(c.retention.max_bytes, None, "0 means unlimited");
+        assert_eq!(c.retention.max_age, Some(Duration::from_secs(168 * 3600)));
+        assert!(!c.compact);
+        assert_eq!(c.cleaner_interval, Duration::from_secs(300));
+        assert!(!d.occ(&stream(StreamConfig::default())));
+    }
+
+    #[test]
+    fn stream_overrides_win_and_durations_are_milliseconds() {
+        let d = PartitionDefaults::default();
+        let s = stream(StreamConfig {
+            retention_max_bytes: Some(1000),
+            retention_max_age_ms: Some(1500),
+            cleaner_interval_ms: Some(50),
+            compact_enabled: Some(true),
+            auto_pause_time_ms: Some(250),
+            auto_pause_disable_if_subscribers: Some(true),
+            optimistic_concurrency_control: Some(true),
+            ..Default::default()
+        });
+        let c = d.log_config(&s);
+        assert_eq!(c.retention.max_bytes, Some(1000));
+        assert_eq!(c.retention.max_age, Some(Duration::from_millis(1500)));
+        assert_eq!(c.cleaner_interval, Duration::from_millis(50));
+        assert!(c.compact);
+        assert!(d.occ(&s));
+        assert_eq!(d.auto_pause(&s), (Duration::from_millis(250), true));
+        // An explicit 0 age means "no age limit", as on the wire.
+        let s0 = stream(StreamConfig {
+            retention_max_age_ms: Some(0),
+            ..Default::default()
+        });
+        assert_eq!(d.log_config(&s0).retention.max_age, None);
     }
 }

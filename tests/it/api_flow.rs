@@ -412,3 +412,120 @@ async fn api_restart_keeps_data_and_metadata() {
     );
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_grpc_over_mutual_tls() {
+    use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+    let dir = tempfile::tempdir().unwrap();
+    let certs = liftbridge::tls::generate_dev_certs(&dir.path().join("certs"), &[]).unwrap();
+    let mut cfg = config(&dir.path().join("data"));
+    cfg.tls = Some(liftbridge::node::GrpcTls {
+        cert: certs.server_cert.clone(),
+        key: certs.server_key.clone(),
+        client_ca: Some(certs.ca_cert.clone()),
+    });
+    let node = start(cfg).await;
+    let url = format!("https://localhost:{}", node.grpc_addr().port());
+    let ca = Certificate::from_pem(std::fs::read(&certs.ca_cert).unwrap());
+
+    // With a client certificate: works.
+    let id = Identity::from_pem(
+        std::fs::read(&certs.client_cert).unwrap(),
+        std::fs::read(&certs.client_key).unwrap(),
+    );
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(ca.clone())
+        .identity(id)
+        .domain_name("localhost");
+    let ch = Channel::from_shared(url.clone())
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = proto::api_client::ApiClient::new(ch);
+    create(&mut c, "tls", "tls", 1).await;
+    assert_eq!(
+        publish_acked(&mut c, "tls", 0, b"", b"secret").await.offset,
+        0
+    );
+
+    // Without one: the handshake or the first call fails.
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(ca)
+        .domain_name("localhost");
+    let refused = match Channel::from_shared(url)
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+    {
+        Err(_) => true,
+        Ok(ch) => proto::api_client::ApiClient::new(ch)
+            .fetch_metadata(proto::FetchMetadataRequest::default())
+            .await
+            .is_err(),
+    };
+    assert!(refused, "a client without a certificate is refused");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_group_streams_share_a_subject() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    for name in ["ga", "gb"] {
+        c.create_stream(proto::CreateStreamRequest {
+            subject: "work".into(),
+            name: name.into(),
+            group: "workers".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    // A stream outside the group sees everything.
+    create(&mut c, "all", "work", 1).await;
+    let nc = async_nats::connect(node.nats_addr().to_string())
+        .await
+        .unwrap();
+    for i in 0..200 {
+        nc.publish("work", format!("{i}").into()).await.unwrap();
+    }
+    nc.flush().await.unwrap();
+    let mut s = subscribe(&mut c, from_earliest("all", 0)).await;
+    take(&mut s, 200).await;
+    let newest = |c: &Client, name: &str| {
+        let mut c = c.clone();
+        let name = name.to_string();
+        async move {
+            c.fetch_partition_metadata(proto::FetchPartitionMetadataRequest {
+                stream: name,
+                partition: 0,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .metadata
+            .unwrap()
+            .newest_offset
+                + 1
+        }
+    };
+    eventually("group members recorded everything", || {
+        let c = c.clone();
+        async move { newest(&c, "ga").await + newest(&c, "gb").await >= 200 }
+    })
+    .await;
+    let (a, b) = (newest(&c, "ga").await, newest(&c, "gb").await);
+    assert_eq!(
+        a + b,
+        200,
+        "each message recorded by exactly one group member"
+    );
+    assert!(a > 0 && b > 0, "the group splits the messages ({a}/{b})");
+    node.shutdown().await;
+}

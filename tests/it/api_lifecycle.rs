@@ -653,3 +653,38 @@ async fn api_consumer_groups_join_assign_fence_evict() {
     assert_eq!(e.code(), Code::InvalidArgument);
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_auto_pause_waits_for_subscribers_to_leave() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    let mut r = create_req("subs", "subs");
+    r.auto_pause_time = Some(proto::NullableInt64 { value: 200 });
+    r.auto_pause_disable_if_subscribers = Some(proto::NullableBool { value: true });
+    c.create_stream(r).await.unwrap();
+    let paused = |c: &Client| {
+        let mut c = c.clone();
+        async move {
+            c.fetch_metadata(proto::FetchMetadataRequest {
+                streams: vec!["subs".into()],
+                groups: vec![],
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .stream_metadata[0]
+                .partitions[&0]
+                .paused
+        }
+    };
+    let s = subscribe(&mut c, from_earliest("subs", 0)).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        !paused(&c).await,
+        "a subscribed partition is not auto-paused"
+    );
+    drop(s);
+    eventually("auto-pause once the subscriber left", || paused(&c)).await;
+    node.shutdown().await;
+}
