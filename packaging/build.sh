@@ -29,7 +29,7 @@ trap 'rm -rf "$stage"' EXIT
 
 # Debian package layout.
 root="$stage/deb"
-install -D -m 0755 "$bin" "$root/usr/bin/liftbridge"
+install -D -s -m 0755 "$bin" "$root/usr/bin/liftbridge"
 install -D -m 0644 systemd/liftbridge.service "$root/lib/systemd/system/liftbridge.service"
 install -D -m 0640 packaging/liftbridge.yaml "$root/etc/liftbridge/liftbridge.yaml"
 install -D -m 0644 README.md "$root/usr/share/doc/liftbridge/README.md"
@@ -51,7 +51,7 @@ dpkg-deb --root-owner-group --build "$root" "$out/liftbridge_${version}_${arch}.
 
 # Tarball: binary, unit, default config and README in one folder.
 tdir="$stage/liftbridge-$version-$arch"
-install -D -m 0755 "$bin" "$tdir/liftbridge"
+install -D -s -m 0755 "$bin" "$tdir/liftbridge"
 install -D -m 0644 systemd/liftbridge.service "$tdir/liftbridge.service"
 install -D -m 0644 packaging/liftbridge.yaml "$tdir/liftbridge.yaml"
 install -D -m 0644 README.md "$tdir/README.md"

@@ -5,6 +5,12 @@
 //! loads the configuration (file, `LIFTBRIDGE_*` env, flags), starts the
 //! node and shuts it down gracefully on a signal, so every acknowledged
 //! message is durable and the logs are closed cleanly.
+//!
+//! Under systemd (`Type=notify`) it reports READY once every listener is up,
+//! pings the watchdog, and reports STOPPING on the way out. SIGHUP re-reads
+//! the configuration: an invalid file is refused (the running server keeps
+//! its settings) and `logging.level` applies at once; other keys take effect
+//! at the next start.
 
 use anyhow::Context;
 use clap::Args;
@@ -23,12 +29,15 @@ pub struct ServeArgs {
 /// Runs the server until it is told to stop.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let cfg = load(&args.flags).context("loading the configuration")?;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cfg.logging.level.as_str()));
+    let (filter, level_handle) = tracing_subscriber::reload::Layer::new(filter);
     // A subscriber may already be installed (embedding programs, tests).
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_target(false))
         .try_init();
     // Mapped before the runtime starts so configuration errors come first.
     let node_cfg = NodeConfig::from_liftbridge(&cfg)?;
@@ -44,20 +53,51 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             node.grpc_addr(),
             node.nats_addr()
         );
-        wait_for_signal().await?;
+        crate::systemd::ready(&format!(
+            "serving gRPC on {}, NATS on {}",
+            node.grpc_addr(),
+            node.nats_addr()
+        ));
+        let watchdog = crate::systemd::spawn_watchdog(|| true);
+        wait_for_signal(&args.flags, &level_handle).await?;
+        crate::systemd::stopping();
         tracing::info!("shutting down");
+        if let Some(w) = watchdog {
+            w.abort();
+        }
         node.shutdown().await;
         Ok(())
     })
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
+/// Changes the log filter of the running server.
+type LevelHandle =
+    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>;
+
+/// Waits for SIGTERM or SIGINT; SIGHUP reloads what can change at run time.
+async fn wait_for_signal(flags: &LiftbridgeFlags, level: &LevelHandle) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    loop {
+        tokio::select! {
+            _ = term.recv() => return Ok(()),
+            _ = int.recv() => return Ok(()),
+            _ = hup.recv() => {
+                crate::systemd::reloading();
+                match load(flags) {
+                    Ok(cfg) => {
+                        let filter = tracing_subscriber::EnvFilter::new(cfg.logging.level.as_str());
+                        match level.reload(filter) {
+                            Ok(()) => tracing::info!(level = cfg.logging.level.as_str(), "configuration reloaded"),
+                            Err(e) => tracing::warn!(error = %e, "log level not changed"),
+                        }
+                    }
+                    Err(e) => tracing::error!(error = %format!("{e:#}"), "configuration not reloaded"),
+                }
+                crate::systemd::reloaded();
+            }
+        }
     }
-    Ok(())
 }

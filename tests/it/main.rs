@@ -20,6 +20,7 @@ mod nats_auth;
 mod nats_core;
 mod nats_raw;
 mod nats_support;
+mod packaging;
 mod store_basic;
 mod store_crash;
 mod store_model;
