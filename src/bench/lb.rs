@@ -38,18 +38,23 @@ pub struct LbBenchArgs {
     /// Do not add `nats-server` found on PATH as a peer.
     #[arg(long)]
     pub no_path_peer: bool,
-    /// Messages per publish workload.
+    /// Messages per publish workload with a window of 256.
     #[arg(long, default_value_t = 50_000)]
     pub msgs: u64,
+    /// Messages per publish workload with a window of 1 (one round trip,
+    /// and with `store.sync: always` one fsync, per message).
+    #[arg(long, default_value_t = 2_000)]
+    pub window1_msgs: u64,
     /// Messages recorded and then replayed in the replay workload.
     #[arg(long, default_value_t = 1_000_000)]
     pub replay_msgs: u64,
     /// Value size in bytes.
     #[arg(long, default_value_t = 1024)]
     pub size: usize,
-    /// `store.sync` of the liftbridge server under test: `always` or `interval`.
-    #[arg(long, default_value = "always")]
-    pub sync: String,
+    /// `store.sync` policies of the liftbridge server under test, each run
+    /// in turn: `always`, `interval`.
+    #[arg(long, value_delimiter = ',', default_value = "always,interval")]
+    pub sync: Vec<String>,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -87,10 +92,16 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     let payload = Bytes::from(vec![b'v'; args.size]);
 
-    // liftbridge
-    {
-        let (proc_, grpc, nats) = start_liftbridge(&args.sync)?;
-        let label = format!("liftbridge (sync={})", args.sync);
+    let count = |window: usize| {
+        if window == 1 {
+            args.window1_msgs
+        } else {
+            args.msgs
+        }
+    };
+    for sync in &args.sync {
+        let (proc_, grpc, nats) = start_liftbridge(sync)?;
+        let label = format!("liftbridge (sync={sync})");
         for (policy, pname) in [
             (proto::AckPolicy::Leader, "LEADER"),
             (proto::AckPolicy::All, "ALL"),
@@ -99,9 +110,16 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
                 for pubs in [1usize, 4] {
                     let stream = format!("b{}", rand::random::<u32>());
                     create_stream(&grpc, &stream).await?;
-                    let r =
-                        lb_publish_async(&grpc, &stream, policy, window, pubs, args.msgs, &payload)
-                            .await?;
+                    let r = lb_publish_async(
+                        &grpc,
+                        &stream,
+                        policy,
+                        window,
+                        pubs,
+                        count(window),
+                        &payload,
+                    )
+                    .await?;
                     rows.push(Row {
                         workload: format!(
                             "acked publish {pname}, window {window}, {pubs} publisher(s)"
@@ -161,7 +179,7 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
         let label = format!("{label} {} JetStream", client.server_info().version);
         for window in [1usize, 256] {
             for pubs in [1usize, 4] {
-                let r = js_publish(&url, window, pubs, args.msgs, &payload).await?;
+                let r = js_publish(&url, window, pubs, count(window), &payload).await?;
                 for pname in ["LEADER", "ALL"] {
                     rows.push(Row {
                         workload: format!(
