@@ -22,5 +22,5 @@ mkdir -p bench-results
 case "$what" in
   nats|all) "$bin" bench nats --peer "$peer" --json bench-results/nats.json ;;&
   lb|all) "$bin" bench lb --peer "$peer" --json bench-results/lb.json ;;&
-  store|all) "$bin" bench store ;;
+  store|all) "$bin" bench store --dir target/bench-store --seconds 1 --big-records 1000000 ;;
 esac
