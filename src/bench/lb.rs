@@ -26,6 +26,7 @@ use futures::StreamExt;
 use prost::Message as _;
 use tokio::sync::Semaphore;
 
+use super::{find_on_path, free_port};
 use crate::api::proto;
 use crate::api::proto::api_client::ApiClient;
 
@@ -206,18 +207,6 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
-}
-
-fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
 }
 
 fn wait_port(port: u16, what: &str) -> anyhow::Result<()> {
@@ -521,6 +510,48 @@ async fn lb_replay(grpc: &str, stream: &str, msgs: u64) -> anyhow::Result<f64> {
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
+/// Creates a JetStream stream on the subject of the same name: file
+/// storage, one replica (the configuration the comparison is about).
+async fn js_file_stream(
+    js: &async_nats::jetstream::Context,
+    name: &str,
+) -> anyhow::Result<async_nats::jetstream::stream::Stream> {
+    Ok(js
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: name.to_string(),
+            subjects: vec![name.to_string()],
+            storage: async_nats::jetstream::stream::StorageType::File,
+            num_replicas: 1,
+            ..Default::default()
+        })
+        .await?)
+}
+
+/// Publishes `n` messages keeping at most `window` acks outstanding, and
+/// waits for every ack.
+async fn js_publish_window(
+    js: &async_nats::jetstream::Context,
+    subject: &str,
+    n: u64,
+    window: usize,
+    payload: &Bytes,
+) -> anyhow::Result<()> {
+    let mut pending = std::collections::VecDeque::with_capacity(window);
+    for _ in 0..n {
+        if pending.len() == window {
+            if let Some(f) = pending.pop_front() {
+                let f: async_nats::jetstream::context::PublishAckFuture = f;
+                f.await?;
+            }
+        }
+        pending.push_back(js.publish(subject.to_string(), payload.clone()).await?);
+    }
+    for f in pending {
+        f.await?;
+    }
+    Ok(())
+}
+
 async fn js_publish(
     url: &str,
     window: usize,
@@ -528,17 +559,9 @@ async fn js_publish(
     msgs: u64,
     payload: &Bytes,
 ) -> anyhow::Result<f64> {
-    let client = async_nats::connect(url).await?;
-    let js = async_nats::jetstream::new(client);
+    let js = async_nats::jetstream::new(async_nats::connect(url).await?);
     let name = format!("B{}", rand::random::<u32>());
-    js.create_stream(async_nats::jetstream::stream::Config {
-        name: name.clone(),
-        subjects: vec![name.clone()],
-        storage: async_nats::jetstream::stream::StorageType::File,
-        num_replicas: 1,
-        ..Default::default()
-    })
-    .await?;
+    js_file_stream(&js, &name).await?;
     let per = msgs / pubs as u64;
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -548,19 +571,7 @@ async fn js_publish(
         let payload = payload.clone();
         tasks.push(tokio::spawn(async move {
             let js = async_nats::jetstream::new(async_nats::connect(&url).await?);
-            let mut pending = std::collections::VecDeque::with_capacity(window);
-            for _ in 0..per {
-                if pending.len() == window {
-                    let f: async_nats::jetstream::context::PublishAckFuture =
-                        pending.pop_front().expect("window is full, so not empty");
-                    f.await?;
-                }
-                pending.push_back(js.publish(subject.clone(), payload.clone()).await?);
-            }
-            for f in pending {
-                f.await?;
-            }
-            anyhow::Ok(())
+            js_publish_window(&js, &subject, per, window, &payload).await
         }));
     }
     for t in tasks {
@@ -572,30 +583,10 @@ async fn js_publish(
 }
 
 async fn js_replay(url: &str, msgs: u64, payload: &Bytes) -> anyhow::Result<f64> {
-    let client = async_nats::connect(url).await?;
-    let js = async_nats::jetstream::new(client);
+    let js = async_nats::jetstream::new(async_nats::connect(url).await?);
     let name = format!("R{}", rand::random::<u32>());
-    let stream = js
-        .create_stream(async_nats::jetstream::stream::Config {
-            name: name.clone(),
-            subjects: vec![name.clone()],
-            storage: async_nats::jetstream::stream::StorageType::File,
-            num_replicas: 1,
-            ..Default::default()
-        })
-        .await?;
-    let mut pending = std::collections::VecDeque::with_capacity(512);
-    for _ in 0..msgs {
-        if pending.len() == 512 {
-            let f: async_nats::jetstream::context::PublishAckFuture =
-                pending.pop_front().expect("window is full, so not empty");
-            f.await?;
-        }
-        pending.push_back(js.publish(name.clone(), payload.clone()).await?);
-    }
-    for f in pending {
-        f.await?;
-    }
+    let stream = js_file_stream(&js, &name).await?;
+    js_publish_window(&js, &name, msgs, 512, payload).await?;
     let consumer = stream
         .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
             deliver_policy: async_nats::jetstream::consumer::DeliverPolicy::All,

@@ -13,7 +13,6 @@
 //! after the runs. Each workload runs `--rounds` times per target,
 //! interleaved between targets, and the median is reported.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +23,8 @@ use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
 use futures::StreamExt;
 use tokio::sync::Notify;
+
+use super::{find_on_path, free_port};
 
 /// Arguments of `liftbridge bench nats`.
 #[derive(Debug, Clone, clap::Args)]
@@ -228,18 +229,6 @@ fn start_targets(args: &NatsBenchArgs) -> anyhow::Result<Vec<Target>> {
 fn split_label(s: &str) -> anyhow::Result<(&str, &str)> {
     s.split_once('=')
         .ok_or_else(|| anyhow!("expected LABEL=VALUE, got {s:?}"))
-}
-
-fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(l.local_addr()?.port())
 }
 
 fn spawn_server(label: &str, exe: &PathBuf, pre: &[&str]) -> anyhow::Result<Target> {
