@@ -34,6 +34,19 @@ use crate::store::{NewRecord, PartitionLog, Record, StoreError};
 
 /// Most messages taken from the subscription queue into one append.
 const MAX_BATCH: usize = 4096;
+/// Batches whose append is queued but not yet acknowledged, per partition.
+const MAX_IN_FLIGHT: usize = 64;
+
+/// A queued append and the acks it owes once committed.
+struct InFlight {
+    append: std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<crate::store::AppendResult, StoreError>> + Send,
+        >,
+    >,
+    pending: Vec<Pending>,
+    reception_ns: i64,
+}
 
 /// Current time in Unix nanoseconds.
 pub fn now_ns() -> i64 {
@@ -263,6 +276,14 @@ impl Partition {
         mut sub: crate::nats::handle::LocalSubscription,
         cancel: CancellationToken,
     ) {
+        // Appends are queued with the store as soon as a batch is read and
+        // their commits are awaited, in order, by a second task that sends
+        // the acks. So while one commit (and its fsync) is under way, the
+        // next batches are already waiting for the writer thread, which
+        // commits them together: the pipeline keeps the disk busy instead
+        // of alternating between reading NATS and waiting for the disk.
+        let (commits_tx, commits_rx) = tokio::sync::mpsc::channel::<InFlight>(MAX_IN_FLIGHT);
+        let acker = tokio::spawn(self.clone().ack_loop(commits_rx));
         let mut batch: Vec<LocalMsg> = Vec::with_capacity(64);
         loop {
             let first = tokio::select! {
@@ -278,20 +299,52 @@ impl Partition {
                     None => break,
                 }
             }
-            if let Err(e) = self.record_batch(std::mem::take(&mut batch)).await {
+            match self.record_batch(std::mem::take(&mut batch)).await {
+                Ok(Some(in_flight)) => {
+                    if commits_tx.send(in_flight).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(None) => {}
                 // A closed log means the partition is going away; any other
                 // store error is logged and the batch is lost (never acked),
                 // so publishers waiting for acks time out and retry.
-                if matches!(e, StoreError::Closed(_)) {
-                    break;
+                Err(StoreError::Closed(_)) => break,
+                Err(e) => {
+                    tracing::error!(stream = %self.stream, partition = self.id, error = %e, "recording batch")
                 }
-                tracing::error!(stream = %self.stream, partition = self.id, error = %e, "recording batch");
+            }
+        }
+        drop(commits_tx);
+        // Every queued append is acknowledged (or reported) before the loop
+        // ends; a join error would mean the ack task panicked.
+        let _ = acker.await;
+    }
+
+    /// Awaits queued appends in the order they were queued and sends their
+    /// acks.
+    async fn ack_loop(self: Arc<Self>, mut commits: tokio::sync::mpsc::Receiver<InFlight>) {
+        while let Some(f) = commits.recv().await {
+            match f.append.await {
+                Ok(a) => {
+                    self.mark_received(f.reception_ns);
+                    for (i, p) in f.pending.iter().enumerate() {
+                        self.send_ack(p, a.first_offset as i64 + i as i64, proto::ack::Error::Ok);
+                    }
+                }
+                Err(StoreError::Closed(_)) => break,
+                Err(e) => {
+                    tracing::error!(stream = %self.stream, partition = self.id, error = %e, "recording batch")
+                }
             }
         }
     }
 
-    /// Records one batch of NATS messages and sends the acks asked for.
-    async fn record_batch(&self, batch: Vec<LocalMsg>) -> Result<(), StoreError> {
+    /// Records one batch of NATS messages. Checked (OCC) appends are done
+    /// and acknowledged here, one message at a time; otherwise the batch's
+    /// append is queued with the store and returned, to be awaited and
+    /// acknowledged by the ack task.
+    async fn record_batch(&self, batch: Vec<LocalMsg>) -> Result<Option<InFlight>, StoreError> {
         let reception_ns = now_ns();
         let settings = self.settings.lock().clone();
         let mut records = Vec::with_capacity(batch.len());
@@ -313,9 +366,8 @@ impl Partition {
             }
         }
         if kept_records.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
-        let n = kept_records.len() as i64;
         if settings.occ {
             // Checked appends go one message at a time: each expectation is
             // against the offset that message would get. Streams without
@@ -340,15 +392,13 @@ impl Partition {
                     Err(e) => return Err(e),
                 }
             }
-            return Ok(());
+            return Ok(None);
         }
-        let a = self.log.append(settings.leader_epoch, kept_records).await?;
-        self.mark_received(reception_ns);
-        debug_assert_eq!(a.last_offset as i64 - a.first_offset as i64 + 1, n);
-        for (i, p) in kept.iter().enumerate() {
-            self.send_ack(p, a.first_offset as i64 + i as i64, proto::ack::Error::Ok);
-        }
-        Ok(())
+        Ok(Some(InFlight {
+            append: Box::pin(self.log.append(settings.leader_epoch, kept_records)),
+            pending: kept,
+            reception_ns,
+        }))
     }
 
     fn mark_received(&self, ts: i64) {
