@@ -252,6 +252,26 @@ impl ApiService {
         }
     }
 
+    /// The partitions a pause or readonly request applies to: the ones
+    /// named, or all of the stream's when none are. NOT_FOUND for an unknown
+    /// stream or partition.
+    fn target_partitions(&self, name: &str, partitions: &[i32]) -> Result<Vec<i32>, ApiError> {
+        let state = self.state();
+        let s = state
+            .stream(name)
+            .ok_or_else(|| ApiError::NotFound("No such stream".into()))?;
+        for p in partitions {
+            if s.partition(*p).is_none() {
+                return Err(ApiError::NotFound(format!("No such partition {p}")));
+            }
+        }
+        Ok(if partitions.is_empty() {
+            s.partitions.iter().map(|p| p.id).collect()
+        } else {
+            partitions.to_vec()
+        })
+    }
+
     fn state(&self) -> Arc<MetadataState> {
         self.inner.meta.state()
     }
@@ -683,20 +703,7 @@ impl Api for ApiService {
         request: Request<proto::PauseStreamRequest>,
     ) -> Result<Response<proto::PauseStreamResponse>, Status> {
         let r = request.into_inner();
-        let state = self.state();
-        let s = state
-            .stream(&r.name)
-            .ok_or_else(|| ApiError::NotFound("No such stream".into()))?;
-        for p in &r.partitions {
-            if s.partition(*p).is_none() {
-                return Err(ApiError::NotFound(format!("No such partition {p}")).into());
-            }
-        }
-        let ids: Vec<i32> = if r.partitions.is_empty() {
-            s.partitions.iter().map(|p| p.id).collect()
-        } else {
-            r.partitions.clone()
-        };
+        let ids = self.target_partitions(&r.name, &r.partitions)?;
         self.propose(MetaCommand::PauseStream {
             name: r.name.clone(),
             partitions: r.partitions,
@@ -715,20 +722,7 @@ impl Api for ApiService {
         request: Request<proto::SetStreamReadonlyRequest>,
     ) -> Result<Response<proto::SetStreamReadonlyResponse>, Status> {
         let r = request.into_inner();
-        let state = self.state();
-        let s = state
-            .stream(&r.name)
-            .ok_or_else(|| ApiError::NotFound("No such stream".into()))?;
-        for p in &r.partitions {
-            if s.partition(*p).is_none() {
-                return Err(ApiError::NotFound(format!("No such partition {p}")).into());
-            }
-        }
-        let ids: Vec<i32> = if r.partitions.is_empty() {
-            s.partitions.iter().map(|p| p.id).collect()
-        } else {
-            r.partitions.clone()
-        };
+        let ids = self.target_partitions(&r.name, &r.partitions)?;
         self.propose(MetaCommand::SetStreamReadonly {
             name: r.name.clone(),
             partitions: r.partitions,
