@@ -5,6 +5,7 @@ The server runs exactly as gufo-liftbridge's own harness runs it
 loopback ports so tests can run in parallel.
 """
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -103,3 +104,17 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+async def subscribe_n(client, n, timeout, **kw):
+    """The first `n` messages of a gufo-liftbridge subscription, or a timeout."""
+    out = []
+
+    async def run():
+        async for msg in client.subscribe(**kw):
+            out.append(msg)
+            if len(out) == n:
+                return
+
+    await asyncio.wait_for(run(), timeout)
+    return out

@@ -7,27 +7,11 @@ import pytest
 from gufo.liftbridge.client import LiftbridgeClient
 from gufo.liftbridge.types import StartPosition
 
-from test_gufo_harness import Server
-
-
-@pytest.fixture
-def server(tmp_path):
-    s = Server(str(tmp_path)).start()
-    yield s
-    s.stop()
+from test_gufo_harness import subscribe_n
 
 
 async def collect(client, n, **kw):
-    out = []
-
-    async def run():
-        async for msg in client.subscribe(**kw):
-            out.append(msg)
-            if len(out) == n:
-                return
-
-    await asyncio.wait_for(run(), 10)
-    return out
+    return await subscribe_n(client, n, 10, **kw)
 
 
 @pytest.mark.asyncio

@@ -7,29 +7,13 @@ import pytest
 from gufo.liftbridge.client import LiftbridgeClient
 from gufo.liftbridge.types import StartPosition
 
-from test_gufo_harness import Server
+from test_gufo_harness import subscribe_n
 
 N = 100_000
 
 
-@pytest.fixture
-def server(tmp_path):
-    s = Server(str(tmp_path)).start()
-    yield s
-    s.stop()
-
-
 async def replay(client, n, **kw):
-    out = []
-
-    async def run():
-        async for msg in client.subscribe(**kw):
-            out.append(msg)
-            if len(out) == n:
-                return
-
-    await asyncio.wait_for(run(), 120)
-    return out
+    return await subscribe_n(client, n, 120, **kw)
 
 
 @pytest.mark.asyncio
