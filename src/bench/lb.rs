@@ -294,6 +294,23 @@ async fn create_stream(grpc: &str, name: &str) -> anyhow::Result<()> {
     }
 }
 
+/// Runs `pubs` publishers, each sending `msgs / pubs` messages through the
+/// future `publisher(index, count)` makes, and returns the overall rate in
+/// messages per second.
+async fn timed_publishers<F, Fut>(pubs: usize, msgs: u64, publisher: F) -> anyhow::Result<f64>
+where
+    F: Fn(usize, u64) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    let per = msgs / pubs as u64;
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..pubs).map(|p| tokio::spawn(publisher(p, per))).collect();
+    for t in tasks {
+        t.await??;
+    }
+    Ok((per * pubs as u64) as f64 / start.elapsed().as_secs_f64())
+}
+
 async fn lb_publish_async(
     grpc: &str,
     stream: &str,
@@ -303,14 +320,11 @@ async fn lb_publish_async(
     msgs: u64,
     payload: &Bytes,
 ) -> anyhow::Result<f64> {
-    let per = msgs / pubs as u64;
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for p in 0..pubs {
+    timed_publishers(pubs, msgs, |p, per| {
         let grpc = grpc.to_string();
         let stream = stream.to_string();
         let payload = payload.clone();
-        tasks.push(tokio::spawn(async move {
+        async move {
             let mut c = ApiClient::connect(grpc).await?;
             let (tx, rx) = tokio::sync::mpsc::channel::<proto::PublishRequest>(window.max(1) * 2);
             let mut responses = c
@@ -353,12 +367,9 @@ async fn lb_publish_async(
             }
             drop(sender.await??);
             anyhow::Ok(())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    Ok(msgs as f64 / start.elapsed().as_secs_f64())
+        }
+    })
+    .await
 }
 
 /// Builds a Liftbridge envelope (magic, version 0, header length 8, no CRC)
@@ -379,14 +390,11 @@ async fn lb_publish_envelope(
     msgs: u64,
     payload: &Bytes,
 ) -> anyhow::Result<f64> {
-    let per = msgs / pubs as u64;
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..pubs {
+    timed_publishers(pubs, msgs, |_, per| {
         let nats = nats.to_string();
         let subject = stream.to_string();
         let payload = payload.clone();
-        tasks.push(tokio::spawn(async move {
+        async move {
             let client = async_nats::ConnectOptions::new()
                 .subscription_capacity(1 << 16)
                 .connect(&nats)
@@ -431,12 +439,9 @@ async fn lb_publish_envelope(
             }
             sender.await??;
             anyhow::Ok(())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    Ok(msgs as f64 / start.elapsed().as_secs_f64())
+        }
+    })
+    .await
 }
 
 async fn newest_offset(
@@ -562,22 +567,16 @@ async fn js_publish(
     let js = async_nats::jetstream::new(async_nats::connect(url).await?);
     let name = format!("B{}", rand::random::<u32>());
     js_file_stream(&js, &name).await?;
-    let per = msgs / pubs as u64;
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..pubs {
+    let rate = timed_publishers(pubs, msgs, |_, per| {
         let url = url.to_string();
         let subject = name.clone();
         let payload = payload.clone();
-        tasks.push(tokio::spawn(async move {
+        async move {
             let js = async_nats::jetstream::new(async_nats::connect(&url).await?);
             js_publish_window(&js, &subject, per, window, &payload).await
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    let rate = msgs as f64 / start.elapsed().as_secs_f64();
+        }
+    })
+    .await?;
     js.delete_stream(&name).await?;
     Ok(rate)
 }
