@@ -11,6 +11,7 @@
 //! partition/  a partition's life: the stenographer (recording), acks, readers
 //! api/        the Liftbridge gRPC service `proto.API`
 //! http/       monitoring JSON, metrics, admin API and UI assets
+//! metrics/    Prometheus registry, collectors and the gRPC metrics layer
 //! bench/      load generators for the `bench` command
 //! cli/        the command line (serve, nats-server mode, cert, bench, stream, pub, sub)
 //! ```
@@ -25,6 +26,7 @@ pub mod cluster;
 pub mod config;
 pub mod http;
 pub mod logging;
+pub mod metrics;
 pub mod nats;
 pub mod node;
 pub mod partition;

@@ -292,13 +292,14 @@ impl crate::http::MonitorSource for NatsMonitor {
 }
 
 /// Starts the HTTP listener: NATS monitoring (`/varz`, `/connz`, `/subsz`,
-/// `/healthz`) plus the liftbridge endpoints `/api/v1/health` and
-/// `/api/v1/streams` (streams and partitions as JSON).
+/// `/healthz`), Prometheus `/metrics`, plus the liftbridge endpoints
+/// `/api/v1/health` and `/api/v1/streams` (streams and partitions as JSON).
 async fn start_http(
     host: &str,
     port: u16,
     meta: Metadata,
     nats: NatsServer,
+    metrics: crate::metrics::NodeMetrics,
 ) -> Result<crate::http::HttpServer, NodeError> {
     use crate::http::{HttpResponse, HttpState, Router};
     let addr = tokio::net::lookup_host((host, port))
@@ -341,7 +342,9 @@ async fn start_http(
                 .collect();
             HttpResponse::json(200, &serde_json::json!({ "streams": streams }))
         });
-    let router = crate::http::monitoring_routes(Arc::new(NatsMonitor(nats))).merge(router);
+    let router = crate::http::monitoring_routes(Arc::new(NatsMonitor(nats)))
+        .merge(router)
+        .merge(crate::metrics::routes(metrics));
     crate::http::serve(addr, HttpState::new(router))
         .await
         .map_err(|e| NodeError::Bind {
@@ -490,12 +493,16 @@ impl Node {
         let api = ApiServer::new(service)
             .max_decoding_message_size(MAX_GRPC_MESSAGE)
             .max_encoding_message_size(MAX_GRPC_MESSAGE);
-        let router = builder.add_service(health).add_service(api);
+        let metrics = crate::metrics::NodeMetrics::new(nats.clone(), meta.clone(), parts.clone());
+        let router = builder
+            .layer(metrics.grpc_layer())
+            .add_service(health)
+            .add_service(api);
         let grpc_task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
         }));
         let http = match &cfg.http {
-            Some((h, p)) => Some(start_http(h, *p, meta.clone(), nats.clone()).await?),
+            Some((h, p)) => Some(start_http(h, *p, meta.clone(), nats.clone(), metrics).await?),
             None => None,
         };
         tracing::info!(grpc = %grpc_addr, nats = %nats_addr, server_id = %meta.node().id, "liftbridge node started");

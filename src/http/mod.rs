@@ -144,11 +144,17 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = HttpResponse> + Send>>;
 /// A request handler.
 pub type Handler = Arc<dyn Fn(HttpRequest) -> HandlerFuture + Send + Sync>;
 
+/// Told about every dispatched request: the matched route pattern (an
+/// exact path, a prefix, or `unmatched`) and the response status. Patterns
+/// are registered in code, so the set of values is bounded.
+pub type Observer = Arc<dyn Fn(&str, u16) + Send + Sync>;
+
 /// Paths to handlers: exact paths first, then the longest matching prefix.
 #[derive(Clone, Default)]
 pub struct Router {
     exact: HashMap<String, Handler>,
     prefixes: Vec<(String, Handler)>,
+    observer: Option<Observer>,
 }
 
 impl std::fmt::Debug for Router {
@@ -208,21 +214,38 @@ impl Router {
         self
     }
 
-    /// Adds every route of `other` (its routes win on conflicts).
+    /// Sets the observer told about every request (metrics).
+    pub fn observe<F>(mut self, f: F) -> Router
+    where
+        F: Fn(&str, u16) + Send + Sync + 'static,
+    {
+        self.observer = Some(Arc::new(f));
+        self
+    }
+
+    /// Adds every route of `other` (its routes and observer win on
+    /// conflicts).
     pub fn merge(mut self, other: Router) -> Router {
+        if other.observer.is_some() {
+            self.observer = other.observer;
+        }
         self.exact.extend(other.exact);
         self.prefixes.extend(other.prefixes);
         self.prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
         self
     }
 
-    fn find(&self, path: &str) -> Option<&Handler> {
-        self.exact.get(path).or_else(|| {
-            self.prefixes
-                .iter()
-                .find(|(p, _)| path.starts_with(p.as_str()))
-                .map(|(_, h)| h)
-        })
+    /// The handler for `path` and the pattern it was registered under.
+    fn find(&self, path: &str) -> Option<(&str, &Handler)> {
+        self.exact
+            .get_key_value(path)
+            .or_else(|| {
+                self.prefixes
+                    .iter()
+                    .find(|(p, _)| path.starts_with(p.as_str()))
+                    .map(|(p, h)| (p, h))
+            })
+            .map(|(p, h)| (p.as_str(), h))
     }
 
     /// Dispatches a request (404 JSON when no route matches).
@@ -232,12 +255,20 @@ impl Router {
             req.path
                 .strip_suffix('/')
                 .filter(|p| !p.is_empty())
-                .and_then(|p| self.exact.get(p))
+                .and_then(|p| self.exact.get_key_value(p))
+                .map(|(p, h)| (p.as_str(), h))
         });
-        match handler {
-            Some(h) => h(req).await,
-            None => HttpResponse::error(404, &format!("no such endpoint: {}", req.path)),
+        let (route, resp) = match handler {
+            Some((route, h)) => (route, h(req).await),
+            None => (
+                "unmatched",
+                HttpResponse::error(404, &format!("no such endpoint: {}", req.path)),
+            ),
+        };
+        if let Some(o) = &self.observer {
+            o(route, resp.status);
         }
+        resp
     }
 }
 
