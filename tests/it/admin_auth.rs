@@ -131,7 +131,21 @@ async fn admin_auth_token_and_basic() {
     let r = get(a, "/healthz").await;
     assert_eq!(r.status, 200);
     assert_eq!(get(a, "/api/v1/health").await.status, 200);
-    assert_ne!(get(a, "/metrics").await.status, 401);
+    let r = get(a, "/metrics").await;
+    assert_eq!(r.status, 200);
+    // Refusals are counted, under a fixed label (not the probed path).
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    let refused = text
+        .lines()
+        .find(|l| {
+            l.starts_with("liftbridge_http_requests_total{")
+                && l.contains("route=\"unauthenticated\"")
+                && l.contains("status=\"401\"")
+        })
+        .unwrap_or_else(|| panic!("no refusal counter in {text}"));
+    let n: f64 = refused.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(n >= 15.0, "{refused}");
+    assert!(!text.contains("/ui/app.js"), "probed paths are not labels");
     node.shutdown().await;
 }
 
