@@ -342,6 +342,8 @@ async fn start_http(
             HttpResponse::json(200, &serde_json::json!({ "streams": streams }))
         });
     let router = crate::http::monitoring_routes(Arc::new(NatsMonitor(nats))).merge(router);
+    // Merged last: the UI's `/` wins over the monitoring endpoint list.
+    let router = router.merge(crate::http::ui::routes());
     crate::http::serve(addr, HttpState::new(router))
         .await
         .map_err(|e| NodeError::Bind {

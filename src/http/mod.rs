@@ -13,6 +13,8 @@
 //! ([`MAX_BODY`]); shutdown stops accepting, lets in-flight requests finish
 //! (bounded by a timeout) and then returns.
 
+pub mod ui;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;

@@ -24,3 +24,4 @@ mod packaging;
 mod store_basic;
 mod store_crash;
 mod store_model;
+mod ui_assets;
