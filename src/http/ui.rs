@@ -167,15 +167,9 @@ fn serve_asset(r: &HttpRequest) -> HttpResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
 
     fn req(method: hyper::Method, path: &str, query: &str) -> HttpRequest {
-        HttpRequest {
-            method,
-            path: path.into(),
-            query: query.into(),
-            body: Bytes::new(),
-        }
+        HttpRequest::new(method, path, query)
     }
 
     fn header<'a>(r: &'a HttpResponse, name: &str) -> Option<&'a str> {
