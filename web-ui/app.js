@@ -95,10 +95,11 @@
     s -= hh * 3600;
     const mm = Math.floor(s / 60);
     s -= mm * 60;
-    if (d > 0) return `${d}d ${hh}h ${mm}m`;
-    if (hh > 0) return `${hh}h ${mm}m ${s}s`;
-    if (mm > 0) return `${mm}m ${s}s`;
-    return `${s}s`;
+    // The two most significant non-zero units: "2h", "1d 3h", "4m 10s".
+    const parts = [[d, 'd'], [hh, 'h'], [mm, 'm'], [s, 's']];
+    const first = parts.findIndex(([v]) => v > 0);
+    if (first < 0) return ms > 0 ? `${ms}ms` : '0s';
+    return parts.slice(first, first + 2).filter(([v]) => v > 0).map(([v, u]) => `${v}${u}`).join(' ');
   }
   /** Nanoseconds since the epoch (as a JSON number) to a local time string. */
   function fmtNs(ns) {
@@ -144,14 +145,17 @@
     return btoa(bin);
   }
 
-  /** A classic hex dump: offset, 16 bytes in hex, printable ASCII. */
-  function hexDump(bytes) {
+  /** Bytes per hex-dump line: 8 where 16 would not fit (phones). */
+  const hexWidth = () => (window.matchMedia('(max-width: 560px)').matches ? 8 : 16);
+
+  /** A classic hex dump: offset, `width` bytes in hex, printable ASCII. */
+  function hexDump(bytes, width = hexWidth()) {
     const lines = [];
-    for (let i = 0; i < bytes.length; i += 16) {
-      const row = bytes.subarray(i, i + 16);
+    for (let i = 0; i < bytes.length; i += width) {
+      const row = bytes.subarray(i, i + width);
       const hex = Array.from(row, (b) => b.toString(16).padStart(2, '0')).join(' ');
       const ascii = Array.from(row, (b) => (b >= 0x20 && b < 0x7f ? String.fromCharCode(b) : '.')).join('');
-      lines.push(`${i.toString(16).padStart(8, '0')}  ${hex.padEnd(47, ' ')}  ${ascii}`);
+      lines.push(`${i.toString(16).padStart(8, '0')}  ${hex.padEnd(width * 3 - 1, ' ')}  ${ascii}`);
     }
     return lines.join('\n');
   }
@@ -820,8 +824,10 @@
       const when = (flag, ns) => (flag ? `yes, since ${fmtNs(ns)}` : 'no');
       const rx = p.message_received_timestamp_ns || {};
       const c = p.config || {};
-      const dur = (ms) => (typeof ms === 'number' && ms > 0 ? fmtDuration(ms) : 'unlimited');
-      const lim = (n, f) => (typeof n === 'number' && n > 0 ? f(n) : 'unlimited');
+      // null: neither the stream nor the server sets it; 0: no limit.
+      const unset = (v) => v === null || v === undefined;
+      const dur = (ms) => (unset(ms) ? 'default' : ms > 0 ? fmtDuration(ms) : 'unlimited');
+      const lim = (n, f) => (unset(n) ? 'default' : n > 0 ? f(n) : 'unlimited');
       main.querySelector('[data-testid=partition-state]').replaceChildren(...badges(p.paused ? 1 : 0, p.readonly ? 1 : 0, 1));
       details.replaceChildren(
         h('dl', { class: 'kv' },
@@ -849,7 +855,7 @@
           kv('Compaction', yesNo(c.compact_enabled)),
           kv('Auto-pause after', dur(c.auto_pause_time_ms)),
           kv('Auto-pause off with subscribers', yesNo(c.auto_pause_disable_if_subscribers)),
-          kv('Min ISR', fmtNum(c.min_isr)),
+          kv('Min ISR', unset(c.min_isr) ? 'default' : fmtNum(c.min_isr)),
           kv('Optimistic concurrency', yesNo(c.optimistic_concurrency_control))));
       const sum = { count: 1, paused: p.paused ? 1 : 0, readonly: p.readonly ? 1 : 0 };
       const pid = Number.parseInt(id, 10);
