@@ -151,11 +151,13 @@
   /** A classic hex dump: offset, `width` bytes in hex, printable ASCII. */
   function hexDump(bytes, width = hexWidth()) {
     const lines = [];
+    // Offsets as wide as the largest needs (at least 4 hex digits).
+    const ow = Math.max(4, Math.max(0, bytes.length - 1).toString(16).length);
     for (let i = 0; i < bytes.length; i += width) {
       const row = bytes.subarray(i, i + width);
       const hex = Array.from(row, (b) => b.toString(16).padStart(2, '0')).join(' ');
       const ascii = Array.from(row, (b) => (b >= 0x20 && b < 0x7f ? String.fromCharCode(b) : '.')).join('');
-      lines.push(`${i.toString(16).padStart(8, '0')}  ${hex.padEnd(width * 3 - 1, ' ')}  ${ascii}`);
+      lines.push(`${i.toString(16).padStart(ow, '0')}  ${hex.padEnd(width * 3 - 1, ' ')}  ${ascii}`);
     }
     return lines.join('\n');
   }
@@ -653,8 +655,8 @@
     const form = h('form', { class: 'panel', testid: 'create-stream-form', autocomplete: 'off' },
       h('h2', {}, 'Create a stream'),
       h('div', { class: 'form-grid' },
-        h('label', {}, 'Name', h('input', { name: 'name', required: true, testid: 'create-name', placeholder: 'orders' })),
-        h('label', {}, 'Subject', h('input', { name: 'subject', required: true, testid: 'create-subject', placeholder: 'orders.>' })),
+        h('label', {}, 'Name', h('input', { name: 'name', required: true, testid: 'create-name', placeholder: 'e.g. orders' })),
+        h('label', {}, 'Subject', h('input', { name: 'subject', required: true, testid: 'create-subject', placeholder: 'e.g. orders.>' })),
         num('partitions', 'Partitions', 'create-partitions', { min: 1, value: 1 }),
         num('replication_factor', 'Replication factor', 'create-replication', { min: -1, value: 1 }),
         h('label', {}, 'Group (optional)', h('input', { name: 'group', testid: 'create-group' }))),

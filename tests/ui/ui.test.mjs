@@ -329,7 +329,7 @@ uiTest('messages published over NATS are browsed by offset, page and time, decod
     (await texts(byTestId('message-offset'))).join(',') === '20,21,22,23,24');
   const binary = page.locator(`${byTestId('message')}[data-offset="24"]`);
   await page.click(byTestId('decode-hex'));
-  assert.match(await binary.locator(byTestId('message-value')).textContent(), /^00000000 {2}ff 00 fe 41 {2}.*\.\.\.A$/);
+  assert.match(await binary.locator(byTestId('message-value')).textContent(), /^0000 {2}ff 00 fe 41 {2}.*\.\.\.A$/);
   assert.match(await page.locator(`${byTestId('message')}[data-offset="20"] ${byTestId('message-value')}`).textContent(),
     /7b 22 6e 22 3a 32 30/); // {"n":20
   await page.click(byTestId('decode-text'));
@@ -443,6 +443,10 @@ uiTest('a 390-px phone viewport never scrolls sideways', async () => {
         await phone.click(byTestId('seek-btn'));
         await phone.locator(byTestId('message')).first().waitFor();
         await phone.click(byTestId('decode-hex'));
+        // The hex dump narrows to fit the phone instead of scrolling.
+        const clipped = await phone.locator(byTestId('message-value')).first()
+          .evaluate((el) => el.scrollWidth - el.clientWidth);
+        assert.ok(clipped <= 0, `hex dump overflows its box by ${clipped} px`);
       }
       assert.ok(await overflow() <= 0, `${name} overflows by ${await overflow()} px at 390 px`);
       await phone.screenshot({ path: path.join(ARTIFACTS, `phone-${name}.png`), fullPage: true });
