@@ -46,6 +46,15 @@ pub struct GrpcTls {
     pub client_ca: Option<PathBuf>,
 }
 
+/// TLS of the HTTP port (`http.tls.*`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpTls {
+    /// Certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Private key (PEM).
+    pub key: PathBuf,
+}
+
 /// Everything a node needs to start (built from the liftbridge config).
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -68,6 +77,10 @@ pub struct NodeConfig {
     pub nats: NatsOptions,
     /// HTTP listener (monitoring, admin JSON); `None` = off, port 0 = any.
     pub http: Option<(String, u16)>,
+    /// Credentials the HTTP port requires (`http.auth.*`; none = open).
+    pub http_auth: crate::http::AuthConfig,
+    /// HTTPS on the HTTP port (`http.tls.*`).
+    pub http_tls: Option<HttpTls>,
     /// TLS for the gRPC API.
     pub tls: Option<GrpcTls>,
     /// Partition defaults (`streams.*`, durability, size limit).
@@ -94,6 +107,8 @@ impl Default for NodeConfig {
             bootstrap: true,
             nats: NatsOptions::default(),
             http: None,
+            http_auth: crate::http::AuthConfig::default(),
+            http_tls: None,
             tls: None,
             partitions: PartitionDefaults::default(),
             cursor_partitions: 0,
@@ -173,6 +188,29 @@ impl NodeConfig {
                 ))
             }
         };
+        let h = &c.http;
+        let http_auth = crate::http::AuthConfig {
+            token: h.auth_token.clone(),
+            username: h.auth_username.clone(),
+            password: h.auth_password.clone(),
+            open_metrics: h.auth_open_metrics,
+            open_reads: h.auth_open_reads,
+        };
+        http_auth
+            .validate()
+            .map_err(|e| NodeError::Config(e.to_string()))?;
+        let http_tls = match (&h.tls_cert, &h.tls_key) {
+            (Some(cert), Some(key)) => Some(HttpTls {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(NodeError::Config(
+                    "http.tls.cert and http.tls.key must be given together".into(),
+                ))
+            }
+        };
         let advertise = if !c.host.is_empty() {
             c.host.clone()
         } else if listen_host.is_empty() || listen_host == "0.0.0.0" || listen_host == "::" {
@@ -209,6 +247,8 @@ impl NodeConfig {
             bootstrap: c.raft_bootstrap(),
             nats,
             http,
+            http_auth,
+            http_tls,
             tls,
             partitions,
             cursor_partitions: c.cursors.stream_partitions,
@@ -246,8 +286,8 @@ pub enum NodeError {
         #[source]
         source: std::io::Error,
     },
-    /// TLS files could not be read or used.
-    #[error("gRPC TLS: {0}")]
+    /// TLS files (gRPC `tls.*` or HTTP `http.tls.*`) could not be read or used.
+    #[error("TLS: {0}")]
     Tls(String),
     /// The metadata group failed to open.
     #[error("metadata: {0}")]
@@ -294,8 +334,12 @@ impl crate::http::MonitorSource for NatsMonitor {
 /// Starts the HTTP listener. The router is built from route sets, one per
 /// module: NATS monitoring (`/varz`, `/connz`, `/subsz`, `/healthz`) and
 /// the admin API (`/api/v1/…`); later sets win on conflicting paths. The
-/// listener is bound first so the admin API can report its address.
+/// server checks `http.auth.*` credentials before any route and serves
+/// HTTPS only when `http.tls.*` is set. The listener is bound first so the
+/// admin API can report its address.
 async fn start_http(
+    cfg: &NodeConfig,
+    tls: Option<Arc<rustls::ServerConfig>>,
     host: &str,
     port: u16,
     admin: crate::admin::AdminContext,
@@ -321,7 +365,11 @@ async fn start_http(
         .merge(crate::admin::routes(admin))
         // Merged last: the UI's `/` wins over the monitoring endpoint list.
         .merge(crate::http::ui::routes());
-    crate::http::serve_listener(listener, HttpState::new(router))
+    let mut state = HttpState::new(router).with_auth(cfg.http_auth.clone());
+    if let Some(tls) = tls {
+        state = state.with_tls(tls);
+    }
+    crate::http::serve_listener(listener, state)
         .map_err(|e| bind_err(std::io::Error::other(e.to_string())))
 }
 
@@ -356,6 +404,17 @@ impl Node {
     /// Starts a node; returns once the gRPC API accepts connections.
     pub async fn start(cfg: NodeConfig) -> Result<NodeHandle, NodeError> {
         let start_time_ns = crate::partition::now_ns();
+        // HTTP TLS files are read first: a bad file stops the start before
+        // anything runs.
+        let http_tls = match cfg.http_tls.clone() {
+            Some(t) => Some(
+                tokio::task::spawn_blocking(move || crate::http::tls_config(&t.cert, &t.key))
+                    .await
+                    .map_err(|e| NodeError::Tls(format!("http.tls: {e}")))?
+                    .map_err(|e| NodeError::Tls(format!("http.tls: {e}")))?,
+            ),
+            None => None,
+        };
         let dir = cfg.data_dir.clone();
         tokio::task::spawn_blocking(move || std::fs::create_dir_all(&dir).map_err(|e| (dir, e)))
             .await
@@ -486,7 +545,7 @@ impl Node {
                     },
                     start_time_ns,
                 };
-                Some(start_http(h, *p, admin).await?)
+                Some(start_http(&cfg, http_tls, h, *p, admin).await?)
             }
             None => None,
         };

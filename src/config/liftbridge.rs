@@ -3,8 +3,8 @@
 //!
 //! Precedence: defaults (in code) < file (`--config/-c`) < environment <
 //! flags. Every key of Liftbridge's configuration is known here (see `KEYS`),
-//! plus our own: `nats.listen`, `http.listen`, `store.sync`,
-//! `store.sync.interval`.
+//! plus our own: `nats.listen`, `http.listen`, `http.auth.*`, `http.tls.*`,
+//! `store.sync`, `store.sync.interval`.
 //!
 //! File syntax: keys may be written flat (`streams.retention.max.age: 24h`),
 //! nested (`streams: { retention: { max: { age: 24h } } }`) or mixed, including
@@ -63,6 +63,13 @@ pub const KEYS: &[&str] = &[
     "nats.embedded.config",
     "nats.listen",
     "http.listen",
+    "http.auth.token",
+    "http.auth.username",
+    "http.auth.password",
+    "http.auth.open_metrics",
+    "http.auth.open_reads",
+    "http.tls.cert",
+    "http.tls.key",
     "store.sync",
     "store.sync.interval",
     "streams.retention.max.bytes",
@@ -320,11 +327,43 @@ pub struct NatsConfig {
     pub listen: String,
 }
 
-/// `http.*`: monitoring, metrics and UI.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `http.*`: monitoring, metrics, admin API and UI.
+#[derive(Clone, PartialEq, Eq)]
 pub struct HttpConfig {
     /// `http.listen` (0.0.0.0:8222); port 0 = random.
     pub listen: String,
+    /// `http.auth.token`: clients send `Authorization: Bearer <token>`.
+    pub auth_token: Option<String>,
+    /// `http.auth.username` (with the password): HTTP Basic.
+    pub auth_username: Option<String>,
+    /// `http.auth.password`.
+    pub auth_password: Option<String>,
+    /// `http.auth.open_metrics` (true): `/metrics`, `/healthz` and
+    /// `/api/v1/health` need no credentials.
+    pub auth_open_metrics: bool,
+    /// `http.auth.open_reads` (false): GET requests need no credentials.
+    pub auth_open_reads: bool,
+    /// `http.tls.cert`: PEM certificate chain; with the key, HTTPS only.
+    pub tls_cert: Option<PathBuf>,
+    /// `http.tls.key`: PEM private key.
+    pub tls_key: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Secrets stay out of logs.
+        let hidden = |o: &Option<String>| o.as_ref().map(|_| "<hidden>");
+        f.debug_struct("HttpConfig")
+            .field("listen", &self.listen)
+            .field("auth_token", &hidden(&self.auth_token))
+            .field("auth_username", &self.auth_username)
+            .field("auth_password", &hidden(&self.auth_password))
+            .field("auth_open_metrics", &self.auth_open_metrics)
+            .field("auth_open_reads", &self.auth_open_reads)
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
+            .finish()
+    }
 }
 
 /// `store.*`: durability of the log.
@@ -513,6 +552,13 @@ impl Default for LiftbridgeConfig {
             },
             http: HttpConfig {
                 listen: "0.0.0.0:8222".into(),
+                auth_token: None,
+                auth_username: None,
+                auth_password: None,
+                auth_open_metrics: true,
+                auth_open_reads: false,
+                tls_cert: None,
+                tls_key: None,
             },
             store: StoreConfig {
                 sync: SyncPolicy::Always,
@@ -810,6 +856,22 @@ impl Builder {
             "nats.embedded.config" => c.nats.embedded_config = path(raw)?,
             "nats.listen" => c.nats.listen = parse_listen(&scalar(raw)?)?,
             "http.listen" => c.http.listen = parse_listen(&scalar(raw)?)?,
+            "http.auth.token" => c.http.auth_token = opt_string(raw)?,
+            "http.auth.username" => {
+                let u = opt_string(raw)?;
+                if u.as_deref().is_some_and(|u| u.contains(':')) {
+                    return Err(
+                        "cannot contain ':' (HTTP Basic separates it from the password with one)"
+                            .into(),
+                    );
+                }
+                c.http.auth_username = u;
+            }
+            "http.auth.password" => c.http.auth_password = opt_string(raw)?,
+            "http.auth.open_metrics" => c.http.auth_open_metrics = boolean(raw)?,
+            "http.auth.open_reads" => c.http.auth_open_reads = boolean(raw)?,
+            "http.tls.cert" => c.http.tls_cert = path(raw)?,
+            "http.tls.key" => c.http.tls_key = path(raw)?,
             "store.sync" => {
                 c.store.sync = match scalar(raw)?.to_ascii_lowercase().as_str() {
                     "always" => SyncPolicy::Always,
@@ -1447,6 +1509,67 @@ mod tests {
             yaml("nats.listen: 127.0.0.1:0\n").unwrap().nats.listen,
             "127.0.0.1:0"
         );
+    }
+
+    /// `http.auth.*` and `http.tls.*`: nested or flat, from the
+    /// environment, with values checked.
+    #[test]
+    fn http_auth_and_tls_keys() {
+        let c = LiftbridgeConfig::default();
+        assert!(c.http.auth_open_metrics);
+        assert!(!c.http.auth_open_reads);
+        assert_eq!(c.http.auth_token, None);
+        let nested = yaml(
+            "http:\n  listen: 127.0.0.1:9000\n  auth:\n    token: s3cret\n    username: admin\n    password: pw\n    open_metrics: false\n    open_reads: true\n  tls:\n    cert: /c.pem\n    key: /k.pem\n",
+        )
+        .unwrap();
+        let flat = yaml(
+            "http.listen: 127.0.0.1:9000\nhttp.auth.token: s3cret\nhttp.auth.username: admin\nhttp.auth.password: pw\nhttp.auth.open_metrics: false\nhttp.auth.open_reads: true\nhttp.tls.cert: /c.pem\nhttp.tls.key: /k.pem\n",
+        )
+        .unwrap();
+        assert_eq!(nested, flat);
+        let h = &nested.http;
+        assert_eq!(h.auth_token.as_deref(), Some("s3cret"));
+        assert_eq!(h.auth_username.as_deref(), Some("admin"));
+        assert_eq!(h.auth_password.as_deref(), Some("pw"));
+        assert!(!h.auth_open_metrics && h.auth_open_reads);
+        assert_eq!(h.tls_cert.as_deref(), Some(Path::new("/c.pem")));
+        assert_eq!(h.tls_key.as_deref(), Some(Path::new("/k.pem")));
+        // Secrets never show in debug output.
+        let shown = format!("{nested:?}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("\"pw\""),
+            "{shown}"
+        );
+
+        let env: HashMap<&str, &str> = [
+            ("LIFTBRIDGE_HTTP_AUTH_TOKEN", "fromenv"),
+            ("LIFTBRIDGE_HTTP_AUTH_OPEN_READS", "true"),
+            ("LIFTBRIDGE_HTTP_TLS_CERT", "/e.pem"),
+        ]
+        .into_iter()
+        .collect();
+        let c = load_with_env(&LiftbridgeFlags::default(), |k| {
+            env.get(k).map(|v| v.to_string())
+        })
+        .unwrap();
+        assert_eq!(c.http.auth_token.as_deref(), Some("fromenv"));
+        assert!(c.http.auth_open_reads);
+        assert_eq!(c.http.tls_cert.as_deref(), Some(Path::new("/e.pem")));
+
+        let e = yaml("http.auth.open_metrics: maybe\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("http.auth.open_metrics") && e.contains("maybe"),
+            "{e}"
+        );
+        let e = yaml("http.auth.username: a:b\n").unwrap_err().to_string();
+        assert!(e.contains("http.auth.username"), "{e}");
+        let e = yaml("http:\n  auth:\n    tokn: x\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("http.auth.tokn"), "{e}");
     }
 
     /// Every key in `KEYS` has a setter and an environment variable.

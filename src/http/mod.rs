@@ -9,9 +9,17 @@
 //! `application/json`. Unknown paths get a 404 JSON body; handlers reject
 //! bad queries with 400.
 //!
+//! Security: an optional TLS acceptor (rustls, [`HttpState::with_tls`])
+//! wraps every connection, and an optional auth layer ([`auth`],
+//! [`HttpState::with_auth`]) checks each request before its body is read
+//! and before any route runs, so no handler can skip it.
+//!
 //! Invariants: no lock is held across `.await`; request bodies are capped
-//! ([`MAX_BODY`]); shutdown stops accepting, lets in-flight requests finish
-//! (bounded by a timeout) and then returns.
+//! ([`MAX_BODY`]); TLS handshakes are bounded by a timeout; shutdown stops
+//! accepting, lets in-flight requests finish (bounded by a timeout) and
+//! then returns.
+
+pub mod auth;
 
 pub mod ui;
 
@@ -28,15 +36,21 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+pub use auth::AuthConfig;
 
 /// Largest request body accepted (the admin API posts small JSON).
 pub const MAX_BODY: usize = 1024 * 1024;
 
 /// How long shutdown waits for in-flight requests.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a client may take to complete the TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Errors of the HTTP server.
 #[derive(Debug, thiserror::Error)]
@@ -261,17 +275,54 @@ impl Router {
     }
 }
 
-/// What the HTTP server serves.
+/// What the HTTP server serves, and how it guards the port.
 #[derive(Debug, Clone, Default)]
 pub struct HttpState {
     pub router: Router,
+    /// Credentials checked before routing (open when none are configured).
+    pub auth: AuthConfig,
+    /// TLS for every connection when set (see [`tls_config`]).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl HttpState {
-    /// State serving `router`.
+    /// State serving `router` over plain HTTP without authentication.
     pub fn new(router: Router) -> HttpState {
-        HttpState { router }
+        HttpState {
+            router,
+            ..HttpState::default()
+        }
     }
+
+    /// Requires the credentials of `auth`.
+    pub fn with_auth(mut self, auth: AuthConfig) -> HttpState {
+        self.auth = auth;
+        self
+    }
+
+    /// Serves HTTPS only, with `tls`.
+    pub fn with_tls(mut self, tls: Arc<rustls::ServerConfig>) -> HttpState {
+        self.tls = Some(tls);
+        self
+    }
+}
+
+/// A rustls server config for the HTTP port from PEM files (certificate
+/// chain and key), offering HTTP/1.1 by ALPN. Reads the files: call it from
+/// a blocking context.
+pub fn tls_config(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> Result<Arc<rustls::ServerConfig>, crate::tls::TlsError> {
+    let files = crate::config::nats::TlsFiles {
+        cert: cert.to_path_buf(),
+        key: key.to_path_buf(),
+        ca: None,
+        verify: false,
+    };
+    let mut cfg = (*crate::tls::server_config(&files)?).clone();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
 }
 
 /// A running HTTP server.
@@ -321,8 +372,8 @@ pub fn serve_listener(listener: TcpListener, state: HttpState) -> Result<HttpSer
         source,
     })?;
     let cancel = CancellationToken::new();
-    let router = Arc::new(state.router);
-    let task = tokio::spawn(accept_loop(listener, router, cancel.clone()));
+    let tls = state.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+    let task = tokio::spawn(accept_loop(listener, Arc::new(state), tls, cancel.clone()));
     Ok(HttpServer {
         addr: local,
         cancel,
@@ -330,14 +381,19 @@ pub fn serve_listener(listener: TcpListener, state: HttpState) -> Result<HttpSer
     })
 }
 
-async fn accept_loop(listener: TcpListener, router: Arc<Router>, cancel: CancellationToken) {
+async fn accept_loop(
+    listener: TcpListener,
+    state: Arc<HttpState>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    cancel: CancellationToken,
+) {
     let mut conns = tokio::task::JoinSet::new();
     loop {
         let accepted = tokio::select! {
             _ = cancel.cancelled() => break,
             a = listener.accept() => a,
         };
-        let (stream, _) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(s) => s,
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
@@ -346,21 +402,27 @@ async fn accept_loop(listener: TcpListener, router: Arc<Router>, cancel: Cancell
                 continue;
             }
         };
-        let router = router.clone();
+        let state = state.clone();
         let cancel = cancel.clone();
+        let tls = tls.clone();
         conns.spawn(async move {
-            let svc = service_fn(move |req| {
-                let router = router.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&router, req).await) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc);
-            tokio::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = cancel.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(SHUTDOWN_GRACE, conn).await;
+            match tls {
+                None => serve_connection(stream, state, cancel).await,
+                Some(acceptor) => {
+                    let handshake =
+                        tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+                    let tls_stream = tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        r = handshake => r,
+                    };
+                    match tls_stream {
+                        Ok(Ok(s)) => serve_connection(s, state, cancel).await,
+                        // Plain HTTP to the TLS port, scanners, timeouts.
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "http tls handshake failed")
+                        }
+                        Err(_) => tracing::debug!(%peer, "http tls handshake timed out"),
+                    }
                 }
             }
         });
@@ -374,20 +436,48 @@ async fn accept_loop(listener: TcpListener, router: Arc<Router>, cancel: Cancell
     .await;
 }
 
-async fn handle(router: &Router, req: hyper::Request<Incoming>) -> hyper::Response<Full<Bytes>> {
-    let (parts, body) = req.into_parts();
-    let resp = match Limited::new(body, MAX_BODY).collect().await {
-        Err(_) => HttpResponse::error(413, "request body too large or unreadable"),
-        Ok(body) => {
-            let req = HttpRequest {
-                method: parts.method.clone(),
-                path: parts.uri.path().to_string(),
-                query: parts.uri.query().unwrap_or("").to_string(),
-                headers: parts.headers.clone(),
-                body: body.to_bytes(),
-            };
-            router.dispatch(req).await
+/// Serves HTTP/1.1 on one connection (plain or TLS) until it closes or the
+/// server shuts down.
+async fn serve_connection<I>(io: I, state: Arc<HttpState>, cancel: CancellationToken)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = service_fn(move |req| {
+        let state = state.clone();
+        async move { Ok::<_, std::convert::Infallible>(handle(&state, req).await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), svc);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = cancel.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, conn).await;
         }
+    }
+}
+
+async fn handle(state: &HttpState, req: hyper::Request<Incoming>) -> hyper::Response<Full<Bytes>> {
+    let (parts, body) = req.into_parts();
+    // Credentials first: an unauthenticated client gets nothing read.
+    let checked = state
+        .auth
+        .check(&parts.method, parts.uri.path(), &parts.headers);
+    let resp = match checked {
+        Err(why) => state.auth.refusal_response(why),
+        Ok(()) => match Limited::new(body, MAX_BODY).collect().await {
+            Err(_) => HttpResponse::error(413, "request body too large or unreadable"),
+            Ok(body) => {
+                let req = HttpRequest {
+                    method: parts.method.clone(),
+                    path: parts.uri.path().to_string(),
+                    query: parts.uri.query().unwrap_or("").to_string(),
+                    headers: parts.headers.clone(),
+                    body: body.to_bytes(),
+                };
+                state.router.dispatch(req).await
+            }
+        },
     };
     let head = parts.method == hyper::Method::HEAD;
     let mut b = hyper::Response::builder()

@@ -4,6 +4,7 @@
 //! binary) and talks to it with real clients.
 
 mod admin_api;
+mod admin_auth;
 mod admin_http;
 mod api_cli;
 mod api_common;
