@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh Debian machine of this project's kind.
-# Installs what the tests need (Debian packages, a Python venv), builds the
-# crate, runs the Rust tests, then the Python interop tests against the
-# built binary.
+# Installs what the tests need (Debian packages, a Python venv, the npm
+# packages of the browser test), builds the crate, runs the Rust tests, then
+# the Python interop tests and the web UI test in headless Chromium against
+# the built binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
 apt_pkgs=(nats-server prometheus)
+# Headless Chromium for the web UI's browser test (tests/ui).
+apt_pkgs+=(chromium)
+# Node.js and npm run that test; the machine image normally has them.
+command -v node >/dev/null 2>&1 || apt_pkgs+=(nodejs npm)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -33,3 +38,7 @@ RUST_TEST_THREADS=2 cargo test --lib --bins --tests
 
 export LIFTBRIDGE_BIN="$root/target/debug/liftbridge"
 "$venv/bin/python" -m pytest -q tests/py
+
+# The web UI in headless Chromium against the built binary.
+npm ci --prefix tests/ui --no-audit --no-fund --loglevel=error
+node --test tests/ui/ui.test.mjs

@@ -364,7 +364,9 @@ async fn start_http(
     let router = Router::new()
         .merge(crate::http::monitoring_routes(Arc::new(NatsMonitor(nats))))
         .merge(crate::admin::routes(admin))
-        .merge(crate::metrics::routes(metrics));
+        .merge(crate::metrics::routes(metrics))
+        // Merged last: the UI's `/` wins over the monitoring endpoint list.
+        .merge(crate::http::ui::routes());
     let mut state = HttpState::new(router).with_auth(cfg.http_auth.clone());
     if let Some(tls) = tls {
         state = state.with_tls(tls);

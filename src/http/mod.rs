@@ -21,6 +21,8 @@
 
 pub mod auth;
 
+pub mod ui;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;

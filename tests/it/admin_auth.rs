@@ -127,6 +127,10 @@ async fn admin_auth_token_and_basic() {
         assert_eq!(get(a, p).await.status, 401, "{p}");
     }
     assert_eq!(get_as(a, "/varz", bearer).await.status, 200);
+    // The UI is served once the browser sends the credentials.
+    let r = get_as(a, "/", &good_basic).await;
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/html"));
     // open_metrics (default): health and metrics stay open.
     let r = get(a, "/healthz").await;
     assert_eq!(r.status, 200);

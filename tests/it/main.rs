@@ -28,3 +28,4 @@ mod packaging;
 mod store_basic;
 mod store_crash;
 mod store_model;
+mod ui_assets;
