@@ -754,6 +754,20 @@ mod tests {
         ));
     }
 
+    proptest::proptest! {
+        /// Any path splits into segments or a 400, never a panic, and
+        /// encoding a segment then decoding it gives it back.
+        #[test]
+        fn any_path_parses_or_is_refused(path in "\\PC{0,40}", seg in "\\PC{0,12}") {
+            match segments(&format!("/api/v1/{path}")) {
+                Ok(_) => {}
+                Err(e) => proptest::prop_assert_eq!(e.status(), 400),
+            }
+            let encoded: String = seg.bytes().map(|b| format!("%{b:02X}")).collect();
+            proptest::prop_assert_eq!(decode_segment(&encoded).unwrap(), seg);
+        }
+    }
+
     #[test]
     fn grpc_codes_map_to_http_statuses() {
         let st = |c: Code| AdminError::from(tonic::Status::new(c, "m")).status();
