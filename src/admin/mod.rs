@@ -266,7 +266,10 @@ async fn route(ctx: &AdminContext, req: &HttpRequest) -> Result<HttpResponse, Ad
         ["streams", name, "partitions", id, "messages"] => {
             let (s, id) = ctx.stream_partition(name, id)?;
             match v {
-                Verb::Get => ok(messages::read(ctx, &s, id, req).await?),
+                Verb::Get => Ok(HttpResponse::json_compact(
+                    200,
+                    &messages::read(ctx, &s, id, req).await?,
+                )),
                 Verb::Post => ok(messages::publish(ctx, &s, id, req).await?),
                 _ => not_allowed(req, "GET, POST"),
             }
