@@ -10,6 +10,13 @@
 //! `WWW-Authenticate` (Basic when a username is configured, so browsers
 //! show their login prompt; Bearer otherwise).
 //!
+//! Cross-site requests: a browser attaches cached Basic credentials (and
+//! reaches `localhost`) for pages of any site, so a request that changes
+//! state (any method but GET/HEAD/OPTIONS) and carries an `Origin` other
+//! than the `Host` it was sent to is refused with 403, with or without
+//! auth ([`cross_origin_refusal`]). Clients that are not browsers send no
+//! `Origin` and are not affected.
+//!
 //! Secrets are compared in constant time for a given secret length
 //! ([`ct_eq`]); both the username and the password are always compared, so
 //! the time does not tell which one was wrong. This module never logs a
@@ -186,6 +193,31 @@ impl AuthConfig {
     }
 }
 
+/// The 403 answer for a state-changing request from another site's page:
+/// its `Origin` (scheme://host[:port]) names another authority than the
+/// `Host` header. `None` lets the request through.
+pub fn cross_origin_refusal(method: &Method, headers: &HeaderMap) -> Option<HttpResponse> {
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return None;
+    }
+    let origin = headers.get(hyper::header::ORIGIN)?;
+    let origin_authority = origin
+        .to_str()
+        .ok()
+        .and_then(|o| o.split_once("://"))
+        .map(|(_, rest)| rest.trim_end_matches('/'));
+    let host = headers
+        .get(hyper::header::HOST)
+        .and_then(|h| h.to_str().ok());
+    match (origin_authority, host) {
+        (Some(o), Some(h)) if o.eq_ignore_ascii_case(h.trim()) => None,
+        _ => Some(HttpResponse::error(
+            403,
+            "cross-origin request refused: the Origin header does not match the Host",
+        )),
+    }
+}
+
 /// Compares a presented credential with a secret. The time depends on the
 /// secret's length only, not on where the bytes differ.
 pub fn ct_eq(presented: &[u8], secret: &[u8]) -> bool {
@@ -318,6 +350,37 @@ mod tests {
         let open = AuthConfig::default();
         assert!(!open.enabled());
         assert_eq!(open.check(&Method::POST, "/api/v1/streams", &none), Ok(()));
+    }
+
+    #[test]
+    fn cross_origin_mutations_are_refused() {
+        let h = |origin: Option<&str>, host: Option<&str>| {
+            let mut m = HeaderMap::new();
+            if let Some(o) = origin {
+                m.insert(hyper::header::ORIGIN, o.parse().unwrap());
+            }
+            if let Some(x) = host {
+                m.insert(hyper::header::HOST, x.parse().unwrap());
+            }
+            m
+        };
+        let post = Method::POST;
+        // Not a browser, or the same site: through.
+        assert!(cross_origin_refusal(&post, &h(None, Some("a:8222"))).is_none());
+        assert!(cross_origin_refusal(&post, &h(Some("http://a:8222"), Some("a:8222"))).is_none());
+        assert!(cross_origin_refusal(&post, &h(Some("https://A:8222/"), Some("a:8222"))).is_none());
+        // Reads are never refused.
+        assert!(cross_origin_refusal(&Method::GET, &h(Some("http://evil"), Some("a"))).is_none());
+        // Another site, a port change, an opaque origin, no host: 403.
+        for (o, host) in [
+            ("http://evil.example", Some("a:8222")),
+            ("http://a:9999", Some("a:8222")),
+            ("null", Some("a:8222")),
+            ("http://a:8222", None),
+        ] {
+            let r = cross_origin_refusal(&Method::DELETE, &h(Some(o), host)).expect(o);
+            assert_eq!(r.status, 403);
+        }
     }
 
     #[test]

@@ -508,36 +508,48 @@ where
     }
 }
 
+/// The server's own checks, in order, then the route: credentials (an
+/// unauthenticated client gets nothing read), the cross-origin guard, the
+/// body limit. Refusals are reported to the router's observer under fixed
+/// labels.
+async fn respond(
+    state: &HttpState,
+    parts: &hyper::http::request::Parts,
+    body: Incoming,
+) -> HttpResponse {
+    if let Err(why) = state
+        .auth
+        .check(&parts.method, parts.uri.path(), &parts.headers)
+    {
+        let r = state.auth.refusal_response(why);
+        state.router.notify("unauthenticated", r.status);
+        return r;
+    }
+    if let Some(r) = auth::cross_origin_refusal(&parts.method, &parts.headers) {
+        state.router.notify("cross_origin", r.status);
+        return r;
+    }
+    let body = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            let r = HttpResponse::error(413, "request body too large or unreadable");
+            state.router.notify("body_too_large", r.status);
+            return r;
+        }
+    };
+    let req = HttpRequest {
+        method: parts.method.clone(),
+        path: parts.uri.path().to_string(),
+        query: parts.uri.query().unwrap_or("").to_string(),
+        headers: parts.headers.clone(),
+        body,
+    };
+    state.router.dispatch(req).await
+}
+
 async fn handle(state: &HttpState, req: hyper::Request<Incoming>) -> hyper::Response<Full<Bytes>> {
     let (parts, body) = req.into_parts();
-    // Credentials first: an unauthenticated client gets nothing read.
-    let checked = state
-        .auth
-        .check(&parts.method, parts.uri.path(), &parts.headers);
-    let resp = match checked {
-        Err(why) => {
-            let r = state.auth.refusal_response(why);
-            state.router.notify("unauthenticated", r.status);
-            r
-        }
-        Ok(()) => match Limited::new(body, MAX_BODY).collect().await {
-            Err(_) => {
-                let r = HttpResponse::error(413, "request body too large or unreadable");
-                state.router.notify("body_too_large", r.status);
-                r
-            }
-            Ok(body) => {
-                let req = HttpRequest {
-                    method: parts.method.clone(),
-                    path: parts.uri.path().to_string(),
-                    query: parts.uri.query().unwrap_or("").to_string(),
-                    headers: parts.headers.clone(),
-                    body: body.to_bytes(),
-                };
-                state.router.dispatch(req).await
-            }
-        },
-    };
+    let resp = respond(state, &parts, body).await;
     let head = parts.method == hyper::Method::HEAD;
     let mut b = hyper::Response::builder()
         .status(resp.status)

@@ -759,6 +759,26 @@ async fn admin_odd_requests_get_json_errors_and_the_server_stays_up() {
         .await;
         assert_eq!(r.status, 400, "{body}");
     }
+    // Without auth too, another site's page cannot change anything (a
+    // browser reaches localhost); reads stay possible.
+    let r = request(
+        a,
+        "POST",
+        "/api/v1/streams/s/pause",
+        &[("Origin", "http://evil.example")],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    let r = request(
+        a,
+        "GET",
+        "/api/v1/streams/s",
+        &[("Origin", "http://evil.example")],
+        None,
+    )
+    .await;
+    assert_eq!(r.json()["partitions"][0]["paused"], false);
     assert_eq!(get(a, "/api/v1/health").await.status, 200);
     node.shutdown().await;
 }

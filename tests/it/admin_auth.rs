@@ -101,6 +101,43 @@ async fn admin_auth_token_and_basic() {
     assert_eq!(create_as(a, "s2", Some(&good_basic)).await.status, 201);
     let r = request(a, "DELETE", "/api/v1/streams/s", &[], None).await;
     assert_eq!(r.status, 401);
+    // Another site's page cannot use the browser's cached credentials.
+    let body = serde_json::to_vec(&json!({"name": "csrf", "subject": "csrf"})).unwrap();
+    for origin in ["http://evil.example", "null", "http://test:1"] {
+        let r = request(
+            a,
+            "POST",
+            "/api/v1/streams",
+            &[("Authorization", good_basic.as_str()), ("Origin", origin)],
+            Some(&body),
+        )
+        .await;
+        assert_eq!(r.status, 403, "{origin}");
+        assert!(r.error().contains("cross-origin"));
+    }
+    let r = request(
+        a,
+        "DELETE",
+        "/api/v1/streams/s",
+        &[("Authorization", bearer), ("Origin", "http://evil.example")],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(get_as(a, "/api/v1/streams/csrf", bearer).await.status, 404);
+    // The UI's own page (same origin as the Host it talks to) works.
+    let r = request(
+        a,
+        "POST",
+        "/api/v1/streams",
+        &[
+            ("Authorization", good_basic.as_str()),
+            ("Origin", "http://test"),
+        ],
+        Some(&body),
+    )
+    .await;
+    assert_eq!(r.status, 201);
     let r = request(
         a,
         "DELETE",
