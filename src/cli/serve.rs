@@ -46,6 +46,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async move {
+        // Handlers first: a supervisor may send SIGTERM as soon as READY
+        // arrives, and a signal without a handler kills the process
+        // before the logs are closed.
+        let signals = Signals::install()?;
         let node = Node::start(node_cfg).await?;
         println!(
             "liftbridge {} serving gRPC on {}, NATS on {}",
@@ -59,7 +63,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             node.nats_addr()
         ));
         let watchdog = crate::systemd::spawn_watchdog(|| true);
-        wait_for_signal(&args.flags, &level_handle).await?;
+        wait_for_signal(signals, &args.flags, &level_handle).await?;
         crate::systemd::stopping();
         tracing::info!("shutting down");
         if let Some(w) = watchdog {
@@ -74,12 +78,35 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 type LevelHandle =
     tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>;
 
+/// The signals the server handles, installed before start-up completes.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            hup: signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
+        })
+    }
+}
+
 /// Waits for SIGTERM or SIGINT; SIGHUP reloads what can change at run time.
-async fn wait_for_signal(flags: &LiftbridgeFlags, level: &LevelHandle) -> anyhow::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+async fn wait_for_signal(
+    signals: Signals,
+    flags: &LiftbridgeFlags,
+    level: &LevelHandle,
+) -> anyhow::Result<()> {
+    let Signals {
+        mut term,
+        mut int,
+        mut hup,
+    } = signals;
     loop {
         tokio::select! {
             _ = term.recv() => return Ok(()),
