@@ -602,7 +602,7 @@ async fn api_message_over_replication_max_bytes_is_too_large() {
         offset: -1,
         ..Default::default()
     });
-    nc.publish("big", env.into()).await.unwrap();
+    nc.publish("big", env).await.unwrap();
     let m = tokio::time::timeout(Duration::from_secs(5), futures::StreamExt::next(&mut acks))
         .await
         .expect("ack in time")
