@@ -10,7 +10,8 @@
 //! cluster/    openraft metadata (streams, partitions, leaders, ISR) with redb storage
 //! partition/  a partition's life: the stenographer (recording), acks, readers
 //! api/        the Liftbridge gRPC service `proto.API`
-//! http/       monitoring JSON, metrics, admin API and UI assets
+//! http/       the HTTP server: routing, auth, TLS, NATS monitoring JSON
+//! admin/      the admin JSON API (`/api/v1/…`) over ApiService and the logs
 //! metrics/    Prometheus registry, collectors and the gRPC metrics layer
 //! bench/      load generators for the `bench` command
 //! cli/        the command line (serve, nats-server mode, cert, bench, stream, pub, sub)
@@ -19,6 +20,7 @@
 //! The log layer talks to NATS through the in-process client in
 //! `nats::handle`, never through TCP to itself.
 
+pub mod admin;
 pub mod api;
 pub mod bench;
 pub mod cli;

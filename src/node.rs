@@ -291,66 +291,39 @@ impl crate::http::MonitorSource for NatsMonitor {
     }
 }
 
-/// Starts the HTTP listener: NATS monitoring (`/varz`, `/connz`, `/subsz`,
-/// `/healthz`), Prometheus `/metrics`, plus the liftbridge endpoints
-/// `/api/v1/health` and `/api/v1/streams` (streams and partitions as JSON).
+/// Starts the HTTP listener. The router is built from route sets, one per
+/// module: NATS monitoring (`/varz`, `/connz`, `/subsz`, `/healthz`), the
+/// admin API (`/api/v1/…`) and Prometheus `/metrics` (which also installs
+/// the request observer); later sets win on conflicting paths. The
+/// listener is bound first so the admin API can report its address.
 async fn start_http(
     host: &str,
     port: u16,
-    meta: Metadata,
-    nats: NatsServer,
+    admin: crate::admin::AdminContext,
     metrics: crate::metrics::NodeMetrics,
 ) -> Result<crate::http::HttpServer, NodeError> {
-    use crate::http::{HttpResponse, HttpState, Router};
+    use crate::http::{HttpState, Router};
     let addr = tokio::net::lookup_host((host, port))
         .await
         .ok()
         .and_then(|mut a| a.next())
         .ok_or_else(|| NodeError::Config(format!("http.listen {host}:{port} does not resolve")))?;
-    let m = meta.clone();
-    let router = Router::new()
-        .route_sync("/api/v1/health", move |_| {
-            let ok = m.leader_id().is_some();
-            let body = if ok {
-                serde_json::json!({"status": "ok"})
-            } else {
-                serde_json::json!({"status": "unavailable", "error": "no known metadata leader"})
-            };
-            HttpResponse::json(if ok { 200 } else { 503 }, &body)
-        })
-        .route_sync("/api/v1/streams", move |_| {
-            let state = meta.state();
-            let streams: Vec<serde_json::Value> = state
-                .streams
-                .values()
-                .map(|s| {
-                    serde_json::json!({
-                        "name": s.name,
-                        "subject": s.subject,
-                        "group": s.group,
-                        "creation_timestamp": s.creation_timestamp_ns,
-                        "partitions": s.partitions.iter().map(|p| serde_json::json!({
-                            "id": p.id,
-                            "leader": p.leader,
-                            "replicas": p.replicas,
-                            "isr": p.isr,
-                            "paused": p.paused,
-                            "readonly": p.readonly,
-                        })).collect::<Vec<_>>(),
-                    })
-                })
-                .collect();
-            HttpResponse::json(200, &serde_json::json!({ "streams": streams }))
-        });
-    let router = crate::http::monitoring_routes(Arc::new(NatsMonitor(nats)))
-        .merge(router)
-        .merge(crate::metrics::routes(metrics));
-    crate::http::serve(addr, HttpState::new(router))
+    let bind_err = |source: std::io::Error| NodeError::Bind {
+        addr: addr.to_string(),
+        source,
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| NodeError::Bind {
-            addr: addr.to_string(),
-            source: std::io::Error::other(e.to_string()),
-        })
+        .map_err(bind_err)?;
+    let mut admin = admin;
+    admin.addrs.http = listener.local_addr().map_err(bind_err)?;
+    let nats = admin.nats.clone();
+    let router = Router::new()
+        .merge(crate::http::monitoring_routes(Arc::new(NatsMonitor(nats))))
+        .merge(crate::admin::routes(admin))
+        .merge(crate::metrics::routes(metrics));
+    crate::http::serve_listener(listener, HttpState::new(router))
+        .map_err(|e| bind_err(std::io::Error::other(e.to_string())))
 }
 
 fn read_file(p: &PathBuf) -> Result<Vec<u8>, NodeError> {
@@ -383,6 +356,7 @@ impl Node {
 
     /// Starts a node; returns once the gRPC API accepts connections.
     pub async fn start(cfg: NodeConfig) -> Result<NodeHandle, NodeError> {
+        let start_time_ns = crate::partition::now_ns();
         let dir = cfg.data_dir.clone();
         tokio::task::spawn_blocking(move || std::fs::create_dir_all(&dir).map_err(|e| (dir, e)))
             .await
@@ -490,6 +464,7 @@ impl Node {
                 source: std::io::Error::other(e.to_string()),
             })?;
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let admin_api = service.clone();
         let api = ApiServer::new(service)
             .max_decoding_message_size(MAX_GRPC_MESSAGE)
             .max_encoding_message_size(MAX_GRPC_MESSAGE);
@@ -502,7 +477,22 @@ impl Node {
             let _ = stop_rx.await;
         }));
         let http = match &cfg.http {
-            Some((h, p)) => Some(start_http(h, *p, meta.clone(), nats.clone(), metrics).await?),
+            Some((h, p)) => {
+                let admin = crate::admin::AdminContext {
+                    meta: meta.clone(),
+                    parts: parts.clone(),
+                    api: admin_api,
+                    nats: nats.clone(),
+                    addrs: crate::admin::NodeAddrs {
+                        grpc: grpc_addr,
+                        nats: nats_addr,
+                        // Set once the HTTP listener is bound.
+                        http: SocketAddr::from(([0, 0, 0, 0], 0)),
+                    },
+                    start_time_ns,
+                };
+                Some(start_http(h, *p, admin, metrics).await?)
+            }
             None => None,
         };
         tracing::info!(grpc = %grpc_addr, nats = %nats_addr, server_id = %meta.node().id, "liftbridge node started");

@@ -53,10 +53,28 @@ pub struct HttpRequest {
     pub path: String,
     /// Raw query string without `?` (may be empty).
     pub query: String,
+    /// Request headers (content type, authorization, …).
+    pub headers: hyper::HeaderMap,
     pub body: Bytes,
 }
 
 impl HttpRequest {
+    /// A request without headers or body (for handlers called directly).
+    pub fn new(method: hyper::Method, path: &str, query: &str) -> HttpRequest {
+        HttpRequest {
+            method,
+            path: path.to_string(),
+            query: query.to_string(),
+            headers: hyper::HeaderMap::new(),
+            body: Bytes::new(),
+        }
+    }
+
+    /// The value of header `name` when present and valid text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
     /// Query parameters, percent-decoded (`+` as space); later duplicates
     /// win.
     pub fn query_params(&self) -> HashMap<String, String> {
@@ -394,6 +412,7 @@ async fn handle(router: &Router, req: hyper::Request<Incoming>) -> hyper::Respon
                 method: parts.method.clone(),
                 path: parts.uri.path().to_string(),
                 query: parts.uri.query().unwrap_or("").to_string(),
+                headers: parts.headers.clone(),
                 body: body.to_bytes(),
             };
             router.dispatch(req).await

@@ -3,6 +3,8 @@
 //! Each test starts the real server (in-process on port 0, or the built
 //! binary) and talks to it with real clients.
 
+mod admin_api;
+mod admin_http;
 mod api_cli;
 mod api_common;
 mod api_flow;

@@ -1,0 +1,818 @@
+//! The admin HTTP API: `/api/v1/…` JSON for the web UI and for scripts.
+//!
+//! Every mutation goes through the same code as the gRPC API
+//! ([`ApiService`]): creating, deleting, pausing and making streams
+//! readonly, and publishing, so validation, error messages and side effects
+//! (waiting for partitions to start or stop) are the gRPC ones. gRPC status
+//! codes become HTTP statuses in one place ([`AdminError::from`]). Resume
+//! has no gRPC call (Liftbridge resumes on publish); it proposes
+//! `ResumeStream` to the metadata directly and waits for the partitions
+//! this node leads to run again.
+//!
+//! Reads come from the replicated metadata ([`Metadata::state`]) and from
+//! the partition logs this node serves ([`PartitionManager::get`]); a
+//! partition that is paused or led by another node has no open log here, so
+//! its offsets read as -1 and its messages cannot be browsed (409).
+//!
+//! Invariants: handlers never panic on a path, query or body; every error
+//! is `{"code": status, "error": message}`; byte fields are standard
+//! base64; timestamps are Unix nanoseconds (`*_ns`), durations milliseconds
+//! (`*_ms`). Storage reads run on the log's blocking pool (through
+//! [`crate::store::PartitionLog`]'s async API) and file metadata through
+//! `spawn_blocking`: nothing here blocks a tokio worker. This module does
+//! not authenticate: the HTTP server's auth layer runs before any handler.
+
+mod messages;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tonic::{Code, Request};
+
+use crate::api::proto::{self, api_server::Api};
+use crate::api::service::{ApiError, ApiService};
+use crate::cluster::{MetaCommand, MetaError, MetaResponse, Metadata, PartitionMeta, StreamMeta};
+use crate::http::{HttpRequest, HttpResponse, Router};
+use crate::nats::NatsServer;
+use crate::partition::{now_ns, Partition, PartitionManager};
+
+/// How long resume waits for a partition led here to run again.
+const START_WAIT: Duration = Duration::from_secs(5);
+
+/// A failed admin request; its status and message become the response.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// 400: bad path parameter, query or body.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 404: unknown stream, partition or endpoint.
+    #[error("{0}")]
+    NotFound(String),
+    /// 405: the path exists but not for this method.
+    #[error("method {method} not allowed (allowed: {allow})")]
+    MethodNotAllowed {
+        /// The method used.
+        method: String,
+        /// The `Allow` header value.
+        allow: &'static str,
+    },
+    /// 409: the stream exists already, or the state forbids the request.
+    #[error("{0}")]
+    Conflict(String),
+    /// 415: a body that is not JSON.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// 429: a server limit was hit.
+    #[error("{0}")]
+    TooManyRequests(String),
+    /// 501: not available on this server.
+    #[error("{0}")]
+    NotImplemented(String),
+    /// 503: no metadata leader, or the server is stopping.
+    #[error("{0}")]
+    Unavailable(String),
+    /// 504: an acknowledgement did not arrive in time.
+    #[error("{0}")]
+    Timeout(String),
+    /// 500: anything else.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl AdminError {
+    /// The HTTP status of this error.
+    pub fn status(&self) -> u16 {
+        match self {
+            AdminError::BadRequest(_) => 400,
+            AdminError::NotFound(_) => 404,
+            AdminError::MethodNotAllowed { .. } => 405,
+            AdminError::Conflict(_) => 409,
+            AdminError::UnsupportedMediaType(_) => 415,
+            AdminError::TooManyRequests(_) => 429,
+            AdminError::NotImplemented(_) => 501,
+            AdminError::Unavailable(_) => 503,
+            AdminError::Timeout(_) => 504,
+            AdminError::Internal(_) => 500,
+        }
+    }
+
+    /// The JSON error response (with `Allow` for 405).
+    pub fn into_response(self) -> HttpResponse {
+        let mut r = HttpResponse::error(self.status(), &self.to_string());
+        if let AdminError::MethodNotAllowed { allow, .. } = &self {
+            r.headers.push(("allow", (*allow).to_string()));
+        }
+        r
+    }
+}
+
+/// gRPC status codes as HTTP statuses: the one mapping of this API.
+impl From<tonic::Status> for AdminError {
+    fn from(s: tonic::Status) -> AdminError {
+        let m = s.message().to_string();
+        match s.code() {
+            Code::InvalidArgument | Code::OutOfRange => AdminError::BadRequest(m),
+            Code::NotFound => AdminError::NotFound(m),
+            Code::AlreadyExists | Code::FailedPrecondition | Code::Aborted => {
+                AdminError::Conflict(m)
+            }
+            Code::ResourceExhausted => AdminError::TooManyRequests(m),
+            Code::Unimplemented => AdminError::NotImplemented(m),
+            Code::Unavailable => AdminError::Unavailable(m),
+            Code::DeadlineExceeded => AdminError::Timeout(m),
+            _ => AdminError::Internal(m),
+        }
+    }
+}
+
+impl From<ApiError> for AdminError {
+    fn from(e: ApiError) -> AdminError {
+        tonic::Status::from(e).into()
+    }
+}
+
+impl From<MetaError> for AdminError {
+    fn from(e: MetaError) -> AdminError {
+        match e {
+            MetaError::NoLeader => AdminError::Unavailable("no known metadata leader".into()),
+            other => AdminError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<crate::store::StoreError> for AdminError {
+    fn from(e: crate::store::StoreError) -> AdminError {
+        AdminError::Internal(e.to_string())
+    }
+}
+
+/// Where this node listens (shown by `/api/v1/info`).
+#[derive(Debug, Clone, Copy)]
+pub struct NodeAddrs {
+    /// gRPC API.
+    pub grpc: SocketAddr,
+    /// NATS client port.
+    pub nats: SocketAddr,
+    /// This HTTP listener.
+    pub http: SocketAddr,
+}
+
+/// What the admin handlers read and act on. Cheap to clone.
+#[derive(Clone)]
+pub struct AdminContext {
+    /// Replicated metadata (streams, partitions, leader).
+    pub meta: Metadata,
+    /// The partitions this node serves (logs).
+    pub parts: PartitionManager,
+    /// The gRPC service, called for every mutation.
+    pub api: ApiService,
+    /// The embedded NATS server (statistics, connections).
+    pub nats: NatsServer,
+    /// Listener addresses.
+    pub addrs: NodeAddrs,
+    /// When the node started, Unix ns.
+    pub start_time_ns: i64,
+}
+
+/// The `/api/v1/` routes served from `ctx`.
+pub fn routes(ctx: AdminContext) -> Router {
+    let ctx = Arc::new(ctx);
+    Router::new().prefix("/api/v1/", move |req| {
+        let ctx = ctx.clone();
+        async move { handle(&ctx, req).await }
+    })
+}
+
+/// Handles one `/api/v1/…` request.
+pub async fn handle(ctx: &AdminContext, req: HttpRequest) -> HttpResponse {
+    match route(ctx, &req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The method classes the API distinguishes (HEAD is answered as GET; the
+/// server drops the body).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verb {
+    Get,
+    Post,
+    Delete,
+    Other,
+}
+
+fn verb(m: &hyper::Method) -> Verb {
+    match *m {
+        hyper::Method::GET | hyper::Method::HEAD => Verb::Get,
+        hyper::Method::POST => Verb::Post,
+        hyper::Method::DELETE => Verb::Delete,
+        _ => Verb::Other,
+    }
+}
+
+fn not_allowed(req: &HttpRequest, allow: &'static str) -> Result<HttpResponse, AdminError> {
+    Err(AdminError::MethodNotAllowed {
+        method: req.method.to_string(),
+        allow,
+    })
+}
+
+async fn route(ctx: &AdminContext, req: &HttpRequest) -> Result<HttpResponse, AdminError> {
+    let segs = segments(&req.path)?;
+    let s: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let v = verb(&req.method);
+    match s.as_slice() {
+        ["info"] => match v {
+            Verb::Get => ok(info(ctx).await),
+            _ => not_allowed(req, "GET"),
+        },
+        ["health"] => match v {
+            Verb::Get => Ok(health(ctx)),
+            _ => not_allowed(req, "GET"),
+        },
+        ["streams"] => match v {
+            Verb::Get => ok(list_streams(ctx)),
+            Verb::Post => create_stream(ctx, req).await,
+            _ => not_allowed(req, "GET, POST"),
+        },
+        ["streams", name] => match v {
+            Verb::Get => ok(ctx.stream_json(&ctx.stream(name)?)),
+            Verb::Delete => delete_stream(ctx, name).await,
+            _ => not_allowed(req, "GET, DELETE"),
+        },
+        ["streams", name, "pause"] => match v {
+            Verb::Post => pause_stream(ctx, name, req).await,
+            _ => not_allowed(req, "POST"),
+        },
+        ["streams", name, "resume"] => match v {
+            Verb::Post => resume_stream(ctx, name, req).await,
+            _ => not_allowed(req, "POST"),
+        },
+        ["streams", name, "readonly"] => match v {
+            Verb::Post => set_readonly(ctx, name, req).await,
+            _ => not_allowed(req, "POST"),
+        },
+        ["streams", name, "partitions", id] => {
+            let (s, id) = ctx.stream_partition(name, id)?;
+            match v {
+                Verb::Get => ok(ctx.partition_detail(&s, id).await),
+                _ => not_allowed(req, "GET"),
+            }
+        }
+        ["streams", name, "partitions", id, "messages"] => {
+            let (s, id) = ctx.stream_partition(name, id)?;
+            match v {
+                Verb::Get => ok(messages::read(ctx, &s, id, req).await?),
+                Verb::Post => ok(messages::publish(ctx, &s, id, req).await?),
+                _ => not_allowed(req, "GET, POST"),
+            }
+        }
+        ["connections"] => match v {
+            Verb::Get => nats_json(&req.query, |q| ctx.nats.connz_json(q)),
+            _ => not_allowed(req, "GET"),
+        },
+        ["subscriptions"] => match v {
+            Verb::Get => nats_json(&req.query, |q| ctx.nats.subsz_json(q)),
+            _ => not_allowed(req, "GET"),
+        },
+        _ => Err(AdminError::NotFound(format!(
+            "no such endpoint: {}",
+            req.path
+        ))),
+    }
+}
+
+fn ok(v: Value) -> Result<HttpResponse, AdminError> {
+    Ok(HttpResponse::json(200, &v))
+}
+
+/// Splits the path below `/api/v1/` into percent-decoded segments (one
+/// trailing slash is ignored). An empty segment stays empty and matches no
+/// route.
+fn segments(path: &str) -> Result<Vec<String>, AdminError> {
+    let rest = path.strip_prefix("/api/v1/").unwrap_or("");
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    rest.split('/').map(decode_segment).collect()
+}
+
+/// Strict percent-decoding of one path segment (`+` stays `+`).
+fn decode_segment(s: &str) -> Result<String, AdminError> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = b
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| {
+                    AdminError::BadRequest(format!("bad percent-encoding in path segment {s:?}"))
+                })?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out)
+        .map_err(|_| AdminError::BadRequest(format!("path segment {s:?} is not UTF-8")))
+}
+
+/// Parses a JSON request body. A declared content type must be JSON
+/// (else 415); an empty body reads as `{}` when `empty_ok`.
+fn parse_body<T: DeserializeOwned>(req: &HttpRequest, empty_ok: bool) -> Result<T, AdminError> {
+    if let Some(raw) = req.headers.get("content-type") {
+        let ct = raw.to_str().unwrap_or("");
+        let media = ct
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if media != "application/json" && !media.ends_with("+json") {
+            return Err(AdminError::UnsupportedMediaType(format!(
+                "content type {ct:?} is not application/json"
+            )));
+        }
+    }
+    let body: &[u8] = if req.body.iter().all(u8::is_ascii_whitespace) {
+        if !empty_ok {
+            return Err(AdminError::BadRequest("a JSON body is required".into()));
+        }
+        b"{}"
+    } else {
+        &req.body
+    };
+    serde_json::from_slice(body)
+        .map_err(|e| AdminError::BadRequest(format!("invalid JSON body: {e}")))
+}
+
+/// Runs a NATS monitoring query with `subs=1` unless the caller chose.
+fn nats_json(
+    query: &str,
+    f: impl FnOnce(&str) -> Result<Value, String>,
+) -> Result<HttpResponse, AdminError> {
+    let q = if crate::http::parse_query(query).contains_key("subs") {
+        query.to_string()
+    } else if query.is_empty() {
+        "subs=1".to_string()
+    } else {
+        format!("{query}&subs=1")
+    };
+    f(&q)
+        .map(|v| HttpResponse::json(200, &v))
+        .map_err(AdminError::BadRequest)
+}
+
+/// -1 for "no offset".
+fn off(o: Option<u64>) -> i64 {
+    o.map_or(-1, |o| i64::try_from(o).unwrap_or(i64::MAX))
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl AdminContext {
+    fn stream(&self, name: &str) -> Result<StreamMeta, AdminError> {
+        self.meta
+            .state()
+            .stream(name)
+            .cloned()
+            .ok_or_else(|| AdminError::NotFound(format!("no such stream: {name}")))
+    }
+
+    /// The stream and a partition id from the path (400 for a non-numeric
+    /// id, 404 for an unknown stream or partition).
+    fn stream_partition(&self, name: &str, id: &str) -> Result<(StreamMeta, i32), AdminError> {
+        let id: i32 = id
+            .parse()
+            .map_err(|_| AdminError::BadRequest(format!("invalid partition id {id:?}")))?;
+        let s = self.stream(name)?;
+        if s.partition(id).is_none() {
+            return Err(AdminError::NotFound(format!(
+                "no such partition: {name}/{id}"
+            )));
+        }
+        Ok((s, id))
+    }
+
+    /// The running partition of this stream (same incarnation) served here.
+    fn local(&self, s: &StreamMeta, id: i32) -> Option<Arc<Partition>> {
+        self.parts
+            .get(&s.name, id)
+            .filter(|p| p.creation_ns == s.creation_timestamp_ns)
+    }
+
+    fn stream_json(&self, s: &StreamMeta) -> Value {
+        json!({
+            "name": s.name,
+            "subject": s.subject,
+            "group": s.group,
+            "creation_timestamp_ns": s.creation_timestamp_ns,
+            "partitions": s.partitions.iter().map(|p| self.partition_summary(s, p)).collect::<Vec<_>>(),
+        })
+    }
+
+    fn partition_summary(&self, s: &StreamMeta, p: &PartitionMeta) -> Value {
+        let local = self.local(s, p.id);
+        let (newest, oldest, messages, bytes) = match &local {
+            Some(part) => {
+                let log = part.log();
+                (
+                    off(log.newest_offset()),
+                    off(log.oldest_offset()),
+                    log.record_count(),
+                    log.record_bytes(),
+                )
+            }
+            None => (-1, -1, 0, 0),
+        };
+        json!({
+            "id": p.id,
+            "leader": p.leader,
+            "replicas": p.replicas,
+            "isr": p.isr,
+            "paused": p.paused,
+            "readonly": p.readonly,
+            "newest_offset": newest,
+            // Committed = newest here, as FetchPartitionMetadata reports it.
+            "high_watermark": newest,
+            "oldest_offset": oldest,
+            "messages": messages,
+            "bytes": bytes,
+            "local": local.is_some(),
+        })
+    }
+
+    async fn partition_detail(&self, s: &StreamMeta, id: i32) -> Value {
+        let Some(p) = s.partition(id) else {
+            return Value::Null;
+        };
+        let mut v = self.partition_summary(s, p);
+        let local = self.local(s, id);
+        let (leo, recv, subscribers) = match &local {
+            Some(part) => (
+                i64::try_from(part.log().log_end_offset()).unwrap_or(i64::MAX),
+                part.received_timestamps(),
+                part.subscriber_count(),
+            ),
+            None => (-1, (0, 0), 0),
+        };
+        let disk_bytes = match local {
+            // File metadata is file I/O: off the tokio workers.
+            Some(part) => tokio::task::spawn_blocking(move || part.log().disk_size())
+                .await
+                .unwrap_or(0),
+            None => 0,
+        };
+        let d = self.parts.defaults();
+        let lc = d.log_config(s);
+        let (auto_pause, auto_pause_subs) = d.auto_pause(s);
+        let c = &s.config;
+        let extra = json!({
+            "stream": s.name,
+            "log_end_offset": leo,
+            "disk_bytes": disk_bytes,
+            "paused_timestamp_ns": p.pause_timestamps.latest_ns,
+            "readonly_timestamp_ns": p.readonly_timestamps.latest_ns,
+            "message_received_timestamp_ns": { "first": recv.0, "latest": recv.1 },
+            "subscribers": subscribers,
+            // Effective values (stream overrides over server defaults; 0 =
+            // unlimited); null where the server has no setting of its own.
+            "config": {
+                "retention_max_bytes": lc.retention.max_bytes.unwrap_or(0),
+                "retention_max_messages": lc.retention.max_messages.unwrap_or(0),
+                "retention_max_age_ms": lc.retention.max_age.map_or(0, millis),
+                "cleaner_interval_ms": millis(lc.cleaner_interval),
+                "segment_max_bytes": c.segment_max_bytes,
+                "segment_max_age_ms": c.segment_max_age_ms,
+                "compact_enabled": lc.compact,
+                "auto_pause_time_ms": millis(auto_pause),
+                "auto_pause_disable_if_subscribers": auto_pause_subs,
+                "min_isr": c.min_isr,
+                "optimistic_concurrency_control": d.occ(s),
+            },
+        });
+        if let (Value::Object(a), Value::Object(b)) = (&mut v, extra) {
+            a.extend(b);
+        }
+        v
+    }
+}
+
+async fn info(ctx: &AdminContext) -> Value {
+    let nats = ctx.nats.clone();
+    // varz reads /proc (file I/O): off the tokio workers.
+    let varz = tokio::task::spawn_blocking(move || nats.varz_json())
+        .await
+        .unwrap_or(Value::Null);
+    let state = ctx.meta.state();
+    let partitions: usize = state.streams.values().map(|s| s.partitions.len()).sum();
+    let now = now_ns();
+    let pick = |k: &str| varz.get(k).cloned().unwrap_or(json!(0));
+    json!({
+        "server_id": ctx.meta.node().id,
+        "version": env!("CARGO_PKG_VERSION"),
+        "start_time_ns": ctx.start_time_ns,
+        "uptime_ms": (now - ctx.start_time_ns).max(0) / 1_000_000,
+        "grpc_addr": ctx.addrs.grpc.to_string(),
+        "nats_addr": ctx.addrs.nats.to_string(),
+        "http_addr": ctx.addrs.http.to_string(),
+        "metadata_leader": ctx.meta.leader_id(),
+        "is_metadata_leader": ctx.meta.is_leader(),
+        "streams": state.streams.len(),
+        "partitions": partitions,
+        "nats": {
+            "connections": pick("connections"),
+            "total_connections": pick("total_connections"),
+            "subscriptions": pick("subscriptions"),
+            "in_msgs": pick("in_msgs"),
+            "out_msgs": pick("out_msgs"),
+            "in_bytes": pick("in_bytes"),
+            "out_bytes": pick("out_bytes"),
+            "slow_consumers": pick("slow_consumers"),
+        },
+    })
+}
+
+fn health(ctx: &AdminContext) -> HttpResponse {
+    if ctx.meta.leader_id().is_some() {
+        HttpResponse::json(200, &json!({"status": "ok"}))
+    } else {
+        HttpResponse::json(
+            503,
+            &json!({"code": 503, "status": "unavailable", "error": "no known metadata leader"}),
+        )
+    }
+}
+
+fn list_streams(ctx: &AdminContext) -> Value {
+    let state = ctx.meta.state();
+    // The metadata map is ordered by name.
+    let streams: Vec<Value> = state.streams.values().map(|s| ctx.stream_json(s)).collect();
+    json!({ "streams": streams })
+}
+
+/// Body of `POST /api/v1/streams`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    // Name and subject default to empty so the gRPC validation names them.
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    subject: String,
+    #[serde(default)]
+    group: String,
+    partitions: Option<i32>,
+    replication_factor: Option<i32>,
+    retention_max_bytes: Option<i64>,
+    retention_max_messages: Option<i64>,
+    retention_max_age_ms: Option<i64>,
+    cleaner_interval_ms: Option<i64>,
+    segment_max_bytes: Option<i64>,
+    segment_max_age_ms: Option<i64>,
+    compact_enabled: Option<bool>,
+    compact_max_goroutines: Option<i32>,
+    auto_pause_time_ms: Option<i64>,
+    auto_pause_disable_if_subscribers: Option<bool>,
+    min_isr: Option<i32>,
+    optimistic_concurrency_control: Option<bool>,
+}
+
+async fn create_stream(ctx: &AdminContext, req: &HttpRequest) -> Result<HttpResponse, AdminError> {
+    let b: CreateBody = parse_body(req, false)?;
+    let i64v = |v: Option<i64>| v.map(|value| proto::NullableInt64 { value });
+    let i32v = |v: Option<i32>| v.map(|value| proto::NullableInt32 { value });
+    let boolv = |v: Option<bool>| v.map(|value| proto::NullableBool { value });
+    let r = proto::CreateStreamRequest {
+        subject: b.subject,
+        name: b.name.clone(),
+        group: b.group,
+        replication_factor: b.replication_factor.unwrap_or(1),
+        partitions: b.partitions.unwrap_or(1),
+        retention_max_bytes: i64v(b.retention_max_bytes),
+        retention_max_messages: i64v(b.retention_max_messages),
+        retention_max_age: i64v(b.retention_max_age_ms),
+        cleaner_interval: i64v(b.cleaner_interval_ms),
+        segment_max_bytes: i64v(b.segment_max_bytes),
+        segment_max_age: i64v(b.segment_max_age_ms),
+        compact_max_goroutines: i32v(b.compact_max_goroutines),
+        compact_enabled: boolv(b.compact_enabled),
+        auto_pause_time: i64v(b.auto_pause_time_ms),
+        auto_pause_disable_if_subscribers: boolv(b.auto_pause_disable_if_subscribers),
+        min_isr: i32v(b.min_isr),
+        optimistic_concurrency_control: boolv(b.optimistic_concurrency_control),
+        ..Default::default()
+    };
+    if r.partitions == 0 {
+        // gRPC reads 0 as "default"; an explicit 0 here is a mistake.
+        return Err(AdminError::BadRequest(
+            "Invalid number of partitions".into(),
+        ));
+    }
+    ctx.api.create_stream_internal(r, false).await?;
+    let s = ctx.stream(&b.name)?;
+    Ok(HttpResponse::json(201, &ctx.stream_json(&s)))
+}
+
+async fn delete_stream(ctx: &AdminContext, name: &str) -> Result<HttpResponse, AdminError> {
+    ctx.api
+        .delete_stream(Request::new(proto::DeleteStreamRequest {
+            name: name.to_string(),
+        }))
+        .await?;
+    ok(json!({ "deleted": name }))
+}
+
+/// Body of `POST …/pause`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PauseBody {
+    #[serde(default)]
+    partitions: Vec<i32>,
+    #[serde(default)]
+    resume_all: bool,
+}
+
+async fn pause_stream(
+    ctx: &AdminContext,
+    name: &str,
+    req: &HttpRequest,
+) -> Result<HttpResponse, AdminError> {
+    let b: PauseBody = parse_body(req, true)?;
+    ctx.api
+        .pause_stream(Request::new(proto::PauseStreamRequest {
+            name: name.to_string(),
+            partitions: b.partitions,
+            resume_all: b.resume_all,
+        }))
+        .await?;
+    ok(ctx.stream_json(&ctx.stream(name)?))
+}
+
+/// Body of `POST …/resume`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResumeBody {
+    #[serde(default)]
+    partitions: Vec<i32>,
+}
+
+async fn resume_stream(
+    ctx: &AdminContext,
+    name: &str,
+    req: &HttpRequest,
+) -> Result<HttpResponse, AdminError> {
+    let b: ResumeBody = parse_body(req, true)?;
+    let s = ctx.stream(name)?;
+    for id in &b.partitions {
+        if s.partition(*id).is_none() {
+            return Err(AdminError::NotFound(format!(
+                "no such partition: {name}/{id}"
+            )));
+        }
+    }
+    let resp = ctx
+        .meta
+        .propose(MetaCommand::ResumeStream {
+            name: name.to_string(),
+            partitions: b.partitions.clone(),
+        })
+        .await?;
+    if let MetaResponse::Rejected(e) = resp {
+        return Err(ApiError::from(e).into());
+    }
+    // Partitions led here start recording before the answer, so a message
+    // published right after it is recorded.
+    let s = ctx.stream(name)?;
+    let me = ctx.parts.server_id().to_string();
+    for p in s.partitions.iter().filter(|p| {
+        p.leader == me && !p.paused && (b.partitions.is_empty() || b.partitions.contains(&p.id))
+    }) {
+        ctx.parts.wait_for(name, p.id, START_WAIT).await;
+    }
+    ok(ctx.stream_json(&ctx.stream(name)?))
+}
+
+/// Body of `POST …/readonly`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadonlyBody {
+    readonly: bool,
+    #[serde(default)]
+    partitions: Vec<i32>,
+}
+
+async fn set_readonly(
+    ctx: &AdminContext,
+    name: &str,
+    req: &HttpRequest,
+) -> Result<HttpResponse, AdminError> {
+    let b: ReadonlyBody = parse_body(req, false)?;
+    ctx.api
+        .set_stream_readonly(Request::new(proto::SetStreamReadonlyRequest {
+            name: name.to_string(),
+            partitions: b.partitions,
+            readonly: b.readonly,
+        }))
+        .await?;
+    ok(ctx.stream_json(&ctx.stream(name)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_segments_are_decoded_strictly() {
+        assert_eq!(segments("/api/v1/streams").unwrap(), vec!["streams"]);
+        assert_eq!(segments("/api/v1/streams/").unwrap(), vec!["streams"]);
+        assert_eq!(
+            segments("/api/v1/streams/a%2Eb+c/partitions/0").unwrap(),
+            vec!["streams", "a.b+c", "partitions", "0"]
+        );
+        assert_eq!(segments("/api/v1/streams//x").unwrap()[1], "");
+        assert!(matches!(
+            segments("/api/v1/streams/%zz"),
+            Err(AdminError::BadRequest(_))
+        ));
+        assert!(matches!(
+            segments("/api/v1/streams/%4"),
+            Err(AdminError::BadRequest(_))
+        ));
+        assert!(matches!(
+            segments("/api/v1/streams/%ff"),
+            Err(AdminError::BadRequest(_))
+        ));
+    }
+
+    #[test]
+    fn grpc_codes_map_to_http_statuses() {
+        let st = |c: Code| AdminError::from(tonic::Status::new(c, "m")).status();
+        assert_eq!(st(Code::InvalidArgument), 400);
+        assert_eq!(st(Code::NotFound), 404);
+        assert_eq!(st(Code::AlreadyExists), 409);
+        assert_eq!(st(Code::FailedPrecondition), 409);
+        assert_eq!(st(Code::Unavailable), 503);
+        assert_eq!(st(Code::DeadlineExceeded), 504);
+        assert_eq!(st(Code::Internal), 500);
+        assert_eq!(st(Code::Unknown), 500);
+        let r = AdminError::MethodNotAllowed {
+            method: "PUT".into(),
+            allow: "GET",
+        }
+        .into_response();
+        assert_eq!(r.status, 405);
+        assert!(r.headers.iter().any(|(k, v)| *k == "allow" && v == "GET"));
+    }
+
+    #[test]
+    fn bodies_need_json() {
+        let mut req = HttpRequest::new(hyper::Method::POST, "/api/v1/streams", "");
+        req.body = bytes::Bytes::from_static(b"{\"readonly\": true}");
+        assert!(parse_body::<ReadonlyBody>(&req, false).unwrap().readonly);
+        req.headers
+            .insert("content-type", "text/plain".parse().unwrap());
+        assert_eq!(
+            parse_body::<ReadonlyBody>(&req, false)
+                .unwrap_err()
+                .status(),
+            415
+        );
+        req.headers.insert(
+            "content-type",
+            "application/json; charset=utf-8".parse().unwrap(),
+        );
+        assert!(parse_body::<ReadonlyBody>(&req, false).is_ok());
+        req.body = bytes::Bytes::from_static(b"{\"readonly\": 1}");
+        assert_eq!(
+            parse_body::<ReadonlyBody>(&req, false)
+                .unwrap_err()
+                .status(),
+            400
+        );
+        req.body = bytes::Bytes::from_static(b"{\"readonly\": true, \"x\": 1}");
+        assert_eq!(
+            parse_body::<ReadonlyBody>(&req, false)
+                .unwrap_err()
+                .status(),
+            400
+        );
+        req.body = bytes::Bytes::new();
+        assert_eq!(
+            parse_body::<ReadonlyBody>(&req, false)
+                .unwrap_err()
+                .status(),
+            400
+        );
+        assert!(parse_body::<PauseBody>(&req, true).is_ok());
+    }
+}
