@@ -93,6 +93,24 @@ fn parse(text: &str) -> Vec<(String, HashMap<String, String>, f64)> {
 
 async fn scrape(addr: std::net::SocketAddr) -> Scrape {
     let resp = api_common::http_get(addr, "/metrics").await;
+    parse_response(&resp)
+}
+
+/// Scrapes asking for OpenMetrics, as Prometheus does.
+async fn scrape_openmetrics(addr: std::net::SocketAddr) -> Scrape {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+          Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).await.unwrap();
+    parse_response(&resp)
+}
+
+fn parse_response(resp: &str) -> Scrape {
     let (head, body) = resp.split_once("\r\n\r\n").expect("http response");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     Scrape {
@@ -317,6 +335,66 @@ async fn metrics_count_nats_grpc_partitions_and_http() {
     promtool_check(&s.text);
 
     nc.drain().await.ok();
+    node.shutdown().await;
+}
+
+/// Parses `text` with Prometheus's OpenMetrics parser (promtool's
+/// backfill reads OpenMetrics; it needs timestamps, so each sample gets one).
+fn promtool_check_openmetrics(text: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let stamped: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with('#') {
+                format!("{l}\n")
+            } else {
+                format!("{l} 1700000000\n")
+            }
+        })
+        .collect();
+    let input = dir.path().join("scrape.om");
+    std::fs::write(&input, stamped).unwrap();
+    let out = std::process::Command::new("/usr/bin/promtool")
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&input)
+        .arg(dir.path().join("blocks"))
+        .output()
+        .expect("/usr/bin/promtool runs (apt-get install -y prometheus)");
+    assert!(
+        out.status.success(),
+        "promtool rejected the OpenMetrics text ({}):\n{}{}\n--- text ---\n{text}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn metrics_openmetrics_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let http = node.http_addr().expect("http enabled");
+    let mut c = client(&node).await;
+    create(&mut c, "om", "om", 2).await;
+    let s = scrape_openmetrics(http).await;
+    assert!(
+        s.head
+            .contains("content-type: application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        "{}",
+        s.head
+    );
+    assert!(s.text.ends_with("# EOF\n"), "{}", s.text);
+    assert!(s.text.contains(
+        "# TYPE liftbridge_nats_in_bytes counter\n# UNIT liftbridge_nats_in_bytes bytes\n"
+    ));
+    assert_eq!(s.count("liftbridge_partition_high_watermark"), 2);
+    promtool_check_openmetrics(&s.text);
+    // Without the Accept header: the Prometheus text format.
+    let plain = scrape(http).await;
+    assert!(plain
+        .head
+        .contains("content-type: text/plain; version=0.0.4"));
+    assert!(!plain.text.contains("# EOF"));
     node.shutdown().await;
 }
 
