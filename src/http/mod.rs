@@ -7,7 +7,9 @@
 //! (prefix routes). Handlers get a parsed [`HttpRequest`] (method, path,
 //! raw query, body) and return an [`HttpResponse`]; JSON helpers set
 //! `application/json`. Unknown paths get a 404 JSON body; handlers reject
-//! bad queries with 400.
+//! bad queries with 400. An optional observer ([`Router::observe`], set by
+//! the metrics routes) is told the matched route pattern and the status of
+//! every dispatched request.
 //!
 //! Invariants: no lock is held across `.await`; request bodies are capped
 //! ([`MAX_BODY`]); shutdown stops accepting, lets in-flight requests finish
