@@ -623,6 +623,36 @@ mod tests {
         srv.shutdown().await;
     }
 
+    #[tokio::test]
+    async fn observer_sees_route_patterns_and_statuses() {
+        let seen = Arc::new(parking_lot::Mutex::new(Vec::<(String, u16)>::new()));
+        let s2 = seen.clone();
+        let observed = Router::new()
+            .route_sync("/metrics", |_| HttpResponse::bytes(200, "text/plain", "x"))
+            .observe(move |route, status| s2.lock().push((route.to_string(), status)));
+        // The observer survives being merged into another router.
+        let router = Router::new()
+            .route_sync("/varz", |_| HttpResponse::error(503, "down"))
+            .prefix("/ui/", |_| async {
+                HttpResponse::bytes(200, "text/html", "")
+            })
+            .merge(observed);
+        for path in ["/metrics", "/varz/", "/ui/app.js", "/nope"] {
+            router
+                .dispatch(HttpRequest::new(hyper::Method::GET, path, ""))
+                .await;
+        }
+        assert_eq!(
+            *seen.lock(),
+            vec![
+                ("/metrics".to_string(), 200),
+                ("/varz".to_string(), 503),
+                ("/ui/".to_string(), 200),
+                ("unmatched".to_string(), 404),
+            ]
+        );
+    }
+
     #[test]
     fn query_decoding() {
         let q = parse_query("subs=1&test=foo%2Ebar&x=a+b&flag&bad=%zz&end=%4");
