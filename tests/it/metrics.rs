@@ -408,13 +408,17 @@ async fn metrics_count_nats_auth_failures() {
     };
     let node = start(cfg).await;
     let http = node.http_addr().expect("http enabled");
-    for token in ["wrong", "s3cret"] {
+    // A wrong token, a right one, and a PING before any CONNECT.
+    for token in ["wrong", "s3cret", ""] {
         let mut s = tokio::net::TcpStream::connect(node.nats_addr())
             .await
             .unwrap();
-        s.write_all(format!("CONNECT {{\"auth_token\":\"{token}\"}}\r\nPING\r\n").as_bytes())
-            .await
-            .unwrap();
+        let hello = if token.is_empty() {
+            "PING\r\n".to_string()
+        } else {
+            format!("CONNECT {{\"auth_token\":\"{token}\"}}\r\nPING\r\n")
+        };
+        s.write_all(hello.as_bytes()).await.unwrap();
         let mut buf = vec![0u8; 4096];
         let mut got = String::new();
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -428,17 +432,17 @@ async fn metrics_count_nats_auth_failures() {
             }
             got.push_str(&String::from_utf8_lossy(&buf[..n]));
         }
-        if token == "wrong" {
-            assert!(got.contains("Authorization Violation"), "{got}");
-        } else {
+        if token == "s3cret" {
             assert!(got.contains("PONG"), "{got}");
+        } else {
+            assert!(got.contains("Authorization Violation"), "{got}");
         }
     }
     let s = scrape(http).await;
-    assert_eq!(s.get("liftbridge_nats_auth_failures_total", &[]), 1.0);
+    assert_eq!(s.get("liftbridge_nats_auth_failures_total", &[]), 2.0);
     assert_eq!(
         s.get("liftbridge_nats_connections_accepted_total", &[]),
-        2.0
+        3.0
     );
     node.shutdown().await;
 }
