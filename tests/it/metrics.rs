@@ -489,3 +489,71 @@ async fn metrics_scrape_many_partitions() {
     promtool_check(&s.text);
     node.shutdown().await;
 }
+
+/// Retention and compaction passes are counted with the records they
+/// removed (the store series are process-wide, so deltas are lower bounds
+/// when other tests run alongside).
+#[tokio::test]
+async fn metrics_count_retention_and_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let http = node.http_addr().expect("http enabled");
+    let mut c = client(&node).await;
+    let before = scrape(http).await;
+    let runs = |s: &Scrape, n: &str| s.get(n, &[]);
+    for (name, retention, compact) in [("ret", Some(5), false), ("cmp", None, true)] {
+        c.create_stream(proto::CreateStreamRequest {
+            subject: name.into(),
+            name: name.into(),
+            partitions: 1,
+            retention_max_messages: retention.map(|v| proto::NullableInt64 { value: v }),
+            compact_enabled: Some(proto::NullableBool { value: compact }),
+            cleaner_interval: Some(proto::NullableInt64 { value: 50 }),
+            ..Default::default()
+        })
+        .await
+        .expect("create stream");
+        for i in 0..20 {
+            api_common::publish_acked(&mut c, name, 0, b"same-key", format!("v{i}").as_bytes())
+                .await;
+        }
+    }
+    eventually("retention and compaction ran", || async {
+        let s = scrape(http).await;
+        s.get("liftbridge_partition_messages", &[("stream", "ret")]) == 5.0
+            && s.get("liftbridge_partition_messages", &[("stream", "cmp")]) == 1.0
+    })
+    .await;
+    let s = scrape(http).await;
+    assert_eq!(
+        s.get("liftbridge_partition_oldest_offset", &[("stream", "ret")]),
+        15.0
+    );
+    assert_eq!(
+        s.get(
+            "liftbridge_partition_messages_appended_total",
+            &[("stream", "ret")]
+        ),
+        20.0
+    );
+    for (runs_name, removed_name) in [
+        (
+            "liftbridge_store_retention_runs_total",
+            "liftbridge_store_retention_removed_records_total",
+        ),
+        (
+            "liftbridge_store_compaction_runs_total",
+            "liftbridge_store_compaction_removed_records_total",
+        ),
+    ] {
+        assert!(
+            runs(&s, runs_name) > runs(&before, runs_name),
+            "{runs_name}"
+        );
+        assert!(
+            runs(&s, removed_name) - runs(&before, removed_name) >= 15.0,
+            "{removed_name}"
+        );
+    }
+    node.shutdown().await;
+}
