@@ -376,6 +376,8 @@ async fn metrics_openmetrics_on_request() {
     let http = node.http_addr().expect("http enabled");
     let mut c = client(&node).await;
     create(&mut c, "om", "om", 2).await;
+    // Stream names may contain quotes: label values must be escaped.
+    create(&mut c, "q\"uote", "quote", 1).await;
     let s = scrape_openmetrics(http).await;
     assert!(
         s.head
@@ -387,7 +389,13 @@ async fn metrics_openmetrics_on_request() {
     assert!(s.text.contains(
         "# TYPE liftbridge_nats_in_bytes counter\n# UNIT liftbridge_nats_in_bytes bytes\n"
     ));
-    assert_eq!(s.count("liftbridge_partition_high_watermark"), 2);
+    assert_eq!(s.count("liftbridge_partition_high_watermark"), 3);
+    assert!(
+        s.text
+            .contains(r#"liftbridge_partition_high_watermark{stream="q\"uote",partition="0"} -1"#),
+        "{}",
+        s.text
+    );
     promtool_check_openmetrics(&s.text);
     // Without the Accept header: the Prometheus text format.
     let plain = scrape(http).await;
@@ -395,6 +403,7 @@ async fn metrics_openmetrics_on_request() {
         .head
         .contains("content-type: text/plain; version=0.0.4"));
     assert!(!plain.text.contains("# EOF"));
+    promtool_check(&plain.text);
     node.shutdown().await;
 }
 
