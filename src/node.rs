@@ -332,11 +332,12 @@ impl crate::http::MonitorSource for NatsMonitor {
 }
 
 /// Starts the HTTP listener. The router is built from route sets, one per
-/// module: NATS monitoring (`/varz`, `/connz`, `/subsz`, `/healthz`),
-/// the admin API (`/api/v1/…`) and Prometheus `/metrics`; later sets win
-/// on conflicting paths. The server checks `http.auth.*` credentials
-/// before any route and serves HTTPS only when `http.tls.*` is set. The
-/// listener is bound first so the admin API can report its address.
+/// module: NATS monitoring (`/varz`, `/connz`, `/subsz`, `/healthz`), the
+/// admin API (`/api/v1/…`), Prometheus `/metrics` (which also installs the
+/// request observer) and the UI; later sets win on conflicting paths. The
+/// server checks `http.auth.*` credentials before any route and serves
+/// HTTPS only when `http.tls.*` is set. The listener is bound first so the
+/// admin API can report its address.
 async fn start_http(
     cfg: &NodeConfig,
     tls: Option<Arc<rustls::ServerConfig>>,

@@ -7,7 +7,9 @@
 //! (prefix routes). Handlers get a parsed [`HttpRequest`] (method, path,
 //! raw query, body) and return an [`HttpResponse`]; JSON helpers set
 //! `application/json`. Unknown paths get a 404 JSON body; handlers reject
-//! bad queries with 400.
+//! bad queries with 400. An optional observer ([`Router::observe`], set by
+//! the metrics routes) is told the matched route pattern and the status of
+//! every dispatched request.
 //!
 //! Security: an optional TLS acceptor (rustls, [`HttpState::with_tls`])
 //! wraps every connection, and an optional auth layer ([`auth`],
@@ -751,6 +753,36 @@ mod tests {
         assert_eq!(st, 503);
         assert!(body.contains("unavailable"));
         srv.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn observer_sees_route_patterns_and_statuses() {
+        let seen = Arc::new(parking_lot::Mutex::new(Vec::<(String, u16)>::new()));
+        let s2 = seen.clone();
+        let observed = Router::new()
+            .route_sync("/metrics", |_| HttpResponse::bytes(200, "text/plain", "x"))
+            .observe(move |route, status| s2.lock().push((route.to_string(), status)));
+        // The observer survives being merged into another router.
+        let router = Router::new()
+            .route_sync("/varz", |_| HttpResponse::error(503, "down"))
+            .prefix("/ui/", |_| async {
+                HttpResponse::bytes(200, "text/html", "")
+            })
+            .merge(observed);
+        for path in ["/metrics", "/varz/", "/ui/app.js", "/nope"] {
+            router
+                .dispatch(HttpRequest::new(hyper::Method::GET, path, ""))
+                .await;
+        }
+        assert_eq!(
+            *seen.lock(),
+            vec![
+                ("/metrics".to_string(), 200),
+                ("/varz".to_string(), 503),
+                ("/ui/".to_string(), 200),
+                ("unmatched".to_string(), 404),
+            ]
+        );
     }
 
     #[test]

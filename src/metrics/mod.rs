@@ -15,7 +15,9 @@
 //! Exposition: the crate encodes OpenMetrics; [`to_prometheus_text`] turns
 //! that into the Prometheus text format 0.0.4 (counter HELP/TYPE carry the
 //! `_total` name, no `# UNIT`, no `# EOF`), which `promtool check metrics`
-//! accepts cleanly, served as [`CONTENT_TYPE`].
+//! accepts cleanly, served as [`CONTENT_TYPE`]. A scraper whose `Accept`
+//! header names `application/openmetrics-text` (Prometheus does) gets the
+//! OpenMetrics text unchanged, as [`OPENMETRICS_CONTENT_TYPE`].
 //!
 //! Rendering reads files (`/proc`, database sizes), so the handler runs it
 //! on the blocking pool, never on an async worker. Label sets are bounded:
@@ -42,6 +44,38 @@ use crate::partition::PartitionManager;
 
 /// Content type of the `/metrics` response (Prometheus text format).
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// Content type of the OpenMetrics response (on request, see the module
+/// documentation).
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Which text format to render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus text format 0.0.4.
+    Prometheus,
+    /// OpenMetrics 1.0 text.
+    OpenMetrics,
+}
+
+impl Format {
+    /// The format asked for by an `Accept` header (Prometheus text unless
+    /// OpenMetrics is named).
+    pub fn from_accept(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Prometheus,
+        }
+    }
+
+    /// The response content type of this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Prometheus => CONTENT_TYPE,
+            Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
+        }
+    }
+}
 
 /// Errors of metrics rendering.
 #[derive(Debug, thiserror::Error)]
@@ -122,16 +156,19 @@ impl NodeMetrics {
 
     /// Renders the exposition text. Blocking (reads `/proc` and file
     /// sizes): call from a blocking thread.
-    pub fn render(&self) -> Result<String, MetricsError> {
+    pub fn render(&self, format: Format) -> Result<String, MetricsError> {
         let mut om = String::with_capacity(16 * 1024);
         prometheus_client::encoding::text::encode(&mut om, &self.inner.registry)?;
-        Ok(to_prometheus_text(&om))
+        Ok(match format {
+            Format::OpenMetrics => om,
+            Format::Prometheus => to_prometheus_text(&om),
+        })
     }
 
     /// Renders on the blocking pool.
-    pub async fn render_async(&self) -> Result<String, MetricsError> {
+    pub async fn render_async(&self, format: Format) -> Result<String, MetricsError> {
         let me = self.clone();
-        tokio::task::spawn_blocking(move || me.render())
+        tokio::task::spawn_blocking(move || me.render(format))
             .await
             .map_err(|e| MetricsError::Task(e.to_string()))?
     }
@@ -176,11 +213,12 @@ pub fn to_prometheus_text(om: &str) -> String {
 pub fn routes(metrics: NodeMetrics) -> Router {
     let obs = metrics.clone();
     Router::new()
-        .route("/metrics", move |_| {
+        .route("/metrics", move |req| {
             let m = metrics.clone();
+            let format = Format::from_accept(req.header("accept"));
             async move {
-                match m.render_async().await {
-                    Ok(text) => HttpResponse::bytes(200, CONTENT_TYPE, text),
+                match m.render_async(format).await {
+                    Ok(text) => HttpResponse::bytes(200, format.content_type(), text),
                     Err(e) => {
                         tracing::warn!(error = %e, "rendering metrics");
                         HttpResponse::error(500, &e.to_string())
@@ -204,6 +242,15 @@ mod tests {
             "# HELP a_bytes_total Bytes.\n# TYPE a_bytes_total counter\n\
              a_bytes_total{x=\"1\"} 3\n# HELP g A gauge.\n# TYPE g gauge\ng 1\n"
         );
+    }
+
+    #[test]
+    fn accept_header_picks_the_format() {
+        let prom = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(Format::from_accept(Some(prom)), Format::OpenMetrics);
+        assert_eq!(Format::from_accept(Some("text/plain")), Format::Prometheus);
+        assert_eq!(Format::from_accept(Some("*/*")), Format::Prometheus);
+        assert_eq!(Format::from_accept(None), Format::Prometheus);
     }
 
     #[test]

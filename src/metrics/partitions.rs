@@ -129,6 +129,21 @@ fn family_counter(
     Ok(())
 }
 
+/// Escapes a label value for the text formats (the encoder writes values
+/// verbatim, and stream names may contain `"`).
+pub fn escape_label_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 fn clamp(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -141,7 +156,10 @@ impl Collector for PartitionCollector {
         for s in state.streams.values() {
             for p in s.partitions.iter().filter(|p| p.leader == me) {
                 rows.push(Row {
-                    labels: [("stream", s.name.clone()), ("partition", p.id.to_string())],
+                    labels: [
+                        ("stream", escape_label_value(&s.name)),
+                        ("partition", p.id.to_string()),
+                    ],
                     paused: p.paused,
                     readonly: p.readonly,
                     isr: p.isr.len(),
@@ -273,5 +291,17 @@ impl Collector for PartitionCollector {
             None,
             |r| Some(r.isr as i64),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape_label_value("orders"), "orders");
+        assert_eq!(escape_label_value(r#"a"b"#), r#"a\"b"#);
+        assert_eq!(escape_label_value("a\\b\nc"), r#"a\\b\nc"#);
     }
 }

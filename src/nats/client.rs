@@ -842,6 +842,7 @@ impl Reader {
         if !self.st.connected && self.server.auth_required() && !matches!(op, ClientOp::Connect(_))
         {
             self.client.close_with_err(Some("Authorization Violation"));
+            self.server.auth_failures.fetch_add(1, Ordering::Relaxed);
             return Flow::Close;
         }
         match op {
