@@ -235,8 +235,12 @@
       }
     }
     if (resp.status === 401) {
-      askForToken(t ? 'The stored token was refused.' : '');
-      throw new ApiError(401, (data && data.error) || 'authentication required');
+      // A Bearer challenge means a token helps; a Basic-only one is answered
+      // by the browser's own prompt on the next page load.
+      const challenge = resp.headers.get('www-authenticate') || '';
+      if (/bearer/i.test(challenge) || !challenge) askForToken(t ? 'The stored token was refused.' : '');
+      const msg = (data && data.error) || 'authentication required';
+      throw new ApiError(401, /bearer/i.test(challenge) ? msg : `${msg}: reload the page to sign in`);
     }
     if (!resp.ok) {
       const msg = (data && data.error) || resp.statusText || 'request failed';
@@ -253,6 +257,8 @@
 
   let bannerSource = '';
   function showError(err, source = 'action') {
+    // The sign-in dialog already says it.
+    if (err instanceof ApiError && err.status === 401 && state.tokenPromptOpen) return;
     const status = err instanceof ApiError && err.status ? `${err.status}: ` : '';
     $('banner-text').textContent = status + (err && err.message ? err.message : String(err));
     $('banner').classList.remove('hidden');
@@ -278,11 +284,8 @@
     if (state.tokenPromptOpen) return;
     state.tokenPromptOpen = true;
     const d = $('token-dialog');
-    const p = d.querySelector('p');
-    if (why && p && !p.dataset.extended) {
-      p.dataset.extended = '1';
-      p.prepend(h('strong', {}, why + ' '));
-    }
+    $('token-why').textContent = why || '';
+    $('token-why').classList.toggle('hidden', !why);
     $('token-input').value = '';
     if (typeof d.showModal === 'function') {
       if (!d.open) d.showModal();

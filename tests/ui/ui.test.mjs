@@ -456,6 +456,46 @@ uiTest('a 390-px phone viewport never scrolls sideways', async () => {
   }
 });
 
+uiTest('with token auth the page asks for the token, keeps it, and signs out', async () => {
+  const secured = await new Server('http.auth.token: ui-s3cret\n').start();
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const p = await ctx.newPage();
+  p.setDefaultTimeout(15000);
+  watchErrors(p);
+  try {
+    assert.equal((await secured.api('GET', '/api/v1/info')).status, 401);
+    await p.goto(secured.base + '/');
+    const dialog = p.locator(byTestId('token-dialog'));
+    await dialog.waitFor({ state: 'visible' });
+    assert.equal(await p.locator(byTestId('info-version')).count(), 0);
+
+    await p.fill(byTestId('token-input'), 'wrong');
+    await p.click(byTestId('token-submit'));
+    await p.locator(byTestId('token-why')).filter({ hasText: 'refused' }).waitFor();
+    await dialog.waitFor({ state: 'visible' });
+    await p.screenshot({ path: path.join(ARTIFACTS, 'token-dialog.png') });
+
+    await p.fill(byTestId('token-input'), 'ui-s3cret');
+    await p.click(byTestId('token-submit'));
+    await dialog.waitFor({ state: 'hidden' });
+    const info = (await secured.api('GET', '/api/v1/info', undefined, { authorization: 'Bearer ui-s3cret' })).body;
+    await p.locator(byTestId('info-server-id')).filter({ hasText: info.server_id }).waitFor();
+    assert.equal(await p.evaluate(() => localStorage.getItem('liftbridge.token')), 'ui-s3cret');
+
+    // A reload keeps the token: no prompt.
+    await p.reload();
+    await p.locator(byTestId('info-server-id')).filter({ hasText: info.server_id }).waitFor();
+    assert.equal(await dialog.isVisible(), false);
+
+    await p.click(byTestId('forget-token'));
+    await dialog.waitFor({ state: 'visible' });
+    assert.equal(await p.evaluate(() => localStorage.getItem('liftbridge.token')), null);
+  } finally {
+    await ctx.close();
+    await secured.stop();
+  }
+});
+
 uiTest('no script errors or blocked resources on any page', async () => {
   assert.deepEqual(pageErrors, []);
 });
