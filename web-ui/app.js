@@ -354,7 +354,8 @@
     });
     if (state.history.length > HISTORY + 1) state.history.splice(0, state.history.length - HISTORY - 1);
     $('status-dot').className = 'dot up';
-    $('status-text').textContent = `${info.server_id || '?'} · v${info.version || '?'}`;
+    // Version first: on a phone the line is cut at the end.
+    $('status-text').textContent = `v${info.version || '?'} · ${info.server_id || '?'}`;
     if (state.onInfo) state.onInfo(info);
   }
 
@@ -373,8 +374,11 @@
 
   // ---------------------------------------------------------------- routing
 
+  /** Runs `f` every `ms` while this view is shown and the tab is visible. */
   function every(ms, f) {
-    state.timers.push(setInterval(f, ms));
+    state.timers.push(setInterval(() => {
+      if (!document.hidden) f();
+    }, ms));
   }
 
   function clearView() {
@@ -1183,7 +1187,14 @@
     window.addEventListener('hashchange', route);
     route();
     pollInfo();
-    setInterval(pollInfo, INFO_EVERY_MS);
+    // A hidden tab stops polling; the rates stay right because each is
+    // divided by the real time between two samples.
+    setInterval(() => {
+      if (!document.hidden) pollInfo();
+    }, INFO_EVERY_MS);
+    document.addEventListener('visibilitychange', () => {
+      if (!document.hidden) pollInfo();
+    });
   }
 
   if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);
