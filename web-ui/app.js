@@ -637,7 +637,9 @@
         const sum = partitionsSummary(s);
         const td = (label, cls, ...c) => h('td', { 'data-label': label, class: cls }, ...c);
         return h('tr', { testid: 'stream-row', dataset: { stream: s.name } },
-          td('Name', '', h('a', { href: streamHref(s.name), testid: 'stream-link' }, s.name)),
+          td('Name', '', h('span', {}, h('a', { href: streamHref(s.name), testid: 'stream-link' }, s.name),
+            // Liftbridge's own streams (cursors) start with "__".
+            s.name.startsWith('__') ? [' ', h('span', { class: 'badge internal', title: 'used by the server itself' }, 'internal')] : null)),
           td('Subject', 'mono', s.subject),
           td('Partitions', 'num', fmtNum(sum.count)),
           td('Newest offset', 'num', h('span', { testid: 'stream-newest' }, fmtOffset(sum.newest))),
@@ -877,7 +879,10 @@
   }
 
   function messageBrowser(name, id, gen, onChange) {
-    const b = { mode: 'text', next: null, tailing: false, busy: false, shown: [] };
+    // seq numbers page loads: only the newest request's answer is shown, so
+    // a click while a load is under way is never lost. tailBusy keeps one
+    // tail request in flight at a time.
+    const b = { mode: 'text', next: null, tailing: false, tailBusy: false, seq: 0, shown: [] };
     const seek = h('select', { testid: 'seek-mode', 'aria-label': 'start at' },
       h('option', { value: 'oldest' }, 'oldest'), h('option', { value: 'offset' }, 'offset'),
       h('option', { value: 'time' }, 'time'), h('option', { value: 'latest' }, 'latest'));
@@ -965,12 +970,11 @@
     }
 
     async function loadPage(extra) {
-      if (b.busy) return;
-      b.busy = true;
-      loadBtn.disabled = true;
+      b.seq += 1;
+      const seq = b.seq;
       try {
         const page = await fetchPage(extra);
-        if (!live(gen)) return;
+        if (!live(gen) || seq !== b.seq) return;
         clearError('browse');
         b.shown = page.messages;
         b.next = page.next;
@@ -979,10 +983,7 @@
         redraw();
         list.scrollTop = 0;
       } catch (e) {
-        if (live(gen)) showError(e, 'browse');
-      } finally {
-        b.busy = false;
-        loadBtn.disabled = false;
+        if (live(gen) && seq === b.seq) showError(e, 'browse');
       }
     }
 
@@ -1003,11 +1004,13 @@
 
     let tailTimer = 0;
     async function tailOnce() {
-      if (!b.tailing || b.busy || !live(gen)) return;
-      b.busy = true;
+      if (!b.tailing || b.tailBusy || !live(gen)) return;
+      b.tailBusy = true;
+      const seq = b.seq;
       try {
         const page = await fetchPage(b.next === null ? { from: 'latest' } : { offset: String(b.next) });
-        if (!live(gen) || !b.tailing) return;
+        // A page loaded meanwhile moved the position: this answer is stale.
+        if (!live(gen) || !b.tailing || seq !== b.seq) return;
         clearError('browse');
         if (page.next !== null) b.next = page.next;
         if (page.messages.length) {
@@ -1015,9 +1018,9 @@
           const seen = new Set(b.shown.map((m) => m.offset));
           const fresh = page.messages.filter((m) => !seen.has(m.offset));
           b.shown = b.shown.concat(fresh).slice(-TAIL_KEEP);
+          list.querySelector('[data-testid=no-messages]')?.remove();
           for (const m of fresh) list.append(messageEl(m));
           while (list.children.length > b.shown.length) list.firstChild.remove();
-          list.querySelector('[data-testid=no-messages]')?.remove();
           if (atBottom) list.scrollTop = list.scrollHeight;
           onChange();
         }
@@ -1025,7 +1028,7 @@
       } catch (e) {
         if (live(gen)) showError(e, 'browse');
       } finally {
-        b.busy = false;
+        b.tailBusy = false;
       }
     }
     tail.addEventListener('change', () => {
@@ -1073,6 +1076,8 @@
       if (!b.shown.length) list.append(h('p', { class: 'empty', testid: 'no-messages' }, 'No messages.'));
     }
 
+    // Open on the oldest page, as if Load had been pressed.
+    loadPage({});
     return panel;
   }
 
