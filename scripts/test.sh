@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-apt_pkgs=(nats-server)
+apt_pkgs=(nats-server prometheus)
 # Headless Chromium for the web UI's browser test (tests/ui).
 apt_pkgs+=(chromium)
 # Node.js and npm run that test; the machine image normally has them.

@@ -12,6 +12,7 @@
 //! api/        the Liftbridge gRPC service `proto.API`
 //! http/       the HTTP server: routing, auth, TLS, NATS monitoring JSON
 //! admin/      the admin JSON API (`/api/v1/…`) over ApiService and the logs
+//! metrics/    Prometheus registry, collectors and the gRPC metrics layer
 //! bench/      load generators for the `bench` command
 //! cli/        the command line (serve, nats-server mode, cert, bench, stream, pub, sub)
 //! ```
@@ -27,6 +28,7 @@ pub mod cluster;
 pub mod config;
 pub mod http;
 pub mod logging;
+pub mod metrics;
 pub mod nats;
 pub mod node;
 pub mod partition;

@@ -332,17 +332,18 @@ impl crate::http::MonitorSource for NatsMonitor {
 }
 
 /// Starts the HTTP listener. The router is built from route sets, one per
-/// module: NATS monitoring (`/varz`, `/connz`, `/subsz`, `/healthz`) and
-/// the admin API (`/api/v1/…`); later sets win on conflicting paths. The
-/// server checks `http.auth.*` credentials before any route and serves
-/// HTTPS only when `http.tls.*` is set. The listener is bound first so the
-/// admin API can report its address.
+/// module: NATS monitoring (`/varz`, `/connz`, `/subsz`, `/healthz`),
+/// the admin API (`/api/v1/…`) and Prometheus `/metrics`; later sets win
+/// on conflicting paths. The server checks `http.auth.*` credentials
+/// before any route and serves HTTPS only when `http.tls.*` is set. The
+/// listener is bound first so the admin API can report its address.
 async fn start_http(
     cfg: &NodeConfig,
     tls: Option<Arc<rustls::ServerConfig>>,
     host: &str,
     port: u16,
     admin: crate::admin::AdminContext,
+    metrics: crate::metrics::NodeMetrics,
 ) -> Result<crate::http::HttpServer, NodeError> {
     use crate::http::{HttpState, Router};
     let addr = tokio::net::lookup_host((host, port))
@@ -363,6 +364,7 @@ async fn start_http(
     let router = Router::new()
         .merge(crate::http::monitoring_routes(Arc::new(NatsMonitor(nats))))
         .merge(crate::admin::routes(admin))
+        .merge(crate::metrics::routes(metrics))
         // Merged last: the UI's `/` wins over the monitoring endpoint list.
         .merge(crate::http::ui::routes());
     let mut state = HttpState::new(router).with_auth(cfg.http_auth.clone());
@@ -526,7 +528,11 @@ impl Node {
         let api = ApiServer::new(service)
             .max_decoding_message_size(MAX_GRPC_MESSAGE)
             .max_encoding_message_size(MAX_GRPC_MESSAGE);
-        let router = builder.add_service(health).add_service(api);
+        let metrics = crate::metrics::NodeMetrics::new(nats.clone(), meta.clone(), parts.clone());
+        let router = builder
+            .layer(metrics.grpc_layer())
+            .add_service(health)
+            .add_service(api);
         let grpc_task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
         }));
@@ -545,7 +551,7 @@ impl Node {
                     },
                     start_time_ns,
                 };
-                Some(start_http(&cfg, http_tls, h, *p, admin).await?)
+                Some(start_http(&cfg, http_tls, h, *p, admin, metrics).await?)
             }
             None => None,
         };

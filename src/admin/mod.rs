@@ -266,7 +266,10 @@ async fn route(ctx: &AdminContext, req: &HttpRequest) -> Result<HttpResponse, Ad
         ["streams", name, "partitions", id, "messages"] => {
             let (s, id) = ctx.stream_partition(name, id)?;
             match v {
-                Verb::Get => ok(messages::read(ctx, &s, id, req).await?),
+                Verb::Get => Ok(HttpResponse::json_compact(
+                    200,
+                    &messages::read(ctx, &s, id, req).await?,
+                )),
                 Verb::Post => ok(messages::publish(ctx, &s, id, req).await?),
                 _ => not_allowed(req, "GET, POST"),
             }
@@ -752,6 +755,20 @@ mod tests {
             segments("/api/v1/streams/%ff"),
             Err(AdminError::BadRequest(_))
         ));
+    }
+
+    proptest::proptest! {
+        /// Any path splits into segments or a 400, never a panic, and
+        /// encoding a segment then decoding it gives it back.
+        #[test]
+        fn any_path_parses_or_is_refused(path in "\\PC{0,40}", seg in "\\PC{0,12}") {
+            match segments(&format!("/api/v1/{path}")) {
+                Ok(_) => {}
+                Err(e) => proptest::prop_assert_eq!(e.status(), 400),
+            }
+            let encoded: String = seg.bytes().map(|b| format!("%{b:02X}")).collect();
+            proptest::prop_assert_eq!(decode_segment(&encoded).unwrap(), seg);
+        }
     }
 
     #[test]

@@ -157,6 +157,20 @@ impl HttpResponse {
         }
     }
 
+    /// A JSON response on one line: for bulk data (message pages), where
+    /// indentation would add a third to the size.
+    pub fn json_compact(status: u16, v: &Value) -> HttpResponse {
+        // Serializing a `serde_json::Value` cannot fail.
+        let mut body = serde_json::to_vec(v).unwrap_or_default();
+        body.push(b'\n');
+        HttpResponse {
+            status,
+            content_type: "application/json",
+            body: body.into(),
+            headers: Vec::new(),
+        }
+    }
+
     /// `{"error": msg}` with `status`.
     pub fn error(status: u16, msg: &str) -> HttpResponse {
         HttpResponse::json(status, &serde_json::json!({ "code": status, "error": msg }))
@@ -178,11 +192,17 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = HttpResponse> + Send>>;
 /// A request handler.
 pub type Handler = Arc<dyn Fn(HttpRequest) -> HandlerFuture + Send + Sync>;
 
+/// Told about every dispatched request: the matched route pattern (an
+/// exact path, a prefix, or `unmatched`) and the response status. Patterns
+/// are registered in code, so the set of values is bounded.
+pub type Observer = Arc<dyn Fn(&str, u16) + Send + Sync>;
+
 /// Paths to handlers: exact paths first, then the longest matching prefix.
 #[derive(Clone, Default)]
 pub struct Router {
     exact: HashMap<String, Handler>,
     prefixes: Vec<(String, Handler)>,
+    observer: Option<Observer>,
 }
 
 impl std::fmt::Debug for Router {
@@ -242,21 +262,38 @@ impl Router {
         self
     }
 
-    /// Adds every route of `other` (its routes win on conflicts).
+    /// Sets the observer told about every request (metrics).
+    pub fn observe<F>(mut self, f: F) -> Router
+    where
+        F: Fn(&str, u16) + Send + Sync + 'static,
+    {
+        self.observer = Some(Arc::new(f));
+        self
+    }
+
+    /// Adds every route of `other` (its routes and observer win on
+    /// conflicts).
     pub fn merge(mut self, other: Router) -> Router {
+        if other.observer.is_some() {
+            self.observer = other.observer;
+        }
         self.exact.extend(other.exact);
         self.prefixes.extend(other.prefixes);
         self.prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
         self
     }
 
-    fn find(&self, path: &str) -> Option<&Handler> {
-        self.exact.get(path).or_else(|| {
-            self.prefixes
-                .iter()
-                .find(|(p, _)| path.starts_with(p.as_str()))
-                .map(|(_, h)| h)
-        })
+    /// The handler for `path` and the pattern it was registered under.
+    fn find(&self, path: &str) -> Option<(&str, &Handler)> {
+        self.exact
+            .get_key_value(path)
+            .or_else(|| {
+                self.prefixes
+                    .iter()
+                    .find(|(p, _)| path.starts_with(p.as_str()))
+                    .map(|(p, h)| (p, h))
+            })
+            .map(|(p, h)| (p.as_str(), h))
     }
 
     /// Dispatches a request (404 JSON when no route matches).
@@ -266,11 +303,25 @@ impl Router {
             req.path
                 .strip_suffix('/')
                 .filter(|p| !p.is_empty())
-                .and_then(|p| self.exact.get(p))
+                .and_then(|p| self.exact.get_key_value(p))
+                .map(|(p, h)| (p.as_str(), h))
         });
-        match handler {
-            Some(h) => h(req).await,
-            None => HttpResponse::error(404, &format!("no such endpoint: {}", req.path)),
+        let (route, resp) = match handler {
+            Some((route, h)) => (route, h(req).await),
+            None => (
+                "unmatched",
+                HttpResponse::error(404, &format!("no such endpoint: {}", req.path)),
+            ),
+        };
+        self.notify(route, resp.status);
+        resp
+    }
+
+    /// Tells the observer about a request answered without a route (refused
+    /// by the server before dispatch); `what` is a fixed label.
+    fn notify(&self, what: &str, status: u16) {
+        if let Some(o) = &self.observer {
+            o(what, status);
         }
     }
 }
@@ -464,9 +515,17 @@ async fn handle(state: &HttpState, req: hyper::Request<Incoming>) -> hyper::Resp
         .auth
         .check(&parts.method, parts.uri.path(), &parts.headers);
     let resp = match checked {
-        Err(why) => state.auth.refusal_response(why),
+        Err(why) => {
+            let r = state.auth.refusal_response(why);
+            state.router.notify("unauthenticated", r.status);
+            r
+        }
         Ok(()) => match Limited::new(body, MAX_BODY).collect().await {
-            Err(_) => HttpResponse::error(413, "request body too large or unreadable"),
+            Err(_) => {
+                let r = HttpResponse::error(413, "request body too large or unreadable");
+                state.router.notify("body_too_large", r.status);
+                r
+            }
             Ok(body) => {
                 let req = HttpRequest {
                     method: parts.method.clone(),

@@ -976,6 +976,7 @@ impl Reader {
             }
             Err(e) => {
                 tracing::debug!(cid = self.client.id, error = %e, "authorization violation");
+                self.server.auth_failures.fetch_add(1, Ordering::Relaxed);
                 self.client.close_with_err(Some("Authorization Violation"));
                 Flow::Close
             }
@@ -1180,6 +1181,7 @@ pub(crate) async fn ping_loop(client: Arc<ClientShared>, server: Arc<ServerInner
         }
         if !client.connected.load(Ordering::Acquire) {
             client.close_with_err(Some("Authentication Timeout"));
+            server.auth_failures.fetch_add(1, Ordering::Relaxed);
             return;
         }
     }

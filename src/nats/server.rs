@@ -114,6 +114,8 @@ pub(crate) struct ServerInner {
     tls: Option<tokio_rustls::TlsAcceptor>,
     pub stats: ClientStats,
     pub slow_consumers: AtomicU64,
+    /// Connections refused for bad credentials or authentication timeout.
+    pub auth_failures: AtomicU64,
     pub total_connections: AtomicU64,
     pub clients: Mutex<HashMap<u64, Arc<ClientShared>>>,
     next_cid: AtomicU64,
@@ -236,6 +238,7 @@ impl NatsServer {
             tls,
             stats: ClientStats::default(),
             slow_consumers: AtomicU64::new(0),
+            auth_failures: AtomicU64::new(0),
             total_connections: AtomicU64::new(0),
             clients: Mutex::new(HashMap::new()),
             next_cid: AtomicU64::new(1),

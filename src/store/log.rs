@@ -156,6 +156,8 @@ struct State {
     rmax: Option<i64>,
     epochs: Vec<(u64, u64)>,
     generation: u64,
+    /// Records and encoded bytes appended since open (metrics).
+    appended: (u64, u64),
 }
 
 /// State published by the writer for lock-free reads.
@@ -170,6 +172,8 @@ struct Shared {
     leo_tx: watch::Sender<u64>,
     commits: AtomicU64,
     durable_commits: AtomicU64,
+    appended: AtomicU64,
+    appended_bytes: AtomicU64,
 }
 
 impl Shared {
@@ -181,6 +185,8 @@ impl Shared {
         self.count.store(st.count, Ordering::Release);
         self.bytes.store(st.bytes, Ordering::Release);
         self.generation.store(st.generation, Ordering::Release);
+        self.appended.store(st.appended.0, Ordering::Relaxed);
+        self.appended_bytes.store(st.appended.1, Ordering::Relaxed);
         {
             let mut e = self.epochs.lock();
             if *e != st.epochs {
@@ -387,6 +393,8 @@ impl PartitionLog {
             leo_tx,
             commits: AtomicU64::new(0),
             durable_commits: AtomicU64::new(0),
+            appended: AtomicU64::new(0),
+            appended_bytes: AtomicU64::new(0),
         });
         shared.publish(&state);
         let db = Arc::new(db);
@@ -513,12 +521,18 @@ impl PartitionLog {
         leader_epoch: u64,
         records: Vec<NewRecord>,
     ) -> impl Future<Output = Result<AppendResult, StoreError>> + Send + 'static {
-        self.call_now(move |reply| Op::Append {
+        let started = Instant::now();
+        let done = self.call_now(move |reply| Op::Append {
             epoch: leader_epoch,
             expected: None,
             records,
             reply,
-        })
+        });
+        async move {
+            let r = done.await;
+            crate::metrics::store::observe_append(started.elapsed());
+            r
+        }
     }
 
     /// Like [`append`](Self::append), but only if the batch would start at
@@ -674,6 +688,8 @@ impl PartitionLog {
         CommitStats {
             commits: self.inner.shared.commits.load(Ordering::Relaxed),
             durable_commits: self.inner.shared.durable_commits.load(Ordering::Relaxed),
+            appended_records: self.inner.shared.appended.load(Ordering::Relaxed),
+            appended_bytes: self.inner.shared.appended_bytes.load(Ordering::Relaxed),
         }
     }
 
@@ -850,6 +866,7 @@ impl PartitionLog {
             }
         }
         stats.oldest_offset = self.oldest_offset();
+        crate::metrics::store::retention_run(stats.removed_records);
         Ok(stats)
     }
 
@@ -902,6 +919,7 @@ impl PartitionLog {
             stats.removed_records = n;
             stats.removed_bytes = b;
         }
+        crate::metrics::store::compaction_run(stats.removed_records);
         Ok(stats)
     }
 }
@@ -1004,6 +1022,7 @@ fn load_state(db: &Database) -> Result<State, String> {
             rmax,
             epochs: ep,
             generation: 0,
+            appended: (0, 0),
         }
     };
     txn.commit().map_err(|x| e(&x))?;
@@ -1116,12 +1135,15 @@ impl Writer {
             };
         let mut st = self.state.clone();
         let mut done = Vec::with_capacity(batch.len());
+        let started = Instant::now();
         let result = catch_unwind(AssertUnwindSafe(|| {
             self.transact(batch, &mut st, &mut done, durable)
         }))
         .unwrap_or_else(|_| Err("storage engine failed during a write".into()));
         match result {
             Ok(()) => {
+                let appended = st.appended.0 - self.state.appended.0;
+                crate::metrics::store::observe_commit(appended, started.elapsed(), durable);
                 self.state = st;
                 self.shared.publish(&self.state);
                 self.shared.commits.fetch_add(1, Ordering::Relaxed);
@@ -1203,7 +1225,12 @@ impl Writer {
             let _ = txn.abort();
             return Err(f);
         }
-        txn.commit().map_err(|x| e(&x))
+        let committing = Instant::now();
+        txn.commit().map_err(|x| e(&x))?;
+        if durable {
+            crate::metrics::store::observe_fsync(committing.elapsed());
+        }
+        Ok(())
     }
 
     /// Applies one op. `Err` means the engine failed and the transaction must
@@ -1402,6 +1429,7 @@ fn put_record(
     }
     st.count += 1;
     st.bytes += len as u64;
+    st.appended = (st.appended.0 + 1, st.appended.1 + len as u64);
     if st.oldest.is_none() {
         st.oldest = Some(offset);
     }

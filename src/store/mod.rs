@@ -207,6 +207,10 @@ pub struct CommitStats {
     pub commits: u64,
     /// Of those, commits fsynced to disk.
     pub durable_commits: u64,
+    /// Records appended (leader appends and replicated copies).
+    pub appended_records: u64,
+    /// Encoded bytes of those records.
+    pub appended_bytes: u64,
 }
 
 /// What one retention pass removed.

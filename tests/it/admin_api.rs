@@ -697,3 +697,68 @@ async fn admin_messages_from_nats_and_http() {
     assert_eq!(v["oldest_offset"], 3);
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_odd_requests_get_json_errors_and_the_server_stays_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let a = http(&node);
+    create(a, json!({"name": "s", "subject": "s"})).await;
+    let m = "/api/v1/streams/s/partitions/0/messages";
+    let long = "x".repeat(4000);
+    let cases: Vec<(&str, String, u16)> = vec![
+        ("GET", format!("/api/v1/streams/{long}"), 404),
+        ("GET", "/api/v1/streams/%00".into(), 404),
+        ("GET", "/api/v1/streams/..".into(), 404),
+        ("GET", "/api/v1/streams/%C3%28".into(), 400),
+        ("GET", "/api/v1/streams/s/partitions/".into(), 404),
+        (
+            "GET",
+            "/api/v1/streams/s/partitions/0/messages/x".into(),
+            404,
+        ),
+        ("GET", "/api/v1/streams/s/partitions/+0".into(), 200),
+        ("GET", "/api/v1/streams/s/partitions/2147483648".into(), 400),
+        ("GET", format!("{m}?offset=9223372036854775807"), 200),
+        ("GET", format!("{m}?offset=18446744073709551615"), 400),
+        ("GET", format!("{m}?limit=99999999999999999999999"), 400),
+        ("GET", format!("{m}?from=latest&limit=1000"), 200),
+        ("GET", format!("{m}?since_ns=9223372036854775807"), 200),
+        ("GET", format!("{m}?offset=%31"), 200),
+        ("GET", format!("{m}?offset=%zz"), 400),
+        ("PATCH", "/api/v1/streams/s".into(), 405),
+        ("OPTIONS", "/api/v1/streams".into(), 405),
+        ("POST", "/api/v1/info".into(), 405),
+        ("POST", "/api/v1/connections".into(), 405),
+        ("GET", "/api/v1/".into(), 404),
+    ];
+    for (method, path, want) in cases {
+        let r = request(a, method, &path, &[], None).await;
+        assert_eq!(r.status, want, "{method} {}", &path[..path.len().min(80)]);
+        let v = r.json();
+        if want != 200 {
+            assert_eq!(v["code"], want);
+            assert!(v["error"].is_string());
+        }
+    }
+    // JSON bodies of the wrong shape.
+    for body in [
+        "[]",
+        "null",
+        "\"x\"",
+        "{\"name\": {}}",
+        "{\"partitions\": 1e99}",
+    ] {
+        let r = request(
+            a,
+            "POST",
+            "/api/v1/streams",
+            &[("Content-Type", "application/json")],
+            Some(body.as_bytes()),
+        )
+        .await;
+        assert_eq!(r.status, 400, "{body}");
+    }
+    assert_eq!(get(a, "/api/v1/health").await.status, 200);
+    node.shutdown().await;
+}

@@ -127,11 +127,29 @@ async fn admin_auth_token_and_basic() {
         assert_eq!(get(a, p).await.status, 401, "{p}");
     }
     assert_eq!(get_as(a, "/varz", bearer).await.status, 200);
+    // The UI is served once the browser sends the credentials.
+    let r = get_as(a, "/", &good_basic).await;
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/html"));
     // open_metrics (default): health and metrics stay open.
     let r = get(a, "/healthz").await;
     assert_eq!(r.status, 200);
     assert_eq!(get(a, "/api/v1/health").await.status, 200);
-    assert_ne!(get(a, "/metrics").await.status, 401);
+    let r = get(a, "/metrics").await;
+    assert_eq!(r.status, 200);
+    // Refusals are counted, under a fixed label (not the probed path).
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    let refused = text
+        .lines()
+        .find(|l| {
+            l.starts_with("liftbridge_http_requests_total{")
+                && l.contains("route=\"unauthenticated\"")
+                && l.contains("status=\"401\"")
+        })
+        .unwrap_or_else(|| panic!("no refusal counter in {text}"));
+    let n: f64 = refused.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(n >= 15.0, "{refused}");
+    assert!(!text.contains("/ui/app.js"), "probed paths are not labels");
     node.shutdown().await;
 }
 

@@ -19,6 +19,7 @@ mod cluster_storage;
 mod compat_cert;
 mod compat_nats_server;
 mod config_liftbridge;
+mod metrics;
 mod nats_auth;
 mod nats_core;
 mod nats_raw;

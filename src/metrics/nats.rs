@@ -1,0 +1,129 @@
+//! NATS series, read at scrape time from the counters the embedded server
+//! already keeps for `/varz` (connections, subscriptions, messages and
+//! bytes in and out, slow consumers, authentication failures).
+//!
+//! Nothing here touches the message path: the collector only loads atomics
+//! and takes the client-map lock long enough to count TCP clients.
+
+use std::sync::atomic::Ordering;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Unit;
+
+use crate::nats::client::ClientKind;
+use crate::nats::NatsServer;
+
+/// Collects the embedded NATS server's series.
+pub struct NatsCollector {
+    server: NatsServer,
+}
+
+impl std::fmt::Debug for NatsCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsCollector")
+            .field("addr", &self.server.client_addr())
+            .finish()
+    }
+}
+
+impl NatsCollector {
+    /// A collector reading `server`.
+    pub fn new(server: NatsServer) -> NatsCollector {
+        NatsCollector { server }
+    }
+}
+
+fn counter(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    v: u64,
+) -> Result<(), std::fmt::Error> {
+    let m = enc.encode_descriptor(name, help, unit, MetricType::Counter)?;
+    ConstCounter::new(v).encode(m)
+}
+
+fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, v: i64) -> std::fmt::Result {
+    let m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    ConstGauge::new(v).encode(m)
+}
+
+impl Collector for NatsCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let i = &self.server.inner;
+        let tcp = i
+            .clients
+            .lock()
+            .values()
+            .filter(|c| c.kind == ClientKind::Tcp)
+            .count();
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let bytes = Unit::Bytes;
+        gauge(
+            &mut enc,
+            "liftbridge_nats_connections",
+            "Current NATS client connections (TCP; the node's in-process clients are not counted).",
+            tcp as i64,
+        )?;
+        counter(
+            &mut enc,
+            "liftbridge_nats_connections_accepted",
+            "NATS client connections accepted since start.",
+            None,
+            load(&i.total_connections),
+        )?;
+        gauge(
+            &mut enc,
+            "liftbridge_nats_subscriptions",
+            "Current NATS subscriptions (in-process ones included).",
+            i.sublist.count() as i64,
+        )?;
+        counter(
+            &mut enc,
+            "liftbridge_nats_in_messages",
+            "Messages published into the NATS server (TCP and in-process clients).",
+            None,
+            load(&i.stats.in_msgs),
+        )?;
+        counter(
+            &mut enc,
+            "liftbridge_nats_out_messages",
+            "Messages delivered by the NATS server to subscribers.",
+            None,
+            load(&i.stats.out_msgs),
+        )?;
+        counter(
+            &mut enc,
+            "liftbridge_nats_in",
+            "Payload bytes (headers included) published into the NATS server.",
+            Some(&bytes),
+            load(&i.stats.in_bytes),
+        )?;
+        counter(
+            &mut enc,
+            "liftbridge_nats_out",
+            "Payload bytes (headers included) delivered by the NATS server.",
+            Some(&bytes),
+            load(&i.stats.out_bytes),
+        )?;
+        counter(
+            &mut enc,
+            "liftbridge_nats_slow_consumers",
+            "Clients disconnected or flagged as slow consumers.",
+            None,
+            load(&i.slow_consumers),
+        )?;
+        counter(
+            &mut enc,
+            "liftbridge_nats_auth_failures",
+            "NATS connections refused for bad credentials or authentication timeout.",
+            None,
+            load(&i.auth_failures),
+        )
+    }
+}
