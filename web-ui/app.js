@@ -235,8 +235,12 @@
       }
     }
     if (resp.status === 401) {
-      askForToken(t ? 'The stored token was refused.' : '');
-      throw new ApiError(401, (data && data.error) || 'authentication required');
+      // A Bearer challenge means a token helps; a Basic-only one is answered
+      // by the browser's own prompt on the next page load.
+      const challenge = resp.headers.get('www-authenticate') || '';
+      if (/bearer/i.test(challenge) || !challenge) askForToken(t ? 'The stored token was refused.' : '');
+      const msg = (data && data.error) || 'authentication required';
+      throw new ApiError(401, /bearer/i.test(challenge) ? msg : `${msg}: reload the page to sign in`);
     }
     if (!resp.ok) {
       const msg = (data && data.error) || resp.statusText || 'request failed';
@@ -253,6 +257,8 @@
 
   let bannerSource = '';
   function showError(err, source = 'action') {
+    // The sign-in dialog already says it.
+    if (err instanceof ApiError && err.status === 401 && state.tokenPromptOpen) return;
     const status = err instanceof ApiError && err.status ? `${err.status}: ` : '';
     $('banner-text').textContent = status + (err && err.message ? err.message : String(err));
     $('banner').classList.remove('hidden');
@@ -278,11 +284,8 @@
     if (state.tokenPromptOpen) return;
     state.tokenPromptOpen = true;
     const d = $('token-dialog');
-    const p = d.querySelector('p');
-    if (why && p && !p.dataset.extended) {
-      p.dataset.extended = '1';
-      p.prepend(h('strong', {}, why + ' '));
-    }
+    $('token-why').textContent = why || '';
+    $('token-why').classList.toggle('hidden', !why);
     $('token-input').value = '';
     if (typeof d.showModal === 'function') {
       if (!d.open) d.showModal();
@@ -351,7 +354,8 @@
     });
     if (state.history.length > HISTORY + 1) state.history.splice(0, state.history.length - HISTORY - 1);
     $('status-dot').className = 'dot up';
-    $('status-text').textContent = `${info.server_id || '?'} · v${info.version || '?'}`;
+    // Version first: on a phone the line is cut at the end.
+    $('status-text').textContent = `v${info.version || '?'} · ${info.server_id || '?'}`;
     if (state.onInfo) state.onInfo(info);
   }
 
@@ -370,8 +374,11 @@
 
   // ---------------------------------------------------------------- routing
 
+  /** Runs `f` every `ms` while this view is shown and the tab is visible. */
   function every(ms, f) {
-    state.timers.push(setInterval(f, ms));
+    state.timers.push(setInterval(() => {
+      if (!document.hidden) f();
+    }, ms));
   }
 
   function clearView() {
@@ -630,7 +637,9 @@
         const sum = partitionsSummary(s);
         const td = (label, cls, ...c) => h('td', { 'data-label': label, class: cls }, ...c);
         return h('tr', { testid: 'stream-row', dataset: { stream: s.name } },
-          td('Name', '', h('a', { href: streamHref(s.name), testid: 'stream-link' }, s.name)),
+          td('Name', '', h('span', {}, h('a', { href: streamHref(s.name), testid: 'stream-link' }, s.name),
+            // Liftbridge's own streams (cursors) start with "__".
+            s.name.startsWith('__') ? [' ', h('span', { class: 'badge internal', title: 'used by the server itself' }, 'internal')] : null)),
           td('Subject', 'mono', s.subject),
           td('Partitions', 'num', fmtNum(sum.count)),
           td('Newest offset', 'num', h('span', { testid: 'stream-newest' }, fmtOffset(sum.newest))),
@@ -870,7 +879,10 @@
   }
 
   function messageBrowser(name, id, gen, onChange) {
-    const b = { mode: 'text', next: null, tailing: false, busy: false, shown: [] };
+    // seq numbers page loads: only the newest request's answer is shown, so
+    // a click while a load is under way is never lost. tailBusy keeps one
+    // tail request in flight at a time.
+    const b = { mode: 'text', next: null, tailing: false, tailBusy: false, seq: 0, shown: [] };
     const seek = h('select', { testid: 'seek-mode', 'aria-label': 'start at' },
       h('option', { value: 'oldest' }, 'oldest'), h('option', { value: 'offset' }, 'offset'),
       h('option', { value: 'time' }, 'time'), h('option', { value: 'latest' }, 'latest'));
@@ -958,12 +970,11 @@
     }
 
     async function loadPage(extra) {
-      if (b.busy) return;
-      b.busy = true;
-      loadBtn.disabled = true;
+      b.seq += 1;
+      const seq = b.seq;
       try {
         const page = await fetchPage(extra);
-        if (!live(gen)) return;
+        if (!live(gen) || seq !== b.seq) return;
         clearError('browse');
         b.shown = page.messages;
         b.next = page.next;
@@ -972,10 +983,7 @@
         redraw();
         list.scrollTop = 0;
       } catch (e) {
-        if (live(gen)) showError(e, 'browse');
-      } finally {
-        b.busy = false;
-        loadBtn.disabled = false;
+        if (live(gen) && seq === b.seq) showError(e, 'browse');
       }
     }
 
@@ -996,11 +1004,13 @@
 
     let tailTimer = 0;
     async function tailOnce() {
-      if (!b.tailing || b.busy || !live(gen)) return;
-      b.busy = true;
+      if (!b.tailing || b.tailBusy || !live(gen)) return;
+      b.tailBusy = true;
+      const seq = b.seq;
       try {
         const page = await fetchPage(b.next === null ? { from: 'latest' } : { offset: String(b.next) });
-        if (!live(gen) || !b.tailing) return;
+        // A page loaded meanwhile moved the position: this answer is stale.
+        if (!live(gen) || !b.tailing || seq !== b.seq) return;
         clearError('browse');
         if (page.next !== null) b.next = page.next;
         if (page.messages.length) {
@@ -1008,9 +1018,9 @@
           const seen = new Set(b.shown.map((m) => m.offset));
           const fresh = page.messages.filter((m) => !seen.has(m.offset));
           b.shown = b.shown.concat(fresh).slice(-TAIL_KEEP);
+          list.querySelector('[data-testid=no-messages]')?.remove();
           for (const m of fresh) list.append(messageEl(m));
           while (list.children.length > b.shown.length) list.firstChild.remove();
-          list.querySelector('[data-testid=no-messages]')?.remove();
           if (atBottom) list.scrollTop = list.scrollHeight;
           onChange();
         }
@@ -1018,7 +1028,7 @@
       } catch (e) {
         if (live(gen)) showError(e, 'browse');
       } finally {
-        b.busy = false;
+        b.tailBusy = false;
       }
     }
     tail.addEventListener('change', () => {
@@ -1066,6 +1076,8 @@
       if (!b.shown.length) list.append(h('p', { class: 'empty', testid: 'no-messages' }, 'No messages.'));
     }
 
+    // Open on the oldest page, as if Load had been pressed.
+    loadPage({});
     return panel;
   }
 
@@ -1180,7 +1192,14 @@
     window.addEventListener('hashchange', route);
     route();
     pollInfo();
-    setInterval(pollInfo, INFO_EVERY_MS);
+    // A hidden tab stops polling; the rates stay right because each is
+    // divided by the real time between two samples.
+    setInterval(() => {
+      if (!document.hidden) pollInfo();
+    }, INFO_EVERY_MS);
+    document.addEventListener('visibilitychange', () => {
+      if (!document.hidden) pollInfo();
+    });
   }
 
   if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);

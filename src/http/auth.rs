@@ -129,7 +129,15 @@ impl AuthConfig {
         if !self.enabled() {
             return true;
         }
-        if self.open_reads && (method == Method::GET || method == Method::HEAD) {
+        let read = method == Method::GET || method == Method::HEAD;
+        if self.open_reads && read {
+            return true;
+        }
+        // The UI's static files hold no data, and a browser cannot attach a
+        // bearer token to a page load: with token-only auth they stay open
+        // and the page asks for the token. With Basic configured they stay
+        // closed, so the browser's own login prompt appears.
+        if read && self.username.is_none() && super::ui::is_static_path(path) {
             return true;
         }
         // The router accepts one trailing slash; so does this check.
@@ -314,9 +322,28 @@ mod tests {
         for p in ["/metrics", "/healthz", "/healthz/", "/api/v1/health"] {
             assert_eq!(c.check(&Method::GET, p, &none), Ok(()), "{p}");
         }
-        for p in ["/varz", "/", "/ui/app.js", "/api/v1/info", "/metricsx"] {
+        for p in ["/varz", "/api/v1/info", "/metricsx", "/uix"] {
             assert_eq!(
                 c.check(&Method::GET, p, &none),
+                Err(Refusal::Missing),
+                "{p}"
+            );
+        }
+        // Token only: the UI's files load so the page can ask for the token;
+        // only reads.
+        for p in ["/", "/ui/app.js"] {
+            assert_eq!(c.check(&Method::GET, p, &none), Ok(()), "{p}");
+        }
+        assert_eq!(c.check(&Method::POST, "/", &none), Err(Refusal::Missing));
+        // With Basic they are closed: the browser's login prompt appears.
+        let basic = AuthConfig {
+            username: Some("u".into()),
+            password: Some("p".into()),
+            ..Default::default()
+        };
+        for p in ["/", "/ui/app.js"] {
+            assert_eq!(
+                basic.check(&Method::GET, p, &none),
                 Err(Refusal::Missing),
                 "{p}"
             );

@@ -14,6 +14,14 @@
 //! script with a new page. Requests without it (or with a stale one) get
 //! `no-cache`.
 //!
+//! Authentication: when only `http.auth.token` is configured these static
+//! files are served without credentials ([`is_static_path`]), because a
+//! browser cannot send a bearer token with a page load; the page then asks
+//! for the token when the API answers 401 and sends it on every API call.
+//! With HTTP Basic configured they need credentials like everything else,
+//! so the browser shows its own login prompt and reuses the credentials for
+//! the API calls.
+//!
 //! Invariants: only the fixed table of embedded files is served (the
 //! request path is looked up by exact name, never joined onto a directory),
 //! so no request can reach the file system. Only GET and HEAD are
@@ -98,6 +106,14 @@ pub fn asset_version() -> &'static str {
 /// `index.html` with the asset hash filled in.
 pub fn index_html() -> &'static str {
     INDEX.as_str()
+}
+
+/// Whether `path` is one of the UI's static files (not the API). With
+/// token-only auth these are served without credentials (see
+/// `http::auth`): they contain no data, and the page itself asks for the
+/// token when the API answers 401.
+pub fn is_static_path(path: &str) -> bool {
+    matches!(path, "/" | "/index.html" | "/ui") || path.starts_with("/ui/")
 }
 
 /// The embedded asset called `name`, if any.

@@ -129,3 +129,49 @@ async fn ui_index_and_assets_are_served() {
 
     node.shutdown().await;
 }
+
+/// With token-only auth the UI's files load without credentials (a browser
+/// cannot send a bearer token with a page load) while the API stays closed;
+/// with HTTP Basic the page itself is closed so the browser prompts.
+#[tokio::test]
+async fn ui_files_open_under_token_auth_closed_under_basic() {
+    use liftbridge::http::AuthConfig;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.http_auth = AuthConfig {
+        token: Some("s3cret".into()),
+        ..Default::default()
+    };
+    let node = start(cfg).await;
+    let addr = node.http_addr().expect("http enabled");
+    for path in ["/", "/index.html", "/ui/app.js", "/ui/style.css"] {
+        let (st, _, _) = fetch(addr, "GET", path).await;
+        assert_eq!(st, 200, "{path} under token auth");
+    }
+    let (st, head, _) = fetch(addr, "GET", "/api/v1/streams").await;
+    assert_eq!(st, 401);
+    assert!(header(&head, "www-authenticate")
+        .unwrap()
+        .starts_with("bearer"));
+    // Only reads of the files are open.
+    let (st, _, _) = fetch(addr, "POST", "/ui/app.js").await;
+    assert_eq!(st, 401);
+    node.shutdown().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.http_auth = AuthConfig {
+        username: Some("admin".into()),
+        password: Some("pw".into()),
+        ..Default::default()
+    };
+    let node = start(cfg).await;
+    let addr = node.http_addr().expect("http enabled");
+    let (st, head, _) = fetch(addr, "GET", "/").await;
+    assert_eq!(st, 401);
+    assert!(header(&head, "www-authenticate")
+        .unwrap()
+        .starts_with("basic realm="));
+    node.shutdown().await;
+}

@@ -185,6 +185,10 @@ const pageErrors = [];
 
 before(async () => {
   fs.mkdirSync(ARTIFACTS, { recursive: true });
+  // Failure screenshots of an earlier run would mislead.
+  for (const f of fs.readdirSync(ARTIFACTS)) {
+    if (f.startsWith('failed-')) fs.rmSync(path.join(ARTIFACTS, f));
+  }
   assert.ok(fs.existsSync(BIN), `liftbridge binary not found at ${BIN} (build it or set LIFTBRIDGE_BIN)`);
   assert.ok(fs.existsSync(CHROMIUM), `chromium not found at ${CHROMIUM} (apt-get install chromium)`);
   server = await new Server().start();
@@ -368,6 +372,35 @@ uiTest('messages published over NATS are browsed by offset, page and time, decod
   await shot(page, 'partition');
 });
 
+uiTest('a message published from the partition view is stored with its key and headers', async () => {
+  await page.goto(server.base + '/#/streams/orders/partitions/0');
+  await page.click(`${byTestId('publish-form')} summary`);
+  await page.fill(byTestId('publish-key'), 'customer-7');
+  await page.fill(byTestId('publish-headers'), 'trace=abc, region=eu');
+  await page.fill(byTestId('publish-value'), '{"from":"ui"}');
+  await page.click(byTestId('publish-btn'));
+  await page.locator(byTestId('publish-result')).filter({ hasText: 'stored at offset 26' }).waitFor();
+
+  await page.selectOption(byTestId('seek-mode'), 'offset');
+  await page.fill(byTestId('seek-offset'), '26');
+  await page.click(byTestId('seek-btn'));
+  const m = page.locator(`${byTestId('message')}[data-offset="26"]`);
+  await m.waitFor();
+  assert.equal(await m.locator(byTestId('message-key')).textContent(), 'customer-7');
+  assert.equal(await m.locator(byTestId('message-value')).textContent(), '{"from":"ui"}');
+  const headers = await m.locator(byTestId('message-headers')).textContent();
+  assert.match(headers, /trace: abc/);
+  assert.match(headers, /region: eu/);
+
+  // This partition alone paused and resumed, with the time it was paused.
+  await page.click(`${byTestId('partition-details')} ~ .row ${byTestId('pause-btn')}`);
+  await page.locator(`${byTestId('partition-state')} ${byTestId('badge-paused')}`).waitFor();
+  assert.match(await page.locator(byTestId('part-paused')).textContent(), /^yes, since \d{4}-\d\d-\d\d /);
+  await page.click(`${byTestId('partition-details')} ~ .row ${byTestId('resume-btn')}`);
+  await page.locator(`${byTestId('partition-state')} ${byTestId('badge-active')}`).waitFor();
+  assert.equal(await page.locator(byTestId('part-paused')).textContent(), 'no');
+});
+
 uiTest('pause, resume and read-only from the streams table change the badges', async () => {
   await page.click(byTestId('nav-streams'));
   const row = streamRow('orders');
@@ -453,6 +486,46 @@ uiTest('a 390-px phone viewport never scrolls sideways', async () => {
     }
   } finally {
     await ctx.close();
+  }
+});
+
+uiTest('with token auth the page asks for the token, keeps it, and signs out', async () => {
+  const secured = await new Server('http.auth.token: ui-s3cret\n').start();
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const p = await ctx.newPage();
+  p.setDefaultTimeout(15000);
+  watchErrors(p);
+  try {
+    assert.equal((await secured.api('GET', '/api/v1/info')).status, 401);
+    await p.goto(secured.base + '/');
+    const dialog = p.locator(byTestId('token-dialog'));
+    await dialog.waitFor({ state: 'visible' });
+    assert.equal(await p.locator(byTestId('info-version')).count(), 0);
+
+    await p.fill(byTestId('token-input'), 'wrong');
+    await p.click(byTestId('token-submit'));
+    await p.locator(byTestId('token-why')).filter({ hasText: 'refused' }).waitFor();
+    await dialog.waitFor({ state: 'visible' });
+    await p.screenshot({ path: path.join(ARTIFACTS, 'token-dialog.png') });
+
+    await p.fill(byTestId('token-input'), 'ui-s3cret');
+    await p.click(byTestId('token-submit'));
+    await dialog.waitFor({ state: 'hidden' });
+    const info = (await secured.api('GET', '/api/v1/info', undefined, { authorization: 'Bearer ui-s3cret' })).body;
+    await p.locator(byTestId('info-server-id')).filter({ hasText: info.server_id }).waitFor();
+    assert.equal(await p.evaluate(() => localStorage.getItem('liftbridge.token')), 'ui-s3cret');
+
+    // A reload keeps the token: no prompt.
+    await p.reload();
+    await p.locator(byTestId('info-server-id')).filter({ hasText: info.server_id }).waitFor();
+    assert.equal(await dialog.isVisible(), false);
+
+    await p.click(byTestId('forget-token'));
+    await dialog.waitFor({ state: 'visible' });
+    assert.equal(await p.evaluate(() => localStorage.getItem('liftbridge.token')), null);
+  } finally {
+    await ctx.close();
+    await secured.stop();
   }
 });
 
