@@ -608,6 +608,31 @@ async fn admin_messages_from_nats_and_http() {
     assert_eq!(r.status, 400);
     assert!(r.error().contains("subject"), "{}", r.error());
 
+    // NATS headers of a plain publish are shown with the message.
+    create(a, json!({"name": "hdr", "subject": "hdr"})).await;
+    let mut h = async_nats::HeaderMap::new();
+    h.insert("Trace-Id", "abc-123");
+    h.insert("subject", "forged");
+    nc.publish_with_headers("hdr", h, "{\"a\":1}".into())
+        .await
+        .unwrap();
+    nc.flush().await.unwrap();
+    eventually("the header message recorded", || async {
+        get(a, "/api/v1/streams/hdr").await.json()["partitions"][0]["messages"] == 1
+    })
+    .await;
+    let v = get(a, "/api/v1/streams/hdr/partitions/0/messages")
+        .await
+        .json();
+    let m = &v["messages"][0];
+    assert_eq!(m["value_utf8"], "{\"a\":1}");
+    assert_eq!(m["headers"]["Trace-Id"], B64.encode("abc-123"));
+    assert_eq!(
+        m["subject"], "hdr",
+        "the stenographer's subject, not the forged header"
+    );
+    assert!(m["headers"].get("subject").is_none(), "{m}");
+
     // Publishing over HTTP: text, base64 and headers.
     create(a, json!({"name": "pub", "subject": "pub", "partitions": 2})).await;
     let pbase = "/api/v1/streams/pub/partitions/1/messages";
