@@ -236,6 +236,7 @@ impl NodeConfig {
                     crate::store::SyncPolicy::Interval(c.store.sync_interval)
                 }
             },
+            cache_bytes: usize::try_from(c.store.cache_size).unwrap_or(usize::MAX),
         };
         Ok(NodeConfig {
             data_dir: c.data_dir.clone(),

@@ -4,7 +4,7 @@
 //! Precedence: defaults (in code) < file (`--config/-c`) < environment <
 //! flags. Every key of Liftbridge's configuration is known here (see `KEYS`),
 //! plus our own: `nats.listen`, `http.listen`, `http.auth.*`, `http.tls.*`,
-//! `store.sync`, `store.sync.interval`.
+//! `store.sync`, `store.sync.interval`, `store.cache.size`.
 //!
 //! File syntax: keys may be written flat (`streams.retention.max.age: 24h`),
 //! nested (`streams: { retention: { max: { age: 24h } } }`) or mixed, including
@@ -72,6 +72,7 @@ pub const KEYS: &[&str] = &[
     "http.tls.key",
     "store.sync",
     "store.sync.interval",
+    "store.cache.size",
     "streams.retention.max.bytes",
     "streams.retention.max.messages",
     "streams.retention.max.age",
@@ -373,6 +374,8 @@ pub struct StoreConfig {
     pub sync: SyncPolicy,
     /// `store.sync.interval` (100ms), used with `interval`.
     pub sync_interval: Duration,
+    /// `store.cache.size` (64 MiB): page cache of each partition's database.
+    pub cache_size: u64,
 }
 
 /// `streams.*`: defaults of every stream (overridable per stream).
@@ -563,6 +566,7 @@ impl Default for LiftbridgeConfig {
             store: StoreConfig {
                 sync: SyncPolicy::Always,
                 sync_interval: Duration::from_millis(100),
+                cache_size: 64 << 20,
             },
             streams: StreamsConfig {
                 retention_max_bytes: 0,
@@ -880,6 +884,7 @@ impl Builder {
                 }
             }
             "store.sync.interval" => c.store.sync_interval = positive(duration(raw)?)?,
+            "store.cache.size" => c.store.cache_size = size(raw)?,
             "streams.retention.max.bytes" => {
                 c.streams.retention_max_bytes = non_negative(num(raw)?)?
             }
@@ -1123,6 +1128,26 @@ where
         .map_err(|e| format!("expected an integer ({e})"))
 }
 
+/// A byte size: a plain integer or one with a size suffix (`4MB`, `512KiB`,
+/// `1G`), as in NATS config files.
+fn size(raw: &Raw) -> Result<u64, String> {
+    let s = scalar(raw)?;
+    let s = s.trim();
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, suffix) = s.split_at(digits);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("expected a size such as 4194304 or 4MB, got {s:?}"))?;
+    let mult = match suffix.trim() {
+        "" => 1,
+        sfx => crate::config::nats_conf::size_multiplier(sfx)
+            .ok_or_else(|| format!("unknown size suffix {sfx:?} (use KB, MB, GB)"))?
+            as u64,
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| "size too large".to_string())
+}
+
 fn non_negative<T: PartialOrd + Default>(n: T) -> Result<T, String> {
     if n < T::default() {
         return Err("cannot be negative".into());
@@ -1286,6 +1311,7 @@ mod tests {
         assert_eq!(c.http.listen, "0.0.0.0:8222");
         assert_eq!(c.store.sync, SyncPolicy::Always);
         assert_eq!(c.store.sync_interval, Duration::from_millis(100));
+        assert_eq!(c.store.cache_size, 64 << 20);
         assert_eq!(
             c.streams.retention_max_age,
             Duration::from_secs(7 * 24 * 3600)
@@ -1367,6 +1393,18 @@ mod tests {
     }
 
     #[test]
+    fn store_cache_size_takes_size_suffixes() {
+        for (text, want) in [
+            ("store.cache.size: 1048576", 1 << 20),
+            ("store.cache.size: 4MB", 4 << 20),
+            ("store.cache.size: 512KiB", 512 << 10),
+            ("store: {cache: {size: 2G}}", 2_000_000_000),
+        ] {
+            assert_eq!(yaml(text).unwrap().store.cache_size, want, "{text}");
+        }
+    }
+
+    #[test]
     fn bad_values_name_key_and_value() {
         let e = yaml("streams.retention.max.age: forever\n").unwrap_err();
         let msg = e.to_string();
@@ -1380,6 +1418,9 @@ mod tests {
             "nats.embedded: maybe",
             "logging.level: loud",
             "store.sync: sometimes",
+            "store.cache.size: lots",
+            "store.cache.size: 4XB",
+            "store.cache.size: -1",
             "clustering.server.id: a.b",
             "streams.segment.max.age: 10ms",
             "activity.stream.publish.ack.policy: most",

@@ -505,7 +505,8 @@ fn classify(raw: &str) -> Result<Value, String> {
 
 /// nats-server's number suffixes: single letters are powers of 1000, `xB`,
 /// `xi` and `xiB` powers of 1024.
-fn size_multiplier(suffix: &str) -> Option<i64> {
+/// The multiplier of a NATS size suffix (`K` = 1000, `KB`/`KiB` = 1024, …).
+pub(crate) fn size_multiplier(suffix: &str) -> Option<i64> {
     const K: i64 = 1000;
     const KI: i64 = 1024;
     Some(match suffix.to_ascii_lowercase().as_str() {

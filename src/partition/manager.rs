@@ -41,6 +41,8 @@ pub struct PartitionDefaults {
     pub max_message_bytes: usize,
     /// Durability of appends.
     pub sync: SyncPolicy,
+    /// `store.cache.size`: page cache of each partition's database.
+    pub cache_bytes: usize,
 }
 
 impl Default for PartitionDefaults {
@@ -56,6 +58,7 @@ impl Default for PartitionDefaults {
             concurrency_control: false,
             max_message_bytes: 1024 * 1024,
             sync: SyncPolicy::Always,
+            cache_bytes: 64 << 20,
         }
     }
 }
@@ -87,6 +90,7 @@ impl PartitionDefaults {
             },
             compact: c.compact_enabled.unwrap_or(self.compact_enabled),
             cleaner_interval: cleaner,
+            cache_bytes: self.cache_bytes,
         }
     }
 

@@ -48,9 +48,8 @@ const META_BYTES: &str = "bytes";
 
 /// Sentinel for "no offset" in the published atomics.
 const NO_OFFSET: u64 = u64::MAX;
-/// redb page cache per partition: bounded so that many partitions fit on a
-/// small device (redb's own default is 1 GiB).
-const CACHE_BYTES: usize = 64 << 20;
+/// Smallest page cache given to redb, whatever the configuration says.
+const MIN_CACHE_BYTES: usize = 256 << 10;
 /// A group commit stops draining the queue past this many payload bytes, so
 /// one transaction stays bounded in memory.
 const MAX_BATCH_BYTES: usize = 64 << 20;
@@ -357,7 +356,7 @@ impl PartitionLog {
         // file must never take the process down: treat a panic as corruption.
         let opened = catch_unwind(AssertUnwindSafe(|| {
             let mut b = Database::builder();
-            b.set_cache_size(CACHE_BYTES);
+            b.set_cache_size(cfg.cache_bytes.max(MIN_CACHE_BYTES));
             if create {
                 b.create(&path)
             } else {

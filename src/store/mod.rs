@@ -126,6 +126,9 @@ pub struct LogConfig {
     pub compact: bool,
     /// How often the cleaner runs (Liftbridge's default is 5 minutes).
     pub cleaner_interval: Duration,
+    /// Page cache of the partition's database, in bytes (fixed when the log
+    /// opens). Bounded so that many partitions fit on a small device.
+    pub cache_bytes: usize,
 }
 
 impl Default for LogConfig {
@@ -135,6 +138,7 @@ impl Default for LogConfig {
             retention: RetentionPolicy::default(),
             compact: false,
             cleaner_interval: Duration::from_secs(300),
+            cache_bytes: 64 << 20,
         }
     }
 }
