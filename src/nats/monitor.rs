@@ -88,7 +88,14 @@ impl NatsServer {
         let o = &i.opts;
         let now = chrono::Utc::now();
         let (http_host, http_port) = o.http.clone().unwrap_or_default();
-        let conns = i.clients.lock().len();
+        // As nats-server, count client connections only: the node's own
+        // in-process clients are not connections.
+        let conns = i
+            .clients
+            .lock()
+            .values()
+            .filter(|c| c.kind != ClientKind::Local)
+            .count();
         let mut v = json!({
             "server_id": i.server_id,
             "server_name": i.server_name,
@@ -158,6 +165,9 @@ impl NatsServer {
             Some(v) => return Err(format!("invalid value {v:?} for subs")),
         };
         let auth = matches!(get(&q, "auth"), Some("1") | Some("true"));
+        // `internal=1` adds the node's in-process clients (stenographers,
+        // API), listed with `"type": "internal"`.
+        let internal = matches!(get(&q, "internal"), Some("1") | Some("true"));
         let cid_filter = match get(&q, "cid") {
             None | Some("") => None,
             Some(v) => Some(
@@ -169,6 +179,9 @@ impl NatsServer {
         let now = chrono::Utc::now();
         let mut clients: Vec<Arc<ClientShared>> =
             self.inner.clients.lock().values().cloned().collect();
+        if !internal {
+            clients.retain(|c| c.kind != ClientKind::Local);
+        }
         if let Some(cid) = cid_filter {
             clients.retain(|c| c.id == cid);
         }

@@ -325,8 +325,13 @@ async fn nats_local_client_interop() {
             .unwrap();
     }
     c.flush().await.unwrap();
-    // Queued bytes are visible in /connz for the in-process client.
+    // In-process clients are not connections: /connz lists them only with
+    // `internal=1`, and /varz does not count them.
     let q = format!("cid={}", local.client_id());
+    assert_eq!(srv.connz_json(&q).unwrap()["num_connections"], 0);
+    assert_eq!(srv.varz_json()["connections"], 1);
+    // Queued bytes are visible in /connz for the in-process client.
+    let q = format!("cid={}&internal=1", local.client_id());
     let mut pending = 0;
     for _ in 0..200 {
         pending = srv.connz_json(&q).unwrap()["connections"][0]["pending_bytes"]
