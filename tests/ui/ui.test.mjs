@@ -146,7 +146,7 @@ class RawNats {
       }
     });
     await waitUntil('NATS INFO', () => c.info, 5000);
-    c.sock.write(`CONNECT ${JSON.stringify({ verbose: false, pedantic: false, name, lang: 'node-raw', version: '1.0' })}\r\n`);
+    c.sock.write(`CONNECT ${JSON.stringify({ verbose: false, pedantic: false, headers: true, name, lang: 'node-raw', version: '1.0' })}\r\n`);
     await c.flush();
     return c;
   }
@@ -154,6 +154,15 @@ class RawNats {
   pub(subject, payload) {
     const data = Buffer.isBuffer(payload) ? payload : Buffer.from(payload, 'utf8');
     this.sock.write(Buffer.concat([Buffer.from(`PUB ${subject} ${data.length}\r\n`), data, Buffer.from('\r\n')]));
+  }
+
+  /** HPUB: a message with NATS headers (`{name: value}`). */
+  hpub(subject, headers, payload) {
+    const head = Buffer.from('NATS/1.0\r\n' +
+      Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('') + '\r\n');
+    const data = Buffer.from(payload, 'utf8');
+    this.sock.write(Buffer.concat([
+      Buffer.from(`HPUB ${subject} ${head.length} ${head.length + data.length}\r\n`), head, data, Buffer.from('\r\n')]));
   }
 
   sub(subject, sid) {
@@ -391,6 +400,17 @@ uiTest('a message published from the partition view is stored with its key and h
   const headers = await m.locator(byTestId('message-headers')).textContent();
   assert.match(headers, /trace: abc/);
   assert.match(headers, /region: eu/);
+
+  // NATS headers of a plain HPUB are recorded and shown too.
+  nats.hpub('orders.eu', { 'X-Trace': 'nats-7' }, 'with headers');
+  await nats.flush();
+  await waitUntil('the HPUB recorded', async () => (await partitionInfo('orders')).high_watermark === 27);
+  await page.fill(byTestId('seek-offset'), '27');
+  await page.click(byTestId('seek-btn'));
+  const hm = page.locator(`${byTestId('message')}[data-offset="27"]`);
+  await hm.waitFor();
+  assert.equal(await hm.locator(byTestId('message-value')).textContent(), 'with headers');
+  assert.match(await hm.locator(byTestId('message-headers')).textContent(), /X-Trace: nats-7/);
 
   // This partition alone paused and resumed, with the time it was paused.
   await page.click(`${byTestId('partition-details')} ~ .row ${byTestId('pause-btn')}`);
