@@ -13,7 +13,12 @@
 //!
 //! One redb database file per partition (`<dir>/<partition>.redb`), so that
 //! deleting a stream is a file removal. Tables:
-//! - `records`: offset → encoded record ([`codec`], versioned, CRC-32C);
+//! - `chunks`: offset of a chunk's first record → the records of one
+//!   append (up to 64 KiB or 256 records), each as offset, length and the
+//!   encoded record ([`codec`], versioned, CRC-32C). One B-tree insert per
+//!   chunk rather than per record: the engine's per-insert cost, not the
+//!   bytes, bounded appends. Files written with the first layout (table
+//!   `records`, one record per value) are converted when opened;
 //! - `time_index`: (running maximum timestamp, offset) → (), one entry each
 //!   time the running maximum grows; it answers "first offset with timestamp
 //!   ≥ t" with one range lookup even if clocks step backwards;
