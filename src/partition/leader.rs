@@ -6,7 +6,7 @@
 //! one `append` per batch, so the store's group commit sees large batches
 //! under load and single messages when idle. Enveloped publishes (magic
 //! `B9 0E 43 B4`, type 0) carry key, headers and ack instructions; anything
-//! else is stored as a raw value. Acks (envelope type 1) are published to the
+//! else is stored as a raw value with the NATS headers it came with. Acks (envelope type 1) are published to the
 //! ack inbox after the append returns: on one node that is both "leader
 //! wrote it" and "all replicas have it" (with `sync = always` the append only
 //! returns after the fsync).
@@ -455,10 +455,22 @@ impl Partition {
                     reception_ns,
                     too_large,
                 };
+                // A plain client's NATS headers are kept with the record;
+                // `subject` and `reply` are the stenographer's own.
+                let headers = m
+                    .headers
+                    .as_ref()
+                    .map(|h| {
+                        crate::nats::proto::parse_headers(h)
+                            .into_iter()
+                            .filter(|(k, _)| k != "subject" && k != "reply")
+                            .collect()
+                    })
+                    .unwrap_or_default();
                 let rec = NewRecord {
                     timestamp_ns: reception_ns,
                     key: None,
-                    headers: Vec::new(),
+                    headers,
                     value: m.payload,
                     subject,
                     reply,

@@ -44,6 +44,41 @@ async fn api_plain_nats_publish_is_recorded_with_subject_headers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_plain_nats_headers_are_stored_with_the_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    create(&mut c, "hdr", "hdr", 1).await;
+
+    let nc = async_nats::connect(node.nats_addr().to_string())
+        .await
+        .unwrap();
+    let mut h = async_nats::HeaderMap::new();
+    h.insert("Trace-Id", "abc-123");
+    h.insert("Content-Type", "application/json");
+    // A client cannot override the stenographer's own headers.
+    h.insert("subject", "forged");
+    nc.publish_with_headers("hdr", h, "{}".into())
+        .await
+        .unwrap();
+    nc.publish("hdr", "plain".into()).await.unwrap();
+    nc.flush().await.unwrap();
+
+    let mut s = subscribe(&mut c, from_earliest("hdr", 0)).await;
+    let msgs = take(&mut s, 2).await;
+    let m = &msgs[0];
+    assert_eq!(m.value, b"{}");
+    assert_eq!(m.headers.get("Trace-Id").unwrap(), b"abc-123");
+    assert_eq!(m.headers.get("Content-Type").unwrap(), b"application/json");
+    assert_eq!(m.headers.get("subject").unwrap(), b"hdr");
+    assert_eq!(m.headers.len(), 4, "{:?}", m.headers);
+    // Without NATS headers only the stenographer's two are there.
+    assert_eq!(msgs[1].value, b"plain");
+    assert_eq!(msgs[1].headers.len(), 2, "{:?}", msgs[1].headers);
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_publish_with_deadline_acks_and_without_returns_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let node = start(config(dir.path())).await;
@@ -527,5 +562,58 @@ async fn api_group_streams_share_a_subject() {
         "each message recorded by exactly one group member"
     );
     assert!(a > 0 && b > 0, "the group splits the messages ({a}/{b})");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_message_over_replication_max_bytes_is_too_large() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    // clustering.replication.max.bytes below NATS max_payload.
+    cfg.partitions.max_message_bytes = 256;
+    let node = start(cfg).await;
+    let mut c = client(&node).await;
+    create(&mut c, "big", "big", 1).await;
+
+    // Unary Publish: INVALID_ARGUMENT with BAD_REQUEST in the message.
+    let mut req = tonic::Request::new(proto::PublishRequest {
+        value: vec![b'x'; 1000],
+        stream: "big".into(),
+        ack_policy: proto::AckPolicy::Leader as i32,
+        expected_offset: -1,
+        ..Default::default()
+    });
+    req.set_timeout(Duration::from_secs(5));
+    let err = c.publish(req).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("too large"), "{err:?}");
+
+    // Raw enveloped publish over NATS: the ack carries TOO_LARGE.
+    let nc = async_nats::connect(node.nats_addr().to_string())
+        .await
+        .unwrap();
+    let inbox = nc.new_inbox();
+    let mut acks = nc.subscribe(inbox.clone()).await.unwrap();
+    let env = envelope::encode_message(&proto::Message {
+        value: vec![b'y'; 1000],
+        ack_inbox: inbox,
+        correlation_id: "c1".into(),
+        ack_policy: proto::AckPolicy::Leader as i32,
+        offset: -1,
+        ..Default::default()
+    });
+    nc.publish("big", env).await.unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(5), futures::StreamExt::next(&mut acks))
+        .await
+        .expect("ack in time")
+        .unwrap();
+    let ack = envelope::decode_ack(&m.payload).unwrap();
+    assert_eq!(ack.ack_error, proto::ack::Error::TooLarge as i32);
+    assert_eq!(ack.correlation_id, "c1");
+
+    // A message within the limit still goes in at offset 0: nothing of the
+    // refused ones was stored.
+    let ok = publish_acked(&mut c, "big", 0, b"", b"small").await;
+    assert_eq!(ok.offset, 0);
     node.shutdown().await;
 }

@@ -14,7 +14,9 @@
 //! case-sensitively).
 
 mod encode;
+mod headers;
 mod parse;
 
 pub use encode::*;
+pub use headers::parse_headers;
 pub use parse::*;
