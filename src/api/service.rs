@@ -814,14 +814,17 @@ impl Api for ApiService {
                 }
             }
         }
-        let (tx, rx) = mpsc::channel(256);
+        // Each item is one store read (up to 512 messages): a few reads
+        // buffered keep the stream busy while the reader fetches the next.
+        let (tx, rx) = mpsc::channel(4);
         if r.reverse {
             tokio::spawn(reader::run_reverse(p, start, stop, tx));
         } else {
             tokio::spawn(reader::run(p, start, stop, tx));
         }
         let handshake = futures::stream::once(async { Ok(proto::Message::default()) });
-        let body = ReceiverStream::new(rx).map(to_status);
+        let body =
+            ReceiverStream::new(rx).flat_map(|item| futures::stream::iter(batch_items(item)));
         Ok(Response::new(Box::pin(handshake.chain(body))))
     }
 
@@ -1189,8 +1192,15 @@ impl Api for ApiService {
 /// Subscription items as tonic wants them (its stream item type is fixed,
 /// hence the large error variant).
 #[allow(clippy::result_large_err)]
-fn to_status(item: Result<proto::Message, ReadEnd>) -> Result<proto::Message, Status> {
-    item.map_err(Status::from)
+/// The stream items of one reader batch, or the status that ends the stream.
+fn batch_items(
+    item: Result<reader::Batch, ReadEnd>,
+) -> impl Iterator<Item = Result<proto::Message, Status>> {
+    let (batch, end) = match item {
+        Ok(b) => (b, None),
+        Err(e) => (Vec::new(), Some(Status::from(e))),
+    };
+    batch.into_iter().map(Ok).chain(end.map(Err))
 }
 
 fn async_error(
