@@ -34,6 +34,10 @@ use crate::partition::{ManagerTasks, PartitionDefaults, PartitionManager};
 
 /// Largest gRPC message accepted or sent (clients default to 16 MiB).
 const MAX_GRPC_MESSAGE: usize = 16 * 1024 * 1024;
+/// HTTP/2 receive window per gRPC stream (h2 default: 64 KiB).
+const GRPC_STREAM_WINDOW: u32 = 4 << 20;
+/// HTTP/2 receive window per gRPC connection, shared by its streams.
+const GRPC_CONNECTION_WINDOW: u32 = 16 << 20;
 
 /// TLS settings of the gRPC listener.
 #[derive(Debug, Clone, Default)]
@@ -509,7 +513,12 @@ impl Node {
         let (mut reporter, health) = tonic_health::server::health_reporter();
         reporter.set_serving::<ApiServer<ApiService>>().await;
 
-        let mut builder = tonic::transport::Server::builder();
+        // HTTP/2 flow-control windows sized for streams of many 1 KiB
+        // messages: with h2's 64 KiB defaults a PublishAsync stream with
+        // 256 messages in flight stalls on window updates.
+        let mut builder = tonic::transport::Server::builder()
+            .initial_stream_window_size(GRPC_STREAM_WINDOW)
+            .initial_connection_window_size(GRPC_CONNECTION_WINDOW);
         if let Some(tls) = &cfg.tls {
             let identity = Identity::from_pem(read_file(&tls.cert)?, read_file(&tls.key)?);
             let mut t = ServerTlsConfig::new().identity(identity);

@@ -116,7 +116,21 @@ pub fn decode_raw(data: &[u8], want: MsgType) -> Result<&[u8], EnvelopeError> {
 
 /// Encodes a publish envelope around `msg`.
 pub fn encode_message(msg: &proto::Message) -> Bytes {
-    encode_raw(MsgType::Publish, &msg.encode_to_vec(), false)
+    encode_framed(MsgType::Publish, msg)
+}
+
+/// Frames a protobuf message with a header of type `t` (no CRC), encoding
+/// it straight after the header: one buffer, no intermediate copy.
+fn encode_framed(t: MsgType, msg: &impl prost::Message) -> Bytes {
+    let mut b = BytesMut::with_capacity(HEADER_LEN + msg.encoded_len());
+    b.put_slice(&MAGIC);
+    b.put_u8(VERSION);
+    b.put_u8(HEADER_LEN as u8);
+    b.put_u8(0);
+    b.put_u8(t as u8);
+    // A BytesMut grows as needed, so encoding into it cannot run out of room.
+    let _ = msg.encode(&mut b);
+    b.freeze()
 }
 
 /// Decodes a publish envelope; `Err` means "treat the payload as raw".
@@ -127,7 +141,7 @@ pub fn decode_message(data: &[u8]) -> Result<proto::Message, EnvelopeError> {
 
 /// Encodes an ack envelope.
 pub fn encode_ack(ack: &proto::Ack) -> Bytes {
-    encode_raw(MsgType::Ack, &ack.encode_to_vec(), false)
+    encode_framed(MsgType::Ack, ack)
 }
 
 /// Decodes an ack envelope.

@@ -814,14 +814,17 @@ impl Api for ApiService {
                 }
             }
         }
-        let (tx, rx) = mpsc::channel(256);
+        // Each item is one store read (up to 512 messages): a few reads
+        // buffered keep the stream busy while the reader fetches the next.
+        let (tx, rx) = mpsc::channel(4);
         if r.reverse {
             tokio::spawn(reader::run_reverse(p, start, stop, tx));
         } else {
             tokio::spawn(reader::run(p, start, stop, tx));
         }
         let handshake = futures::stream::once(async { Ok(proto::Message::default()) });
-        let body = ReceiverStream::new(rx).map(to_status);
+        let body =
+            ReceiverStream::new(rx).flat_map(|item| futures::stream::iter(batch_items(item)));
         Ok(Response::new(Box::pin(handshake.chain(body))))
     }
 
@@ -1189,8 +1192,15 @@ impl Api for ApiService {
 /// Subscription items as tonic wants them (its stream item type is fixed,
 /// hence the large error variant).
 #[allow(clippy::result_large_err)]
-fn to_status(item: Result<proto::Message, ReadEnd>) -> Result<proto::Message, Status> {
-    item.map_err(Status::from)
+/// The stream items of one reader batch, or the status that ends the stream.
+fn batch_items(
+    item: Result<reader::Batch, ReadEnd>,
+) -> impl Iterator<Item = Result<proto::Message, Status>> {
+    let (batch, end) = match item {
+        Ok(b) => (b, None),
+        Err(e) => (Vec::new(), Some(Status::from(e))),
+    };
+    batch.into_iter().map(Ok).chain(end.map(Err))
 }
 
 fn async_error(
@@ -1223,74 +1233,100 @@ fn api_error_code(e: &ApiError) -> proto::publish_async_error::Code {
 impl ApiService {
     /// One PublishAsync session: publishes each request with the session's
     /// ack inbox and forwards acks (or async errors) in arrival order.
+    /// One PublishAsync stream: this task publishes the requests; a second
+    /// task turns acks into responses, so the two directions of the stream
+    /// progress in parallel. Once the input ends, the ack task waits for the
+    /// acks still owed (the budget runs from the last progress).
     async fn async_session(
         &self,
         input: &mut Streaming<proto::PublishRequest>,
-        mut acks: LocalSubscription,
+        acks: LocalSubscription,
         inbox: String,
         tx: mpsc::Sender<Result<proto::PublishResponse, Status>>,
     ) {
-        let mut in_flight: usize = 0;
-        let mut input_done = false;
-        let drain_until = tokio::time::sleep(Duration::from_secs(3600));
-        tokio::pin!(drain_until);
-        loop {
-            if input_done && in_flight == 0 {
-                break;
+        // Acks owed for requests published so far; `None` while the input
+        // is still open.
+        let (owed_tx, owed_rx) = tokio::sync::watch::channel::<Option<u64>>(None);
+        let acker = tokio::spawn(forward_acks(acks, owed_rx, tx.clone()));
+        let mut published: u64 = 0;
+        // The input ends with the client half-closing it (or failing).
+        while let Ok(Some(mut r)) = input.message().await {
+            let corr = r.correlation_id.clone();
+            let wants_ack = r.ack_policy != proto::AckPolicy::None as i32;
+            if wants_ack {
+                r.ack_inbox = inbox.clone();
             }
-            tokio::select! {
-                req = input.message(), if !input_done => {
-                    match req {
-                        Ok(Some(mut r)) => {
-                            let corr = r.correlation_id.clone();
-                            let wants_ack = r.ack_policy != proto::AckPolicy::None as i32;
-                            if wants_ack {
-                                r.ack_inbox = inbox.clone();
-                            }
-                            match self.publish_one(r, None).await {
-                                Ok(_) => {
-                                    if wants_ack {
-                                        in_flight += 1;
-                                    }
-                                }
-                                Err(e) => {
-                                    let resp = async_error(api_error_code(&e), corr, e.to_string());
-                                    if tx.send(Ok(resp)).await.is_err() {
-                                        return;
-                                    }
-                                }
-                            }
-                        }
-                        Ok(None) | Err(_) => {
-                            input_done = true;
-                            drain_until.as_mut().reset(tokio::time::Instant::now() + ASYNC_ACK_TIMEOUT);
-                        }
+            match self.publish_one(r, None).await {
+                Ok(_) => {
+                    if wants_ack {
+                        published += 1;
                     }
                 }
-                m = acks.next() => {
-                    let Some(m) = m else { break };
-                    let Ok(ack) = envelope::decode_ack(&m.payload) else { continue };
-                    in_flight = in_flight.saturating_sub(1);
-                    if input_done {
-                        // The 5 s budget runs from the last progress, so a
-                        // long but moving backlog is drained completely.
-                        drain_until.as_mut().reset(tokio::time::Instant::now() + ASYNC_ACK_TIMEOUT);
-                    }
-                    let corr = ack.correlation_id.clone();
-                    use proto::publish_async_error::Code;
-                    let resp = match proto::ack::Error::try_from(ack.ack_error).unwrap_or(proto::ack::Error::Unknown) {
-                        proto::ack::Error::Ok => proto::PublishResponse { ack: Some(ack), async_error: None, correlation_id: corr },
-                        proto::ack::Error::IncorrectOffset => async_error(Code::IncorrectOffset, corr, "incorrect expected offset".into()),
-                        proto::ack::Error::TooLarge => async_error(Code::BadRequest, corr, "message too large".into()),
-                        proto::ack::Error::Encryption => async_error(Code::EncryptionFailed, corr, "encryption failed".into()),
-                        proto::ack::Error::Unknown => async_error(Code::Unknown, corr, "unknown error".into()),
-                    };
+                Err(e) => {
+                    let resp = async_error(api_error_code(&e), corr, e.to_string());
                     if tx.send(Ok(resp)).await.is_err() {
-                        return;
+                        break;
                     }
                 }
-                _ = &mut drain_until, if input_done => break,
             }
+        }
+        owed_tx.send_replace(Some(published));
+        // A join error would mean the ack task panicked: nothing to clean up.
+        let _ = acker.await;
+    }
+}
+
+/// The ack half of a PublishAsync stream: every ack on the session's inbox
+/// becomes a response, until the input has ended and every owed ack came
+/// (or none came for [`ASYNC_ACK_TIMEOUT`]).
+async fn forward_acks(
+    mut acks: LocalSubscription,
+    mut owed: tokio::sync::watch::Receiver<Option<u64>>,
+    tx: mpsc::Sender<Result<proto::PublishResponse, Status>>,
+) {
+    let mut acked: u64 = 0;
+    let mut draining = false;
+    let drain_until = tokio::time::sleep(Duration::from_secs(3600));
+    tokio::pin!(drain_until);
+    loop {
+        let total = *owed.borrow_and_update();
+        if total.is_some_and(|t| acked >= t) {
+            break;
+        }
+        if total.is_some() && !draining {
+            draining = true;
+            drain_until
+                .as_mut()
+                .reset(tokio::time::Instant::now() + ASYNC_ACK_TIMEOUT);
+        }
+        tokio::select! {
+            r = owed.changed(), if total.is_none() => {
+                if r.is_err() {
+                    // The publishing half is gone without a total.
+                    break;
+                }
+            }
+            m = acks.next() => {
+                let Some(m) = m else { break };
+                let Ok(ack) = envelope::decode_ack(&m.payload) else { continue };
+                acked += 1;
+                if total.is_some() {
+                    drain_until.as_mut().reset(tokio::time::Instant::now() + ASYNC_ACK_TIMEOUT);
+                }
+                let corr = ack.correlation_id.clone();
+                use proto::publish_async_error::Code;
+                let resp = match proto::ack::Error::try_from(ack.ack_error).unwrap_or(proto::ack::Error::Unknown) {
+                    proto::ack::Error::Ok => proto::PublishResponse { ack: Some(ack), async_error: None, correlation_id: corr },
+                    proto::ack::Error::IncorrectOffset => async_error(Code::IncorrectOffset, corr, "incorrect expected offset".into()),
+                    proto::ack::Error::TooLarge => async_error(Code::BadRequest, corr, "message too large".into()),
+                    proto::ack::Error::Encryption => async_error(Code::EncryptionFailed, corr, "encryption failed".into()),
+                    proto::ack::Error::Unknown => async_error(Code::Unknown, corr, "unknown error".into()),
+                };
+                if tx.send(Ok(resp)).await.is_err() {
+                    return;
+                }
+            }
+            _ = &mut drain_until, if total.is_some() => break,
         }
     }
 }

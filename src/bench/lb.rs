@@ -56,6 +56,19 @@ pub struct LbBenchArgs {
     /// in turn: `always`, `interval`.
     #[arg(long, value_delimiter = ',', default_value = "always,interval")]
     pub sync: Vec<String>,
+    /// Workloads to run: `publish` (acked publish), `record` (plain NATS
+    /// publishes recorded), `replay` (Subscribe from earliest; needs
+    /// `record`, which fills the stream it replays).
+    #[arg(long, value_delimiter = ',', default_value = "publish,record,replay")]
+    pub workloads: Vec<String>,
+    /// Windows (messages outstanding per publisher) of the publish workloads.
+    #[arg(long, value_delimiter = ',', default_value = "1,256")]
+    pub windows: Vec<usize>,
+    /// Another liftbridge binary to measure as well, as LABEL=PATH
+    /// (repeatable): it runs the same workloads with the same client, so
+    /// two builds compare in one run.
+    #[arg(long = "lb")]
+    pub other_lbs: Vec<String>,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -100,14 +113,36 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
             args.msgs
         }
     };
-    for sync in &args.sync {
-        let (proc_, grpc, nats) = start_liftbridge(sync)?;
-        let label = format!("liftbridge (sync={sync})");
+    let wants = |w: &str| args.workloads.iter().any(|x| x == w);
+    let (publish, record, replay) = (wants("publish"), wants("record"), wants("replay"));
+    if replay && !record {
+        bail!("the replay workload replays what the record workload wrote: add `record`");
+    }
+    let windows: &[usize] = if publish { &args.windows } else { &[] };
+    let mut servers = vec![("liftbridge".to_string(), std::env::current_exe()?)];
+    for l in &args.other_lbs {
+        let (l, path) = l
+            .split_once('=')
+            .ok_or_else(|| anyhow!("expected LABEL=PATH, got {l:?}"))?;
+        servers.push((l.to_string(), PathBuf::from(path)));
+    }
+    let runs: Vec<(String, PathBuf, String)> = args
+        .sync
+        .iter()
+        .flat_map(|sync| {
+            servers
+                .iter()
+                .map(move |(l, p)| (l.clone(), p.clone(), sync.clone()))
+        })
+        .collect();
+    for (server, exe, sync) in &runs {
+        let (proc_, grpc, nats) = start_liftbridge(exe, sync)?;
+        let label = format!("{server} (sync={sync})");
         for (policy, pname) in [
             (proto::AckPolicy::Leader, "LEADER"),
             (proto::AckPolicy::All, "ALL"),
         ] {
-            for window in [1usize, 256] {
+            for &window in windows {
                 for pubs in [1usize, 4] {
                     let stream = format!("b{}", rand::random::<u32>());
                     create_stream(&grpc, &stream).await?;
@@ -131,7 +166,13 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
                     let stream = format!("b{}", rand::random::<u32>());
                     create_stream(&grpc, &stream).await?;
                     let r = lb_publish_envelope(
-                        &nats, &stream, policy, window, pubs, args.msgs, &payload,
+                        &nats,
+                        &stream,
+                        policy,
+                        window,
+                        pubs,
+                        count(window),
+                        &payload,
                     )
                     .await?;
                     rows.push(Row {
@@ -144,20 +185,24 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
                 }
             }
         }
-        let stream = format!("r{}", rand::random::<u32>());
-        create_stream(&grpc, &stream).await?;
-        let rec = lb_record_plain(&grpc, &nats, &stream, args.replay_msgs, &payload).await?;
-        rows.push(Row {
-            workload: "recording of plain NATS publishes".into(),
-            target: label.clone(),
-            msgs_per_sec: rec,
-        });
-        let rep = lb_replay(&grpc, &stream, args.replay_msgs).await?;
-        rows.push(Row {
-            workload: format!("replay from earliest, {} msgs", args.replay_msgs),
-            target: label.clone(),
-            msgs_per_sec: rep,
-        });
+        if record {
+            let stream = format!("r{}", rand::random::<u32>());
+            create_stream(&grpc, &stream).await?;
+            let rec = lb_record_plain(&grpc, &nats, &stream, args.replay_msgs, &payload).await?;
+            rows.push(Row {
+                workload: "recording of plain NATS publishes".into(),
+                target: label.clone(),
+                msgs_per_sec: rec,
+            });
+            if replay {
+                let rep = lb_replay(&grpc, &stream, args.replay_msgs).await?;
+                rows.push(Row {
+                    workload: format!("replay from earliest, {} msgs", args.replay_msgs),
+                    target: label.clone(),
+                    msgs_per_sec: rep,
+                });
+            }
+        }
         drop(proc_);
     }
 
@@ -178,7 +223,7 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
         let (proc_, url) = start_jetstream(&path)?;
         let client = async_nats::connect(&url).await?;
         let label = format!("{label} {} JetStream", client.server_info().version);
-        for window in [1usize, 256] {
+        for &window in windows {
             for pubs in [1usize, 4] {
                 let r = js_publish(&url, window, pubs, count(window), &payload).await?;
                 for pname in ["LEADER", "ALL"] {
@@ -192,12 +237,14 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
                 }
             }
         }
-        let rep = js_replay(&url, args.replay_msgs, &payload).await?;
-        rows.push(Row {
-            workload: format!("replay from earliest, {} msgs", args.replay_msgs),
-            target: label.clone(),
-            msgs_per_sec: rep,
-        });
+        if replay {
+            let rep = js_replay(&url, args.replay_msgs, &payload).await?;
+            rows.push(Row {
+                workload: format!("replay from earliest, {} msgs", args.replay_msgs),
+                target: label.clone(),
+                msgs_per_sec: rep,
+            });
+        }
         drop(proc_);
     }
 
@@ -220,7 +267,7 @@ fn wait_port(port: u16, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn start_liftbridge(sync: &str) -> anyhow::Result<(Proc, String, String)> {
+fn start_liftbridge(exe: &Path, sync: &str) -> anyhow::Result<(Proc, String, String)> {
     let dir = tempfile::tempdir()?;
     let cfg = dir.path().join("liftbridge.yaml");
     let (grpc, nats) = (free_port()?, free_port()?);
@@ -230,7 +277,6 @@ fn start_liftbridge(sync: &str) -> anyhow::Result<(Proc, String, String)> {
             "listen: 127.0.0.1:{grpc}\nnats.listen: 127.0.0.1:{nats}\nhttp.listen: 127.0.0.1:0\nstore.sync: {sync}\n"
         ),
     )?;
-    let exe = std::env::current_exe()?;
     let child = Command::new(exe)
         .arg("-c")
         .arg(&cfg)
@@ -268,7 +314,7 @@ fn start_jetstream(exe: &Path) -> anyhow::Result<(Proc, String)> {
 }
 
 async fn create_stream(grpc: &str, name: &str) -> anyhow::Result<()> {
-    let mut c = ApiClient::connect(grpc.to_string()).await?;
+    let mut c = grpc_client(grpc).await?;
     c.create_stream(proto::CreateStreamRequest {
         subject: name.to_string(),
         name: name.to_string(),
@@ -292,6 +338,19 @@ async fn create_stream(grpc: &str, name: &str) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A gRPC client whose HTTP/2 receive windows fit a stream of many 1 KiB
+/// messages (as grpc-go's dynamic window does; h2's default is 64 KiB), so
+/// replay measures the server rather than flow-control round trips.
+async fn grpc_client(url: &str) -> anyhow::Result<ApiClient<tonic::transport::Channel>> {
+    let ch = tonic::transport::Endpoint::from_shared(url.to_string())?
+        .tcp_nodelay(true)
+        .initial_stream_window_size(4 << 20)
+        .initial_connection_window_size(16 << 20)
+        .connect()
+        .await?;
+    Ok(ApiClient::new(ch))
 }
 
 /// Runs `pubs` publishers, each sending `msgs / pubs` messages through the
@@ -325,7 +384,7 @@ async fn lb_publish_async(
         let stream = stream.to_string();
         let payload = payload.clone();
         async move {
-            let mut c = ApiClient::connect(grpc).await?;
+            let mut c = grpc_client(&grpc).await?;
             let (tx, rx) = tokio::sync::mpsc::channel::<proto::PublishRequest>(window.max(1) * 2);
             let mut responses = c
                 .publish_async(tokio_stream::wrappers::ReceiverStream::new(rx))
@@ -466,7 +525,7 @@ async fn lb_record_plain(
     payload: &Bytes,
 ) -> anyhow::Result<f64> {
     let client = async_nats::connect(nats).await?;
-    let mut c = ApiClient::connect(grpc.to_string()).await?;
+    let mut c = grpc_client(grpc).await?;
     let start = Instant::now();
     for i in 0..msgs {
         client.publish(stream.to_string(), payload.clone()).await?;
@@ -486,9 +545,7 @@ async fn lb_record_plain(
 }
 
 async fn lb_replay(grpc: &str, stream: &str, msgs: u64) -> anyhow::Result<f64> {
-    let mut c = ApiClient::connect(grpc.to_string())
-        .await?
-        .max_decoding_message_size(64 << 20);
+    let mut c = grpc_client(grpc).await?.max_decoding_message_size(64 << 20);
     let start = Instant::now();
     let mut s = c
         .subscribe(proto::SubscribeRequest {

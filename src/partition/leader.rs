@@ -446,11 +446,13 @@ impl Partition {
                 (rec, pending)
             }
             Err(_) => {
+                // A plain publish is never acknowledged (no ack inbox), so
+                // its bookkeeping needs no copy of the subject.
                 let pending = Pending {
                     ack_inbox: String::new(),
                     correlation_id: String::new(),
                     ack_policy: proto::AckPolicy::None as i32,
-                    msg_subject: subject.clone(),
+                    msg_subject: String::new(),
                     expected: -1,
                     reception_ns,
                     too_large,
@@ -517,11 +519,8 @@ impl Drop for SubscriberGuard {
 /// Converts a stored record into the API's `Message`, with the `subject`
 /// and `reply` headers the stenographer promises.
 pub fn record_to_message(stream: &str, partition: i32, r: Record) -> proto::Message {
-    let mut headers: HashMap<String, Vec<u8>> = r
-        .headers
-        .into_iter()
-        .map(|(k, v)| (k, v.to_vec()))
-        .collect();
+    let mut headers: HashMap<String, Vec<u8>> = HashMap::with_capacity(r.headers.len() + 2);
+    headers.extend(r.headers.into_iter().map(|(k, v)| (k, v.to_vec())));
     headers.insert("subject".into(), r.subject.as_bytes().to_vec());
     let reply = r.reply.unwrap_or_default();
     headers.insert("reply".into(), reply.as_bytes().to_vec());

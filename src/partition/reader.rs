@@ -3,7 +3,9 @@
 //!
 //! A reader owns nothing shared but a clone of the log handle and watches,
 //! so a slow subscriber only fills its own bounded channel and never slows
-//! the stenographer. Start and stop offsets are resolved once, up front
+//! the stenographer. Messages go to the gRPC stream one store read at a
+//! time ([`Batch`]): one channel hand-off and one wake-up per read rather
+//! than per message. Start and stop offsets are resolved once, up front
 //! (`resolve_start`, `resolve_stop`), with Liftbridge's rules.
 
 use std::sync::Arc;
@@ -18,6 +20,9 @@ use crate::store::StoreError;
 const READ_BATCH: usize = 512;
 /// Bytes read per store call (soft limit; at least one record is returned).
 const READ_BYTES: usize = 1 << 20;
+
+/// The messages of one store read, in the order they are delivered.
+pub type Batch = Vec<proto::Message>;
 
 /// How a subscription ends other than by the client going away.
 #[derive(Debug, thiserror::Error)]
@@ -115,7 +120,7 @@ pub async fn run(
     p: Arc<Partition>,
     mut next: u64,
     stop: Option<u64>,
-    tx: mpsc::Sender<Result<proto::Message, ReadEnd>>,
+    tx: mpsc::Sender<Result<Batch, ReadEnd>>,
 ) {
     let _guard = p.subscriber_guard();
     let log = p.log().clone();
@@ -148,6 +153,7 @@ pub async fn run(
                 next = log.log_end_offset();
                 continue;
             }
+            let mut batch = Vec::with_capacity(recs.len());
             for r in recs {
                 if let Some(s) = stop {
                     if r.offset > s {
@@ -156,13 +162,10 @@ pub async fn run(
                     }
                 }
                 next = r.offset + 1;
-                if tx
-                    .send(Ok(record_to_message(&p.stream, p.id, r)))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
+                batch.push(record_to_message(&p.stream, p.id, r));
+            }
+            if !batch.is_empty() && tx.send(Ok(batch)).await.is_err() {
+                return;
             }
             continue;
         }
@@ -185,7 +188,7 @@ pub async fn run_reverse(
     p: Arc<Partition>,
     start: u64,
     stop: Option<u64>,
-    tx: mpsc::Sender<Result<proto::Message, ReadEnd>>,
+    tx: mpsc::Sender<Result<Batch, ReadEnd>>,
 ) {
     let _guard = p.subscriber_guard();
     let log = p.log().clone();
@@ -207,17 +210,14 @@ pub async fn run_reverse(
                 return;
             }
         };
-        for r in recs.into_iter().rev() {
-            if r.offset > hi {
-                continue;
-            }
-            if tx
-                .send(Ok(record_to_message(&p.stream, p.id, r)))
-                .await
-                .is_err()
-            {
-                return;
-            }
+        let batch: Batch = recs
+            .into_iter()
+            .rev()
+            .filter(|r| r.offset <= hi)
+            .map(|r| record_to_message(&p.stream, p.id, r))
+            .collect();
+        if !batch.is_empty() && tx.send(Ok(batch)).await.is_err() {
+            return;
         }
         if from == 0 || from <= low {
             return;

@@ -37,7 +37,13 @@ use super::{
     StoreError, SyncPolicy,
 };
 
-const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
+/// Chunks of records: key = offset of the chunk's first record, value =
+/// entries (see [`codec`]). A chunk is never empty and its key always equals
+/// its first entry's offset.
+const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("chunks");
+/// The first layout, one record per value (key = its offset); migrated into
+/// [`RECORDS`] when a file that still has it is opened.
+const RECORDS_V1: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
 const TIME_INDEX: TableDefinition<(i64, u64), ()> = TableDefinition::new("time_index");
 const EPOCHS: TableDefinition<u64, u64> = TableDefinition::new("epochs");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -595,23 +601,39 @@ impl PartitionLog {
             let mut spans = Vec::new();
             let mut buf = BytesMut::new();
             let Some(t) = open_read(rtx, RECORDS)? else {
-                return Ok((spans, buf));
+                return Ok(Ok((spans, buf)));
             };
-            for item in t.range(from..).map_err(|e| e.to_string())? {
+            let start = chunk_start(&t, from).map_err(|e| e.to_string())?;
+            'chunks: for item in t.range(start..).map_err(|e| e.to_string())? {
                 let (k, v) = item.map_err(|e| e.to_string())?;
                 let v = v.value();
-                if !spans.is_empty() && buf.len() + v.len() > max_bytes {
-                    break;
-                }
-                let start = buf.len();
-                buf.extend_from_slice(v);
-                spans.push((k.value(), start, buf.len()));
-                if spans.len() >= max_records {
-                    break;
+                for e in codec::chunk_entries(v) {
+                    let e = match e {
+                        Ok(e) => e,
+                        Err(source) => {
+                            return Ok(Err(StoreError::CorruptRecord {
+                                partition: name.clone(),
+                                offset: k.value(),
+                                source,
+                            }))
+                        }
+                    };
+                    if e.offset < from {
+                        continue;
+                    }
+                    if !spans.is_empty() && buf.len() + e.len() > max_bytes {
+                        break 'chunks;
+                    }
+                    let start = buf.len();
+                    buf.extend_from_slice(&v[e.start..e.end]);
+                    spans.push((e.offset, start, buf.len()));
+                    if spans.len() >= max_records {
+                        break 'chunks;
+                    }
                 }
             }
-            Ok((spans, buf))
-        })?;
+            Ok(Ok((spans, buf)))
+        })??;
         let (spans, buf) = spans;
         let buf = buf.freeze();
         spans
@@ -838,12 +860,14 @@ impl PartitionLog {
             let (mut n, mut b) = (0u64, 0u64);
             for item in t.iter().map_err(|e| e.to_string())? {
                 let (k, v) = item.map_err(|e| e.to_string())?;
-                let k = k.value();
-                if n < need_n || b < need_b || k < age_cut {
-                    n += 1;
-                    b += v.value().len() as u64;
-                } else {
-                    return Ok(Some(k));
+                for e in codec::chunk_entries(v.value()) {
+                    let e = e.map_err(|e| corrupt_chunk(k.value(), e).to_string())?;
+                    if n < need_n || b < need_b || e.offset < age_cut {
+                        n += 1;
+                        b += e.len() as u64;
+                    } else {
+                        return Ok(Some(e.offset));
+                    }
                 }
             }
             Ok(Some(leo))
@@ -883,24 +907,32 @@ impl PartitionLog {
             let mut scanned = 0u64;
             for item in t.range(..limit).map_err(|e| e.to_string())? {
                 let (k, v) = item.map_err(|e| e.to_string())?;
-                let offset = k.value();
-                scanned += 1;
-                let key = match codec::peek_key(v.value()) {
-                    Ok(Some(key)) => key,
-                    Ok(None) => continue,
-                    Err(source) => {
-                        return Ok(Err(StoreError::CorruptRecord {
-                            partition: name.clone(),
-                            offset,
-                            source,
-                        }))
+                let v = v.value();
+                for e in codec::chunk_entries(v) {
+                    let (offset, key) = match e
+                        .and_then(|e| Ok((e.offset, codec::peek_key(&v[e.start..e.end])?)))
+                    {
+                        Ok((o, _)) if o >= limit => break,
+                        Ok((o, Some(key))) => (o, key),
+                        Ok((_, None)) => {
+                            scanned += 1;
+                            continue;
+                        }
+                        Err(source) => {
+                            return Ok(Err(StoreError::CorruptRecord {
+                                partition: name.clone(),
+                                offset: k.value(),
+                                source,
+                            }))
+                        }
+                    };
+                    scanned += 1;
+                    if let Some(prev) = latest.get_mut(key) {
+                        doomed.push(*prev);
+                        *prev = offset;
+                    } else {
+                        latest.insert(key.to_vec(), offset);
                     }
-                };
-                if let Some(prev) = latest.get_mut(key) {
-                    doomed.push(*prev);
-                    *prev = offset;
-                } else {
-                    latest.insert(key.to_vec(), offset);
                 }
             }
             Ok(Ok((scanned, doomed)))
@@ -969,11 +1001,75 @@ fn offset_for_ts(rtx: &ReadTransaction, ts: i64) -> Result<Option<u64>, String> 
     let Some(records) = open_read(rtx, RECORDS)? else {
         return Ok(None);
     };
-    let found = records.range(at..).map_err(|e| e.to_string())?.next();
-    match found {
-        Some(item) => Ok(Some(item.map_err(|e| e.to_string())?.0.value())),
-        None => Ok(None),
+    first_at_or_after(&records, at).map_err(|e| e.to_string())
+}
+
+/// First offset present that is ≥ `at`.
+fn first_at_or_after<T: ReadableTable<u64, &'static [u8]>>(
+    t: &T,
+    at: u64,
+) -> Result<Option<u64>, redb::StorageError> {
+    let start = chunk_start(t, at)?;
+    for item in t.range(start..)? {
+        let (k, v) = item?;
+        for e in codec::chunk_entries(v.value()) {
+            let e = e.map_err(|e| corrupt_chunk(k.value(), e))?;
+            if e.offset >= at {
+                return Ok(Some(e.offset));
+            }
+        }
     }
+    Ok(None)
+}
+
+/// Moves the records of a file written with the first layout (one record
+/// per value, table `records`) into chunks, in the transaction that opens
+/// the log; the record encoding itself is the same in both layouts.
+fn migrate_v1(txn: &WriteTransaction) -> Result<(), String> {
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let mut chunks = txn.open_table(RECORDS).map_err(|x| e(&x))?;
+    let old_len = {
+        let old = txn.open_table(RECORDS_V1).map_err(|x| e(&x))?;
+        let mut chunk = Vec::new();
+        let mut first = None;
+        let mut count = 0;
+        let mut total = 0u64;
+        for item in old.iter().map_err(|x| e(&x))? {
+            total += 1;
+            let (k, v) = item.map_err(|x| e(&x))?;
+            let v = v.value();
+            let len = u32::try_from(v.len())
+                .map_err(|_| format!("record at offset {} is too large", k.value()))?;
+            if count > 0
+                && (count >= codec::CHUNK_RECORDS || chunk.len() + v.len() > codec::CHUNK_BYTES)
+            {
+                if let Some(f) = first.take() {
+                    chunks.insert(f, chunk.as_slice()).map_err(|x| e(&x))?;
+                }
+                chunk.clear();
+                count = 0;
+            }
+            first.get_or_insert(k.value());
+            let mut h = [0; codec::ENTRY_HEADER];
+            codec::put_entry_header(&mut h, k.value(), len);
+            chunk.extend_from_slice(&h);
+            chunk.extend_from_slice(v);
+            count += 1;
+        }
+        if let Some(f) = first {
+            chunks.insert(f, chunk.as_slice()).map_err(|x| e(&x))?;
+        }
+        total
+    };
+    drop(chunks);
+    txn.delete_table(RECORDS_V1).map_err(|x| e(&x))?;
+    if old_len > 0 {
+        tracing::info!(
+            records = old_len,
+            "moved records of the first layout into chunks"
+        );
+    }
+    Ok(())
 }
 
 /// Creates the tables if needed and reads the state without scanning.
@@ -981,6 +1077,7 @@ fn load_state(db: &Database) -> Result<State, String> {
     let e = |e: &dyn std::fmt::Display| e.to_string();
     let mut txn = db.begin_write().map_err(|x| e(&x))?;
     txn.set_quick_repair(true);
+    migrate_v1(&txn)?;
     let state = {
         let records = txn.open_table(RECORDS).map_err(|x| e(&x))?;
         let index = txn.open_table(TIME_INDEX).map_err(|x| e(&x))?;
@@ -994,7 +1091,7 @@ fn load_state(db: &Database) -> Result<State, String> {
                 .unwrap_or(0))
         };
         let oldest = records.first().map_err(|x| e(&x))?.map(|(k, _)| k.value());
-        let newest = records.last().map_err(|x| e(&x))?.map(|(k, _)| k.value());
+        let newest = last_offset(&records).map_err(|x| e(&x))?;
         let rmax = index.last().map_err(|x| e(&x))?.map(|(k, _)| k.value().0);
         let mut ep = Vec::new();
         for item in epochs.iter().map_err(|x| e(&x))? {
@@ -1249,11 +1346,12 @@ impl Writer {
                 let first = st.leo;
                 let w = (|| -> Result<(), redb::StorageError> {
                     note_epoch(t, st, epoch, first)?;
-                    for r in &records {
-                        let rr = RecordRef::from_new(r, epoch);
-                        put_record(t, st, st.leo, &rr)?;
-                    }
-                    Ok(())
+                    let refs: Vec<(u64, RecordRef<'_>)> = records
+                        .iter()
+                        .enumerate()
+                        .map(|(i, r)| (first + i as u64, RecordRef::from_new(r, epoch)))
+                        .collect();
+                    put_records(t, st, &refs)
                 })();
                 let res = Ok(AppendResult {
                     first_offset: first,
@@ -1272,9 +1370,12 @@ impl Writer {
                 let w = (|| -> Result<(), redb::StorageError> {
                     for r in &records {
                         note_epoch(t, st, r.leader_epoch, r.offset)?;
-                        put_record(t, st, r.offset, &RecordRef::from_record(r))?;
                     }
-                    Ok(())
+                    let refs: Vec<(u64, RecordRef<'_>)> = records
+                        .iter()
+                        .map(|r| (r.offset, RecordRef::from_record(r)))
+                        .collect();
+                    put_records(t, st, &refs)
                 })();
                 let res = Ok(AppendResult {
                     first_offset: first,
@@ -1410,31 +1511,143 @@ fn note_epoch(
     Ok(())
 }
 
-fn put_record(
+/// Writes records (offsets increasing, at or past the log end) as chunks
+/// of up to [`codec::CHUNK_RECORDS`] records or [`codec::CHUNK_BYTES`]
+/// bytes: one B-tree insert per chunk.
+fn put_records(
     t: &mut Tables<'_>,
     st: &mut State,
-    offset: u64,
-    r: &RecordRef<'_>,
+    recs: &[(u64, RecordRef<'_>)],
 ) -> Result<(), redb::StorageError> {
-    let len = codec::encoded_len(r);
-    let len32 = u32::try_from(len).map_err(|_| redb::StorageError::ValueTooLarge(len))?;
-    {
-        let mut slot = t.records.insert_reserve(offset, len32)?;
-        codec::encode_into(r, slot.as_mut());
+    let lens: Vec<usize> = recs.iter().map(|(_, r)| codec::encoded_len(r)).collect();
+    let mut i = 0;
+    while i < recs.len() {
+        let mut j = i;
+        let mut size = 0usize;
+        while j < recs.len() && j - i < codec::CHUNK_RECORDS {
+            let add = codec::ENTRY_HEADER + lens[j];
+            if j > i && size + add > codec::CHUNK_BYTES {
+                break;
+            }
+            size += add;
+            j += 1;
+        }
+        let size32 = u32::try_from(size).map_err(|_| redb::StorageError::ValueTooLarge(size))?;
+        {
+            let mut slot = t.records.insert_reserve(recs[i].0, size32)?;
+            let out = slot.as_mut();
+            let mut pos = 0;
+            for ((offset, r), &len) in recs[i..j].iter().zip(&lens[i..j]) {
+                // `len` fits in u32: the whole chunk does.
+                codec::put_entry_header(&mut out[pos..], *offset, len as u32);
+                pos += codec::ENTRY_HEADER;
+                codec::encode_into(r, &mut out[pos..pos + len]);
+                pos += len;
+            }
+        }
+        for ((offset, r), &len) in recs[i..j].iter().zip(&lens[i..j]) {
+            if st.rmax.is_none_or(|m| r.timestamp_ns > m) {
+                t.index.insert((r.timestamp_ns, *offset), ())?;
+                st.rmax = Some(r.timestamp_ns);
+            }
+            st.count += 1;
+            st.bytes += len as u64;
+            st.appended = (st.appended.0 + 1, st.appended.1 + len as u64);
+            if st.oldest.is_none() {
+                st.oldest = Some(*offset);
+            }
+            st.newest = Some(*offset);
+            st.leo = offset + 1;
+        }
+        i = j;
     }
-    if st.rmax.is_none_or(|m| r.timestamp_ns > m) {
-        t.index.insert((r.timestamp_ns, offset), ())?;
-        st.rmax = Some(r.timestamp_ns);
-    }
-    st.count += 1;
-    st.bytes += len as u64;
-    st.appended = (st.appended.0 + 1, st.appended.1 + len as u64);
-    if st.oldest.is_none() {
-        st.oldest = Some(offset);
-    }
-    st.newest = Some(offset);
-    st.leo = offset + 1;
     Ok(())
+}
+
+/// A chunk's bytes, copied out of the table (so the table can be changed
+/// while they are looked at), with its decoded entries.
+struct OwnedChunk {
+    key: u64,
+    bytes: Vec<u8>,
+    entries: Vec<codec::Entry>,
+}
+
+fn corrupt_chunk(key: u64, e: codec::CodecError) -> redb::StorageError {
+    redb::StorageError::Corrupted(format!("record chunk at offset {key}: {e}"))
+}
+
+/// One item of a redb iteration over the chunk table.
+type ChunkItem<'a> = Option<
+    Result<
+        (
+            redb::AccessGuard<'a, u64>,
+            redb::AccessGuard<'a, &'static [u8]>,
+        ),
+        redb::StorageError,
+    >,
+>;
+
+fn owned_chunk(item: ChunkItem<'_>) -> Result<Option<OwnedChunk>, redb::StorageError> {
+    let Some(item) = item else { return Ok(None) };
+    let (k, v) = item?;
+    let key = k.value();
+    let bytes = v.value().to_vec();
+    let entries = codec::chunk_entry_list(&bytes).map_err(|e| corrupt_chunk(key, e))?;
+    Ok(Some(OwnedChunk {
+        key,
+        bytes,
+        entries,
+    }))
+}
+
+/// Offset of the last record in the table, if any.
+fn last_offset<T: ReadableTable<u64, &'static [u8]>>(
+    t: &T,
+) -> Result<Option<u64>, redb::StorageError> {
+    let Some(item) = t.last()? else {
+        return Ok(None);
+    };
+    let (k, v) = item;
+    let key = k.value();
+    let mut last = None;
+    for e in codec::chunk_entries(v.value()) {
+        last = Some(e.map_err(|e| corrupt_chunk(key, e))?.offset);
+    }
+    Ok(last)
+}
+
+/// Key of the chunk that may hold `offset`: the last chunk starting at or
+/// before it, or `offset` itself when there is none.
+fn chunk_start<T: ReadableTable<u64, &'static [u8]>>(
+    t: &T,
+    offset: u64,
+) -> Result<u64, redb::StorageError> {
+    match t.range(..=offset)?.next_back() {
+        Some(item) => Ok(item?.0.value()),
+        None => Ok(offset),
+    }
+}
+
+/// Replaces chunk `c` by the entries `keep` selects (removing it if none).
+/// Returns the records and bytes removed.
+fn rewrite_chunk(
+    t: &mut Tables<'_>,
+    c: &OwnedChunk,
+    keep: impl Fn(&codec::Entry) -> bool,
+) -> Result<(u64, u64), redb::StorageError> {
+    let (mut n, mut b) = (0u64, 0u64);
+    for e in c.entries.iter().filter(|e| !keep(e)) {
+        n += 1;
+        b += e.len() as u64;
+    }
+    if n == 0 {
+        return Ok((0, 0));
+    }
+    t.records.remove(c.key)?;
+    if let Some((first, bytes)) = codec::rebuild_chunk(&c.bytes, &c.entries, keep) {
+        t.records.insert(first, bytes.as_slice())?;
+    }
+    Ok((n, b))
 }
 
 fn truncate(t: &mut Tables<'_>, st: &mut State, to: u64) -> Result<(), redb::StorageError> {
@@ -1443,10 +1656,19 @@ fn truncate(t: &mut Tables<'_>, st: &mut State, to: u64) -> Result<(), redb::Sto
     }
     let (mut n, mut b) = (0u64, 0u64);
     t.records.retain_in(to.., |_, v| {
-        n += 1;
-        b += v.len() as u64;
+        for e in codec::chunk_entries(v).flatten() {
+            n += 1;
+            b += e.len() as u64;
+        }
         false
     })?;
+    // The chunk before `to` may hold records at or past it.
+    let before = owned_chunk(t.records.range(..to)?.next_back())?;
+    if let Some(c) = before {
+        let (cn, cb) = rewrite_chunk(t, &c, |e| e.offset < to)?;
+        n += cn;
+        b += cb;
+    }
     loop {
         let last = t.index.last()?.map(|(k, _)| k.value().1);
         match last {
@@ -1467,7 +1689,7 @@ fn truncate(t: &mut Tables<'_>, st: &mut State, to: u64) -> Result<(), redb::Sto
     st.bytes = st.bytes.saturating_sub(b);
     st.leo = to;
     st.oldest = t.records.first()?.map(|(k, _)| k.value());
-    st.newest = t.records.last()?.map(|(k, _)| k.value());
+    st.newest = last_offset(&t.records)?;
     st.generation += 1;
     Ok(())
 }
@@ -1478,20 +1700,28 @@ fn delete_prefix(
     before: u64,
     max: u64,
 ) -> Result<(u64, u64), redb::StorageError> {
-    let mut doomed = Vec::new();
-    for item in t.records.range(..before)? {
-        if doomed.len() as u64 >= max {
+    let (mut n, mut b) = (0u64, 0u64);
+    while n < max {
+        let Some(c) = owned_chunk(t.records.first()?.map(Ok))? else {
+            break;
+        };
+        if c.key >= before {
             break;
         }
-        let (k, v) = item?;
-        doomed.push((k.value(), v.value().len() as u64));
+        // Remove the chunk's records below `before`, within the quota: a
+        // prefix of its entries, since offsets increase.
+        let below = c.entries.partition_point(|e| e.offset < before);
+        let k = below.min(usize::try_from(max - n).unwrap_or(usize::MAX));
+        let first_kept = c.entries.get(k).map(|e| e.offset);
+        let (cn, cb) = rewrite_chunk(t, &c, |e| first_kept.is_some_and(|f| e.offset >= f))?;
+        n += cn;
+        b += cb;
+        if first_kept.is_some() {
+            // A record stays in this chunk: it is at or past `before`, or
+            // over the quota.
+            break;
+        }
     }
-    let mut b = 0;
-    for (o, len) in &doomed {
-        t.records.remove(o)?;
-        b += len;
-    }
-    let n = doomed.len() as u64;
     st.count = st.count.saturating_sub(n);
     st.bytes = st.bytes.saturating_sub(b);
     st.oldest = t.records.first()?.map(|(k, _)| k.value());
@@ -1524,16 +1754,89 @@ fn delete_offsets(
     st: &mut State,
     offsets: &[u64],
 ) -> Result<(u64, u64), redb::StorageError> {
+    let mut offs = offsets.to_vec();
+    offs.sort_unstable();
+    offs.dedup();
     let (mut n, mut b) = (0u64, 0u64);
-    for o in offsets {
-        if let Some(v) = t.records.remove(o)? {
-            n += 1;
-            b += v.value().len() as u64;
-        }
+    let mut i = 0;
+    while i < offs.len() {
+        let Some(c) = owned_chunk(t.records.range(..=offs[i])?.next_back())? else {
+            i += 1;
+            continue;
+        };
+        // Every doomed offset up to the chunk's last record is in this chunk
+        // (or in a gap of it).
+        let last = c.entries.last().map_or(c.key, |e| e.offset);
+        let j = i + offs[i..].partition_point(|&o| o <= last);
+        let doomed = &offs[i..j.max(i + 1)];
+        let (cn, cb) = rewrite_chunk(t, &c, |e| doomed.binary_search(&e.offset).is_err())?;
+        n += cn;
+        b += cb;
+        i = j.max(i + 1);
     }
     st.count = st.count.saturating_sub(n);
     st.bytes = st.bytes.saturating_sub(b);
     st.oldest = t.records.first()?.map(|(k, _)| k.value());
-    st.newest = t.records.last()?.map(|(k, _)| k.value());
+    st.newest = last_offset(&t.records)?;
     Ok((n, b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    /// A file written with the first layout (one record per value in table
+    /// `records`) opens with every record readable, in chunks afterwards.
+    #[test]
+    fn first_layout_is_migrated_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = file_path(dir.path(), "p");
+        let n = 600u64;
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut old = txn.open_table(RECORDS_V1).unwrap();
+                let mut index = txn.open_table(TIME_INDEX).unwrap();
+                let mut meta = txn.open_table(META).unwrap();
+                let mut bytes = 0;
+                for o in 0..n {
+                    let r = NewRecord {
+                        timestamp_ns: 1000 + o as i64,
+                        value: Bytes::from(format!("v{o}")),
+                        subject: "s".into(),
+                        ..Default::default()
+                    };
+                    let enc = codec::encode(&RecordRef::from_new(&r, 1)).unwrap();
+                    bytes += enc.len() as u64;
+                    old.insert(o, enc.as_slice()).unwrap();
+                    index.insert((r.timestamp_ns, o), ()).unwrap();
+                }
+                meta.insert(META_LEO, n).unwrap();
+                meta.insert(META_COUNT, n).unwrap();
+                meta.insert(META_BYTES, bytes).unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let log = PartitionLog::open_existing(dir.path(), "p", LogConfig::default()).unwrap();
+        assert_eq!(log.log_end_offset(), n);
+        assert_eq!(
+            (log.oldest_offset(), log.newest_offset()),
+            (Some(0), Some(n - 1))
+        );
+        let recs = log.read_blocking(250, 1000, usize::MAX).unwrap();
+        assert_eq!(recs.len(), 350);
+        assert_eq!(recs[0].offset, 250);
+        assert_eq!(recs[0].value, Bytes::from("v250"));
+        assert_eq!(recs[349].value, Bytes::from(format!("v{}", n - 1)));
+        let t = log.with_read(|rtx| offset_for_ts(rtx, 1000 + 300)).unwrap();
+        assert_eq!(t, Some(300));
+        // The old table is gone: the records live in chunks now.
+        let db = log.db().unwrap();
+        let rtx = db.begin_read().unwrap();
+        assert!(open_read(&rtx, RECORDS_V1).unwrap().is_none());
+        let chunks = open_read(&rtx, RECORDS).unwrap().unwrap();
+        assert!(chunks.iter().unwrap().count() < n as usize / 2);
+    }
 }

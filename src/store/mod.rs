@@ -13,7 +13,12 @@
 //!
 //! One redb database file per partition (`<dir>/<partition>.redb`), so that
 //! deleting a stream is a file removal. Tables:
-//! - `records`: offset → encoded record ([`codec`], versioned, CRC-32C);
+//! - `chunks`: offset of a chunk's first record → the records of one
+//!   append (up to 64 KiB or 256 records), each as offset, length and the
+//!   encoded record ([`codec`], versioned, CRC-32C). One B-tree insert per
+//!   chunk rather than per record: the engine's per-insert cost, not the
+//!   bytes, bounded appends. Files written with the first layout (table
+//!   `records`, one record per value) are converted when opened;
 //! - `time_index`: (running maximum timestamp, offset) → (), one entry each
 //!   time the running maximum grows; it answers "first offset with timestamp
 //!   ≥ t" with one range lookup even if clocks step backwards;
@@ -69,9 +74,11 @@
 //! empty the log; the log end offset never moves back except by truncation.
 //!
 //! Known costs: each open log runs two threads (writer and cleaner);
-//! compaction deletes in one transaction, so appends wait for it (about
-//! 10 s for 990k deletions on a loaded 2-core machine, see BENCHMARKS.md);
-//! the database file never shrinks, freed pages are reused.
+//! compaction deletes in one transaction, so appends wait for it (it
+//! rewrites each touched chunk once: 0.4 s for 990k deletions, see
+//! BENCHMARKS.md); a time lookup or a read from the middle of a chunk reads
+//! the whole chunk (≤ 64 KiB); the database file never shrinks, freed pages
+//! are reused.
 //!
 //! This module knows nothing of NATS or gRPC: subjects are plain strings.
 
