@@ -149,21 +149,17 @@ impl HttpResponse {
     /// A JSON response, pretty-printed as nats-server does.
     pub fn json(status: u16, v: &Value) -> HttpResponse {
         // Serializing a `serde_json::Value` cannot fail.
-        let mut body = serde_json::to_vec_pretty(v).unwrap_or_default();
-        body.push(b'\n');
-        HttpResponse {
-            status,
-            content_type: "application/json",
-            body: body.into(),
-            headers: Vec::new(),
-        }
+        Self::json_bytes(status, serde_json::to_vec_pretty(v).unwrap_or_default())
     }
 
     /// A JSON response on one line: for bulk data (message pages), where
     /// indentation would add a third to the size.
     pub fn json_compact(status: u16, v: &Value) -> HttpResponse {
         // Serializing a `serde_json::Value` cannot fail.
-        let mut body = serde_json::to_vec(v).unwrap_or_default();
+        Self::json_bytes(status, serde_json::to_vec(v).unwrap_or_default())
+    }
+
+    fn json_bytes(status: u16, mut body: Vec<u8>) -> HttpResponse {
         body.push(b'\n');
         HttpResponse {
             status,

@@ -504,12 +504,7 @@ async fn admin_messages_from_nats_and_http() {
 
     // Paging with limit and offset.
     let v = get(a, &format!("{base}?offset=2&limit=3")).await.json();
-    let offs: Vec<i64> = v["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["offset"].as_i64().unwrap())
-        .collect();
+    let offs = offsets(&v);
     assert_eq!(offs, [2, 3, 4]);
     assert_eq!(v["next_offset"], 5);
     let v = get(a, &format!("{base}?offset=5&limit=1000")).await.json();
@@ -520,12 +515,7 @@ async fn admin_messages_from_nats_and_http() {
     assert_eq!(v["next_offset"], 7);
     // The last messages.
     let v = get(a, &format!("{base}?from=latest&limit=2")).await.json();
-    let offs: Vec<i64> = v["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["offset"].as_i64().unwrap())
-        .collect();
+    let offs = offsets(&v);
     assert_eq!(offs, [5, 6]);
     let v = get(a, &format!("{base}?from=latest&limit=50")).await.json();
     assert_eq!(v["messages"].as_array().unwrap().len(), 7);
@@ -712,12 +702,7 @@ async fn admin_messages_from_nats_and_http() {
     let v = get(a, "/api/v1/streams/short/partitions/0/messages?offset=0")
         .await
         .json();
-    let offs: Vec<i64> = v["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["offset"].as_i64().unwrap())
-        .collect();
+    let offs = offsets(&v);
     assert_eq!(offs, [3, 4]);
     assert_eq!(v["oldest_offset"], 3);
     node.shutdown().await;
@@ -806,4 +791,14 @@ async fn admin_odd_requests_get_json_errors_and_the_server_stays_up() {
     assert_eq!(r.json()["partitions"][0]["paused"], false);
     assert_eq!(get(a, "/api/v1/health").await.status, 200);
     node.shutdown().await;
+}
+
+/// The offsets of a message page, in order.
+fn offsets(page: &Value) -> Vec<i64> {
+    page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["offset"].as_i64().unwrap())
+        .collect()
 }
