@@ -157,8 +157,8 @@ mod tests {
     #[test]
     fn message_roundtrip_without_and_with_crc() {
         let m = proto::Message {
-            key: b"k".to_vec(),
-            value: b"hello".to_vec(),
+            key: Bytes::from_static(b"k"),
+            value: Bytes::from_static(b"hello"),
             ack_inbox: "inbox".into(),
             offset: -1,
             ..Default::default()

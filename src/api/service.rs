@@ -456,9 +456,9 @@ impl ApiService {
         };
         let msg = proto::Message {
             offset: r.expected_offset,
-            key: r.key,
-            value: r.value,
-            headers: r.headers,
+            key: r.key.into(),
+            value: r.value.into(),
+            headers: r.headers.into_iter().map(|(k, v)| (k, v.into())).collect(),
             ack_inbox: ack_inbox.clone(),
             correlation_id: r.correlation_id,
             ack_policy: r.ack_policy,
@@ -984,9 +984,9 @@ impl Api for ApiService {
         };
         let msg = proto::Message {
             offset: -1,
-            key: r.key,
-            value: r.value,
-            headers: r.headers,
+            key: r.key.into(),
+            value: r.value.into(),
+            headers: r.headers.into_iter().map(|(k, v)| (k, v.into())).collect(),
             ack_inbox,
             correlation_id: r.correlation_id,
             ack_policy: r.ack_policy,

@@ -470,7 +470,7 @@ async fn lb_publish_envelope(
                         permits.acquire().await?.forget();
                         let m = proto::Message {
                             offset: -1,
-                            value: payload.to_vec(),
+                            value: payload.clone(),
                             ack_inbox: inbox.clone(),
                             correlation_id: i.to_string(),
                             ack_policy: policy as i32,

@@ -431,15 +431,14 @@ impl Partition {
                     .headers
                     .into_iter()
                     .filter(|(k, _)| k != "subject" && k != "reply")
-                    .map(|(k, v)| (k, Bytes::from(v)))
                     .collect();
                 // Map order is random; a stable order keeps replays identical.
                 headers.sort_by(|a, b| a.0.cmp(&b.0));
                 let rec = NewRecord {
                     timestamp_ns: reception_ns,
-                    key: (!env.key.is_empty()).then(|| Bytes::from(env.key)),
+                    key: (!env.key.is_empty()).then_some(env.key),
                     headers,
-                    value: Bytes::from(env.value),
+                    value: env.value,
                     subject,
                     reply,
                 };
@@ -519,15 +518,18 @@ impl Drop for SubscriberGuard {
 /// Converts a stored record into the API's `Message`, with the `subject`
 /// and `reply` headers the stenographer promises.
 pub fn record_to_message(stream: &str, partition: i32, r: Record) -> proto::Message {
-    let mut headers: HashMap<String, Vec<u8>> = HashMap::with_capacity(r.headers.len() + 2);
-    headers.extend(r.headers.into_iter().map(|(k, v)| (k, v.to_vec())));
-    headers.insert("subject".into(), r.subject.as_bytes().to_vec());
+    let mut headers: HashMap<String, Bytes> = HashMap::with_capacity(r.headers.len() + 2);
+    headers.extend(r.headers);
+    headers.insert(
+        "subject".into(),
+        Bytes::copy_from_slice(r.subject.as_bytes()),
+    );
     let reply = r.reply.unwrap_or_default();
-    headers.insert("reply".into(), reply.as_bytes().to_vec());
+    headers.insert("reply".into(), Bytes::copy_from_slice(reply.as_bytes()));
     proto::Message {
         offset: r.offset as i64,
-        key: r.key.map(|k| k.to_vec()).unwrap_or_default(),
-        value: r.value.to_vec(),
+        key: r.key.unwrap_or_default(),
+        value: r.value,
         timestamp: r.timestamp_ns,
         stream: stream.to_string(),
         partition,
@@ -559,19 +561,19 @@ mod tests {
         let m = record_to_message("s", 3, r);
         assert_eq!((m.offset, m.timestamp, m.partition), (7, 42, 3));
         assert_eq!(m.stream, "s");
-        assert_eq!(m.key, b"k");
-        assert_eq!(m.value, b"payload");
+        assert_eq!(&m.key[..], b"k");
+        assert_eq!(&m.value[..], b"payload");
         assert_eq!(m.subject, "foo.bar");
         assert_eq!(m.reply_subject, "_INBOX.1");
-        assert_eq!(m.headers["subject"], b"foo.bar");
-        assert_eq!(m.headers["reply"], b"_INBOX.1");
-        assert_eq!(m.headers["h"], b"v");
+        assert_eq!(&m.headers["subject"][..], b"foo.bar");
+        assert_eq!(&m.headers["reply"][..], b"_INBOX.1");
+        assert_eq!(&m.headers["h"][..], b"v");
     }
 
     #[test]
     fn no_reply_gives_an_empty_reply_header() {
         let m = record_to_message("s", 0, Record::default());
-        assert_eq!(m.headers["reply"], b"");
+        assert!(m.headers["reply"].is_empty());
         assert!(m.key.is_empty());
     }
 }

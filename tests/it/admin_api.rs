@@ -468,9 +468,9 @@ async fn admin_messages_from_nats_and_http() {
     }
     // An enveloped publish carries key and headers.
     let env = envelope::encode_message(&proto::Message {
-        key: b"key-6".to_vec(),
-        value: b"m6".to_vec(),
-        headers: [("trace".to_string(), b"t-1".to_vec())]
+        key: bytes::Bytes::from_static(b"key-6"),
+        value: bytes::Bytes::from_static(b"m6"),
+        headers: [("trace".to_string(), b"t-1".to_vec().into())]
             .into_iter()
             .collect(),
         ..Default::default()

@@ -169,7 +169,7 @@ async fn api_serve_with_liftbridge_flags_and_sigterm() {
     nc.publish("x", "via-nats".into()).await.unwrap();
     nc.flush().await.unwrap();
     let mut s = subscribe(&mut c, from_earliest("x", 0)).await;
-    assert_eq!(take(&mut s, 1).await[0].value, b"via-nats");
+    assert_eq!(take(&mut s, 1).await[0].value, &b"via-nats"[..]);
     let md = c
         .fetch_metadata(liftbridge::api::proto::FetchMetadataRequest::default())
         .await

@@ -67,13 +67,16 @@ async fn api_plain_nats_headers_are_stored_with_the_record() {
     let mut s = subscribe(&mut c, from_earliest("hdr", 0)).await;
     let msgs = take(&mut s, 2).await;
     let m = &msgs[0];
-    assert_eq!(m.value, b"{}");
-    assert_eq!(m.headers.get("Trace-Id").unwrap(), b"abc-123");
-    assert_eq!(m.headers.get("Content-Type").unwrap(), b"application/json");
-    assert_eq!(m.headers.get("subject").unwrap(), b"hdr");
+    assert_eq!(m.value, &b"{}"[..]);
+    assert_eq!(m.headers.get("Trace-Id").unwrap(), &b"abc-123"[..]);
+    assert_eq!(
+        m.headers.get("Content-Type").unwrap(),
+        &b"application/json"[..]
+    );
+    assert_eq!(m.headers.get("subject").unwrap(), &b"hdr"[..]);
     assert_eq!(m.headers.len(), 4, "{:?}", m.headers);
     // Without NATS headers only the stenographer's two are there.
-    assert_eq!(msgs[1].value, b"plain");
+    assert_eq!(msgs[1].value, &b"plain"[..]);
     assert_eq!(msgs[1].headers.len(), 2, "{:?}", msgs[1].headers);
     node.shutdown().await;
 }
@@ -129,7 +132,7 @@ async fn api_publish_with_deadline_acks_and_without_returns_at_once() {
             b"v3".to_vec()
         ]
     );
-    assert_eq!(msgs[0].key, b"k");
+    assert_eq!(msgs[0].key, &b"k"[..]);
     assert_eq!(msgs[0].partition, 1);
     node.shutdown().await;
 }
@@ -148,9 +151,11 @@ async fn api_enveloped_nats_publish_gets_ack_on_inbox() {
     nc.flush().await.unwrap();
     let msg = proto::Message {
         offset: -1,
-        key: b"key".to_vec(),
-        value: b"hello".to_vec(),
-        headers: [("h".to_string(), b"1".to_vec())].into_iter().collect(),
+        key: bytes::Bytes::from_static(b"key"),
+        value: bytes::Bytes::from_static(b"hello"),
+        headers: [("h".to_string(), b"1".to_vec().into())]
+            .into_iter()
+            .collect(),
         ack_inbox: "my.acks".into(),
         correlation_id: "c1".into(),
         ack_policy: proto::AckPolicy::Leader as i32,
@@ -170,10 +175,10 @@ async fn api_enveloped_nats_publish_gets_ack_on_inbox() {
 
     let mut s = subscribe(&mut c, from_earliest("env", 0)).await;
     let m = &take(&mut s, 1).await[0];
-    assert_eq!(m.key, b"key");
-    assert_eq!(m.value, b"hello");
-    assert_eq!(m.headers.get("h").unwrap(), b"1");
-    assert_eq!(m.headers.get("subject").unwrap(), b"env");
+    assert_eq!(m.key, &b"key"[..]);
+    assert_eq!(m.value, &b"hello"[..]);
+    assert_eq!(m.headers.get("h").unwrap(), &b"1"[..]);
+    assert_eq!(m.headers.get("subject").unwrap(), &b"env"[..]);
     node.shutdown().await;
 }
 
@@ -439,7 +444,7 @@ async fn api_restart_keeps_data_and_metadata() {
     let mut c = client(&node).await;
     let mut s = subscribe(&mut c, from_earliest("keep", 0)).await;
     let msgs = take(&mut s, 10).await;
-    assert_eq!(msgs[9].value, b"v9");
+    assert_eq!(msgs[9].value, &b"v9"[..]);
     // New messages continue the offsets.
     assert_eq!(
         publish_acked(&mut c, "keep", 0, b"", b"v10").await.offset,
@@ -595,7 +600,7 @@ async fn api_message_over_replication_max_bytes_is_too_large() {
     let inbox = nc.new_inbox();
     let mut acks = nc.subscribe(inbox.clone()).await.unwrap();
     let env = envelope::encode_message(&proto::Message {
-        value: vec![b'y'; 1000],
+        value: vec![b'y'; 1000].into(),
         ack_inbox: inbox,
         correlation_id: "c1".into(),
         ack_policy: proto::AckPolicy::Leader as i32,

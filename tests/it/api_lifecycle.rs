@@ -236,7 +236,7 @@ async fn api_pause_resume_and_auto_pause() {
     nc.flush().await.unwrap();
     let m = &take(&mut s, 1).await[0];
     assert_eq!(
-        (m.offset, m.value.as_slice()),
+        (m.offset, &m.value[..]),
         (0, &b"after"[..]),
         "the paused-time publish was not recorded"
     );
@@ -255,7 +255,7 @@ async fn api_pause_resume_and_auto_pause() {
     let mut r = from_earliest("pz", 0);
     r.resume = true;
     let mut s = subscribe(&mut c, r).await;
-    assert_eq!(take(&mut s, 1).await[0].value, b"after");
+    assert_eq!(take(&mut s, 1).await[0].value, &b"after"[..]);
 
     // Auto-pause after 300 ms without messages.
     let mut r = create_req("auto", "auto");
@@ -309,7 +309,7 @@ async fn api_readonly_partitions() {
     );
 
     let mut s = subscribe(&mut c, from_earliest("ro", 0)).await;
-    assert_eq!(take(&mut s, 3).await[2].value, b"v2");
+    assert_eq!(take(&mut s, 3).await[2].value, &b"v2"[..]);
     assert_eq!(
         end_status(&mut s).await.code(),
         tonic::Code::ResourceExhausted
@@ -426,8 +426,8 @@ async fn api_retention_and_compaction_visible_through_subscribe() {
             let mut got = Vec::new();
             while let Some(Ok(m)) = futures::StreamExt::next(&mut s).await {
                 got.push((
-                    String::from_utf8(m.key).unwrap(),
-                    String::from_utf8(m.value).unwrap(),
+                    String::from_utf8(m.key.to_vec()).unwrap(),
+                    String::from_utf8(m.value.to_vec()).unwrap(),
                 ));
             }
             got == vec![

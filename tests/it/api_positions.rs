@@ -50,7 +50,7 @@ async fn api_start_positions() {
     let mut s = subscribe(&mut c, req(Start::NewOnly)).await;
     publish_acked(&mut c, "p", 0, b"", b"new").await;
     let m = &take(&mut s, 1).await[0];
-    assert_eq!((m.offset, m.value.as_slice()), (10, &b"new"[..]));
+    assert_eq!((m.offset, &m.value[..]), (10, &b"new"[..]));
 
     // Many concurrent subscribers all get the live message.
     let mut subs = Vec::new();
