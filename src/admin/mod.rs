@@ -5,9 +5,9 @@
 //! readonly, and publishing, so validation, error messages and side effects
 //! (waiting for partitions to start or stop) are the gRPC ones. gRPC status
 //! codes become HTTP statuses in one place ([`AdminError::from`]). Resume
-//! has no gRPC call (Liftbridge resumes on publish); it proposes
-//! `ResumeStream` to the metadata directly and waits for the partitions
-//! this node leads to run again.
+//! has no gRPC call (Liftbridge resumes on publish); it goes through
+//! [`ApiService::resume_partitions`], which waits for the partitions this
+//! node leads to run again.
 //!
 //! Reads come from the replicated metadata ([`Metadata::state`]) and from
 //! the partition logs this node serves ([`PartitionManager::get`]); a
@@ -35,13 +35,10 @@ use tonic::{Code, Request};
 
 use crate::api::proto::{self, api_server::Api};
 use crate::api::service::{ApiError, ApiService};
-use crate::cluster::{MetaCommand, MetaError, MetaResponse, Metadata, PartitionMeta, StreamMeta};
+use crate::cluster::{MetaError, Metadata, PartitionMeta, StreamMeta};
 use crate::http::{HttpRequest, HttpResponse, Router};
 use crate::nats::NatsServer;
 use crate::partition::{now_ns, Partition, PartitionManager};
-
-/// How long resume waits for a partition led here to run again.
-const START_WAIT: Duration = Duration::from_secs(5);
 
 /// A failed admin request; its status and message become the response.
 #[derive(Debug, thiserror::Error)]
@@ -675,33 +672,8 @@ async fn resume_stream(
     req: &HttpRequest,
 ) -> Result<HttpResponse, AdminError> {
     let b: ResumeBody = parse_body(req, true)?;
-    let s = ctx.stream(name)?;
-    for id in &b.partitions {
-        if s.partition(*id).is_none() {
-            return Err(AdminError::NotFound(format!(
-                "no such partition: {name}/{id}"
-            )));
-        }
-    }
-    let resp = ctx
-        .meta
-        .propose(MetaCommand::ResumeStream {
-            name: name.to_string(),
-            partitions: b.partitions.clone(),
-        })
-        .await?;
-    if let MetaResponse::Rejected(e) = resp {
-        return Err(ApiError::from(e).into());
-    }
-    // Partitions led here start recording before the answer, so a message
-    // published right after it is recorded.
-    let s = ctx.stream(name)?;
-    let me = ctx.parts.server_id().to_string();
-    for p in s.partitions.iter().filter(|p| {
-        p.leader == me && !p.paused && (b.partitions.is_empty() || b.partitions.contains(&p.id))
-    }) {
-        ctx.parts.wait_for(name, p.id, START_WAIT).await;
-    }
+    // Partitions led here start recording before the answer.
+    ctx.api.resume_partitions(name, &b.partitions).await?;
     ok(ctx.stream_json(&ctx.stream(name)?))
 }
 

@@ -394,6 +394,31 @@ impl ApiService {
         Ok(s)
     }
 
+    /// Resumes partitions of a stream (empty = all) and waits until those led
+    /// here record again, so a message published right after is recorded.
+    /// The admin API's resume; the gRPC API resumes on publish or subscribe.
+    pub async fn resume_partitions(&self, name: &str, partitions: &[i32]) -> Result<(), ApiError> {
+        let ids = self.target_partitions(name, partitions)?;
+        self.propose(MetaCommand::ResumeStream {
+            name: name.to_string(),
+            partitions: partitions.to_vec(),
+        })
+        .await?;
+        let state = self.state();
+        let Some(s) = state.stream(name) else {
+            return Ok(());
+        };
+        let me = self.inner.parts.server_id();
+        for p in s
+            .partitions
+            .iter()
+            .filter(|p| p.leader == me && !p.paused && ids.contains(&p.id))
+        {
+            self.inner.parts.wait_for(name, p.id, START_WAIT).await;
+        }
+        Ok(())
+    }
+
     /// Resumes a paused partition (all partitions when the stream was paused
     /// with resumeAll) and waits for it to run here if this node leads it.
     async fn ensure_resumed(&self, s: &StreamMeta, partition: i32) -> Result<(), ApiError> {
