@@ -67,6 +67,24 @@ pub async fn create(c: &mut Client, name: &str, subject: &str, partitions: i32) 
     .expect("create stream");
 }
 
+/// The metadata of one partition (`FetchPartitionMetadata`, which must
+/// succeed).
+pub async fn partition_metadata(
+    c: &mut Client,
+    stream: &str,
+    partition: i32,
+) -> proto::PartitionMetadata {
+    c.fetch_partition_metadata(proto::FetchPartitionMetadataRequest {
+        stream: stream.into(),
+        partition,
+    })
+    .await
+    .expect("fetch partition metadata")
+    .into_inner()
+    .metadata
+    .expect("partition metadata")
+}
+
 /// Publishes `value` with an ack (the call has a deadline) and returns it.
 pub async fn publish_acked(
     c: &mut Client,

@@ -362,28 +362,10 @@ async fn api_metadata_brokers_streams_and_health() {
         proto::stream_metadata::Error::UnknownStream as i32
     );
 
-    let pm = c
-        .fetch_partition_metadata(proto::FetchPartitionMetadataRequest {
-            stream: "m".into(),
-            partition: 2,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .metadata
-        .unwrap();
+    let pm = partition_metadata(&mut c, "m", 2).await;
     assert_eq!((pm.high_watermark, pm.newest_offset), (0, 0));
     assert!(pm.messages_received_timestamps.unwrap().latest_timestamp > 0);
-    let empty = c
-        .fetch_partition_metadata(proto::FetchPartitionMetadataRequest {
-            stream: "m".into(),
-            partition: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .metadata
-        .unwrap();
+    let empty = partition_metadata(&mut c, "m", 0).await;
     assert_eq!((empty.high_watermark, empty.newest_offset), (-1, -1));
 
     let ch = tonic::transport::Channel::from_shared(format!("http://{}", node.grpc_addr()))
@@ -541,19 +523,7 @@ async fn api_group_streams_share_a_subject() {
     let newest = |c: &Client, name: &str| {
         let mut c = c.clone();
         let name = name.to_string();
-        async move {
-            c.fetch_partition_metadata(proto::FetchPartitionMetadataRequest {
-                stream: name,
-                partition: 0,
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .metadata
-            .unwrap()
-            .newest_offset
-                + 1
-        }
+        async move { partition_metadata(&mut c, &name, 0).await.newest_offset + 1 }
     };
     eventually("group members recorded everything", || {
         let c = c.clone();
