@@ -338,16 +338,7 @@ async fn api_readonly_partitions() {
     let e = all[0].as_ref().unwrap().async_error.clone().unwrap();
     assert_eq!(e.code, proto::publish_async_error::Code::Readonly as i32);
 
-    let md = c
-        .fetch_partition_metadata(proto::FetchPartitionMetadataRequest {
-            stream: "ro".into(),
-            partition: 0,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .metadata
-        .unwrap();
+    let md = partition_metadata(&mut c, "ro", 0).await;
     assert!(md.readonly);
     assert!(md.readonly_timestamps.unwrap().first_timestamp > 0);
 
@@ -503,7 +494,9 @@ async fn api_consumer_groups_join_assign_fence_evict() {
     use tonic::Code;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
-    cfg.consumer_timeout = Duration::from_millis(400);
+    // Long enough that c1, which asks every 600 ms, stays a member on a
+    // loaded machine; c2 stays silent for 1.2 s.
+    cfg.consumer_timeout = Duration::from_millis(1000);
     let node = start(cfg).await;
     let mut c = client(&node).await;
     create(&mut c, "g", "g", 2).await;
@@ -526,7 +519,7 @@ async fn api_consumer_groups_join_assign_fence_evict() {
         .unwrap()
         .into_inner();
     assert_eq!(j1.coordinator, node.server_id());
-    assert_eq!(j1.consumer_timeout, 400_000_000, "nanoseconds");
+    assert_eq!(j1.consumer_timeout, 1_000_000_000, "nanoseconds");
     let a = c
         .fetch_consumer_group_assignments(fetch("c1", j1.epoch))
         .await
@@ -596,11 +589,11 @@ async fn api_consumer_groups_join_assign_fence_evict() {
     );
 
     // c2 goes silent: evicted after the consumer timeout; c1 gets everything.
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
     c.fetch_consumer_group_assignments(fetch("c1", j2.epoch))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
     let e = c
         .fetch_consumer_group_assignments(fetch("c1", j2.epoch))
         .await
