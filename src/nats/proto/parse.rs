@@ -227,6 +227,31 @@ impl Parser {
         self.need
     }
 
+    /// The whole frame of a PUB/HPUB whose control line is `header_len`
+    /// bytes and whose payload (headers included) is `size` bytes: `None`
+    /// while it has not fully arrived (`need` then says how much is wanted).
+    /// Checks the payload limit and the CRLF after the payload.
+    fn take_frame(
+        &mut self,
+        buf: &mut BytesMut,
+        header_len: usize,
+        size: usize,
+    ) -> Result<Option<Bytes>, ParseError> {
+        if size > self.max_payload {
+            return Err(ParseError::MaxPayload);
+        }
+        let total = header_len + size + 2;
+        if buf.len() < total {
+            self.need = total;
+            return Ok(None);
+        }
+        if &buf[header_len + size..total] != b"\r\n" {
+            return Err(ParseError::UnknownOp);
+        }
+        self.need = 0;
+        Ok(Some(buf.split_to(total).freeze()))
+    }
+
     /// Parses one operation from the front of `buf`.
     pub fn parse(&mut self, buf: &mut BytesMut) -> Result<Parsed, ParseError> {
         if buf.len() < self.need || buf.is_empty() {
@@ -339,19 +364,9 @@ impl Parser {
                 };
                 let size =
                     parse_size(&line[size.0..size.1]).ok_or(ParseError::BadArgs { op: "PUB" })?;
-                if size > self.max_payload {
-                    return Err(ParseError::MaxPayload);
-                }
-                let total = header_len + size + 2;
-                if buf.len() < total {
-                    self.need = total;
+                let Some(frame) = self.take_frame(buf, header_len, size)? else {
                     return Ok(Parsed::Incomplete);
-                }
-                if &buf[header_len + size..total] != b"\r\n" {
-                    return Err(ParseError::UnknownOp);
-                }
-                self.need = 0;
-                let frame = buf.split_to(total).freeze();
+                };
                 Ok(Parsed::Op(ClientOp::Pub {
                     subject: frame.slice(subj.0..subj.1),
                     reply: reply.map(|r| frame.slice(r.0..r.1)),
@@ -372,19 +387,9 @@ impl Parser {
                 if hdr > size {
                     return Err(ParseError::BadArgs { op: "HPUB" });
                 }
-                if size > self.max_payload {
-                    return Err(ParseError::MaxPayload);
-                }
-                let total = header_len + size + 2;
-                if buf.len() < total {
-                    self.need = total;
+                let Some(frame) = self.take_frame(buf, header_len, size)? else {
                     return Ok(Parsed::Incomplete);
-                }
-                if &buf[header_len + size..total] != b"\r\n" {
-                    return Err(ParseError::UnknownOp);
-                }
-                self.need = 0;
-                let frame = buf.split_to(total).freeze();
+                };
                 Ok(Parsed::Op(ClientOp::HPub {
                     subject: frame.slice(subj.0..subj.1),
                     reply: reply.map(|r| frame.slice(r.0..r.1)),
