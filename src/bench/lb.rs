@@ -144,44 +144,25 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
         ] {
             for &window in windows {
                 for pubs in [1usize, 4] {
-                    let stream = format!("b{}", rand::random::<u32>());
-                    create_stream(&grpc, &stream).await?;
-                    let r = lb_publish_async(
-                        &grpc,
-                        &stream,
-                        policy,
-                        window,
-                        pubs,
-                        count(window),
-                        &payload,
-                    )
-                    .await?;
-                    rows.push(Row {
-                        workload: format!(
-                            "acked publish {pname}, window {window}, {pubs} publisher(s)"
-                        ),
-                        target: format!("{label} PublishAsync"),
-                        msgs_per_sec: r,
-                    });
-                    let stream = format!("b{}", rand::random::<u32>());
-                    create_stream(&grpc, &stream).await?;
-                    let r = lb_publish_envelope(
-                        &nats,
-                        &stream,
-                        policy,
-                        window,
-                        pubs,
-                        count(window),
-                        &payload,
-                    )
-                    .await?;
-                    rows.push(Row {
-                        workload: format!(
-                            "acked publish {pname}, window {window}, {pubs} publisher(s)"
-                        ),
-                        target: format!("{label} NATS envelope"),
-                        msgs_per_sec: r,
-                    });
+                    for via in ["PublishAsync", "NATS envelope"] {
+                        // A fresh stream per measurement.
+                        let stream = format!("b{}", rand::random::<u32>());
+                        create_stream(&grpc, &stream).await?;
+                        let (msgs, p) = (count(window), &payload);
+                        let r = if via == "PublishAsync" {
+                            lb_publish_async(&grpc, &stream, policy, window, pubs, msgs, p).await?
+                        } else {
+                            lb_publish_envelope(&nats, &stream, policy, window, pubs, msgs, p)
+                                .await?
+                        };
+                        rows.push(Row {
+                            workload: format!(
+                                "acked publish {pname}, window {window}, {pubs} publisher(s)"
+                            ),
+                            target: format!("{label} {via}"),
+                            msgs_per_sec: r,
+                        });
+                    }
                 }
             }
         }
