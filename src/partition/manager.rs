@@ -226,6 +226,17 @@ impl PartitionManager {
             .cloned()
     }
 
+    /// The partitions running here, copied out so the lock is not held
+    /// while they are looked at.
+    fn running_snapshot(&self) -> Vec<(Key, Arc<Partition>)> {
+        self.inner
+            .running
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
     /// Waits up to `timeout` for the first reconciliation to finish (every
     /// partition led here opened), so a node starting up serves its data
     /// from the first request.
@@ -307,13 +318,7 @@ impl PartitionManager {
             }
         }
         // Stop what is no longer wanted (paused, deleted, recreated).
-        let current: Vec<(Key, Arc<Partition>)> = self
-            .inner
-            .running
-            .lock()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let current = self.running_snapshot();
         for (key, part) in current {
             let stream = state.streams.get(&key.0);
             let same_stream = stream.is_some_and(|s| s.creation_timestamp_ns == part.creation_ns);
@@ -489,13 +494,7 @@ impl PartitionManager {
         loop {
             tick.tick().await;
             let state = self.inner.meta.state();
-            let running: Vec<(Key, Arc<Partition>)> = self
-                .inner
-                .running
-                .lock()
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
+            let running = self.running_snapshot();
             since.retain(|k, _| running.iter().any(|(r, _)| r == k));
             let now = now_ns();
             for (key, p) in running {
