@@ -117,6 +117,25 @@ enum Done {
     Removed(Reply<(u64, u64)>, Result<(u64, u64), StoreError>),
 }
 
+/// The answer to an append or a replicated append of the records from
+/// `first` up to `leo`. An engine failure `w` is returned as fatal: the
+/// writer then aborts the transaction and fails every answer of the batch.
+fn appended(
+    reply: Reply<AppendResult>,
+    first: u64,
+    leo: u64,
+    w: Result<(), redb::StorageError>,
+) -> Result<Done, (Done, Fatal)> {
+    let res = Ok(AppendResult {
+        first_offset: first,
+        last_offset: leo - 1,
+    });
+    match w {
+        Ok(()) => Ok(Done::Append(reply, res)),
+        Err(x) => Err((Done::Append(reply, res), x.to_string())),
+    }
+}
+
 impl Done {
     fn send(self) {
         // A waiter that gave up (dropped its receiver) needs no answer.
@@ -1353,14 +1372,7 @@ impl Writer {
                         .collect();
                     put_records(t, st, &refs)
                 })();
-                let res = Ok(AppendResult {
-                    first_offset: first,
-                    last_offset: st.leo - 1,
-                });
-                match w {
-                    Ok(()) => Ok(Done::Append(reply, res)),
-                    Err(x) => Err((Done::Append(reply, res), x.to_string())),
-                }
+                appended(reply, first, st.leo, w)
             }
             Op::Replicate { records, reply } => {
                 if let Err(err) = self.check_replicated(st, &records) {
@@ -1377,14 +1389,7 @@ impl Writer {
                         .collect();
                     put_records(t, st, &refs)
                 })();
-                let res = Ok(AppendResult {
-                    first_offset: first,
-                    last_offset: st.leo - 1,
-                });
-                match w {
-                    Ok(()) => Ok(Done::Append(reply, res)),
-                    Err(x) => Err((Done::Append(reply, res), x.to_string())),
-                }
+                appended(reply, first, st.leo, w)
             }
             Op::Truncate { to, reply } => match truncate(t, st, to) {
                 Ok(()) => Ok(Done::Unit(reply, Ok(()))),
