@@ -32,12 +32,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cfg.logging.level.as_str()));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_filter(&cfg.logging)));
     let (filter, level_handle) = tracing_subscriber::reload::Layer::new(filter);
+    // Log lines go to stderr (stdout carries the banner); colour only on a
+    // terminal, so journald and log files get no escape codes.
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal();
     // A subscriber may already be installed (embedding programs, tests).
     let _ = tracing_subscriber::registry()
         .with(filter)
-        .with(tracing_subscriber::fmt::layer().with_target(false))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_target(false)
+                .with_ansi(ansi)
+                .with_writer(std::io::stderr),
+        )
         .try_init();
     // Mapped before the runtime starts so configuration errors come first.
     let node_cfg = NodeConfig::from_liftbridge(&cfg)?;
@@ -51,17 +60,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         // before the logs are closed.
         let signals = Signals::install()?;
         let node = Node::start(node_cfg).await?;
-        println!(
-            "liftbridge {} serving gRPC on {}, NATS on {}",
-            env!("CARGO_PKG_VERSION"),
-            node.grpc_addr(),
-            node.nats_addr()
-        );
-        crate::systemd::ready(&format!(
-            "serving gRPC on {}, NATS on {}",
-            node.grpc_addr(),
-            node.nats_addr()
-        ));
+        let listeners = banner_listeners(&node);
+        println!("liftbridge {} {listeners}", env!("CARGO_PKG_VERSION"));
+        crate::systemd::ready(&listeners);
         let watchdog = crate::systemd::spawn_watchdog(|| true);
         wait_for_signal(signals, &args.flags, &level_handle).await?;
         crate::systemd::stopping();
@@ -72,6 +73,36 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         node.shutdown().await;
         Ok(())
     })
+}
+
+/// The listeners in one line: `serving gRPC on A, NATS on B, HTTP on C`.
+fn banner_listeners(node: &crate::node::NodeHandle) -> String {
+    let mut line = format!(
+        "serving gRPC on {}, NATS on {}",
+        node.grpc_addr(),
+        node.nats_addr()
+    );
+    if let Some(http) = node.http_addr() {
+        line.push_str(&format!(", HTTP on {http}"));
+    }
+    line
+}
+
+/// The `tracing` filter for the `logging.*` keys: this crate at
+/// `logging.level`; dependencies at warn (openraft's INFO lines dump whole
+/// Raft states) unless `logging.raft` asks for Raft internals; the embedded
+/// NATS server's own lines at warn unless `logging.nats` is set, as
+/// Liftbridge logs its embedded NATS server only when asked.
+pub fn log_filter(logging: &crate::config::liftbridge::LoggingConfig) -> String {
+    let level = logging.level.as_str();
+    let mut directives = vec![format!("warn,liftbridge={level}")];
+    if logging.raft {
+        directives.push(format!("openraft={level}"));
+    }
+    if !logging.nats {
+        directives.push("liftbridge::nats=warn".to_string());
+    }
+    directives.join(",")
 }
 
 /// Changes the log filter of the running server.
@@ -115,7 +146,7 @@ async fn wait_for_signal(
                 crate::systemd::reloading();
                 match load(flags) {
                     Ok(cfg) => {
-                        let filter = tracing_subscriber::EnvFilter::new(cfg.logging.level.as_str());
+                        let filter = tracing_subscriber::EnvFilter::new(log_filter(&cfg.logging));
                         match level.reload(filter) {
                             Ok(()) => tracing::info!(level = cfg.logging.level.as_str(), "configuration reloaded"),
                             Err(e) => tracing::warn!(error = %e, "log level not changed"),
@@ -124,6 +155,36 @@ async fn wait_for_signal(
                     Err(e) => tracing::error!(error = %format!("{e:#}"), "configuration not reloaded"),
                 }
                 crate::systemd::reloaded();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::liftbridge::{LogLevel, LoggingConfig};
+
+    fn logging(level: LogLevel, raft: bool, nats: bool) -> LoggingConfig {
+        LoggingConfig {
+            level,
+            recovery: false,
+            raft,
+            nats,
+        }
+    }
+
+    #[test]
+    fn dependencies_stay_at_warn_unless_asked() {
+        let f = log_filter(&logging(LogLevel::Info, false, false));
+        assert_eq!(f, "warn,liftbridge=info,liftbridge::nats=warn");
+        let f = log_filter(&logging(LogLevel::Debug, true, true));
+        assert_eq!(f, "warn,liftbridge=debug,openraft=debug");
+        // Every produced filter parses.
+        for raft in [false, true] {
+            for nats in [false, true] {
+                let f = log_filter(&logging(LogLevel::Trace, raft, nats));
+                tracing_subscriber::EnvFilter::try_new(&f).expect("valid filter");
             }
         }
     }

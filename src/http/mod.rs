@@ -53,6 +53,11 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// How long a client may take to complete the TLS handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request's headers (and how long a
+/// kept-alive connection may sit before its next request starts). Past it
+/// the connection is closed, so slow or silent clients (slowloris) cannot
+/// hold connections open forever.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Errors of the HTTP server.
 #[derive(Debug, thiserror::Error)]
@@ -495,7 +500,10 @@ where
         let state = state.clone();
         async move { Ok::<_, std::convert::Infallible>(handle(&state, req).await) }
     });
-    let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), svc);
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(io), svc);
     tokio::pin!(conn);
     tokio::select! {
         _ = conn.as_mut() => {}

@@ -19,6 +19,7 @@ mod cluster_storage;
 mod compat_cert;
 mod compat_nats_server;
 mod config_liftbridge;
+mod http_limits;
 mod metrics;
 mod nats_auth;
 mod nats_core;
