@@ -164,16 +164,26 @@ impl NodeConfig {
                 }
             }
         };
+        // Given explicitly (`nats.listen`, its env variable or
+        // `--nats-port`), the listener overrides the NATS file's: flags
+        // override files.
+        if c.nats.embedded_config.is_some() && c.nats.listen_explicit {
+            let (h, p) = split_listen(&c.nats.listen, crate::config::nats::DEFAULT_PORT);
+            nats.host = h;
+            nats.port = p;
+        }
         // The node serves HTTP itself (one listener for NATS monitoring and
         // the liftbridge endpoints); a monitoring port from the NATS file
-        // takes precedence over `http.listen`.
-        let http = match nats.http.take() {
-            Some(hp) => Some(hp),
-            None if !c.http.listen.is_empty() => Some(split_listen(
+        // takes precedence over the default `http.listen`, an explicit one
+        // (`http.listen`, `--http-port`) over the file.
+        let file_http = nats.http.take();
+        let http = match file_http {
+            Some(hp) if !c.http.listen_explicit => Some(hp),
+            _ if !c.http.listen.is_empty() => Some(split_listen(
                 &c.http.listen,
                 crate::config::nats::DEFAULT_HTTP_PORT,
             )),
-            None => None,
+            _ => None,
         };
         let tls = match (&c.tls.cert, &c.tls.key) {
             (Some(cert), Some(key)) => Some(GrpcTls {

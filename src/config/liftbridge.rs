@@ -326,6 +326,9 @@ pub struct NatsConfig {
     pub embedded_config: Option<PathBuf>,
     /// `nats.listen`: client listener of the embedded server (0.0.0.0:4222).
     pub listen: String,
+    /// Whether `nats.listen` was given (file, environment or `--nats-port`):
+    /// then it overrides the listener of a `nats.embedded.config` file.
+    pub listen_explicit: bool,
 }
 
 /// `http.*`: monitoring, metrics, admin API and UI.
@@ -333,6 +336,9 @@ pub struct NatsConfig {
 pub struct HttpConfig {
     /// `http.listen` (0.0.0.0:8222); port 0 = random.
     pub listen: String,
+    /// Whether `http.listen` was given (file, environment or `--http-port`):
+    /// then it overrides the monitoring port of a `nats.embedded.config` file.
+    pub listen_explicit: bool,
     /// `http.auth.token`: clients send `Authorization: Bearer <token>`.
     pub auth_token: Option<String>,
     /// `http.auth.username` (with the password): HTTP Basic.
@@ -552,9 +558,11 @@ impl Default for LiftbridgeConfig {
                 embedded: true,
                 embedded_config: None,
                 listen: "0.0.0.0:4222".into(),
+                listen_explicit: false,
             },
             http: HttpConfig {
                 listen: "0.0.0.0:8222".into(),
+                listen_explicit: false,
                 auth_token: None,
                 auth_username: None,
                 auth_password: None,
@@ -794,9 +802,11 @@ impl Builder {
         }
         if let Some(port) = f.nats_port {
             self.cfg.nats.listen = with_port(&self.cfg.nats.listen, port);
+            self.set.insert("nats.listen");
         }
         if let Some(port) = f.http_port {
             self.cfg.http.listen = with_port(&self.cfg.http.listen, port);
+            self.set.insert("http.listen");
         }
         Ok(())
     }
@@ -1028,6 +1038,8 @@ impl Builder {
         if c.nats.embedded_config.is_some() {
             c.nats.embedded = true;
         }
+        c.nats.listen_explicit = self.set.contains("nats.listen");
+        c.http.listen_explicit = self.set.contains("http.listen");
         Ok(self.cfg)
     }
 }

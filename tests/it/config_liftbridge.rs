@@ -113,3 +113,45 @@ fn config_liftbridge_unknown_key_names_file() {
     assert!(msg.contains("clustering.raft.bootstrap.sead"), "{msg}");
     assert!(msg.contains("bad.yaml"), "{msg}");
 }
+
+/// `--nats-port` and `--http-port` override the listener and monitoring
+/// port of an embedded NATS config file, whether or not the file sets them;
+/// without the flags the file's settings stand.
+#[test]
+fn config_liftbridge_flags_override_embedded_nats_file() {
+    use liftbridge::node::NodeConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let no_port = dir.path().join("no-port.conf");
+    std::fs::write(&no_port, "max_payload: 65536\n").unwrap();
+    let with_port = dir.path().join("with-port.conf");
+    std::fs::write(&with_port, "port: 5333\nhttp: 127.0.0.1:5334\n").unwrap();
+
+    for file in [&no_port, &with_port] {
+        let flags = parse(&[
+            "--embedded-nats-config",
+            file.to_str().unwrap(),
+            "--nats-port",
+            "14999",
+            "--http-port",
+            "18999",
+        ]);
+        let c = load_with_env(&flags, |_| None).expect("loads");
+        let n = NodeConfig::from_liftbridge(&c).expect("maps");
+        assert_eq!(n.nats.port, 14999, "{}", file.display());
+        if file == &no_port {
+            // The rest of the file still applies.
+            assert_eq!(n.nats.max_payload, 65536);
+        }
+        assert_eq!(
+            n.http.as_ref().map(|h| h.1),
+            Some(18999),
+            "{}",
+            file.display()
+        );
+    }
+    let flags = parse(&["--embedded-nats-config", with_port.to_str().unwrap()]);
+    let c = load_with_env(&flags, |_| None).expect("loads");
+    let n = NodeConfig::from_liftbridge(&c).expect("maps");
+    assert_eq!(n.nats.port, 5333);
+    assert_eq!(n.http, Some(("127.0.0.1".to_string(), 5334)));
+}
