@@ -48,6 +48,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .with_writer(std::io::stderr),
         )
         .try_init();
+    // Keys this server cannot honour stop the start; keys without effect
+    // here are logged, never silently ignored.
+    for notice in crate::config::audit::audit(&cfg)? {
+        tracing::info!("{notice}");
+    }
     // Mapped before the runtime starts so configuration errors come first.
     let node_cfg = NodeConfig::from_liftbridge(&cfg)?;
     let rt = tokio::runtime::Builder::new_multi_thread()

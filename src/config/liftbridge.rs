@@ -524,6 +524,9 @@ pub struct LiftbridgeConfig {
     pub groups: GroupsConfig,
     /// `telemetry.*`.
     pub telemetry: TelemetryConfig,
+    /// The keys set by a file, the environment or a flag (the rest kept
+    /// their defaults); `config::audit` checks them.
+    pub explicit_keys: BTreeSet<&'static str>,
 }
 
 const DEFAULT_PORT: u16 = 9292;
@@ -624,6 +627,7 @@ impl Default for LiftbridgeConfig {
                 enabled: false,
                 interval_seconds: 86_400,
             },
+            explicit_keys: BTreeSet::new(),
         }
     }
 }
@@ -1039,6 +1043,7 @@ impl Builder {
             c.nats.embedded = true;
         }
         c.nats.listen_explicit = self.set.contains("nats.listen");
+        c.explicit_keys = self.set.clone();
         c.http.listen_explicit = self.set.contains("http.listen");
         Ok(self.cfg)
     }

@@ -155,3 +155,60 @@ fn config_liftbridge_flags_override_embedded_nats_file() {
     assert_eq!(n.nats.port, 5333);
     assert_eq!(n.http, Some(("127.0.0.1".to_string(), 5334)));
 }
+
+/// A key this server cannot honour stops the start with an error naming it;
+/// a key without effect here is logged with the reason, and the node runs.
+#[test]
+fn config_liftbridge_unsupported_keys_refused_and_inapplicable_keys_logged() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let bin = env!("CARGO_BIN_EXE_liftbridge");
+    let dir = tempfile::tempdir().unwrap();
+    for (yaml, key) in [
+        (
+            "tls:\n  client.authz.enabled: true\n",
+            "tls.client.authz.enabled",
+        ),
+        ("streams.encryption: true\n", "streams.encryption"),
+        ("nats.embedded: false\n", "nats.embedded"),
+        ("activity.stream.enabled: true\n", "activity.stream.enabled"),
+    ] {
+        let file = dir.path().join("refused.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let out = Command::new(bin)
+            .args(["-c", file.to_str().unwrap(), "-d"])
+            .arg(dir.path().join("data-refused"))
+            .args(["-p", "0", "--nats-port", "0", "--http-port", "0"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{yaml}: started anyway");
+        assert!(
+            err.contains(key) && err.contains("not supported"),
+            "{yaml}: {err}"
+        );
+    }
+
+    let file = dir.path().join("notice.yaml");
+    std::fs::write(&file, "streams:\n  segment.max.bytes: 1048576\n").unwrap();
+    let mut child = Command::new(bin)
+        .args(["-c", file.to_str().unwrap(), "-d"])
+        .arg(dir.path().join("data-notice"))
+        .args(["-p", "0", "--nats-port", "0", "--http-port", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut found = false;
+    for line in BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        if line.contains("streams.segment.max.bytes has no effect") {
+            found = true;
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(found, "notice logged");
+}
