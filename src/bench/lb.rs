@@ -4,7 +4,12 @@
 //! Targets: this binary started as a single-node server (its own data
 //! directory in a temp dir, `store.sync` as given) and every nats-server
 //! binary (`--peer LABEL=PATH`, plus `nats-server` from PATH) started with
-//! JetStream (`-js -sd DIR`, file storage, one replica).
+//! JetStream (file storage, one replica) twice: with its default sync (`-js
+//! -sd DIR`) and with `jetstream { sync_interval: always }` (skipped with a
+//! note where the version does not accept it). The disk's own rate of
+//! durable 4 KiB appends (write + fdatasync) in the temp directory is
+//! measured in the same run, and a ratio table compares `store.sync:
+//! always` with JetStream `always` and `interval` with JetStream's default.
 //!
 //! Workloads (issue "Liftbridge streams on one node", item 9), 1 KiB values:
 //! - acked publish, ack policy LEADER and ALL, windows of 1 and 256
@@ -201,35 +206,63 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
         }
     }
     for (label, path) in peers {
-        let (proc_, url) = start_jetstream(&path)?;
-        let client = async_nats::connect(&url).await?;
-        let label = format!("{label} {} JetStream", client.server_info().version);
-        for &window in windows {
-            for pubs in [1usize, 4] {
-                let r = js_publish(&url, window, pubs, count(window), &payload).await?;
-                for pname in ["LEADER", "ALL"] {
-                    rows.push(Row {
-                        workload: format!(
-                            "acked publish {pname}, window {window}, {pubs} publisher(s)"
-                        ),
-                        target: label.clone(),
-                        msgs_per_sec: r,
-                    });
+        // Each peer twice: its default (acks before any fsync; a sync every
+        // 2 minutes) and `jetstream { sync_interval: always }` (fsync before
+        // every ack), the counterparts of `store.sync: interval` and `always`.
+        for (js_sync, always) in [("default", false), ("always", true)] {
+            let (proc_, url) = match start_jetstream(&path, always) {
+                Ok(p) => p,
+                Err(e) if always => {
+                    println!("note: {label} with sync_interval: always not measured: {e:#}");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let client = async_nats::connect(&url).await?;
+            let label = format!(
+                "{label} {} JetStream (sync={js_sync})",
+                client.server_info().version
+            );
+            for &window in windows {
+                for pubs in [1usize, 4] {
+                    let r = js_publish(&url, window, pubs, count(window), &payload).await?;
+                    for pname in ["LEADER", "ALL"] {
+                        rows.push(Row {
+                            workload: format!(
+                                "acked publish {pname}, window {window}, {pubs} publisher(s)"
+                            ),
+                            target: label.clone(),
+                            msgs_per_sec: r,
+                        });
+                    }
                 }
             }
+            if replay && !always {
+                let rep = js_replay(&url, args.replay_msgs, &payload).await?;
+                rows.push(Row {
+                    workload: format!("replay from earliest, {} msgs", args.replay_msgs),
+                    target: label.clone(),
+                    msgs_per_sec: rep,
+                });
+            }
+            drop(proc_);
         }
-        if replay {
-            let rep = js_replay(&url, args.replay_msgs, &payload).await?;
-            rows.push(Row {
-                workload: format!("replay from earliest, {} msgs", args.replay_msgs),
-                target: label.clone(),
-                msgs_per_sec: rep,
-            });
-        }
-        drop(proc_);
     }
 
+    // The disk's own limit, measured where the servers keep their data.
+    let (fsync_rate, fsync_us) = disk_fsync_rate(&std::env::temp_dir(), 2000)?;
+    println!(
+        "disk: 2000 x (4 KiB append + fdatasync) in {}: {fsync_rate:.0} fsyncs/s ({fsync_us:.0} us each)",
+        std::env::temp_dir().display()
+    );
+    rows.push(Row {
+        workload: "disk: 4 KiB append + fdatasync".into(),
+        target: format!("disk ({})", std::env::temp_dir().display()),
+        msgs_per_sec: fsync_rate,
+    });
+
     print_rows(&rows);
+    print_ratios(&rows);
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&rows)?)
             .with_context(|| format!("writing {}", path.display()))?;
@@ -278,20 +311,95 @@ fn start_liftbridge(exe: &Path, sync: &str) -> anyhow::Result<(Proc, String, Str
     ))
 }
 
-fn start_jetstream(exe: &Path) -> anyhow::Result<(Proc, String)> {
+/// Starts nats-server with JetStream (file storage in a temp dir); with
+/// `sync_always`, through a config file with `sync_interval: always`.
+fn start_jetstream(exe: &Path, sync_always: bool) -> anyhow::Result<(Proc, String)> {
     let dir = tempfile::tempdir()?;
     let port = free_port()?;
-    let child = Command::new(exe)
-        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-        .arg(dir.path())
+    let mut cmd = Command::new(exe);
+    cmd.args(["-a", "127.0.0.1", "-p", &port.to_string()]);
+    if sync_always {
+        let conf = dir.path().join("js.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "jetstream {{\n  store_dir: {:?}\n  sync_interval: always\n}}\n",
+                dir.path().join("js").display().to_string()
+            ),
+        )?;
+        cmd.arg("-c").arg(&conf);
+    } else {
+        cmd.args(["-js", "-sd"]).arg(dir.path());
+    }
+    let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .with_context(|| format!("starting {}", exe.display()))?;
-    let p = Proc { child, _dir: dir };
-    wait_port(port, "nats-server")?;
+    let mut p = Proc { child, _dir: dir };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Some(st) = p.child.try_wait()? {
+            bail!("{} exited at start-up ({st})", exe.display());
+        }
+        if Instant::now() > deadline {
+            bail!("nats-server did not listen on port {port} within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     Ok((p, format!("nats://127.0.0.1:{port}")))
+}
+
+/// The disk's own durable-append rate: `n` times a 4 KiB append followed by
+/// `fdatasync`, in a new file under `dir`. Returns (fsyncs per second, mean
+/// µs per append + fdatasync).
+pub fn disk_fsync_rate(dir: &Path, n: usize) -> anyhow::Result<(f64, f64)> {
+    use std::io::Write;
+    let tmp = tempfile::tempdir_in(dir)?;
+    let mut f = std::fs::File::create(tmp.path().join("fsync-probe"))?;
+    let block = vec![0x5au8; 4096];
+    let start = Instant::now();
+    for _ in 0..n {
+        f.write_all(&block)?;
+        f.sync_data()?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Ok((n as f64 / secs, secs * 1e6 / n as f64))
+}
+
+/// Ratios of each liftbridge row to the JetStream rows of the matching
+/// durability: `sync=always` against `sync_interval: always`, and
+/// `sync=interval` against JetStream's default.
+fn print_ratios(rows: &[Row]) {
+    println!();
+    println!("| workload | liftbridge | JetStream | ratio |");
+    println!("|---|---|---|---:|");
+    for lb in rows
+        .iter()
+        .filter(|r| r.target.contains("(sync=") && !r.target.contains("JetStream"))
+    {
+        let js_sync = if lb.target.contains("(sync=always)") {
+            "(sync=always)"
+        } else {
+            "(sync=default)"
+        };
+        for js in rows.iter().filter(|r| {
+            r.workload == lb.workload
+                && r.target.contains("JetStream")
+                && r.target.contains(js_sync)
+        }) {
+            if js.msgs_per_sec > 0.0 {
+                println!(
+                    "| {} | {} | {} | {:.2} |",
+                    lb.workload,
+                    lb.target,
+                    js.target,
+                    lb.msgs_per_sec / js.msgs_per_sec
+                );
+            }
+        }
+    }
 }
 
 async fn create_stream(grpc: &str, name: &str) -> anyhow::Result<()> {

@@ -16,7 +16,9 @@ use anyhow::Context;
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 
-use crate::store::{LogConfig, NewRecord, PartitionLog, RetentionPolicy, SyncPolicy};
+use crate::store::{
+    LogConfig, NewRecord, Observer, PartitionLog, RetentionPolicy, StoreObserver, SyncPolicy,
+};
 
 /// Options of the store benchmark.
 #[derive(Debug, Clone)]
@@ -47,16 +49,42 @@ pub fn crash_record(offset: u64) -> NewRecord {
     }
 }
 
+/// Test hook of the crash child: aborts the process (no destructor, no
+/// final commit) when the given number of journal frames has been written.
+struct AbortAfterFrames {
+    left: std::sync::atomic::AtomicU64,
+}
+
+impl StoreObserver for AbortAfterFrames {
+    fn journal_write(&self, _records: u64, _bytes: u64, _elapsed: Duration, _synced: bool) {
+        if self.left.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) <= 1 {
+            std::process::abort();
+        }
+    }
+}
+
 /// Runs the crash-test child: appends batches of [`crash_record`]s forever,
 /// printing `ACK first last` after each append completes.
-pub fn crash_child(dir: &Path, sync: &str, seed: u64) -> anyhow::Result<()> {
+pub fn crash_child(
+    dir: &Path,
+    sync: &str,
+    seed: u64,
+    abort_after_frames: Option<u64>,
+) -> anyhow::Result<()> {
     let sync = match sync {
         "always" => SyncPolicy::Always,
         "interval" => SyncPolicy::Interval(Duration::from_millis(20)),
         other => anyhow::bail!("unknown sync policy {other}"),
     };
+    let observer = match abort_after_frames {
+        Some(n) => Observer::new(AbortAfterFrames {
+            left: std::sync::atomic::AtomicU64::new(n),
+        }),
+        None => Observer::default(),
+    };
     let cfg = LogConfig {
         sync,
+        observer,
         ..Default::default()
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

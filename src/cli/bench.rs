@@ -59,6 +59,11 @@ pub struct CrashChildArgs {
     pub sync: String,
     /// Seed for batch sizes.
     pub seed: u64,
+    /// Abort the process right after this many journal frames were
+    /// written (and, under `always`, synced), before their appends are
+    /// answered: a crash between the journal write and the redb apply.
+    #[arg(long)]
+    pub abort_after_frames: Option<u64>,
 }
 
 /// Runs the subcommand.
@@ -71,7 +76,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             interval_ms: a.interval_ms,
         }),
         BenchTarget::StoreCrashChild(a) => {
-            crate::bench::store::crash_child(&a.dir, &a.sync, a.seed)
+            crate::bench::store::crash_child(&a.dir, &a.sync, a.seed, a.abort_after_frames)
         }
         BenchTarget::Nats(a) => crate::bench::nats::run(a),
         BenchTarget::Lb(a) => crate::bench::lb::run(a),

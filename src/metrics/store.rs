@@ -1,11 +1,11 @@
-//! Storage metrics: group-commit batch sizes, commit, fsync and append
-//! latencies, and cleaner (retention, compaction) runs.
+//! Storage metrics: group-commit batch sizes, commit, fsync, journal and
+//! append latencies, and cleaner (retention, compaction) runs.
 //!
-//! These are process-wide: the storage writer threads of every partition log
-//! in the process report here through the `observe_*` functions, each a
-//! handful of atomic operations, so the write path pays almost nothing and
-//! needs no handle threaded through it. A node's registry exposes the same
-//! shared series (several in-process nodes, as in tests, see the sum).
+//! [`StoreMetrics`] implements the store's [`StoreObserver`]: the partition
+//! manager passes [`observer`] in every log configuration, and the storage
+//! writer threads report through it, each call a handful of atomic
+//! operations. The series are process-wide; a node's registry exposes them
+//! (several in-process nodes, as in tests, see the sum).
 //!
 //! Must not: take locks held by the writer, allocate per call, or do I/O.
 
@@ -16,6 +16,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::store::{Observer, StoreObserver};
+
 /// The process-wide storage metrics.
 #[derive(Debug, Clone)]
 pub struct StoreMetrics {
@@ -23,6 +25,9 @@ pub struct StoreMetrics {
     commit_seconds: Histogram,
     fsync_seconds: Histogram,
     append_seconds: Histogram,
+    journal_write_seconds: Histogram,
+    journal_sync_seconds: Histogram,
+    journal_bytes: Counter,
     commits: Counter,
     durable_commits: Counter,
     retention_runs: Counter,
@@ -42,6 +47,9 @@ static STORE: LazyLock<StoreMetrics> = LazyLock::new(|| StoreMetrics {
     commit_seconds: Histogram::new(latency_buckets()),
     fsync_seconds: Histogram::new(latency_buckets()),
     append_seconds: Histogram::new(latency_buckets()),
+    journal_write_seconds: Histogram::new(latency_buckets()),
+    journal_sync_seconds: Histogram::new(latency_buckets()),
+    journal_bytes: Counter::default(),
     commits: Counter::default(),
     durable_commits: Counter::default(),
     retention_runs: Counter::default(),
@@ -55,44 +63,53 @@ pub fn store() -> &'static StoreMetrics {
     &STORE
 }
 
-/// A write transaction committed: `appended` records in it, `elapsed` from
-/// its start to the end of its commit, `durable` when it was fsynced.
-pub fn observe_commit(appended: u64, elapsed: Duration, durable: bool) {
-    let s = store();
-    s.commits.inc();
-    if durable {
-        s.durable_commits.inc();
+/// The observer to give every partition log: it reports into the shared
+/// series.
+pub fn observer() -> Observer {
+    Observer::new(store().clone())
+}
+
+impl StoreObserver for StoreMetrics {
+    fn commit(&self, appended: u64, elapsed: Duration, durable: bool) {
+        self.commits.inc();
+        if durable {
+            self.durable_commits.inc();
+        }
+        if appended > 0 {
+            self.batch_records.observe(appended as f64);
+        }
+        self.commit_seconds.observe(elapsed.as_secs_f64());
     }
-    if appended > 0 {
-        s.batch_records.observe(appended as f64);
+
+    fn durable_commit(&self, elapsed: Duration) {
+        self.fsync_seconds.observe(elapsed.as_secs_f64());
     }
-    s.commit_seconds.observe(elapsed.as_secs_f64());
-}
 
-/// The commit call of a durable transaction (the page writes and the fsyncs
-/// that make it durable) took `elapsed`.
-pub fn observe_fsync(elapsed: Duration) {
-    store().fsync_seconds.observe(elapsed.as_secs_f64());
-}
+    fn journal_write(&self, _records: u64, bytes: u64, elapsed: Duration, synced: bool) {
+        self.journal_bytes.inc_by(bytes);
+        self.journal_write_seconds.observe(elapsed.as_secs_f64());
+        if synced {
+            self.journal_sync_seconds.observe(elapsed.as_secs_f64());
+        }
+    }
 
-/// One append call completed (queued, committed and, when the policy says
-/// so, fsynced) in `elapsed`.
-pub fn observe_append(elapsed: Duration) {
-    store().append_seconds.observe(elapsed.as_secs_f64());
-}
+    fn journal_sync(&self, elapsed: Duration) {
+        self.journal_sync_seconds.observe(elapsed.as_secs_f64());
+    }
 
-/// A retention pass ran and removed `removed` records.
-pub fn retention_run(removed: u64) {
-    let s = store();
-    s.retention_runs.inc();
-    s.retention_removed.inc_by(removed);
-}
+    fn append(&self, elapsed: Duration) {
+        self.append_seconds.observe(elapsed.as_secs_f64());
+    }
 
-/// A compaction pass ran and removed `removed` records.
-pub fn compaction_run(removed: u64) {
-    let s = store();
-    s.compaction_runs.inc();
-    s.compaction_removed.inc_by(removed);
+    fn retention(&self, removed: u64) {
+        self.retention_runs.inc();
+        self.retention_removed.inc_by(removed);
+    }
+
+    fn compaction(&self, removed: u64) {
+        self.compaction_runs.inc();
+        self.compaction_removed.inc_by(removed);
+    }
 }
 
 impl StoreMetrics {
@@ -120,6 +137,23 @@ impl StoreMetrics {
             "Duration of an append, from the call until it is committed (and fsynced under sync=always)",
             Unit::Seconds,
             self.append_seconds.clone(),
+        );
+        reg.register_with_unit(
+            "liftbridge_store_journal_write_duration",
+            "Duration of a journal frame write, including its fdatasync under sync=always",
+            Unit::Seconds,
+            self.journal_write_seconds.clone(),
+        );
+        reg.register_with_unit(
+            "liftbridge_store_journal_sync_duration",
+            "Duration of journal fdatasyncs (each frame under sync=always, once per interval otherwise)",
+            Unit::Seconds,
+            self.journal_sync_seconds.clone(),
+        );
+        reg.register(
+            "liftbridge_store_journal_written_bytes",
+            "Bytes of record frames written to partition journals",
+            self.journal_bytes.clone(),
         );
         reg.register(
             "liftbridge_store_commits",

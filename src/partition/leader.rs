@@ -6,10 +6,11 @@
 //! one `append` per batch, so the store's group commit sees large batches
 //! under load and single messages when idle. Enveloped publishes (magic
 //! `B9 0E 43 B4`, type 0) carry key, headers and ack instructions; anything
-//! else is stored as a raw value with the NATS headers it came with. Acks (envelope type 1) are published to the
-//! ack inbox after the append returns: on one node that is both "leader
-//! wrote it" and "all replicas have it" (with `sync = always` the append only
-//! returns after the fsync).
+//! else is stored as a raw value with the NATS headers it came with. Acks
+//! (envelope type 1) are published to the ack inbox by the store's writer
+//! thread as soon as the batch is in the journal: on one node that is both
+//! "leader wrote it" and "all replicas have it" (with `sync = always` only
+//! after the journal's fdatasync).
 //!
 //! Invariants: only the stenographer appends to the log while the partition
 //! is led here; the log is closed only after the stenographer has stopped.
@@ -37,15 +38,12 @@ const MAX_BATCH: usize = 4096;
 /// Batches whose append is queued but not yet acknowledged, per partition.
 const MAX_IN_FLIGHT: usize = 64;
 
-/// A queued append and the acks it owes once committed.
-struct InFlight {
-    append: std::pin::Pin<
-        Box<
-            dyn std::future::Future<Output = Result<crate::store::AppendResult, StoreError>> + Send,
-        >,
-    >,
+/// A batch ready to append and the acks it owes once it is written.
+struct Recorded {
+    records: Vec<NewRecord>,
     pending: Vec<Pending>,
     reception_ns: i64,
+    epoch: u64,
 }
 
 /// Current time in Unix nanoseconds.
@@ -276,14 +274,14 @@ impl Partition {
         mut sub: crate::nats::handle::LocalSubscription,
         cancel: CancellationToken,
     ) {
-        // Appends are queued with the store as soon as a batch is read and
-        // their commits are awaited, in order, by a second task that sends
-        // the acks. So while one commit (and its fsync) is under way, the
-        // next batches are already waiting for the writer thread, which
-        // commits them together: the pipeline keeps the disk busy instead
-        // of alternating between reading NATS and waiting for the disk.
-        let (commits_tx, commits_rx) = tokio::sync::mpsc::channel::<InFlight>(MAX_IN_FLIGHT);
-        let acker = tokio::spawn(self.clone().ack_loop(commits_rx));
+        // Each batch is queued with the store as soon as it is read, and its
+        // acks are published by the store's writer thread the moment the
+        // batch is journaled (see `PartitionLog::append_then`): no task
+        // wake-up between the write and the acks. While one batch is being
+        // written (and fsynced), the next ones queue up and the writer takes
+        // them together. At most MAX_IN_FLIGHT batches are outstanding; past
+        // that, this loop waits, and messages wait in the subscription.
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
         let mut batch: Vec<LocalMsg> = Vec::with_capacity(64);
         loop {
             let first = tokio::select! {
@@ -300,10 +298,16 @@ impl Partition {
                 }
             }
             match self.record_batch(std::mem::take(&mut batch)).await {
-                Ok(Some(in_flight)) => {
-                    if commits_tx.send(in_flight).await.is_err() {
+                Ok(Some(rec)) => {
+                    let Ok(permit) = in_flight.clone().acquire_owned().await else {
                         break;
-                    }
+                    };
+                    let me = self.clone();
+                    self.log
+                        .append_then(rec.epoch, None, rec.records, move |r| {
+                            me.acknowledge(r, &rec.pending, rec.reception_ns);
+                            drop(permit);
+                        });
                 }
                 Ok(None) => {}
                 // A closed log means the partition is going away; any other
@@ -315,36 +319,37 @@ impl Partition {
                 }
             }
         }
-        drop(commits_tx);
-        // Every queued append is acknowledged (or reported) before the loop
-        // ends; a join error would mean the ack task panicked.
-        let _ = acker.await;
+        // Every queued append is answered (or reported) before the loop
+        // ends: a permit comes back when its answer ran, or when the store
+        // dropped the request.
+        let _ = in_flight.acquire_many(MAX_IN_FLIGHT as u32).await;
     }
 
-    /// Awaits queued appends in the order they were queued and sends their
-    /// acks.
-    async fn ack_loop(self: Arc<Self>, mut commits: tokio::sync::mpsc::Receiver<InFlight>) {
-        while let Some(f) = commits.recv().await {
-            match f.append.await {
-                Ok(a) => {
-                    self.mark_received(f.reception_ns);
-                    for (i, p) in f.pending.iter().enumerate() {
-                        self.send_ack(p, a.first_offset as i64 + i as i64, proto::ack::Error::Ok);
-                    }
+    /// Sends the acks of a written batch (runs on the store's writer thread).
+    fn acknowledge(
+        &self,
+        r: Result<crate::store::AppendResult, StoreError>,
+        pending: &[Pending],
+        reception_ns: i64,
+    ) {
+        match r {
+            Ok(a) => {
+                self.mark_received(reception_ns);
+                for (i, p) in pending.iter().enumerate() {
+                    self.send_ack(p, a.first_offset as i64 + i as i64, proto::ack::Error::Ok);
                 }
-                Err(StoreError::Closed(_)) => break,
-                Err(e) => {
-                    tracing::error!(stream = %self.stream, partition = self.id, error = %e, "recording batch")
-                }
+            }
+            Err(StoreError::Closed(_)) => {}
+            Err(e) => {
+                tracing::error!(stream = %self.stream, partition = self.id, error = %e, "recording batch")
             }
         }
     }
 
     /// Records one batch of NATS messages. Checked (OCC) appends are done
-    /// and acknowledged here, one message at a time; otherwise the batch's
-    /// append is queued with the store and returned, to be awaited and
-    /// acknowledged by the ack task.
-    async fn record_batch(&self, batch: Vec<LocalMsg>) -> Result<Option<InFlight>, StoreError> {
+    /// and acknowledged here, one message at a time; otherwise the batch is
+    /// returned, ready to be queued with the store.
+    async fn record_batch(&self, batch: Vec<LocalMsg>) -> Result<Option<Recorded>, StoreError> {
         let reception_ns = now_ns();
         let settings = self.settings.lock().clone();
         let mut records = Vec::with_capacity(batch.len());
@@ -394,10 +399,11 @@ impl Partition {
             }
             return Ok(None);
         }
-        Ok(Some(InFlight {
-            append: Box::pin(self.log.append(settings.leader_epoch, kept_records)),
+        Ok(Some(Recorded {
+            records: kept_records,
             pending: kept,
             reception_ns,
+            epoch: settings.leader_epoch,
         }))
     }
 

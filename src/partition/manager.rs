@@ -91,6 +91,7 @@ impl PartitionDefaults {
             compact: c.compact_enabled.unwrap_or(self.compact_enabled),
             cleaner_interval: cleaner,
             cache_bytes: self.cache_bytes,
+            observer: crate::metrics::store::observer(),
         }
     }
 

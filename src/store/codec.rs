@@ -396,6 +396,13 @@ pub fn peek_timestamp(buf: &[u8]) -> Option<i64> {
     Some(i64::from_le_bytes(b))
 }
 
+/// Reads the leader epoch of an encoded record without decoding it or
+/// checking its checksum.
+pub fn peek_epoch(buf: &[u8]) -> Option<u64> {
+    let b: [u8; 8] = buf.get(14..22)?.try_into().ok()?;
+    Some(u64::from_le_bytes(b))
+}
+
 /// Returns the key of an encoded record without decoding the rest
 /// (`Ok(None)` for a keyless record).
 pub fn peek_key(buf: &[u8]) -> Result<Option<&[u8]>, CodecError> {

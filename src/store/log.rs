@@ -1,20 +1,51 @@
-//! [`PartitionLog`]: the handle, its writer thread (group commit) and its
-//! cleaner thread (retention and compaction).
+//! [`PartitionLog`]: the handle, its writer thread (journal, then group
+//! commit into redb) and its cleaner thread (retention and compaction).
+//!
+//! # Write path
+//!
+//! The writer drains every queued append into one group, gives the group
+//! its offsets, writes it as one frame to the partition's
+//! [journal](super::journal) (one `write`, plus one `fdatasync` under
+//! [`SyncPolicy::Always`]) and answers the appenders right there, on the
+//! writer thread: an append's completion callback runs as soon as its frame
+//! is written (and synced). The records then wait in an in-memory tail,
+//! readable at once, until the writer applies them to redb in one
+//! non-durable transaction — when its queue is empty, or when the tail
+//! reaches [`TAIL_APPLY_BYTES`]. A durable redb commit (a checkpoint) follows
+//! every [`CHECKPOINT_BYTES`] of journal or [`CHECKPOINT_EVERY`], after which
+//! the journal is emptied. Under [`SyncPolicy::Interval`] the journal is
+//! fsynced at most once per interval, off the ack path.
+//!
+//! At open, the journal frames past redb's last durable commit are replayed
+//! into redb (a torn or corrupt frame ends the journal) and committed
+//! durably before the log accepts anything.
 //!
 //! Invariants:
-//! - only the writer thread opens write transactions; it is the single owner
-//!   of the in-memory [`State`] and publishes it to [`Shared`] after each
-//!   successful commit, before answering any waiter;
-//! - a batch is all-or-nothing: if the storage engine fails mid-batch the
-//!   transaction is aborted and every waiter of the batch gets the error;
+//! - only the writer thread writes the journal and opens write transactions;
+//!   it owns the applied [`State`] (what redb holds) and the logical state
+//!   (applied + tail), and publishes the logical one to [`Shared`] before
+//!   answering any appender;
+//! - an append is answered only after its frame is in the journal (and, under
+//!   `always`, synced), so a process crash never loses an acknowledged
+//!   record, and replay gives back exactly the offsets that were handed out:
+//!   an acknowledged offset is never given to another record;
+//! - the tail is bounded: past [`TAIL_APPLY_BYTES`] it is applied before the
+//!   writer takes more work (appenders queue behind it);
+//! - truncation, retention and compaction first apply the tail, then run
+//!   against redb; a truncation is committed durably and empties the journal
+//!   durably, so no journal frame can outlive the offsets it wrote;
 //! - retention and compaction plan in read transactions and send their
 //!   deletions to the writer tagged with the truncation generation they were
-//!   planned against; the writer drops a plan made stale by a truncation, so
-//!   a plan can never delete records appended after it was made;
+//!   planned against; the writer drops a plan made stale by a truncation;
+//! - readers take a snapshot of the tail before opening their read
+//!   transaction, so a batch moving from the tail into redb meanwhile is
+//!   seen in one place or the other, never in neither;
+//! - after a journal or engine failure the writer stops accepting writes
+//!   (answers [`EngineError::Stopped`]); reopening replays the journal;
 //! - nothing here runs redb on a tokio worker: async methods hand work to the
 //!   writer thread or to `spawn_blocking`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -23,7 +54,7 @@ use std::sync::{mpsc, Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use parking_lot::{Mutex, RwLock};
 use redb::{
     Database, DatabaseError, Durability, ReadTransaction, ReadableTable, StorageError as RedbIo,
@@ -32,9 +63,10 @@ use redb::{
 use tokio::sync::{oneshot, watch};
 
 use super::codec::{self, RecordRef};
+use super::journal::{self, Journal};
 use super::{
-    AppendResult, CommitStats, CompactionStats, LogConfig, NewRecord, Record, RetentionStats,
-    StoreError, SyncPolicy,
+    AppendResult, CommitStats, CompactionStats, EngineError, LogConfig, NewRecord, Observer,
+    Record, RetentionStats, StoreError, SyncPolicy,
 };
 
 /// Chunks of records: key = offset of the chunk's first record, value =
@@ -56,16 +88,27 @@ const META_BYTES: &str = "bytes";
 const NO_OFFSET: u64 = u64::MAX;
 /// Smallest page cache given to redb, whatever the configuration says.
 const MIN_CACHE_BYTES: usize = 256 << 10;
-/// A group commit stops draining the queue past this many payload bytes, so
-/// one transaction stays bounded in memory.
-const MAX_BATCH_BYTES: usize = 64 << 20;
+/// A group stops draining the queue past this many payload bytes, so one
+/// journal frame stays bounded in memory.
+const MAX_BATCH_BYTES: usize = 16 << 20;
+/// The tail (journaled, not yet in redb) is applied once it holds this many
+/// bytes even while appends keep coming. It is the bound of the tail's
+/// memory: the writer takes no new work until the tail is applied.
+pub(crate) const TAIL_APPLY_BYTES: usize = 8 << 20;
+/// A durable redb commit (after which the journal is emptied) happens once
+/// the journal holds this many bytes: it bounds the journal's size, the
+/// replay at start-up, and redb's dirty pages kept by non-durable commits.
+pub(crate) const CHECKPOINT_BYTES: u64 = 32 << 20;
+/// ... or once this long has passed since the last durable commit.
+pub(crate) const CHECKPOINT_EVERY: Duration = Duration::from_secs(2);
 /// Records removed per retention transaction: small enough that appends
 /// queued meanwhile wait only for one short transaction.
 const RETENTION_CHUNK: u64 = 1024;
 /// File name suffix of a partition database.
 const SUFFIX: &str = ".redb";
 
-type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+/// How the writer answers a request: called once, on the writer thread.
+type Reply<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
 
 /// A request to the writer thread.
 enum Op {
@@ -78,6 +121,18 @@ enum Op {
     Replicate {
         records: Vec<Record>,
         reply: Reply<AppendResult>,
+    },
+    Maint(Maint),
+    Sync {
+        reply: Reply<()>,
+    },
+}
+
+/// Operations that change redb directly (after the tail is applied).
+enum Maint {
+    /// Only apply the tail (retention and compaction plan against redb).
+    Apply {
+        reply: Reply<()>,
     },
     Truncate {
         to: u64,
@@ -94,9 +149,6 @@ enum Op {
         generation: u64,
         reply: Reply<(u64, u64)>,
     },
-    Sync {
-        reply: Reply<()>,
-    },
 }
 
 impl Op {
@@ -104,71 +156,20 @@ impl Op {
         match self {
             Op::Append { records, .. } => records.iter().map(|r| r.value.len() + 64).sum(),
             Op::Replicate { records, .. } => records.iter().map(|r| r.value.len() + 64).sum(),
-            Op::DeleteOffsets { offsets, .. } => offsets.len() * 8,
+            Op::Maint(Maint::DeleteOffsets { offsets, .. }) => offsets.len() * 8,
             _ => 64,
         }
     }
 }
 
-/// An answer computed inside a transaction, sent only once it committed.
-enum Done {
-    Append(Reply<AppendResult>, Result<AppendResult, StoreError>),
-    Unit(Reply<()>, Result<(), StoreError>),
-    Removed(Reply<(u64, u64)>, Result<(u64, u64), StoreError>),
-}
-
-/// The answer to an append or a replicated append of the records from
-/// `first` up to `leo`. An engine failure `w` is returned as fatal: the
-/// writer then aborts the transaction and fails every answer of the batch.
-fn appended(
+/// One append's answer, sent once its frame is written.
+struct Answer {
     reply: Reply<AppendResult>,
-    first: u64,
-    leo: u64,
-    w: Result<(), redb::StorageError>,
-) -> Result<Done, (Done, Fatal)> {
-    let res = Ok(AppendResult {
-        first_offset: first,
-        last_offset: leo - 1,
-    });
-    match w {
-        Ok(()) => Ok(Done::Append(reply, res)),
-        Err(x) => Err((Done::Append(reply, res), x.to_string())),
-    }
+    result: Result<AppendResult, StoreError>,
 }
 
-impl Done {
-    fn send(self) {
-        // A waiter that gave up (dropped its receiver) needs no answer.
-        match self {
-            Done::Append(tx, r) => drop(tx.send(r)),
-            Done::Unit(tx, r) => drop(tx.send(r)),
-            Done::Removed(tx, r) => drop(tx.send(r)),
-        }
-    }
-    fn fail(self, e: &StoreError) {
-        let err = clone_err(e);
-        match self {
-            Done::Append(tx, _) => drop(tx.send(Err(err))),
-            Done::Unit(tx, _) => drop(tx.send(Err(err))),
-            Done::Removed(tx, _) => drop(tx.send(Err(err))),
-        }
-    }
-}
-
-fn clone_err(e: &StoreError) -> StoreError {
-    match e {
-        StoreError::Storage { partition, detail } => StoreError::Storage {
-            partition: partition.clone(),
-            detail: detail.clone(),
-        },
-        other => StoreError::Storage {
-            partition: String::new(),
-            detail: other.to_string(),
-        },
-    }
-}
-
-/// The log's state, owned by the writer thread.
+/// The log's state: the applied one (what redb holds) and the logical one
+/// (applied + tail) share this shape.
 #[derive(Debug, Clone)]
 struct State {
     leo: u64,
@@ -176,12 +177,79 @@ struct State {
     newest: Option<u64>,
     count: u64,
     bytes: u64,
-    /// Running maximum timestamp (the key of the last time-index entry).
+    /// Running maximum timestamp (the key of the last time-index entry);
+    /// kept only in the applied state.
     rmax: Option<i64>,
     epochs: Vec<(u64, u64)>,
     generation: u64,
     /// Records and encoded bytes appended since open (metrics).
     appended: (u64, u64),
+}
+
+impl State {
+    /// Notes an epoch starting at `offset` if it is newer than the last.
+    fn note_epoch(&mut self, epoch: u64, offset: u64) -> bool {
+        if self.epochs.last().is_none_or(|&(e, _)| epoch > e) {
+            self.epochs.push((epoch, offset));
+            return true;
+        }
+        false
+    }
+
+    /// Counts one record of `len` encoded bytes at `offset`.
+    fn note_record(&mut self, offset: u64, len: usize) {
+        self.count += 1;
+        self.bytes += len as u64;
+        self.appended = (self.appended.0 + 1, self.appended.1 + len as u64);
+        if self.oldest.is_none() {
+            self.oldest = Some(offset);
+        }
+        self.newest = Some(offset);
+        self.leo = offset + 1;
+    }
+}
+
+/// One record of a tail batch.
+#[derive(Debug, Clone, Copy)]
+struct TailEntry {
+    offset: u64,
+    timestamp_ns: i64,
+    leader_epoch: u64,
+    /// Range of the record's encoding in the batch payload (its entry header
+    /// is the [`codec::ENTRY_HEADER`] bytes before `start`).
+    start: usize,
+    end: usize,
+}
+
+/// A journaled group not yet applied to redb. The payload is the journal
+/// frame's payload: record entries in the chunk layout.
+#[derive(Debug)]
+struct TailBatch {
+    payload: Bytes,
+    entries: Vec<TailEntry>,
+}
+
+impl TailBatch {
+    /// Parses a journal payload (replay); `None` if it is malformed.
+    fn parse(payload: Bytes) -> Option<TailBatch> {
+        let list = codec::chunk_entry_list(&payload).ok()?;
+        let mut entries = Vec::with_capacity(list.len());
+        for e in list {
+            let rec = &payload[e.start..e.end];
+            entries.push(TailEntry {
+                offset: e.offset,
+                timestamp_ns: codec::peek_timestamp(rec)?,
+                leader_epoch: codec::peek_epoch(rec)?,
+                start: e.start,
+                end: e.end,
+            });
+        }
+        Some(TailBatch { payload, entries })
+    }
+
+    fn first_offset(&self) -> Option<u64> {
+        self.entries.first().map(|e| e.offset)
+    }
 }
 
 /// State published by the writer for lock-free reads.
@@ -198,6 +266,8 @@ struct Shared {
     durable_commits: AtomicU64,
     appended: AtomicU64,
     appended_bytes: AtomicU64,
+    /// Journaled batches not yet in redb, oldest first.
+    tail: Mutex<VecDeque<Arc<TailBatch>>>,
 }
 
 impl Shared {
@@ -224,6 +294,11 @@ impl Shared {
             changed
         });
     }
+
+    /// The tail batches now (cheap: clones of `Arc`s).
+    fn tail_snapshot(&self) -> Vec<Arc<TailBatch>> {
+        self.tail.lock().iter().cloned().collect()
+    }
 }
 
 enum CleanerMsg {
@@ -233,10 +308,14 @@ enum CleanerMsg {
 struct Inner {
     name: String,
     path: PathBuf,
+    journal_path: PathBuf,
     db: RwLock<Option<Arc<Database>>>,
     tx: RwLock<Option<mpsc::Sender<Op>>>,
     shared: Arc<Shared>,
     config: Arc<Mutex<LogConfig>>,
+    observer: Observer,
+    /// Records replayed from the journal when the log was opened.
+    replayed: u64,
     compaction_limit: AtomicU64,
     writer: Mutex<Option<JoinHandle<()>>>,
     cleaner: Mutex<Option<(mpsc::Sender<CleanerMsg>, JoinHandle<()>)>>,
@@ -259,7 +338,6 @@ impl Drop for Inner {
 pub struct PartitionLog {
     inner: Arc<Inner>,
 }
-
 impl std::fmt::Debug for PartitionLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PartitionLog")
@@ -401,9 +479,58 @@ impl PartitionLog {
             }
             other => corrupt(other.to_string()),
         })?;
-        let state = catch_unwind(AssertUnwindSafe(|| load_state(&db)))
+        let mut state = catch_unwind(AssertUnwindSafe(|| load_state(&db)))
             .map_err(|_| corrupt("storage engine failed while loading the log".into()))?
-            .map_err(corrupt)?;
+            .map_err(|e| corrupt(e.to_string()))?;
+        let observer = cfg.observer.clone();
+
+        // Replay the journal frames past redb's last durable commit, then
+        // commit them durably and empty the journal, so the log starts with
+        // everything that was ever acknowledged in redb.
+        let journal_path = journal::path(dir, name);
+        let jio = |source| StoreError::Io {
+            partition: name.to_owned(),
+            path: journal_path.clone(),
+            source,
+        };
+        let (mut journal, frames) = Journal::open(journal_path.clone()).map_err(jio)?;
+        let mut batches = Vec::new();
+        let mut leo = state.leo;
+        for f in frames {
+            if f.end_leo <= leo {
+                // Already in redb (the journal was not emptied before a crash).
+                continue;
+            }
+            if f.base_leo != leo {
+                break;
+            }
+            let Some(b) = TailBatch::parse(f.payload) else {
+                break;
+            };
+            let inside = |o: u64| o >= f.base_leo && o < f.end_leo;
+            if !b.entries.iter().all(|e| inside(e.offset)) || b.entries.is_empty() {
+                break;
+            }
+            leo = f.end_leo;
+            batches.push(Arc::new(b));
+        }
+        let replayed: u64 = batches.iter().map(|b| b.entries.len() as u64).sum();
+        if !batches.is_empty() {
+            let applied = catch_unwind(AssertUnwindSafe(|| {
+                apply_batches(&db, &state, &batches, true)
+            }))
+            .unwrap_or(Err(EngineError::Panicked("journal replay")))
+            .map_err(|e| StoreError::Storage {
+                partition: name.to_owned(),
+                source: Arc::new(e),
+            })?;
+            state = applied.0;
+            state.appended = (0, 0);
+            tracing::info!(partition = %name, records = replayed, leo = state.leo, "replayed the journal");
+        }
+        if journal.file_len_at_open() > 0 {
+            journal.reset(true).map_err(jio)?;
+        }
 
         let (leo_tx, _) = watch::channel(state.leo);
         let shared = Arc::new(Shared {
@@ -419,20 +546,28 @@ impl PartitionLog {
             durable_commits: AtomicU64::new(0),
             appended: AtomicU64::new(0),
             appended_bytes: AtomicU64::new(0),
+            tail: Mutex::new(VecDeque::new()),
         });
         shared.publish(&state);
         let db = Arc::new(db);
         let config = Arc::new(Mutex::new(cfg));
         let (tx, rx) = mpsc::channel();
+        let now = Instant::now();
         let writer = Writer {
             name: name.to_owned(),
             db: db.clone(),
             rx,
             shared: shared.clone(),
             config: config.clone(),
+            observer: observer.clone(),
+            logical: state.clone(),
             state,
-            last_durable: Instant::now(),
+            journal,
+            tail_bytes: 0,
+            last_durable: now,
+            last_journal_sync: now,
             dirty: false,
+            stopped: None,
         };
         let writer = std::thread::Builder::new()
             .name(format!("store-w-{name}"))
@@ -441,10 +576,13 @@ impl PartitionLog {
         let inner = Arc::new(Inner {
             name: name.to_owned(),
             path: path.clone(),
+            journal_path,
             db: RwLock::new(Some(db)),
             tx: RwLock::new(Some(tx)),
             shared,
             config,
+            observer,
+            replayed,
             compaction_limit: AtomicU64::new(u64::MAX),
             writer: Mutex::new(Some(writer)),
             cleaner: Mutex::new(None),
@@ -460,10 +598,29 @@ impl PartitionLog {
         Ok(PartitionLog { inner })
     }
 
-    /// Removes the database file of a partition (stream deletion gives the
-    /// space back). Close every handle first. A missing file is not an error.
+    /// Records replayed from the journal when this log was opened (acknowledged
+    /// appends that had not reached a durable redb commit before the process
+    /// stopped).
+    pub fn replayed_records(&self) -> u64 {
+        self.inner.replayed
+    }
+
+    /// Path of the journal file.
+    pub fn journal_path(&self) -> &Path {
+        &self.inner.journal_path
+    }
+
+    /// Removes the database and journal files of a partition (stream
+    /// deletion gives the space back). Close every handle first. A missing
+    /// file is not an error.
     pub fn delete_files(dir: &Path, partition_name: &str) -> Result<(), StoreError> {
         check_name(partition_name)?;
+        let jpath = journal::path(dir, partition_name);
+        Journal::remove(&jpath).map_err(|source| StoreError::Io {
+            partition: partition_name.to_owned(),
+            path: jpath,
+            source,
+        })?;
         let path = file_path(dir, partition_name);
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
@@ -496,18 +653,30 @@ impl PartitionLog {
         StoreError::Closed(self.inner.name.clone())
     }
 
-    async fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Op) -> Result<T, StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.send(make(tx))?;
-        rx.await.map_err(|_| self.closed())?
+    fn storage_err(&self, e: EngineError) -> StoreError {
+        StoreError::Storage {
+            partition: self.inner.name.clone(),
+            source: Arc::new(e),
+        }
     }
 
+    async fn call<T: Send + 'static>(
+        &self,
+        make: impl FnOnce(Reply<T>) -> Op,
+    ) -> Result<T, StoreError> {
+        self.call_now(make).await
+    }
+
+    /// Queues the request now; the future waits for its answer.
     fn call_now<T: Send + 'static>(
         &self,
         make: impl FnOnce(Reply<T>) -> Op,
     ) -> impl Future<Output = Result<T, StoreError>> + Send + 'static {
         let (tx, rx) = oneshot::channel();
-        let sent = self.send(make(tx));
+        let sent = self.send(make(Box::new(move |r| {
+            // A waiter that gave up (dropped its receiver) needs no answer.
+            let _ = tx.send(r);
+        })));
         let name = self.inner.name.clone();
         async move {
             sent?;
@@ -515,9 +684,14 @@ impl PartitionLog {
         }
     }
 
-    fn call_blocking<T>(&self, make: impl FnOnce(Reply<T>) -> Op) -> Result<T, StoreError> {
+    fn call_blocking<T: Send + 'static>(
+        &self,
+        make: impl FnOnce(Reply<T>) -> Op,
+    ) -> Result<T, StoreError> {
         let (tx, rx) = oneshot::channel();
-        self.send(make(tx))?;
+        self.send(make(Box::new(move |r| {
+            let _ = tx.send(r);
+        })))?;
         rx.blocking_recv().map_err(|_| self.closed())?
     }
 
@@ -528,24 +702,22 @@ impl PartitionLog {
         let me = self.clone();
         tokio::task::spawn_blocking(move || f(&me))
             .await
-            .map_err(|e| StoreError::Storage {
-                partition: self.inner.name.clone(),
-                detail: format!("blocking task failed: {e}"),
-            })?
+            .map_err(|e| self.storage_err(EngineError::Task(e)))?
     }
 
     /// Appends a batch under `leader_epoch`; offsets are assigned in arrival
     /// order. The batch is queued when this method is called (not when the
     /// future is first polled), so appends issued one after another get
     /// offsets in that order even when their futures are awaited later. The
-    /// future completes once the batch is committed (and, with
-    /// [`SyncPolicy::Always`], fsynced).
+    /// future completes once the batch is in the journal (and, with
+    /// [`SyncPolicy::Always`], fsynced) and readable.
     pub fn append(
         &self,
         leader_epoch: u64,
         records: Vec<NewRecord>,
     ) -> impl Future<Output = Result<AppendResult, StoreError>> + Send + 'static {
         let started = Instant::now();
+        let observer = self.inner.observer.clone();
         let done = self.call_now(move |reply| Op::Append {
             epoch: leader_epoch,
             expected: None,
@@ -554,8 +726,45 @@ impl PartitionLog {
         });
         async move {
             let r = done.await;
-            crate::metrics::store::observe_append(started.elapsed());
+            observer.append(started.elapsed());
             r
+        }
+    }
+
+    /// Like [`append`](Self::append), but instead of a future the outcome is
+    /// handed to `done`, which runs on the log's writer thread as soon as the
+    /// batch is journaled (and synced under `always`): no task wake-up
+    /// between the write and whatever `done` does (e.g. publishing acks).
+    /// `done` must be quick and must not block or call back into this log.
+    /// If the log is closed, `done` runs at once on the calling thread.
+    pub fn append_then(
+        &self,
+        leader_epoch: u64,
+        expected_next_offset: Option<u64>,
+        records: Vec<NewRecord>,
+        done: impl FnOnce(Result<AppendResult, StoreError>) + Send + 'static,
+    ) {
+        let started = Instant::now();
+        let observer = self.inner.observer.clone();
+        let reply: Reply<AppendResult> = Box::new(move |r| {
+            observer.append(started.elapsed());
+            done(r)
+        });
+        let op = Op::Append {
+            epoch: leader_epoch,
+            expected: expected_next_offset,
+            records,
+            reply,
+        };
+        let guard = self.inner.tx.read();
+        let res = match guard.as_ref() {
+            Some(tx) => tx.send(op).map_err(|e| e.0),
+            None => Err(op),
+        };
+        drop(guard);
+        // The op could not be queued: the caller still gets its answer.
+        if let Err(Op::Append { reply, .. }) = res {
+            reply(Err(self.closed()));
         }
     }
 
@@ -590,8 +799,9 @@ impl PartitionLog {
     /// Reads records at offsets ≥ `from`, in order, skipping gaps, until
     /// `max_records` or `max_bytes` (encoded size) is reached. At least one
     /// record is returned when one exists and `max_records > 0`, even if it
-    /// alone exceeds `max_bytes`. The batch is copied out of the database in
-    /// one buffer; record fields are slices of it.
+    /// alone exceeds `max_bytes`. Records still in the in-memory tail are
+    /// served from it without a database read; others are copied out of the
+    /// database in one buffer, and record fields are slices of it.
     pub async fn read(
         &self,
         from: u64,
@@ -601,8 +811,58 @@ impl PartitionLog {
         if max_records == 0 || from >= self.log_end_offset() {
             return Ok(Vec::new());
         }
+        let tail = self.inner.shared.tail_snapshot();
+        if tail
+            .first()
+            .and_then(|b| b.first_offset())
+            .is_some_and(|f| from >= f)
+        {
+            // Everything at or past `from` is in memory: no engine call.
+            let mut out = Vec::new();
+            self.read_tail(&tail, from, max_records, max_bytes, 0, &mut out)?;
+            return Ok(out);
+        }
         self.blocking(move |me| me.read_blocking(from, max_records, max_bytes))
             .await
+    }
+
+    /// Appends to `out` the tail records at offsets ≥ `from` within the
+    /// budgets (`used` bytes already taken).
+    fn read_tail(
+        &self,
+        tail: &[Arc<TailBatch>],
+        from: u64,
+        max_records: usize,
+        max_bytes: usize,
+        mut used: usize,
+        out: &mut Vec<Record>,
+    ) -> Result<(), StoreError> {
+        for b in tail {
+            if b.entries.last().is_none_or(|e| e.offset < from) {
+                continue;
+            }
+            let skip = b.entries.partition_point(|e| e.offset < from);
+            for e in &b.entries[skip..] {
+                if out.len() >= max_records {
+                    return Ok(());
+                }
+                let len = e.end - e.start;
+                if !out.is_empty() && used + len > max_bytes {
+                    return Ok(());
+                }
+                used += len;
+                let r =
+                    codec::decode(e.offset, b.payload.slice(e.start..e.end)).map_err(|source| {
+                        StoreError::CorruptRecord {
+                            partition: self.inner.name.clone(),
+                            offset: e.offset,
+                            source,
+                        }
+                    })?;
+                out.push(r);
+            }
+        }
+        Ok(())
     }
 
     /// Blocking form of [`read`](Self::read), for threads outside the runtime.
@@ -615,6 +875,9 @@ impl PartitionLog {
         if max_records == 0 {
             return Ok(Vec::new());
         }
+        // The tail first: a batch applied to redb after this snapshot is in
+        // the read transaction opened below.
+        let tail = self.inner.shared.tail_snapshot();
         let name = &self.inner.name;
         let spans = self.with_read(|rtx| {
             let mut spans = Vec::new();
@@ -622,9 +885,9 @@ impl PartitionLog {
             let Some(t) = open_read(rtx, RECORDS)? else {
                 return Ok(Ok((spans, buf)));
             };
-            let start = chunk_start(&t, from).map_err(|e| e.to_string())?;
-            'chunks: for item in t.range(start..).map_err(|e| e.to_string())? {
-                let (k, v) = item.map_err(|e| e.to_string())?;
+            let start = chunk_start(&t, from)?;
+            'chunks: for item in t.range(start..)? {
+                let (k, v) = item?;
                 let v = v.value();
                 for e in codec::chunk_entries(v) {
                     let e = match e {
@@ -654,8 +917,9 @@ impl PartitionLog {
             Ok(Ok((spans, buf)))
         })??;
         let (spans, buf) = spans;
+        let used = buf.len();
         let buf = buf.freeze();
-        spans
+        let mut out = spans
             .into_iter()
             .map(|(offset, s, e)| {
                 codec::decode(offset, buf.slice(s..e)).map_err(|source| StoreError::CorruptRecord {
@@ -664,7 +928,12 @@ impl PartitionLog {
                     source,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        if out.len() < max_records && (out.is_empty() || used < max_bytes) {
+            let next = out.last().map_or(from, |r| r.offset + 1);
+            self.read_tail(&tail, next, max_records, max_bytes, used, &mut out)?;
+        }
+        Ok(out)
     }
 
     fn db(&self) -> Result<Arc<Database>, StoreError> {
@@ -675,27 +944,36 @@ impl PartitionLog {
     /// [`StoreError::Storage`].
     fn with_read<T>(
         &self,
-        f: impl FnOnce(&ReadTransaction) -> Result<T, String>,
+        f: impl FnOnce(&ReadTransaction) -> Result<T, EngineError>,
     ) -> Result<T, StoreError> {
         let db = self.db()?;
-        let storage = |detail: String| StoreError::Storage {
-            partition: self.inner.name.clone(),
-            detail,
-        };
         catch_unwind(AssertUnwindSafe(|| {
-            let rtx = db.begin_read().map_err(|e| e.to_string())?;
+            let rtx = db.begin_read()?;
             f(&rtx)
         }))
-        .map_err(|_| storage("storage engine failed during a read".into()))?
-        .map_err(storage)
+        .unwrap_or(Err(EngineError::Panicked("a read")))
+        .map_err(|e| self.storage_err(e))
     }
 
     /// First offset whose timestamp is ≥ `ts_ns` (precisely: whose running
     /// maximum timestamp over the log is ≥ `ts_ns`, which is the same when
     /// timestamps do not go backwards), or `None` if there is none.
     pub async fn offset_for_timestamp(&self, ts_ns: i64) -> Result<Option<u64>, StoreError> {
-        self.blocking(move |me| me.with_read(|rtx| offset_for_ts(rtx, ts_ns)))
-            .await
+        self.blocking(move |me| {
+            let tail = me.inner.shared.tail_snapshot();
+            if let Some(o) = me.with_read(|rtx| offset_for_ts(rtx, ts_ns))? {
+                return Ok(Some(o));
+            }
+            // Nothing in redb reaches `ts_ns`, so the running maximum of the
+            // tail starts below it: the first tail record at or past it is
+            // the answer.
+            Ok(tail
+                .iter()
+                .flat_map(|b| b.entries.iter())
+                .find(|e| e.timestamp_ns >= ts_ns)
+                .map(|e| e.offset))
+        })
+        .await
     }
 
     /// Next offset to assign (log end offset).
@@ -742,9 +1020,11 @@ impl PartitionLog {
     /// Removes every offset ≥ `to_offset` (replication divergence) and the
     /// epoch-cache entries starting there. A no-op if `to_offset` ≥ LEO.
     pub async fn truncate(&self, to_offset: u64) -> Result<(), StoreError> {
-        self.call(|reply| Op::Truncate {
-            to: to_offset,
-            reply,
+        self.call(|reply| {
+            Op::Maint(Maint::Truncate {
+                to: to_offset,
+                reply,
+            })
         })
         .await
     }
@@ -820,11 +1100,11 @@ impl PartitionLog {
         self.inner.config.lock().clone()
     }
 
-    /// Size of the database file on disk, in bytes.
+    /// Size of the partition's files on disk (database and journal), in
+    /// bytes.
     pub fn disk_size(&self) -> u64 {
-        std::fs::metadata(&self.inner.path)
-            .map(|m| m.len())
-            .unwrap_or(0)
+        let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        size(&self.inner.path) + size(&self.inner.journal_path)
     }
 
     /// Commits durably, stops the writer and the cleaner and releases the
@@ -834,30 +1114,30 @@ impl PartitionLog {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || inner.shutdown())
             .await
-            .map_err(|e| StoreError::Storage {
-                partition: self.inner.name.clone(),
-                detail: format!("close task failed: {e}"),
-            })?;
+            .map_err(|e| self.storage_err(EngineError::Task(e)))?;
         match synced {
             Err(StoreError::Closed(_)) => Ok(()),
             other => other,
         }
     }
 
+    /// Has the writer apply the tail, so that a plan made in a read
+    /// transaction sees every record appended so far.
+    fn apply_tail_blocking(&self) -> Result<(), StoreError> {
+        self.call_blocking(|reply| Op::Maint(Maint::Apply { reply }))
+    }
+
     fn retention_blocking(&self, now: i64) -> Result<RetentionStats, StoreError> {
         let _g = self.inner.maintenance.lock();
+        self.apply_tail_blocking()?;
         let policy = self.inner.config.lock().retention;
         let generation = self.inner.shared.generation.load(Ordering::Acquire);
         let cut = self.with_read(|rtx| {
             let Some(meta) = open_read(rtx, META)? else {
                 return Ok(None);
             };
-            let get = |k: &str| -> Result<u64, String> {
-                Ok(meta
-                    .get(k)
-                    .map_err(|e| e.to_string())?
-                    .map(|v| v.value())
-                    .unwrap_or(0))
+            let get = |k: &str| -> Result<u64, EngineError> {
+                Ok(meta.get(k)?.map(|v| v.value()).unwrap_or(0))
             };
             let (leo, count, bytes) = (get(META_LEO)?, get(META_COUNT)?, get(META_BYTES)?);
             let need_n = policy.max_messages.map_or(0, |m| count.saturating_sub(m));
@@ -877,10 +1157,10 @@ impl PartitionLog {
                 return Ok(None);
             };
             let (mut n, mut b) = (0u64, 0u64);
-            for item in t.iter().map_err(|e| e.to_string())? {
-                let (k, v) = item.map_err(|e| e.to_string())?;
+            for item in t.iter()? {
+                let (k, v) = item?;
                 for e in codec::chunk_entries(v.value()) {
-                    let e = e.map_err(|e| corrupt_chunk(k.value(), e).to_string())?;
+                    let e = e.map_err(|e| corrupt_chunk(k.value(), e))?;
                     if n < need_n || b < need_b || e.offset < age_cut {
                         n += 1;
                         b += e.len() as u64;
@@ -894,11 +1174,13 @@ impl PartitionLog {
         let mut stats = RetentionStats::default();
         if let Some(before) = cut {
             loop {
-                let (n, b) = self.call_blocking(|reply| Op::DeletePrefix {
-                    before,
-                    max: RETENTION_CHUNK,
-                    generation,
-                    reply,
+                let (n, b) = self.call_blocking(|reply| {
+                    Op::Maint(Maint::DeletePrefix {
+                        before,
+                        max: RETENTION_CHUNK,
+                        generation,
+                        reply,
+                    })
                 })?;
                 stats.removed_records += n;
                 stats.removed_bytes += b;
@@ -908,12 +1190,13 @@ impl PartitionLog {
             }
         }
         stats.oldest_offset = self.oldest_offset();
-        crate::metrics::store::retention_run(stats.removed_records);
+        self.inner.observer.retention(stats.removed_records);
         Ok(stats)
     }
 
     fn compact_blocking(&self) -> Result<CompactionStats, StoreError> {
         let _g = self.inner.maintenance.lock();
+        self.apply_tail_blocking()?;
         let generation = self.inner.shared.generation.load(Ordering::Acquire);
         let limit = self.inner.compaction_limit.load(Ordering::Acquire);
         let name = self.inner.name.clone();
@@ -924,8 +1207,8 @@ impl PartitionLog {
             let mut latest: HashMap<Vec<u8>, u64> = HashMap::new();
             let mut doomed = Vec::new();
             let mut scanned = 0u64;
-            for item in t.range(..limit).map_err(|e| e.to_string())? {
-                let (k, v) = item.map_err(|e| e.to_string())?;
+            for item in t.range(..limit)? {
+                let (k, v) = item?;
                 let v = v.value();
                 for e in codec::chunk_entries(v) {
                     let (offset, key) = match e
@@ -961,15 +1244,17 @@ impl PartitionLog {
             ..Default::default()
         };
         if !doomed.is_empty() {
-            let (n, b) = self.call_blocking(|reply| Op::DeleteOffsets {
-                offsets: doomed,
-                generation,
-                reply,
+            let (n, b) = self.call_blocking(|reply| {
+                Op::Maint(Maint::DeleteOffsets {
+                    offsets: doomed,
+                    generation,
+                    reply,
+                })
             })?;
             stats.removed_records = n;
             stats.removed_bytes = b;
         }
-        crate::metrics::store::compaction_run(stats.removed_records);
+        self.inner.observer.compaction(stats.removed_records);
         Ok(stats)
     }
 }
@@ -1001,26 +1286,26 @@ fn opt(v: u64) -> Option<u64> {
 fn open_read<K: redb::Key + 'static, V: redb::Value + 'static>(
     rtx: &ReadTransaction,
     def: TableDefinition<K, V>,
-) -> Result<Option<redb::ReadOnlyTable<K, V>>, String> {
+) -> Result<Option<redb::ReadOnlyTable<K, V>>, EngineError> {
     match rtx.open_table(def) {
         Ok(t) => Ok(Some(t)),
         Err(TableError::TableDoesNotExist(_)) => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e.into()),
     }
 }
 
-fn offset_for_ts(rtx: &ReadTransaction, ts: i64) -> Result<Option<u64>, String> {
+fn offset_for_ts(rtx: &ReadTransaction, ts: i64) -> Result<Option<u64>, EngineError> {
     let Some(index) = open_read(rtx, TIME_INDEX)? else {
         return Ok(None);
     };
-    let Some(first) = index.range((ts, 0u64)..).map_err(|e| e.to_string())?.next() else {
+    let Some(first) = index.range((ts, 0u64)..)?.next() else {
         return Ok(None);
     };
-    let (_, at) = first.map_err(|e| e.to_string())?.0.value();
+    let (_, at) = first?.0.value();
     let Some(records) = open_read(rtx, RECORDS)? else {
         return Ok(None);
     };
-    first_at_or_after(&records, at).map_err(|e| e.to_string())
+    Ok(first_at_or_after(&records, at)?)
 }
 
 /// First offset present that is ≥ `at`.
@@ -1044,26 +1329,24 @@ fn first_at_or_after<T: ReadableTable<u64, &'static [u8]>>(
 /// Moves the records of a file written with the first layout (one record
 /// per value, table `records`) into chunks, in the transaction that opens
 /// the log; the record encoding itself is the same in both layouts.
-fn migrate_v1(txn: &WriteTransaction) -> Result<(), String> {
-    let e = |x: &dyn std::fmt::Display| x.to_string();
-    let mut chunks = txn.open_table(RECORDS).map_err(|x| e(&x))?;
+fn migrate_v1(txn: &WriteTransaction) -> Result<(), EngineError> {
+    let mut chunks = txn.open_table(RECORDS)?;
     let old_len = {
-        let old = txn.open_table(RECORDS_V1).map_err(|x| e(&x))?;
+        let old = txn.open_table(RECORDS_V1)?;
         let mut chunk = Vec::new();
         let mut first = None;
         let mut count = 0;
         let mut total = 0u64;
-        for item in old.iter().map_err(|x| e(&x))? {
+        for item in old.iter()? {
             total += 1;
-            let (k, v) = item.map_err(|x| e(&x))?;
+            let (k, v) = item?;
             let v = v.value();
-            let len = u32::try_from(v.len())
-                .map_err(|_| format!("record at offset {} is too large", k.value()))?;
+            let len = u32::try_from(v.len()).map_err(|_| EngineError::ChunkTooLarge(v.len()))?;
             if count > 0
                 && (count >= codec::CHUNK_RECORDS || chunk.len() + v.len() > codec::CHUNK_BYTES)
             {
                 if let Some(f) = first.take() {
-                    chunks.insert(f, chunk.as_slice()).map_err(|x| e(&x))?;
+                    chunks.insert(f, chunk.as_slice())?;
                 }
                 chunk.clear();
                 count = 0;
@@ -1076,12 +1359,12 @@ fn migrate_v1(txn: &WriteTransaction) -> Result<(), String> {
             count += 1;
         }
         if let Some(f) = first {
-            chunks.insert(f, chunk.as_slice()).map_err(|x| e(&x))?;
+            chunks.insert(f, chunk.as_slice())?;
         }
         total
     };
     drop(chunks);
-    txn.delete_table(RECORDS_V1).map_err(|x| e(&x))?;
+    txn.delete_table(RECORDS_V1)?;
     if old_len > 0 {
         tracing::info!(
             records = old_len,
@@ -1092,37 +1375,30 @@ fn migrate_v1(txn: &WriteTransaction) -> Result<(), String> {
 }
 
 /// Creates the tables if needed and reads the state without scanning.
-fn load_state(db: &Database) -> Result<State, String> {
-    let e = |e: &dyn std::fmt::Display| e.to_string();
-    let mut txn = db.begin_write().map_err(|x| e(&x))?;
+fn load_state(db: &Database) -> Result<State, EngineError> {
+    let mut txn = db.begin_write()?;
     txn.set_quick_repair(true);
     migrate_v1(&txn)?;
     let state = {
-        let records = txn.open_table(RECORDS).map_err(|x| e(&x))?;
-        let index = txn.open_table(TIME_INDEX).map_err(|x| e(&x))?;
-        let epochs = txn.open_table(EPOCHS).map_err(|x| e(&x))?;
-        let meta = txn.open_table(META).map_err(|x| e(&x))?;
-        let get = |k: &str| -> Result<u64, String> {
-            Ok(meta
-                .get(k)
-                .map_err(|x| e(&x))?
-                .map(|v| v.value())
-                .unwrap_or(0))
+        let records = txn.open_table(RECORDS)?;
+        let index = txn.open_table(TIME_INDEX)?;
+        let epochs = txn.open_table(EPOCHS)?;
+        let meta = txn.open_table(META)?;
+        let get = |k: &str| -> Result<u64, EngineError> {
+            Ok(meta.get(k)?.map(|v| v.value()).unwrap_or(0))
         };
-        let oldest = records.first().map_err(|x| e(&x))?.map(|(k, _)| k.value());
-        let newest = last_offset(&records).map_err(|x| e(&x))?;
-        let rmax = index.last().map_err(|x| e(&x))?.map(|(k, _)| k.value().0);
+        let oldest = records.first()?.map(|(k, _)| k.value());
+        let newest = last_offset(&records)?;
+        let rmax = index.last()?.map(|(k, _)| k.value().0);
         let mut ep = Vec::new();
-        for item in epochs.iter().map_err(|x| e(&x))? {
-            let (k, v) = item.map_err(|x| e(&x))?;
+        for item in epochs.iter()? {
+            let (k, v) = item?;
             ep.push((k.value(), v.value()));
         }
         let mut leo = get(META_LEO)?;
         if let Some(n) = newest {
             if leo <= n {
-                return Err(format!(
-                    "log end offset {leo} is not past the newest record {n}"
-                ));
+                return Err(EngineError::LeoBehindRecords { leo, newest: n });
             }
         }
         if let Some(o) = oldest {
@@ -1140,7 +1416,7 @@ fn load_state(db: &Database) -> Result<State, String> {
             appended: (0, 0),
         }
     };
-    txn.commit().map_err(|x| e(&x))?;
+    txn.commit()?;
     Ok(state)
 }
 
@@ -1172,17 +1448,30 @@ fn cleaner_loop(weak: Weak<Inner>, rx: mpsc::Receiver<CleanerMsg>) {
     }
 }
 
-/// The storage writer: sole owner of write transactions for one database.
+/// The storage writer: sole owner of the journal and of write transactions
+/// for one partition.
 struct Writer {
     name: String,
     db: Arc<Database>,
     rx: mpsc::Receiver<Op>,
     shared: Arc<Shared>,
     config: Arc<Mutex<LogConfig>>,
+    observer: Observer,
+    /// What redb holds (committed, durably or not).
     state: State,
+    /// What the log holds: `state` plus the tail. Appends are checked and
+    /// given offsets against it.
+    logical: State,
+    journal: Journal,
+    /// Payload bytes of the tail (journaled, not yet in redb).
+    tail_bytes: usize,
     last_durable: Instant,
-    /// Non-durable commits exist since the last durable one.
+    last_journal_sync: Instant,
+    /// Non-durable redb commits exist since the last durable one.
     dirty: bool,
+    /// Set after a failure that leaves the journal or redb in doubt: every
+    /// later write is refused with it.
+    stopped: Option<Arc<EngineError>>,
 }
 
 struct Tables<'t> {
@@ -1192,238 +1481,551 @@ struct Tables<'t> {
     meta: Table<'t, &'static str, u64>,
 }
 
-type Fatal = String;
+impl<'t> Tables<'t> {
+    fn open(txn: &'t WriteTransaction) -> Result<Self, EngineError> {
+        Ok(Tables {
+            records: txn.open_table(RECORDS)?,
+            index: txn.open_table(TIME_INDEX)?,
+            epochs: txn.open_table(EPOCHS)?,
+            meta: txn.open_table(META)?,
+        })
+    }
+
+    fn put_meta(&mut self, st: &State) -> Result<(), redb::StorageError> {
+        self.meta.insert(META_LEO, st.leo)?;
+        self.meta.insert(META_COUNT, st.count)?;
+        self.meta.insert(META_BYTES, st.bytes)?;
+        Ok(())
+    }
+}
+
+/// Begins a write transaction with the durability asked for; durable
+/// commits use quick repair, so a reopen after a crash does not walk the
+/// file.
+fn begin(db: &Database, durable: bool) -> Result<WriteTransaction, EngineError> {
+    let mut txn = db.begin_write()?;
+    if durable {
+        txn.set_durability(Durability::Immediate);
+        txn.set_quick_repair(true);
+    } else {
+        txn.set_durability(Durability::None);
+    }
+    Ok(txn)
+}
+
+/// Applies journaled batches to redb in one transaction. Returns the new
+/// applied state and how long the commit call took.
+fn apply_batches(
+    db: &Database,
+    st: &State,
+    batches: &[Arc<TailBatch>],
+    durable: bool,
+) -> Result<(State, Duration), EngineError> {
+    let mut st = st.clone();
+    let txn = begin(db, durable)?;
+    {
+        let mut t = Tables::open(&txn)?;
+        for b in batches {
+            put_batch(&mut t, &mut st, b)?;
+        }
+        t.put_meta(&st)?;
+    }
+    let committing = Instant::now();
+    txn.commit()?;
+    Ok((st, committing.elapsed()))
+}
+
+/// Encodes one record as a chunk entry at the end of `payload`; returns its
+/// encoded length.
+fn push_entry(
+    payload: &mut Vec<u8>,
+    entries: &mut Vec<TailEntry>,
+    offset: u64,
+    r: &RecordRef<'_>,
+) -> usize {
+    let len = codec::encoded_len(r);
+    let at = payload.len();
+    payload.resize(at + codec::ENTRY_HEADER + len, 0);
+    // `len` fits in u32: every field was validated to fit.
+    codec::put_entry_header(&mut payload[at..], offset, len as u32);
+    let start = at + codec::ENTRY_HEADER;
+    codec::encode_into(r, &mut payload[start..]);
+    entries.push(TailEntry {
+        offset,
+        timestamp_ns: r.timestamp_ns,
+        leader_epoch: r.leader_epoch,
+        start,
+        end: start + len,
+    });
+    len
+}
 
 impl Writer {
     fn run(mut self) {
         loop {
-            let interval = match self.config.lock().sync {
-                SyncPolicy::Interval(d) => Some(d),
-                SyncPolicy::Always => None,
-            };
-            let first = match (self.dirty, interval) {
-                (true, Some(d)) => {
-                    let wait = (self.last_durable + d).saturating_duration_since(Instant::now());
-                    match self.rx.recv_timeout(wait) {
-                        Ok(op) => Some(op),
-                        Err(mpsc::RecvTimeoutError::Timeout) => None,
-                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                    }
-                }
-                _ => match self.rx.recv() {
+            let policy = self.config.lock().sync;
+            let working = self.stopped.is_none();
+            let first = if working && self.tail_bytes > 0 {
+                // Records wait to be applied: look for work, apply if none.
+                match self.rx.try_recv() {
                     Ok(op) => Some(op),
-                    Err(_) => break,
-                },
-            };
-            let mut batch = Vec::new();
-            if let Some(op) = first {
-                let mut bytes = op.payload_bytes();
-                batch.push(op);
-                while bytes < MAX_BATCH_BYTES {
-                    match self.rx.try_recv() {
-                        Ok(op) => {
-                            bytes += op.payload_bytes();
-                            batch.push(op);
+                    Err(mpsc::TryRecvError::Empty) => None,
+                    Err(mpsc::TryRecvError::Disconnected) => break,
+                }
+            } else {
+                match self.deadline(policy).filter(|_| working) {
+                    Some(at) => {
+                        match self
+                            .rx
+                            .recv_timeout(at.saturating_duration_since(Instant::now()))
+                        {
+                            Ok(op) => Some(op),
+                            Err(mpsc::RecvTimeoutError::Timeout) => None,
+                            Err(mpsc::RecvTimeoutError::Disconnected) => break,
                         }
+                    }
+                    None => match self.rx.recv() {
+                        Ok(op) => Some(op),
                         Err(_) => break,
-                    }
+                    },
                 }
-            }
-            self.commit_batch(batch);
-        }
-        if self.dirty {
-            self.commit_batch(Vec::new());
-            if self.dirty {
-                tracing::error!(partition = %self.name, "final durable commit failed");
-            }
-        }
-    }
-
-    /// Applies `batch` in one transaction and answers every op. An empty
-    /// batch is a durable commit of what non-durable commits left pending.
-    fn commit_batch(&mut self, batch: Vec<Op>) {
-        let force = batch.is_empty() || batch.iter().any(|op| matches!(op, Op::Sync { .. }));
-        let durable = force
-            || match self.config.lock().sync {
-                SyncPolicy::Always => true,
-                SyncPolicy::Interval(d) => self.last_durable.elapsed() >= d,
             };
-        let mut st = self.state.clone();
-        let mut done = Vec::with_capacity(batch.len());
-        let started = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            self.transact(batch, &mut st, &mut done, durable)
-        }))
-        .unwrap_or_else(|_| Err("storage engine failed during a write".into()));
-        match result {
-            Ok(()) => {
-                let appended = st.appended.0 - self.state.appended.0;
-                crate::metrics::store::observe_commit(appended, started.elapsed(), durable);
-                self.state = st;
-                self.shared.publish(&self.state);
-                self.shared.commits.fetch_add(1, Ordering::Relaxed);
-                if durable {
-                    self.shared.durable_commits.fetch_add(1, Ordering::Relaxed);
-                    self.last_durable = Instant::now();
-                    self.dirty = false;
-                } else {
-                    self.dirty = true;
-                }
-                for d in done {
-                    d.send();
+            let Some(op) = first else {
+                self.idle(policy);
+                continue;
+            };
+            let mut bytes = op.payload_bytes();
+            let mut batch = vec![op];
+            while bytes < MAX_BATCH_BYTES {
+                match self.rx.try_recv() {
+                    Ok(op) => {
+                        bytes += op.payload_bytes();
+                        batch.push(op);
+                    }
+                    Err(_) => break,
                 }
             }
-            Err(detail) => {
-                tracing::error!(partition = %self.name, %detail, "write transaction failed");
-                let err = StoreError::Storage {
-                    partition: self.name.clone(),
-                    detail,
-                };
-                for d in done {
-                    d.fail(&err);
+            self.process(batch, policy);
+        }
+        // Closing: everything acknowledged goes into redb durably.
+        if self.stopped.is_none() {
+            if let Err(e) = self.checkpoint() {
+                tracing::error!(partition = %self.name, error = %e, "final durable commit failed");
+            }
+        }
+    }
+
+    /// When the writer must wake up without a request: the interval's
+    /// journal sync, or a checkpoint.
+    fn deadline(&self, policy: SyncPolicy) -> Option<Instant> {
+        let mut at = None;
+        if let SyncPolicy::Interval(d) = policy {
+            if self.journal.unsynced() {
+                at = Some(self.last_journal_sync + d);
+            }
+        }
+        if self.dirty || !self.journal.is_empty() {
+            let c = self.last_durable + CHECKPOINT_EVERY;
+            at = Some(at.map_or(c, |a: Instant| a.min(c)));
+        }
+        at
+    }
+
+    fn checkpoint_due(&self) -> bool {
+        (self.dirty || self.tail_bytes > 0 || !self.journal.is_empty())
+            && (self.journal.len() >= CHECKPOINT_BYTES
+                || self.last_durable.elapsed() >= CHECKPOINT_EVERY)
+    }
+
+    /// No request waiting: apply the tail, sync the journal if the interval
+    /// is up, checkpoint if due.
+    fn idle(&mut self, policy: SyncPolicy) {
+        if self.stopped.is_some() {
+            return;
+        }
+        self.flush();
+        if let SyncPolicy::Interval(d) = policy {
+            if self.stopped.is_none()
+                && self.journal.unsynced()
+                && self.last_journal_sync.elapsed() >= d
+            {
+                let started = Instant::now();
+                match self.journal.sync() {
+                    Ok(()) => {
+                        self.observer.journal_sync(started.elapsed());
+                        self.last_journal_sync = Instant::now();
+                    }
+                    Err(source) => self.stop(self.journal_err(source)),
                 }
             }
         }
     }
 
-    fn transact(
-        &self,
-        batch: Vec<Op>,
-        st: &mut State,
-        done: &mut Vec<Done>,
-        durable: bool,
-    ) -> Result<(), Fatal> {
-        let e = |e: &dyn std::fmt::Display| e.to_string();
-        let mut txn: WriteTransaction = self.db.begin_write().map_err(|x| e(&x))?;
-        if durable {
-            txn.set_durability(Durability::Immediate);
-            txn.set_quick_repair(true);
+    /// Applies the tail to redb: durably (a checkpoint) when one is due.
+    fn flush(&mut self) {
+        let r = if self.checkpoint_due() {
+            self.checkpoint()
         } else {
-            txn.set_durability(Durability::None);
+            self.apply_tail(false)
+        };
+        if let Err(e) = r {
+            self.stop(e);
         }
-        let mut fatal = None;
+    }
+
+    fn stop(&mut self, e: EngineError) {
+        tracing::error!(partition = %self.name, error = %e, "storage writer stopped; reopen the log to recover");
+        self.stopped = Some(Arc::new(e));
+    }
+
+    fn journal_err(&self, source: std::io::Error) -> EngineError {
+        EngineError::Journal {
+            path: self.journal.path().to_owned(),
+            source,
+        }
+    }
+
+    fn err(&self, e: EngineError) -> StoreError {
+        StoreError::Storage {
+            partition: self.name.clone(),
+            source: Arc::new(e),
+        }
+    }
+
+    fn closed_err(&self) -> StoreError {
+        StoreError::Closed(self.name.clone())
+    }
+
+    fn stopped_err(&self) -> Option<StoreError> {
+        self.stopped.as_ref().map(|s| StoreError::Storage {
+            partition: self.name.clone(),
+            source: Arc::new(EngineError::Stopped(s.clone())),
+        })
+    }
+
+    /// Applies and commits the tail durably, then empties the journal.
+    fn checkpoint(&mut self) -> Result<(), EngineError> {
+        if let Some(s) = &self.stopped {
+            return Err(EngineError::Stopped(s.clone()));
+        }
+        self.apply_tail(true)?;
+        self.journal.reset(false).map_err(|e| self.journal_err(e))
+    }
+
+    /// Applies every tail batch to redb in one transaction. With `durable`
+    /// the commit is durable even if the tail is empty (when anything is
+    /// pending).
+    fn apply_tail(&mut self, durable: bool) -> Result<(), EngineError> {
+        let batches = self.shared.tail_snapshot();
+        let pending = self.dirty || !self.journal.is_empty();
+        if batches.is_empty() && !(durable && pending) {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let (st, commit_time) = catch_unwind(AssertUnwindSafe(|| {
+            apply_batches(&self.db, &self.state, &batches, durable)
+        }))
+        .unwrap_or(Err(EngineError::Panicked("a write")))?;
+        let applied: u64 = batches.iter().map(|b| b.entries.len() as u64).sum();
+        self.observer.commit(applied, started.elapsed(), durable);
+        self.state = st;
         {
-            let mut t = Tables {
-                records: txn.open_table(RECORDS).map_err(|x| e(&x))?,
-                index: txn.open_table(TIME_INDEX).map_err(|x| e(&x))?,
-                epochs: txn.open_table(EPOCHS).map_err(|x| e(&x))?,
-                meta: txn.open_table(META).map_err(|x| e(&x))?,
-            };
-            let before = (st.leo, st.count, st.bytes);
-            for op in batch {
-                if fatal.is_some() {
-                    done.push(failed(op));
-                    continue;
-                }
-                match self.apply(&mut t, st, op) {
-                    Ok(d) => done.push(d),
-                    Err((d, f)) => {
-                        done.push(d);
-                        fatal = Some(f);
-                    }
-                }
-            }
-            if fatal.is_none() && before != (st.leo, st.count, st.bytes) {
-                let r = (|| -> Result<(), redb::StorageError> {
-                    t.meta.insert(META_LEO, st.leo)?;
-                    t.meta.insert(META_COUNT, st.count)?;
-                    t.meta.insert(META_BYTES, st.bytes)?;
-                    Ok(())
-                })();
-                if let Err(x) = r {
-                    fatal = Some(x.to_string());
-                }
+            // Only this thread adds batches, so the first ones are exactly
+            // those applied.
+            let mut tail = self.shared.tail.lock();
+            for _ in 0..batches.len() {
+                tail.pop_front();
             }
         }
-        if let Some(f) = fatal {
-            // Aborting cannot make things worse; its own error adds nothing.
-            let _ = txn.abort();
-            return Err(f);
-        }
-        let committing = Instant::now();
-        txn.commit().map_err(|x| e(&x))?;
-        if durable {
-            crate::metrics::store::observe_fsync(committing.elapsed());
-        }
+        self.tail_bytes = 0;
+        self.committed(durable, commit_time);
         Ok(())
     }
 
-    /// Applies one op. `Err` means the engine failed and the transaction must
-    /// be aborted; logical refusals are `Ok` with an error answer.
-    fn apply(&self, t: &mut Tables<'_>, st: &mut State, op: Op) -> Result<Done, (Done, Fatal)> {
-        match op {
-            Op::Append {
-                epoch,
-                expected,
-                records,
-                reply,
-            } => {
-                let r = self.check_append(st, epoch, expected, &records);
-                if let Err(err) = r {
-                    return Ok(Done::Append(reply, Err(err)));
+    fn committed(&mut self, durable: bool, commit_time: Duration) {
+        self.shared.commits.fetch_add(1, Ordering::Relaxed);
+        if durable {
+            self.observer.durable_commit(commit_time);
+            self.shared.durable_commits.fetch_add(1, Ordering::Relaxed);
+            self.last_durable = Instant::now();
+            self.dirty = false;
+        } else {
+            self.dirty = true;
+        }
+    }
+
+    fn process(&mut self, batch: Vec<Op>, policy: SyncPolicy) {
+        let mut group = Vec::new();
+        for op in batch {
+            match op {
+                Op::Append { .. } | Op::Replicate { .. } => group.push(op),
+                Op::Maint(m) => {
+                    self.journal_group(std::mem::take(&mut group), policy);
+                    self.maint(m);
                 }
-                let first = st.leo;
-                let w = (|| -> Result<(), redb::StorageError> {
-                    note_epoch(t, st, epoch, first)?;
-                    let refs: Vec<(u64, RecordRef<'_>)> = records
-                        .iter()
-                        .enumerate()
-                        .map(|(i, r)| (first + i as u64, RecordRef::from_new(r, epoch)))
-                        .collect();
-                    put_records(t, st, &refs)
-                })();
-                appended(reply, first, st.leo, w)
+                Op::Sync { reply } => {
+                    self.journal_group(std::mem::take(&mut group), policy);
+                    let r = match self.checkpoint() {
+                        Ok(()) => Ok(()),
+                        Err(e) => {
+                            if self.stopped.is_none() {
+                                self.stop(e);
+                            }
+                            Err(self.stopped_err().unwrap_or_else(|| self.closed_err()))
+                        }
+                    };
+                    reply(r);
+                }
             }
-            Op::Replicate { records, reply } => {
-                if let Err(err) = self.check_replicated(st, &records) {
-                    return Ok(Done::Append(reply, Err(err)));
-                }
-                let first = records.first().map_or(st.leo, |r| r.offset);
-                let w = (|| -> Result<(), redb::StorageError> {
-                    for r in &records {
-                        note_epoch(t, st, r.leader_epoch, r.offset)?;
+        }
+        self.journal_group(group, policy);
+        if self.stopped.is_none()
+            && (self.tail_bytes >= TAIL_APPLY_BYTES || self.journal.len() >= CHECKPOINT_BYTES)
+        {
+            self.flush();
+        }
+    }
+
+    /// Gives a group of appends their offsets, writes them as one journal
+    /// frame (synced under `always`), makes them readable and answers them.
+    fn journal_group(&mut self, ops: Vec<Op>, policy: SyncPolicy) {
+        if ops.is_empty() {
+            return;
+        }
+        let saved = self.logical.clone();
+        let base = self.logical.leo;
+        let mut payload = Vec::with_capacity(ops.iter().map(Op::payload_bytes).sum());
+        let mut entries = Vec::new();
+        let mut answers: Vec<Answer> = Vec::with_capacity(ops.len());
+        for op in ops {
+            match op {
+                Op::Append {
+                    epoch,
+                    expected,
+                    records,
+                    reply,
+                } => {
+                    if let Some(e) = self.stopped_err() {
+                        answers.push(Answer {
+                            reply,
+                            result: Err(e),
+                        });
+                        continue;
                     }
-                    let refs: Vec<(u64, RecordRef<'_>)> = records
-                        .iter()
-                        .map(|r| (r.offset, RecordRef::from_record(r)))
-                        .collect();
-                    put_records(t, st, &refs)
-                })();
-                appended(reply, first, st.leo, w)
+                    if let Err(e) = self.check_append(&self.logical, epoch, expected, &records) {
+                        answers.push(Answer {
+                            reply,
+                            result: Err(e),
+                        });
+                        continue;
+                    }
+                    let first = self.logical.leo;
+                    self.logical.note_epoch(epoch, first);
+                    for (i, r) in records.iter().enumerate() {
+                        let offset = first + i as u64;
+                        let len = push_entry(
+                            &mut payload,
+                            &mut entries,
+                            offset,
+                            &RecordRef::from_new(r, epoch),
+                        );
+                        self.logical.note_record(offset, len);
+                    }
+                    answers.push(Answer {
+                        reply,
+                        result: Ok(AppendResult {
+                            first_offset: first,
+                            last_offset: self.logical.leo - 1,
+                        }),
+                    });
+                }
+                Op::Replicate { records, reply } => {
+                    if let Some(e) = self.stopped_err() {
+                        answers.push(Answer {
+                            reply,
+                            result: Err(e),
+                        });
+                        continue;
+                    }
+                    if let Err(e) = self.check_replicated(&self.logical, &records) {
+                        answers.push(Answer {
+                            reply,
+                            result: Err(e),
+                        });
+                        continue;
+                    }
+                    let first = records.first().map_or(self.logical.leo, |r| r.offset);
+                    for r in &records {
+                        self.logical.note_epoch(r.leader_epoch, r.offset);
+                        let len = push_entry(
+                            &mut payload,
+                            &mut entries,
+                            r.offset,
+                            &RecordRef::from_record(r),
+                        );
+                        self.logical.note_record(r.offset, len);
+                    }
+                    answers.push(Answer {
+                        reply,
+                        result: Ok(AppendResult {
+                            first_offset: first,
+                            last_offset: self.logical.leo - 1,
+                        }),
+                    });
+                }
+                Op::Maint(_) | Op::Sync { .. } => {
+                    // `process` hands only appends to this function.
+                }
             }
-            Op::Truncate { to, reply } => match truncate(t, st, to) {
-                Ok(()) => Ok(Done::Unit(reply, Ok(()))),
-                Err(x) => Err((Done::Unit(reply, Ok(())), x.to_string())),
+        }
+        if entries.is_empty() {
+            for a in answers {
+                (a.reply)(a.result);
+            }
+            return;
+        }
+        let end = self.logical.leo;
+        let started = Instant::now();
+        let always = matches!(policy, SyncPolicy::Always);
+        let written = self.journal.append(base, end, &payload).and_then(|()| {
+            if always {
+                self.journal.sync()
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(source) = written {
+            // The frame may be partly on disk and, after a failed fsync, the
+            // page cache cannot be trusted: refuse writes until reopened
+            // (replay then stops at the torn frame).
+            self.logical = saved;
+            let e = Arc::new(self.journal_err(source));
+            tracing::error!(partition = %self.name, error = %e, "journal write failed; the log stops writing");
+            self.stopped = Some(e.clone());
+            for a in answers {
+                let r = match a.result {
+                    Ok(_) => Err(StoreError::Storage {
+                        partition: self.name.clone(),
+                        source: e.clone(),
+                    }),
+                    Err(refused) => Err(refused),
+                };
+                (a.reply)(r);
+            }
+            return;
+        }
+        if always {
+            self.last_journal_sync = Instant::now();
+        }
+        self.observer.journal_write(
+            entries.len() as u64,
+            payload.len() as u64,
+            started.elapsed(),
+            always,
+        );
+        let payload = Bytes::from(payload);
+        self.tail_bytes += payload.len();
+        self.shared
+            .tail
+            .lock()
+            .push_back(Arc::new(TailBatch { payload, entries }));
+        self.shared.publish(&self.logical);
+        for a in answers {
+            (a.reply)(a.result);
+        }
+    }
+
+    /// Truncation, retention and compaction: the tail is applied first, then
+    /// one transaction (durable for a truncation, which also empties the
+    /// journal durably).
+    fn maint(&mut self, m: Maint) {
+        if self.stopped.is_none() {
+            if let Err(e) = self.apply_tail(false) {
+                self.stop(e);
+            }
+        }
+        match m {
+            Maint::Apply { reply } => match self.stopped_err() {
+                Some(e) => reply(Err(e)),
+                None => reply(Ok(())),
             },
-            Op::DeletePrefix {
+            Maint::Truncate { to, reply } => {
+                if let Some(e) = self.stopped_err() {
+                    return reply(Err(e));
+                }
+                let r = self.transact(true, |t, st| truncate(t, st, to));
+                let r = r.and_then(|()| {
+                    self.journal
+                        .reset(true)
+                        .map_err(|source| self.journal_err(source))
+                });
+                reply(r.map_err(|e| self.err(e)));
+            }
+            Maint::DeletePrefix {
                 before,
                 max,
                 generation,
                 reply,
             } => {
-                if generation != st.generation {
-                    return Ok(Done::Removed(reply, Ok((0, 0))));
+                if let Some(e) = self.stopped_err() {
+                    return reply(Err(e));
                 }
-                match delete_prefix(t, st, before, max) {
-                    Ok(r) => Ok(Done::Removed(reply, Ok(r))),
-                    Err(x) => Err((Done::Removed(reply, Ok((0, 0))), x.to_string())),
+                if generation != self.state.generation {
+                    return reply(Ok((0, 0)));
                 }
+                let r = self.transact(false, |t, st| delete_prefix(t, st, before, max));
+                reply(r.map_err(|e| self.err(e)));
             }
-            Op::DeleteOffsets {
+            Maint::DeleteOffsets {
                 offsets,
                 generation,
                 reply,
             } => {
-                if generation != st.generation {
-                    return Ok(Done::Removed(reply, Ok((0, 0))));
+                if let Some(e) = self.stopped_err() {
+                    return reply(Err(e));
                 }
-                match delete_offsets(t, st, &offsets) {
-                    Ok(r) => Ok(Done::Removed(reply, Ok(r))),
-                    Err(x) => Err((Done::Removed(reply, Ok((0, 0))), x.to_string())),
+                if generation != self.state.generation {
+                    return reply(Ok((0, 0)));
                 }
+                let r = self.transact(false, |t, st| delete_offsets(t, st, &offsets));
+                reply(r.map_err(|e| self.err(e)));
             }
-            Op::Sync { reply } => Ok(Done::Unit(reply, Ok(()))),
         }
+    }
+
+    /// Runs `f` in one write transaction on a copy of the applied state;
+    /// on success the copy becomes the applied and the logical state (the
+    /// tail is empty here).
+    fn transact<T>(
+        &mut self,
+        durable: bool,
+        f: impl FnOnce(&mut Tables<'_>, &mut State) -> Result<T, redb::StorageError>,
+    ) -> Result<T, EngineError> {
+        let mut st = self.state.clone();
+        let started = Instant::now();
+        let (out, commit_time) = catch_unwind(AssertUnwindSafe(|| {
+            let txn = begin(&self.db, durable)?;
+            let out = {
+                let mut t = Tables::open(&txn)?;
+                let out = f(&mut t, &mut st)?;
+                t.put_meta(&st)?;
+                out
+            };
+            let committing = Instant::now();
+            txn.commit()?;
+            Ok::<_, EngineError>((out, committing.elapsed()))
+        }))
+        .unwrap_or(Err(EngineError::Panicked("a write")))?;
+        self.observer.commit(0, started.elapsed(), durable);
+        self.committed(durable, commit_time);
+        self.state = st;
+        let appended = self.logical.appended;
+        self.logical = State {
+            appended,
+            ..self.state.clone()
+        };
+        self.shared.publish(&self.logical);
+        Ok(out)
     }
 
     fn check_append(
@@ -1491,78 +2093,46 @@ impl Writer {
     }
 }
 
-fn failed(op: Op) -> Done {
-    match op {
-        Op::Append { reply, .. } | Op::Replicate { reply, .. } => {
-            Done::Append(reply, Err(StoreError::EmptyBatch))
-        }
-        Op::Truncate { reply, .. } | Op::Sync { reply } => Done::Unit(reply, Ok(())),
-        Op::DeletePrefix { reply, .. } | Op::DeleteOffsets { reply, .. } => {
-            Done::Removed(reply, Ok((0, 0)))
-        }
-    }
-}
-
 fn note_epoch(
     t: &mut Tables<'_>,
     st: &mut State,
     epoch: u64,
     offset: u64,
 ) -> Result<(), redb::StorageError> {
-    if st.epochs.last().is_none_or(|&(e, _)| epoch > e) {
+    if st.note_epoch(epoch, offset) {
         t.epochs.insert(epoch, offset)?;
-        st.epochs.push((epoch, offset));
     }
     Ok(())
 }
 
-/// Writes records (offsets increasing, at or past the log end) as chunks
-/// of up to [`codec::CHUNK_RECORDS`] records or [`codec::CHUNK_BYTES`]
-/// bytes: one B-tree insert per chunk.
-fn put_records(
-    t: &mut Tables<'_>,
-    st: &mut State,
-    recs: &[(u64, RecordRef<'_>)],
-) -> Result<(), redb::StorageError> {
-    let lens: Vec<usize> = recs.iter().map(|(_, r)| codec::encoded_len(r)).collect();
+/// Writes a journaled batch into the chunk table: its payload already has
+/// the chunk layout, so each chunk (up to [`codec::CHUNK_RECORDS`] records
+/// or [`codec::CHUNK_BYTES`] bytes) is one slice of it and one B-tree
+/// insert.
+fn put_batch(t: &mut Tables<'_>, st: &mut State, b: &TailBatch) -> Result<(), redb::StorageError> {
+    let es = &b.entries;
     let mut i = 0;
-    while i < recs.len() {
+    while i < es.len() {
         let mut j = i;
         let mut size = 0usize;
-        while j < recs.len() && j - i < codec::CHUNK_RECORDS {
-            let add = codec::ENTRY_HEADER + lens[j];
+        while j < es.len() && j - i < codec::CHUNK_RECORDS {
+            let add = codec::ENTRY_HEADER + (es[j].end - es[j].start);
             if j > i && size + add > codec::CHUNK_BYTES {
                 break;
             }
             size += add;
             j += 1;
         }
-        let size32 = u32::try_from(size).map_err(|_| redb::StorageError::ValueTooLarge(size))?;
-        {
-            let mut slot = t.records.insert_reserve(recs[i].0, size32)?;
-            let out = slot.as_mut();
-            let mut pos = 0;
-            for ((offset, r), &len) in recs[i..j].iter().zip(&lens[i..j]) {
-                // `len` fits in u32: the whole chunk does.
-                codec::put_entry_header(&mut out[pos..], *offset, len as u32);
-                pos += codec::ENTRY_HEADER;
-                codec::encode_into(r, &mut out[pos..pos + len]);
-                pos += len;
+        let from = es[i].start - codec::ENTRY_HEADER;
+        let to = es[j - 1].end;
+        t.records.insert(es[i].offset, &b.payload[from..to])?;
+        for e in &es[i..j] {
+            note_epoch(t, st, e.leader_epoch, e.offset)?;
+            if st.rmax.is_none_or(|m| e.timestamp_ns > m) {
+                t.index.insert((e.timestamp_ns, e.offset), ())?;
+                st.rmax = Some(e.timestamp_ns);
             }
-        }
-        for ((offset, r), &len) in recs[i..j].iter().zip(&lens[i..j]) {
-            if st.rmax.is_none_or(|m| r.timestamp_ns > m) {
-                t.index.insert((r.timestamp_ns, *offset), ())?;
-                st.rmax = Some(r.timestamp_ns);
-            }
-            st.count += 1;
-            st.bytes += len as u64;
-            st.appended = (st.appended.0 + 1, st.appended.1 + len as u64);
-            if st.oldest.is_none() {
-                st.oldest = Some(*offset);
-            }
-            st.newest = Some(*offset);
-            st.leo = offset + 1;
+            st.note_record(e.offset, e.end - e.start);
         }
         i = j;
     }

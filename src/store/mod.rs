@@ -83,15 +83,19 @@
 //! This module knows nothing of NATS or gRPC: subjects are plain strings.
 
 pub mod codec;
+pub mod journal;
 mod log;
+mod observer;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use thiserror::Error;
 
 pub use log::{open_all, OpenedPartition, PartitionLog};
+pub use observer::{NoopObserver, Observer, StoreObserver};
 
 /// When appends reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -136,6 +140,9 @@ pub struct LogConfig {
     /// Page cache of the partition's database, in bytes (fixed when the log
     /// opens). Bounded so that many partitions fit on a small device.
     pub cache_bytes: usize,
+    /// Where the log reports its statistics (taken when the log opens;
+    /// later configuration updates keep the first one).
+    pub observer: Observer,
 }
 
 impl Default for LogConfig {
@@ -146,6 +153,7 @@ impl Default for LogConfig {
             compact: false,
             cleaner_interval: Duration::from_secs(300),
             cache_bytes: 64 << 20,
+            observer: Observer::default(),
         }
     }
 }
@@ -337,15 +345,84 @@ pub enum StoreError {
         /// Next acceptable offset.
         next: u64,
     },
-    /// A storage engine error while the log was running.
-    #[error("partition {partition}: storage error: {detail}")]
+    /// A storage engine or journal error while the log was running. Shared
+    /// (`Arc`) because one failure answers every append of a group commit.
+    #[error("partition {partition}: storage error: {source}")]
     Storage {
         /// Partition name.
         partition: String,
-        /// Engine error text.
-        detail: String,
+        /// What failed.
+        #[source]
+        source: Arc<EngineError>,
     },
     /// The log has been closed (or its writer stopped after an error).
     #[error("partition {0}: log is closed")]
     Closed(String),
 }
+
+/// A failure below the log: the storage engine, the journal file, or a
+/// helper thread.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// redb storage error (I/O or a corrupt page).
+    #[error(transparent)]
+    Storage(Box<redb::StorageError>),
+    /// redb could not begin a transaction.
+    #[error(transparent)]
+    Transaction(Box<redb::TransactionError>),
+    /// redb could not open a table.
+    #[error(transparent)]
+    Table(Box<redb::TableError>),
+    /// redb could not commit.
+    #[error(transparent)]
+    Commit(Box<redb::CommitError>),
+    /// The journal file could not be written, synced or emptied.
+    #[error("journal {}: {source}", path.display())]
+    Journal {
+        /// The journal file.
+        path: PathBuf,
+        /// Underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The storage engine panicked during the named operation (caught: a bad
+    /// file must not take the process down).
+    #[error("storage engine panicked during {0}")]
+    Panicked(&'static str),
+    /// A blocking helper task failed (it panicked or was cancelled).
+    #[error("helper task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    /// The stored meta data contradicts the records.
+    #[error("log end offset {leo} is not past the newest record {newest}")]
+    LeoBehindRecords {
+        /// Stored log end offset.
+        leo: u64,
+        /// Newest record found.
+        newest: u64,
+    },
+    /// A record cannot be stored (it is larger than 4 GiB).
+    #[error("record chunk of {0} bytes is too large")]
+    ChunkTooLarge(usize),
+    /// An earlier failure stopped the writer; the log refuses writes until
+    /// it is reopened (the journal then replays what was acknowledged).
+    #[error("the log stopped writing after an earlier failure: {0}")]
+    Stopped(Arc<EngineError>),
+}
+
+// The engine's errors are boxed: they are large, and `Result`s carrying
+// them travel through every read and write.
+macro_rules! boxed_from {
+    ($($t:ty => $v:ident),*) => {$(
+        impl From<$t> for EngineError {
+            fn from(e: $t) -> Self {
+                EngineError::$v(Box::new(e))
+            }
+        }
+    )*};
+}
+boxed_from!(
+    redb::StorageError => Storage,
+    redb::TransactionError => Transaction,
+    redb::TableError => Table,
+    redb::CommitError => Commit
+);

@@ -1,9 +1,12 @@
 //! Crash tests: a child process (`liftbridge bench store-crash-child`)
 //! appends deterministic records and prints every acknowledged append; the
-//! parent kills it with SIGKILL at random moments, reopens the log and checks
-//! it. With sync = always every acknowledged append must be there; with both
-//! policies the log must be a prefix of what was appended: dense offsets from
-//! 0, each record byte-identical to what the child wrote there.
+//! parent kills it with SIGKILL at random moments (or the child aborts
+//! itself right after a journal write, before the redb apply), reopens the
+//! log and checks it. Under both sync policies the same assertion holds: a
+//! process crash loses no acknowledged append (the log ends at or past every
+//! acknowledged offset, so no acknowledged offset is handed out again) and
+//! the log is a prefix of what was appended: dense offsets from 0, each
+//! record byte-identical to what the child wrote there.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -17,11 +20,27 @@ use rand::{Rng, SeedableRng};
 /// Runs one child until killed after `after`; returns the highest
 /// acknowledged offset + 1 (0 if none) and how many records were acknowledged.
 fn run_child(dir: &Path, sync: &str, seed: u64, after: Duration) -> (u64, u64) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_liftbridge"))
-        .args(["bench", "store-crash-child"])
+    run_child_with(dir, sync, seed, Some(after), None)
+}
+
+/// Runs one child until it is killed after `kill_after`, or until it aborts
+/// itself after `abort_after_frames` journal frames.
+fn run_child_with(
+    dir: &Path,
+    sync: &str,
+    seed: u64,
+    kill_after: Option<Duration>,
+    abort_after_frames: Option<u64>,
+) -> (u64, u64) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_liftbridge"));
+    cmd.args(["bench", "store-crash-child"])
         .arg(dir)
         .arg(sync)
-        .arg(seed.to_string())
+        .arg(seed.to_string());
+    if let Some(n) = abort_after_frames {
+        cmd.arg("--abort-after-frames").arg(n.to_string());
+    }
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -54,11 +73,33 @@ fn run_child(dir: &Path, sync: &str, seed: u64, after: Duration) -> (u64, u64) {
     // Start the clock once the child has opened the log (start-up time
     // varies with machine load); the kill then lands mid-append.
     let opened = ready_rx.recv_timeout(Duration::from_secs(60)).is_ok();
-    std::thread::sleep(after);
-    // Child::kill sends SIGKILL on Unix: no destructor, no final commit.
-    child.kill().expect("kill child");
-    let status = child.wait().expect("wait child");
+    let status = match kill_after {
+        Some(after) => {
+            std::thread::sleep(after);
+            // Child::kill sends SIGKILL on Unix: no destructor, no final commit.
+            child.kill().expect("kill child");
+            child.wait().expect("wait child")
+        }
+        None => {
+            // The child aborts by itself; bound the wait on a loaded machine.
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                if let Some(st) = child.try_wait().expect("wait child") {
+                    break st;
+                }
+                if std::time::Instant::now() > deadline {
+                    child.kill().expect("kill child");
+                    panic!("child did not abort within 60 s");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
     assert!(!status.success(), "child exited by itself: {status}");
+    if kill_after.is_none() {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(6), "child did not abort: {status}");
+    }
     let (ready, acked_end, acked) = reader.join().expect("reader");
     assert!(ready && opened, "child never opened the log");
     (acked_end, acked)
@@ -67,6 +108,12 @@ fn run_child(dir: &Path, sync: &str, seed: u64, after: Duration) -> (u64, u64) {
 /// Reopens the log and checks it is exactly offsets 0..LEO with the child's
 /// content; returns the LEO.
 async fn verify(dir: &Path) -> u64 {
+    verify_replay(dir).await.0
+}
+
+/// Like [`verify`], also returning how many records the reopen replayed
+/// from the journal.
+async fn verify_replay(dir: &Path) -> (u64, u64) {
     let d = dir.to_owned();
     let t0 = std::time::Instant::now();
     let log = tokio::task::spawn_blocking(move || {
@@ -81,6 +128,7 @@ async fn verify(dir: &Path) -> u64 {
         "slow reopen: {open_time:?}"
     );
     let leo = log.log_end_offset();
+    let replayed = log.replayed_records();
     assert_eq!(log.record_count(), leo, "holes: count differs from LEO");
     let mut next = 0u64;
     loop {
@@ -102,7 +150,7 @@ async fn verify(dir: &Path) -> u64 {
     }
     assert_eq!(next, leo, "records end before the log end offset");
     log.close().await.unwrap();
-    leo
+    (leo, replayed)
 }
 
 async fn crash_loop(sync: &str, rounds: u32, seed: u64) {
@@ -115,13 +163,11 @@ async fn crash_loop(sync: &str, rounds: u32, seed: u64) {
         let (acked_end, acked) = run_child(dir.path(), sync, rng.gen(), after);
         total_acked += acked;
         let leo = verify(dir.path()).await;
-        if sync == "always" {
-            assert!(
-                leo >= acked_end,
-                "round {round}: acknowledged up to {acked_end} but log ends at {leo}"
-            );
-            assert!(leo >= prev_leo, "round {round}: durable records vanished");
-        }
+        assert!(
+            leo >= acked_end,
+            "{sync} round {round}: acknowledged up to {acked_end} but log ends at {leo}"
+        );
+        assert!(leo >= prev_leo, "{sync} round {round}: records vanished");
         prev_leo = leo;
     }
     eprintln!("{sync}: {rounds} kills, {total_acked} records acknowledged, final LEO {prev_leo}");
@@ -134,6 +180,44 @@ async fn store_crash_sync_always_keeps_every_ack() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn store_crash_sync_interval_is_consistent_prefix() {
-    crash_loop("interval", 8, 0xBEEF).await;
+async fn store_crash_sync_interval_keeps_every_ack() {
+    crash_loop("interval", 12, 0xBEEF).await;
+}
+
+/// The child aborts right after writing a journal frame (synced under
+/// `always`), before answering it and before redb has it: the reopen must
+/// replay the journal, keep every acknowledged append, and also keep the
+/// frame that was written but never answered.
+async fn abort_after_journal(sync: &str, rounds: u32, seed: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut prev_leo = 0;
+    let mut total_replayed = 0;
+    for round in 0..rounds {
+        let frames = rng.gen_range(5..200u64);
+        let (acked_end, _) = run_child_with(dir.path(), sync, rng.gen(), None, Some(frames));
+        let (leo, replayed) = verify_replay(dir.path()).await;
+        assert!(
+            leo > acked_end.max(prev_leo),
+            "{sync} round {round}: the last frame was written but the log ends at {leo} \
+             (acknowledged up to {acked_end}, previous end {prev_leo})"
+        );
+        assert!(
+            replayed > 0 && replayed <= leo - prev_leo,
+            "{sync} round {round}: {replayed} records replayed, log grew {prev_leo}..{leo}"
+        );
+        total_replayed += replayed;
+        prev_leo = leo;
+    }
+    eprintln!("{sync}: {rounds} aborts after a journal write, {total_replayed} records replayed, final LEO {prev_leo}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_crash_abort_after_journal_write_replays_always() {
+    abort_after_journal("always", 6, 0xAB0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_crash_abort_after_journal_write_replays_interval() {
+    abort_after_journal("interval", 6, 0xAB1).await;
 }

@@ -1,0 +1,302 @@
+//! The partition journal: an append-only file in front of the redb database.
+//!
+//! Role: make an append durable (or, under `interval`, hand it to the OS)
+//! with one sequential write — and at most one `fdatasync` — instead of a
+//! redb commit, which costs several fsyncs. The writer thread appends one
+//! frame per group commit, answers the appenders, and applies the records to
+//! redb later in large batches; once redb has committed them durably the
+//! journal is emptied ([`Journal::reset`]).
+//!
+//! File `<dir>/<partition>.journal`, a sequence of frames:
+//!
+//! ```text
+//! magic u32 | payload length u32 | base LEO u64 | end LEO u64 | crc32c u32 | payload
+//! ```
+//!
+//! all little-endian; the CRC-32C covers the length, both offsets and the
+//! payload. The payload is a record chunk in the [`codec`](super::codec)
+//! layout (entry header + encoded record, offsets increasing), so applying a
+//! frame to redb copies slices of it. `base LEO` is the log end offset the
+//! frame was written against and `end LEO` the one after it.
+//!
+//! Invariants:
+//! - frames are written back to back from position 0; a frame is never
+//!   rewritten in place except after [`Journal::reset`], which empties the
+//!   file once everything in it is durable in redb;
+//! - replay ([`read_frames`]) returns the longest prefix of well-formed
+//!   frames: a torn or corrupt frame ends the journal, which is how a crash
+//!   in the middle of a write is repaired (the caller truncates there);
+//! - the caller accepts a frame only if its base LEO equals the log end it
+//!   has reached, which also rejects frames left behind by an earlier
+//!   incarnation of the file (a reset that did not reach the disk).
+//!
+//! Must not: decide policy (when to fsync, when to reset) — the writer
+//! does — or panic on any file content.
+
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+/// Marks the start of a frame ("LBJ1").
+const MAGIC: u32 = 0x314A_424C;
+/// Bytes before a frame's payload.
+pub const FRAME_HEADER: usize = 4 + 4 + 8 + 8 + 4;
+/// File name suffix of a partition journal.
+pub const SUFFIX: &str = ".journal";
+
+/// One frame read back from the journal.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    /// Log end offset before the frame.
+    pub base_leo: u64,
+    /// Log end offset after the frame.
+    pub end_leo: u64,
+    /// Record entries in the chunk layout.
+    pub payload: Bytes,
+}
+
+/// The open journal of one partition, owned by the writer thread.
+#[derive(Debug)]
+pub struct Journal {
+    file: File,
+    path: PathBuf,
+    /// Where the next frame goes (= bytes of valid frames).
+    pos: u64,
+    /// Frames were written since the last `sync`.
+    unsynced: bool,
+    /// Size of the file when it was opened.
+    len_at_open: u64,
+}
+
+/// Path of the journal of `name` in `dir`.
+pub fn path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}{SUFFIX}"))
+}
+
+/// Encodes the header of a frame whose payload is `payload`.
+pub fn frame_header(base_leo: u64, end_leo: u64, payload: &[u8]) -> [u8; FRAME_HEADER] {
+    let mut h = [0u8; FRAME_HEADER];
+    h[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    // Payloads are bounded far below 4 GiB by the writer's batch limit.
+    h[4..8].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    h[8..16].copy_from_slice(&base_leo.to_le_bytes());
+    h[16..24].copy_from_slice(&end_leo.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&h[4..24]), payload);
+    h[24..28].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// Reads every well-formed frame from the start of `bytes`; stops at the
+/// first torn or corrupt one. Returns the frames and the length of the
+/// valid prefix.
+pub fn read_frames(bytes: &Bytes) -> (Vec<Frame>, u64) {
+    let mut frames = Vec::new();
+    let mut pos = 0usize;
+    while let Some(h) = bytes.get(pos..pos + FRAME_HEADER) {
+        let u32_at = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        let u64_at = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&h[i..i + 8]);
+            u64::from_le_bytes(b)
+        };
+        if u32_at(0) != MAGIC {
+            break;
+        }
+        let len = u32_at(4) as usize;
+        let start = pos + FRAME_HEADER;
+        let Some(payload) = bytes.get(start..start.saturating_add(len)) else {
+            break;
+        };
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&h[4..24]), payload);
+        if crc != u32_at(24) {
+            break;
+        }
+        let (base_leo, end_leo) = (u64_at(8), u64_at(16));
+        if end_leo < base_leo {
+            break;
+        }
+        frames.push(Frame {
+            base_leo,
+            end_leo,
+            payload: bytes.slice(start..start + len),
+        });
+        pos = start + len;
+    }
+    (frames, pos as u64)
+}
+
+impl Journal {
+    /// Opens (creating if missing) the journal at `path` and reads its
+    /// frames. The file is not changed: the caller replays what it needs and
+    /// then calls [`reset`](Self::reset).
+    pub fn open(path: PathBuf) -> std::io::Result<(Journal, Vec<Frame>)> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        let mut buf = Vec::new();
+        file.read_to_end(&mut buf)?;
+        let len_at_open = buf.len() as u64;
+        let bytes = Bytes::from(buf);
+        let (frames, pos) = read_frames(&bytes);
+        Ok((
+            Journal {
+                file,
+                path,
+                pos,
+                unsynced: false,
+                len_at_open,
+            },
+            frames,
+        ))
+    }
+
+    /// Path of the file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Size of the file when it was opened (valid frames or not).
+    pub fn file_len_at_open(&self) -> u64 {
+        self.len_at_open
+    }
+
+    /// Bytes of frames in the journal.
+    pub fn len(&self) -> u64 {
+        self.pos
+    }
+
+    /// Whether the journal holds no frame.
+    pub fn is_empty(&self) -> bool {
+        self.pos == 0
+    }
+
+    /// Whether frames were written since the last sync.
+    pub fn unsynced(&self) -> bool {
+        self.unsynced
+    }
+
+    /// Appends one frame (header and payload) in one positioned write. On
+    /// error the journal end does not move, so the next frame overwrites
+    /// whatever part of this one reached the file.
+    pub fn append(&mut self, base_leo: u64, end_leo: u64, payload: &[u8]) -> std::io::Result<()> {
+        let mut buf = Vec::with_capacity(FRAME_HEADER + payload.len());
+        buf.extend_from_slice(&frame_header(base_leo, end_leo, payload));
+        buf.extend_from_slice(payload);
+        self.file.write_all_at(&buf, self.pos)?;
+        self.pos += buf.len() as u64;
+        self.unsynced = true;
+        Ok(())
+    }
+
+    /// Makes every appended frame durable (`fdatasync`: the data and the
+    /// file size, not the other metadata).
+    pub fn sync(&mut self) -> std::io::Result<()> {
+        if self.unsynced {
+            self.file.sync_data()?;
+            self.unsynced = false;
+        }
+        Ok(())
+    }
+
+    /// Empties the journal: call only once everything in it is durable in
+    /// redb. With `durable`, the truncation itself is fsynced — needed when
+    /// the log end moved back (a truncation), where an old frame that
+    /// reappeared after a crash could otherwise match the log end again.
+    pub fn reset(&mut self, durable: bool) -> std::io::Result<()> {
+        if self.pos == 0 && !durable {
+            return Ok(());
+        }
+        self.file.set_len(0)?;
+        self.pos = 0;
+        self.unsynced = false;
+        if durable {
+            self.file.sync_all()?;
+        }
+        Ok(())
+    }
+
+    /// Removes the journal file of a partition; a missing file is fine.
+    pub fn remove(path: &Path) -> std::io::Result<()> {
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_a_torn_tail_ends_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = path(dir.path(), "p");
+        {
+            let (mut j, frames) = Journal::open(p.clone()).unwrap();
+            assert!(frames.is_empty());
+            j.append(0, 2, b"first").unwrap();
+            j.append(2, 5, b"second").unwrap();
+            j.sync().unwrap();
+            assert!(!j.unsynced());
+        }
+        let full = std::fs::metadata(&p).unwrap().len();
+        let (_, frames) = Journal::open(p.clone()).unwrap();
+        assert_eq!(frames.len(), 2);
+        assert_eq!((frames[1].base_leo, frames[1].end_leo), (2, 5));
+        assert_eq!(&frames[1].payload[..], b"second");
+        // Every torn length keeps exactly the complete frames.
+        let f = OpenOptions::new().write(true).open(&p).unwrap();
+        for cut in (0..full).rev() {
+            f.set_len(cut).unwrap();
+            let (j, frames) = Journal::open(p.clone()).unwrap();
+            let want = if cut >= (FRAME_HEADER + 5) as u64 {
+                1
+            } else {
+                0
+            };
+            assert_eq!(frames.len(), want, "cut at {cut}");
+            assert_eq!(j.len(), (want * (FRAME_HEADER + 5)) as u64);
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_ends_the_journal_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = path(dir.path(), "p");
+        let (mut j, _) = Journal::open(p.clone()).unwrap();
+        j.append(0, 1, b"a").unwrap();
+        j.append(1, 2, b"b").unwrap();
+        j.append(2, 3, b"c").unwrap();
+        drop(j);
+        let mut bytes = std::fs::read(&p).unwrap();
+        let second = FRAME_HEADER + 1 + FRAME_HEADER;
+        bytes[second] ^= 0x40;
+        std::fs::write(&p, &bytes).unwrap();
+        let (j, frames) = Journal::open(p.clone()).unwrap();
+        assert_eq!(frames.len(), 1);
+        assert_eq!(j.len(), (FRAME_HEADER + 1) as u64);
+    }
+
+    #[test]
+    fn reset_empties_the_file_and_appends_start_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = path(dir.path(), "p");
+        let (mut j, _) = Journal::open(p.clone()).unwrap();
+        j.append(0, 1, b"old").unwrap();
+        j.reset(true).unwrap();
+        assert!(j.is_empty());
+        j.append(1, 2, b"new").unwrap();
+        drop(j);
+        let (_, frames) = Journal::open(p).unwrap();
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0].base_leo, 1);
+        assert_eq!(&frames[0].payload[..], b"new");
+    }
+}
