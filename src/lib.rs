@@ -34,4 +34,5 @@ pub mod node;
 pub mod partition;
 pub mod store;
 pub mod systemd;
+pub mod time;
 pub mod tls;

@@ -411,7 +411,7 @@ impl Node {
 
     /// Starts a node; returns once the gRPC API accepts connections.
     pub async fn start(cfg: NodeConfig) -> Result<NodeHandle, NodeError> {
-        let start_time_ns = crate::partition::now_ns();
+        let start_time_ns = crate::time::now_ns();
         // HTTP TLS files are read first: a bad file stops the start before
         // anything runs.
         let http_tls = match cfg.http_tls.clone() {

@@ -38,7 +38,8 @@ use crate::api::service::{ApiError, ApiService};
 use crate::cluster::{MetaError, Metadata, PartitionMeta, StreamMeta};
 use crate::http::{HttpRequest, HttpResponse, Router};
 use crate::nats::NatsServer;
-use crate::partition::{now_ns, Partition, PartitionManager};
+use crate::partition::{Partition, PartitionManager};
+use crate::time::now_ns;
 
 /// A failed admin request; its status and message become the response.
 #[derive(Debug, thiserror::Error)]

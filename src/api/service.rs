@@ -30,7 +30,8 @@ use crate::cluster::{
 };
 use crate::nats::handle::{LocalClient, LocalSubscription};
 use crate::partition::reader::{self, ReadEnd};
-use crate::partition::{now_ns, PartitionManager};
+use crate::partition::PartitionManager;
+use crate::time::now_ns;
 
 /// Name of the internal cursors stream.
 pub const CURSORS_STREAM: &str = "__cursors";

@@ -6,6 +6,7 @@
 //! `nats-server` compatibility mode); `liftbridge` holds the Liftbridge
 //! configuration tree (`liftbridge.yaml`, `LIFTBRIDGE_*` variables, flags).
 
+pub mod duration;
 pub mod liftbridge;
 pub mod nats;
 pub mod nats_conf;

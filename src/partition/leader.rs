@@ -19,7 +19,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -31,6 +30,7 @@ use crate::api::envelope;
 use crate::api::proto;
 use crate::nats::handle::{LocalClient, LocalMsg};
 use crate::store::{NewRecord, PartitionLog, Record, StoreError};
+use crate::time::now_ns;
 
 /// Most messages taken from the subscription queue into one append.
 const MAX_BATCH: usize = 4096;
@@ -46,14 +46,6 @@ struct InFlight {
     >,
     pending: Vec<Pending>,
     reception_ns: i64,
-}
-
-/// Current time in Unix nanoseconds.
-pub fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// Why a partition stopped being served here; readers map it to a status.
