@@ -36,3 +36,4 @@ pub mod store;
 pub mod systemd;
 pub mod time;
 pub mod tls;
+pub mod wire;

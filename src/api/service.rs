@@ -22,7 +22,6 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::envelope;
 use super::proto::{self, api_server::Api};
 use crate::cluster::{
     ApplyError, MetaCommand, MetaError, MetaResponse, Metadata, MetadataState, StreamConfig,
@@ -32,6 +31,7 @@ use crate::nats::handle::{LocalClient, LocalSubscription};
 use crate::partition::reader::{self, ReadEnd};
 use crate::partition::PartitionManager;
 use crate::time::now_ns;
+use crate::wire::envelope;
 
 /// Name of the internal cursors stream.
 pub const CURSORS_STREAM: &str = "__cursors";

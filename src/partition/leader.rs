@@ -26,11 +26,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::envelope;
-use crate::api::proto;
 use crate::nats::handle::{LocalClient, LocalMsg};
 use crate::store::{NewRecord, PartitionLog, Record, StoreError};
 use crate::time::now_ns;
+use crate::wire::{envelope, Ack, AckError, AckPolicy, Message};
 
 /// Most messages taken from the subscription queue into one append.
 const MAX_BATCH: usize = 4096;
@@ -321,7 +320,7 @@ impl Partition {
                 Ok(a) => {
                     self.mark_received(f.reception_ns);
                     for (i, p) in f.pending.iter().enumerate() {
-                        self.send_ack(p, a.first_offset as i64 + i as i64, proto::ack::Error::Ok);
+                        self.send_ack(p, a.first_offset as i64 + i as i64, AckError::Ok);
                     }
                 }
                 Err(StoreError::Closed(_)) => break,
@@ -351,7 +350,7 @@ impl Partition {
         let mut kept = Vec::with_capacity(pendings.len());
         for (r, p) in records.into_iter().zip(pendings) {
             if p.too_large {
-                self.send_ack(&p, -1, proto::ack::Error::TooLarge);
+                self.send_ack(&p, -1, AckError::TooLarge);
             } else {
                 kept_records.push(r);
                 kept.push(p);
@@ -376,10 +375,10 @@ impl Partition {
                 match res {
                     Ok(a) => {
                         self.mark_received(reception_ns);
-                        self.send_ack(&p, a.first_offset as i64, proto::ack::Error::Ok);
+                        self.send_ack(&p, a.first_offset as i64, AckError::Ok);
                     }
                     Err(StoreError::OffsetMismatch { .. }) => {
-                        self.send_ack(&p, -1, proto::ack::Error::IncorrectOffset);
+                        self.send_ack(&p, -1, AckError::IncorrectOffset);
                     }
                     Err(e) => return Err(e),
                 }
@@ -442,7 +441,7 @@ impl Partition {
                 let pending = Pending {
                     ack_inbox: String::new(),
                     correlation_id: String::new(),
-                    ack_policy: proto::AckPolicy::None as i32,
+                    ack_policy: AckPolicy::None as i32,
                     msg_subject: String::new(),
                     expected: -1,
                     reception_ns,
@@ -473,11 +472,11 @@ impl Partition {
         }
     }
 
-    fn send_ack(&self, p: &Pending, offset: i64, err: proto::ack::Error) {
-        if p.ack_inbox.is_empty() || p.ack_policy == proto::AckPolicy::None as i32 {
+    fn send_ack(&self, p: &Pending, offset: i64, err: AckError) {
+        if p.ack_inbox.is_empty() || p.ack_policy == AckPolicy::None as i32 {
             return;
         }
-        let ack = proto::Ack {
+        let ack = Ack {
             stream: self.stream.clone(),
             partition_subject: self.stream_subject.clone(),
             msg_subject: p.msg_subject.clone(),
@@ -509,7 +508,7 @@ impl Drop for SubscriberGuard {
 
 /// Converts a stored record into the API's `Message`, with the `subject`
 /// and `reply` headers the stenographer promises.
-pub fn record_to_message(stream: &str, partition: i32, r: Record) -> proto::Message {
+pub fn record_to_message(stream: &str, partition: i32, r: Record) -> Message {
     let mut headers: HashMap<String, Bytes> = HashMap::with_capacity(r.headers.len() + 2);
     headers.extend(r.headers);
     headers.insert(
@@ -518,7 +517,7 @@ pub fn record_to_message(stream: &str, partition: i32, r: Record) -> proto::Mess
     );
     let reply = r.reply.unwrap_or_default();
     headers.insert("reply".into(), Bytes::copy_from_slice(reply.as_bytes()));
-    proto::Message {
+    Message {
         offset: r.offset as i64,
         key: r.key.unwrap_or_default(),
         value: r.value,

@@ -10,7 +10,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message as _;
 
-use super::proto;
+use super::pb as proto;
 
 /// The four magic bytes that start every envelope.
 pub const MAGIC: [u8; 4] = [0xB9, 0x0E, 0x43, 0xB4];
