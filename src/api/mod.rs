@@ -7,6 +7,7 @@
 //! partition logs; error → gRPC status mapping happens in one place
 //! (`ApiError` → `tonic::Status`).
 
+pub mod convert;
 pub mod proto;
 pub mod service;
 

@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::convert;
 use super::proto::{self, api_server::Api};
 use crate::cluster::{
     ApplyError, MetaCommand, MetaError, MetaResponse, Metadata, MetadataState, StreamConfig,
@@ -821,8 +822,12 @@ impl Api for ApiService {
             .wait_for(&r.stream, r.partition, START_WAIT)
             .await
             .ok_or_else(|| ApiError::FailedPrecondition("Server not partition leader".into()))?;
-        let start = reader::resolve_start(&p, &r).await.map_err(Status::from)?;
-        let mut stop = reader::resolve_stop(&p, &r).await.map_err(Status::from)?;
+        let start = reader::resolve_start(&p, convert::start_position(&r))
+            .await
+            .map_err(Status::from)?;
+        let mut stop = reader::resolve_stop(&p, convert::stop_position(&r))
+            .await
+            .map_err(Status::from)?;
         if stop.is_none() && p.is_readonly() {
             // A readonly partition ends at its newest message.
             stop = p.log().newest_offset();
@@ -849,8 +854,10 @@ impl Api for ApiService {
             tokio::spawn(reader::run(p, start, stop, tx));
         }
         let handshake = futures::stream::once(async { Ok(proto::Message::default()) });
-        let body =
-            ReceiverStream::new(rx).flat_map(|item| futures::stream::iter(batch_items(item)));
+        let (stream, partition): (Arc<str>, i32) = (r.stream.into(), r.partition);
+        let body = ReceiverStream::new(rx).flat_map(move |item| {
+            futures::stream::iter(batch_items(stream.clone(), partition, item))
+        });
         Ok(Response::new(Box::pin(handshake.chain(body))))
     }
 
@@ -1220,13 +1227,18 @@ impl Api for ApiService {
 #[allow(clippy::result_large_err)]
 /// The stream items of one reader batch, or the status that ends the stream.
 fn batch_items(
+    stream: Arc<str>,
+    partition: i32,
     item: Result<reader::Batch, ReadEnd>,
 ) -> impl Iterator<Item = Result<proto::Message, Status>> {
     let (batch, end) = match item {
         Ok(b) => (b, None),
         Err(e) => (Vec::new(), Some(Status::from(e))),
     };
-    batch.into_iter().map(Ok).chain(end.map(Err))
+    batch
+        .into_iter()
+        .map(move |r| Ok(convert::record_to_message(&stream, partition, r)))
+        .chain(end.map(Err))
 }
 
 fn async_error(

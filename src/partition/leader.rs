@@ -16,7 +16,6 @@
 //! Readers never block the stenographer: they read committed data from the
 //! store and wait on its end-offset watch.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -27,9 +26,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::nats::handle::{LocalClient, LocalMsg};
-use crate::store::{NewRecord, PartitionLog, Record, StoreError};
+use crate::store::{NewRecord, PartitionLog, StoreError};
 use crate::time::now_ns;
-use crate::wire::{envelope, Ack, AckError, AckPolicy, Message};
+use crate::wire::{envelope, Ack, AckError, AckPolicy};
 
 /// Most messages taken from the subscription queue into one append.
 const MAX_BATCH: usize = 4096;
@@ -503,68 +502,5 @@ pub struct SubscriberGuard(Arc<Partition>);
 impl Drop for SubscriberGuard {
     fn drop(&mut self) {
         self.0.subscribers.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Converts a stored record into the API's `Message`, with the `subject`
-/// and `reply` headers the stenographer promises.
-pub fn record_to_message(stream: &str, partition: i32, r: Record) -> Message {
-    let mut headers: HashMap<String, Bytes> = HashMap::with_capacity(r.headers.len() + 2);
-    headers.extend(r.headers);
-    headers.insert(
-        "subject".into(),
-        Bytes::copy_from_slice(r.subject.as_bytes()),
-    );
-    let reply = r.reply.unwrap_or_default();
-    headers.insert("reply".into(), Bytes::copy_from_slice(reply.as_bytes()));
-    Message {
-        offset: r.offset as i64,
-        key: r.key.unwrap_or_default(),
-        value: r.value,
-        timestamp: r.timestamp_ns,
-        stream: stream.to_string(),
-        partition,
-        subject: r.subject,
-        reply_subject: reply,
-        headers,
-        ack_inbox: String::new(),
-        correlation_id: String::new(),
-        ack_policy: 0,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stored_records_carry_subject_and_reply_headers() {
-        let r = Record {
-            offset: 7,
-            timestamp_ns: 42,
-            key: Some(Bytes::from_static(b"k")),
-            headers: vec![("h".into(), Bytes::from_static(b"v"))],
-            value: Bytes::from_static(b"payload"),
-            subject: "foo.bar".into(),
-            reply: Some("_INBOX.1".into()),
-            ..Default::default()
-        };
-        let m = record_to_message("s", 3, r);
-        assert_eq!((m.offset, m.timestamp, m.partition), (7, 42, 3));
-        assert_eq!(m.stream, "s");
-        assert_eq!(&m.key[..], b"k");
-        assert_eq!(&m.value[..], b"payload");
-        assert_eq!(m.subject, "foo.bar");
-        assert_eq!(m.reply_subject, "_INBOX.1");
-        assert_eq!(&m.headers["subject"][..], b"foo.bar");
-        assert_eq!(&m.headers["reply"][..], b"_INBOX.1");
-        assert_eq!(&m.headers["h"][..], b"v");
-    }
-
-    #[test]
-    fn no_reply_gives_an_empty_reply_header() {
-        let m = record_to_message("s", 0, Record::default());
-        assert!(m.headers["reply"].is_empty());
-        assert!(m.key.is_empty());
     }
 }

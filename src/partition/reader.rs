@@ -3,26 +3,57 @@
 //!
 //! A reader owns nothing shared but a clone of the log handle and watches,
 //! so a slow subscriber only fills its own bounded channel and never slows
-//! the stenographer. Messages go to the gRPC stream one store read at a
+//! the stenographer. Records go to the subscriber one store read at a
 //! time ([`Batch`]): one channel hand-off and one wake-up per read rather
 //! than per message. Start and stop offsets are resolved once, up front
 //! (`resolve_start`, `resolve_stop`), with Liftbridge's rules.
+//!
+//! Speaks the domain only: positions in, stored [`Record`]s out. Turning a
+//! gRPC request into positions and records into `proto.Message`s is the
+//! API adapter's job.
 
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::leader::{record_to_message, Closed, Partition};
-use crate::api::proto;
-use crate::store::StoreError;
+use super::leader::{Closed, Partition};
+use crate::store::{Record, StoreError};
 
 /// Records read per store call.
 const READ_BATCH: usize = 512;
 /// Bytes read per store call (soft limit; at least one record is returned).
 const READ_BYTES: usize = 1 << 20;
 
-/// The messages of one store read, in the order they are delivered.
-pub type Batch = Vec<proto::Message>;
+/// The records of one store read, in the order they are delivered.
+pub type Batch = Vec<Record>;
+
+/// Where a subscription starts (Liftbridge's start positions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartPosition {
+    /// The next message recorded after the subscription starts.
+    NewOnly,
+    /// This offset (negative reads as 0; below the oldest, the oldest).
+    Offset(i64),
+    /// The oldest message still stored.
+    Earliest,
+    /// The newest message stored.
+    Latest,
+    /// The first message received at or after this Unix time (ns).
+    Timestamp(i64),
+}
+
+/// Where a subscription stops (Liftbridge's stop positions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopPosition {
+    /// Never: it runs until the subscriber goes away.
+    OnCancel,
+    /// After this offset (inclusive; must not be negative).
+    Offset(i64),
+    /// After the newest message stored when the subscription starts.
+    Latest,
+    /// After the last message received at or before this Unix time (ns).
+    Timestamp(i64),
+}
 
 /// How a subscription ends other than by the client going away.
 #[derive(Debug, thiserror::Error)]
@@ -53,52 +84,39 @@ pub enum ReadEnd {
     Store(#[from] StoreError),
 }
 
-/// Where a subscription starts, from the request's start position.
-pub async fn resolve_start(p: &Partition, req: &proto::SubscribeRequest) -> Result<u64, ReadEnd> {
+/// The first offset a subscription starting at `pos` delivers.
+pub async fn resolve_start(p: &Partition, pos: StartPosition) -> Result<u64, ReadEnd> {
     let log = p.log();
     let leo = log.log_end_offset();
-    let pos =
-        proto::StartPosition::try_from(req.start_position).unwrap_or(proto::StartPosition::NewOnly);
     Ok(match pos {
-        proto::StartPosition::NewOnly => leo,
-        proto::StartPosition::Offset => req.start_offset.max(0) as u64,
-        proto::StartPosition::Earliest => log.oldest_offset().unwrap_or(leo),
-        proto::StartPosition::Latest => log.newest_offset().unwrap_or(leo),
-        proto::StartPosition::Timestamp => log
-            .offset_for_timestamp(req.start_timestamp)
-            .await?
-            .unwrap_or(leo),
+        StartPosition::NewOnly => leo,
+        StartPosition::Offset(o) => o.max(0) as u64,
+        StartPosition::Earliest => log.oldest_offset().unwrap_or(leo),
+        StartPosition::Latest => log.newest_offset().unwrap_or(leo),
+        StartPosition::Timestamp(t) => log.offset_for_timestamp(t).await?.unwrap_or(leo),
     })
 }
 
 /// The last offset to deliver (inclusive), `None` for "never stop".
 /// `Some(None)`-like "nothing to deliver" is expressed as `Err(Empty)`.
-pub async fn resolve_stop(
-    p: &Partition,
-    req: &proto::SubscribeRequest,
-) -> Result<Option<u64>, ReadEnd> {
+pub async fn resolve_stop(p: &Partition, pos: StopPosition) -> Result<Option<u64>, ReadEnd> {
     let log = p.log();
-    let pos = proto::StopPosition::try_from(req.stop_position)
-        .unwrap_or(proto::StopPosition::StopOnCancel);
     Ok(match pos {
-        proto::StopPosition::StopOnCancel => None,
-        proto::StopPosition::StopOffset => {
-            if req.stop_offset < 0 {
+        StopPosition::OnCancel => None,
+        StopPosition::Offset(o) => {
+            if o < 0 {
                 return Err(ReadEnd::Invalid("stop offset must not be negative".into()));
             }
-            Some(req.stop_offset as u64)
+            Some(o as u64)
         }
-        proto::StopPosition::StopLatest => match log.newest_offset() {
+        StopPosition::Latest => match log.newest_offset() {
             Some(n) => Some(n),
             None => return Err(ReadEnd::Empty),
         },
-        proto::StopPosition::StopTimestamp => {
+        StopPosition::Timestamp(t) => {
             // Last offset with a timestamp ≤ stopTimestamp: one before the
             // first offset with a timestamp > it.
-            match log
-                .offset_for_timestamp(req.stop_timestamp.saturating_add(1))
-                .await?
-            {
+            match log.offset_for_timestamp(t.saturating_add(1)).await? {
                 Some(0) => {
                     return Err(ReadEnd::Invalid(
                         "stop timestamp is before the first message".into(),
@@ -162,7 +180,7 @@ pub async fn run(
                     }
                 }
                 next = r.offset + 1;
-                batch.push(record_to_message(&p.stream, p.id, r));
+                batch.push(r);
             }
             if !batch.is_empty() && tx.send(Ok(batch)).await.is_err() {
                 return;
@@ -210,12 +228,7 @@ pub async fn run_reverse(
                 return;
             }
         };
-        let batch: Batch = recs
-            .into_iter()
-            .rev()
-            .filter(|r| r.offset <= hi)
-            .map(|r| record_to_message(&p.stream, p.id, r))
-            .collect();
+        let batch: Batch = recs.into_iter().rev().filter(|r| r.offset <= hi).collect();
         if !batch.is_empty() && tx.send(Ok(batch)).await.is_err() {
             return;
         }
