@@ -127,7 +127,7 @@ pub(super) async fn read(
     Ok(json!({
         "messages": records.iter().map(message_json).collect::<Vec<_>>(),
         "next_offset": next,
-        "high_watermark": off(log.newest_offset()),
+        "high_watermark": off(part.high_watermark()),
         "oldest_offset": off(log.oldest_offset()),
         "log_end_offset": log.log_end_offset(),
     }))

@@ -423,17 +423,18 @@ impl AdminContext {
 
     fn partition_summary(&self, s: &StreamMeta, p: &PartitionMeta) -> Value {
         let local = self.local(s, p.id);
-        let (newest, oldest, messages, bytes) = match &local {
+        let (newest, hw, oldest, messages, bytes) = match &local {
             Some(part) => {
                 let log = part.log();
                 (
                     off(log.newest_offset()),
+                    off(part.high_watermark()),
                     off(log.oldest_offset()),
                     log.record_count(),
                     log.record_bytes(),
                 )
             }
-            None => (-1, -1, 0, 0),
+            None => (-1, -1, -1, 0, 0),
         };
         json!({
             "id": p.id,
@@ -443,8 +444,9 @@ impl AdminContext {
             "paused": p.paused,
             "readonly": p.readonly,
             "newest_offset": newest,
-            // Committed = newest here, as FetchPartitionMetadata reports it.
-            "high_watermark": newest,
+            // The partition's high watermark, as FetchPartitionMetadata
+            // reports it (on one node: the newest offset).
+            "high_watermark": hw,
             "oldest_offset": oldest,
             "messages": messages,
             "bytes": bytes,

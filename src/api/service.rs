@@ -532,9 +532,10 @@ impl ApiService {
         };
         let (hw, newest, recv) = match self.inner.parts.get(&s.name, id) {
             Some(part) => {
+                let hw = part.high_watermark().map_or(-1, |o| o as i64);
                 let newest = part.log().newest_offset().map_or(-1, |o| o as i64);
                 let (first, latest) = part.received_timestamps();
-                (newest, newest, (first, latest))
+                (hw, newest, (first, latest))
             }
             None => (-1, -1, (0, 0)),
         };
@@ -830,7 +831,7 @@ impl Api for ApiService {
             .map_err(Status::from)?;
         if stop.is_none() && p.is_readonly() {
             // A readonly partition ends at its newest message.
-            stop = p.log().newest_offset();
+            stop = p.newest_committed();
             if stop.is_none() {
                 return Err(ReadEnd::ReadonlyEnd.into());
             }

@@ -14,7 +14,9 @@
 //! Invariants: only the stenographer appends to the log while the partition
 //! is led here; the log is closed only after the stenographer has stopped.
 //! Readers never block the stenographer: they read committed data from the
-//! store and wait on its end-offset watch.
+//! store and wait on the partition's committed-end (high watermark) watch,
+//! which the leader owns and moves after each append; it is not the store's
+//! log end, so replication can hold it back to what the ISR has.
 
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -92,6 +94,11 @@ pub struct Partition {
     subscribers: AtomicUsize,
     readonly: watch::Sender<bool>,
     closed: watch::Sender<Option<Closed>>,
+    /// Committed end: every offset below it is committed (the high
+    /// watermark is this minus one). Set by the leader after each append
+    /// (on one node the log end; with replicas, what the ISR has), never
+    /// moves back; readers deliver only below it and wait on it.
+    hw: watch::Sender<u64>,
     steno: Mutex<Option<(CancellationToken, JoinHandle<()>)>>,
 }
 
@@ -135,6 +142,8 @@ impl Partition {
         } else {
             format!("{stream_subject}.{id}")
         };
+        // Whatever the log holds when it is opened here was committed.
+        let committed_end = log.log_end_offset();
         Arc::new(Partition {
             stream,
             id,
@@ -149,6 +158,7 @@ impl Partition {
             recv_latest: AtomicI64::new(0),
             subscribers: AtomicUsize::new(0),
             readonly: watch::channel(readonly).0,
+            hw: watch::channel(committed_end).0,
             closed: watch::channel(None).0,
             steno: Mutex::new(None),
         })
@@ -157,6 +167,43 @@ impl Partition {
     /// The partition's log.
     pub fn log(&self) -> &PartitionLog {
         &self.log
+    }
+
+    /// The high watermark: the newest committed offset, `None` when nothing
+    /// was committed.
+    pub fn high_watermark(&self) -> Option<u64> {
+        self.committed_end().checked_sub(1)
+    }
+
+    /// The newest offset still stored that is committed (`None` for an
+    /// empty partition or nothing committed).
+    pub fn newest_committed(&self) -> Option<u64> {
+        let hw = self.high_watermark()?;
+        self.log.newest_offset().map(|n| n.min(hw))
+    }
+
+    /// The committed end: offsets below it are committed and may be read.
+    pub fn committed_end(&self) -> u64 {
+        *self.hw.borrow()
+    }
+
+    /// Watches the committed end (readers wait on it for new messages).
+    pub fn committed_watch(&self) -> watch::Receiver<u64> {
+        self.hw.subscribe()
+    }
+
+    /// Moves the committed end forward to `end` (never back). The leader
+    /// calls it after each append, before the acks go out, so a client that
+    /// got its ack can read its message.
+    pub fn advance_committed(&self, end: u64) {
+        self.hw.send_if_modified(|h| {
+            if end > *h {
+                *h = end;
+                true
+            } else {
+                false
+            }
+        });
     }
 
     /// Whether the partition is readonly.
@@ -317,6 +364,8 @@ impl Partition {
         while let Some(f) = commits.recv().await {
             match f.append.await {
                 Ok(a) => {
+                    // Alone, the leader's append is the commit.
+                    self.advance_committed(a.last_offset + 1);
                     self.mark_received(f.reception_ns);
                     for (i, p) in f.pending.iter().enumerate() {
                         self.send_ack(p, a.first_offset as i64 + i as i64, AckError::Ok);
@@ -373,6 +422,7 @@ impl Partition {
                 };
                 match res {
                     Ok(a) => {
+                        self.advance_committed(a.last_offset + 1);
                         self.mark_received(reception_ns);
                         self.send_ack(&p, a.first_offset as i64, AckError::Ok);
                     }

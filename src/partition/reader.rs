@@ -1,5 +1,10 @@
 //! Readers: one task per subscriber, streaming committed records from the
-//! store in batches and then waiting on the log end offset.
+//! store in batches and then waiting on the partition's high watermark.
+//!
+//! Only committed records are read: below [`Partition::committed_end`]
+//! (the high watermark plus one), which the partition's leader owns and
+//! moves. The store's own log end may be ahead of it (written, not yet
+//! committed); a reader never looks at it.
 //!
 //! A reader owns nothing shared but a clone of the log handle and watches,
 //! so a slow subscriber only fills its own bounded channel and never slows
@@ -87,13 +92,13 @@ pub enum ReadEnd {
 /// The first offset a subscription starting at `pos` delivers.
 pub async fn resolve_start(p: &Partition, pos: StartPosition) -> Result<u64, ReadEnd> {
     let log = p.log();
-    let leo = log.log_end_offset();
+    let end = p.committed_end();
     Ok(match pos {
-        StartPosition::NewOnly => leo,
+        StartPosition::NewOnly => end,
         StartPosition::Offset(o) => o.max(0) as u64,
-        StartPosition::Earliest => log.oldest_offset().unwrap_or(leo),
-        StartPosition::Latest => log.newest_offset().unwrap_or(leo),
-        StartPosition::Timestamp(t) => log.offset_for_timestamp(t).await?.unwrap_or(leo),
+        StartPosition::Earliest => log.oldest_offset().unwrap_or(end).min(end),
+        StartPosition::Latest => p.newest_committed().unwrap_or(end),
+        StartPosition::Timestamp(t) => log.offset_for_timestamp(t).await?.unwrap_or(end),
     })
 }
 
@@ -109,7 +114,7 @@ pub async fn resolve_stop(p: &Partition, pos: StopPosition) -> Result<Option<u64
             }
             Some(o as u64)
         }
-        StopPosition::Latest => match log.newest_offset() {
+        StopPosition::Latest => match p.newest_committed() {
             Some(n) => Some(n),
             None => return Err(ReadEnd::Empty),
         },
@@ -123,7 +128,7 @@ pub async fn resolve_stop(p: &Partition, pos: StopPosition) -> Result<Option<u64
                     ))
                 }
                 Some(o) => Some(o - 1),
-                None => match log.newest_offset() {
+                None => match p.newest_committed() {
                     Some(n) => Some(n),
                     None => return Err(ReadEnd::Empty),
                 },
@@ -142,7 +147,7 @@ pub async fn run(
 ) {
     let _guard = p.subscriber_guard();
     let log = p.log().clone();
-    let mut end_rx = log.subscribe_end();
+    let mut end_rx = p.committed_watch();
     let mut closed_rx = p.closed_watch();
     let mut ro_rx = p.readonly_watch();
     let end = loop {
@@ -154,25 +159,33 @@ pub async fn run(
         if let Some(why) = *closed_rx.borrow() {
             break closed_end(why);
         }
-        end_rx.borrow_and_update();
-        if next < log.log_end_offset() {
+        let end = *end_rx.borrow_and_update();
+        if next < end {
+            let committed = usize::try_from(end - next).unwrap_or(usize::MAX);
             let max = match stop {
                 Some(s) => ((s - next + 1) as usize).min(READ_BATCH),
                 None => READ_BATCH,
-            };
+            }
+            .min(committed);
             let recs = match log.read(next, max, READ_BYTES).await {
                 Ok(r) => r,
                 Err(StoreError::Closed(_)) => continue,
                 Err(e) => break ReadEnd::Store(e),
             };
             if recs.is_empty() {
-                // Everything from `next` on was removed (compaction or a
-                // truncation); wait for new data.
-                next = log.log_end_offset();
+                // Everything from `next` up to the committed end was
+                // removed (retention or compaction); wait for new data.
+                next = end;
                 continue;
             }
             let mut batch = Vec::with_capacity(recs.len());
             for r in recs {
+                if r.offset >= end {
+                    // Past a gap (compaction) the store may hold records
+                    // not committed yet: they wait for the watermark.
+                    next = next.max(end);
+                    break;
+                }
                 if let Some(s) = stop {
                     if r.offset > s {
                         next = r.offset;
@@ -210,7 +223,7 @@ pub async fn run_reverse(
 ) {
     let _guard = p.subscriber_guard();
     let log = p.log().clone();
-    let Some(newest) = log.newest_offset() else {
+    let Some(newest) = p.newest_committed() else {
         return;
     };
     let oldest = log.oldest_offset().unwrap_or(0);
@@ -244,5 +257,103 @@ fn closed_end(why: Closed) -> ReadEnd {
         Closed::Deleted => ReadEnd::Deleted,
         Closed::Paused => ReadEnd::Paused,
         Closed::Shutdown => ReadEnd::Shutdown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::partition::PartitionSettings;
+    use crate::store::{LogConfig, NewRecord, PartitionLog};
+
+    fn rec(v: &'static [u8]) -> NewRecord {
+        NewRecord {
+            timestamp_ns: 1,
+            key: None,
+            headers: Vec::new(),
+            value: Bytes::from_static(v),
+            subject: "s".into(),
+            reply: None,
+        }
+    }
+
+    async fn next_batch(rx: &mut mpsc::Receiver<Result<Batch, ReadEnd>>) -> Vec<u64> {
+        match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+            Ok(Some(Ok(b))) => b.iter().map(|r| r.offset).collect(),
+            other => panic!("expected a batch, got {other:?}"),
+        }
+    }
+
+    /// Readers deliver only below the partition's committed end, whatever
+    /// the store holds, and wake when the leader moves it.
+    #[tokio::test]
+    async fn readers_stop_at_the_high_watermark_and_wait_on_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_path_buf();
+        let log = tokio::task::spawn_blocking(move || {
+            PartitionLog::open(&d, "log", LogConfig::default())
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        log.append(0, vec![rec(b"a"), rec(b"b")]).await.unwrap();
+        let nats = crate::nats::NatsServer::start(crate::config::nats::NatsOptions {
+            host: "127.0.0.1".into(),
+            port: 0,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let p = Partition::new(
+            "s".into(),
+            0,
+            "s".into(),
+            String::new(),
+            1,
+            log.clone(),
+            PartitionSettings {
+                max_bytes: 1 << 20,
+                occ: false,
+                leader_epoch: 0,
+            },
+            false,
+            nats.local_client("test"),
+        );
+        // What the log held when the partition opened is committed.
+        assert_eq!(p.high_watermark(), Some(1));
+        // Written to the store but not committed (as a follower's or an
+        // ISR leader's log can be).
+        log.append(0, vec![rec(b"c"), rec(b"d")]).await.unwrap();
+        assert_eq!(log.log_end_offset(), 4);
+        assert_eq!(p.high_watermark(), Some(1));
+        assert_eq!(p.newest_committed(), Some(1));
+        assert_eq!(resolve_start(&p, StartPosition::NewOnly).await.unwrap(), 2);
+        assert_eq!(resolve_start(&p, StartPosition::Latest).await.unwrap(), 1);
+
+        let (tx, mut rx) = mpsc::channel(4);
+        let reader = tokio::spawn(run(p.clone(), 0, None, tx));
+        assert_eq!(next_batch(&mut rx).await, vec![0, 1]);
+        // Nothing more until the watermark moves.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), rx.recv())
+                .await
+                .is_err(),
+            "a reader delivered uncommitted records"
+        );
+        p.advance_committed(3);
+        assert_eq!(next_batch(&mut rx).await, vec![2]);
+        // The watermark never moves back.
+        p.advance_committed(1);
+        assert_eq!(p.committed_end(), 3);
+        p.advance_committed(4);
+        assert_eq!(next_batch(&mut rx).await, vec![3]);
+        drop(rx);
+        reader.abort();
+        p.stop(Closed::Shutdown).await;
+        nats.shutdown().await;
     }
 }
