@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod nats;
 pub mod node;
 pub mod partition;
+pub mod service;
 pub mod store;
 pub mod systemd;
 pub mod time;
