@@ -23,14 +23,14 @@ use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
-use crate::api::proto;
 use crate::api::proto::api_server::ApiServer;
-use crate::api::service::{ApiError, ApiOptions, ApiService, CURSORS_STREAM};
-use crate::cluster::{MetaError, Metadata, NodeInfo};
+use crate::api::service::ApiService;
+use crate::cluster::{MetaError, Metadata, NodeInfo, StreamConfig};
 use crate::config::liftbridge::LiftbridgeConfig;
 use crate::config::NatsOptions;
 use crate::nats::NatsServer;
 use crate::partition::{ManagerTasks, PartitionDefaults, PartitionManager};
+use crate::service::{CreateStream, Service, ServiceError, ServiceOptions, CURSORS_STREAM};
 
 /// Largest gRPC message accepted or sent (clients default to 16 MiB).
 const MAX_GRPC_MESSAGE: usize = 16 * 1024 * 1024;
@@ -309,7 +309,7 @@ pub enum NodeError {
     Meta(#[from] crate::cluster::MetaError),
     /// The cursors stream could not be created.
     #[error("creating the cursors stream: {0}")]
-    Cursors(ApiError),
+    Cursors(ServiceError),
 }
 
 /// A running node.
@@ -421,7 +421,7 @@ impl Node {
 
     /// Starts a node; returns once the gRPC API accepts connections.
     pub async fn start(cfg: NodeConfig) -> Result<NodeHandle, NodeError> {
-        let start_time_ns = crate::partition::now_ns();
+        let start_time_ns = crate::time::now_ns();
         // HTTP TLS files are read first: a bad file stops the start before
         // anything runs.
         let http_tls = match cfg.http_tls.clone() {
@@ -489,11 +489,11 @@ impl Node {
         if !parts.wait_started(Duration::from_secs(30)).await {
             tracing::warn!("partitions still opening after 30s; serving anyway");
         }
-        let service = ApiService::new(
+        let service = Service::new(
             meta.clone(),
             parts.clone(),
             nats.local_client("LIFT.api"),
-            ApiOptions {
+            ServiceOptions {
                 namespace: cfg.namespace.clone(),
                 cursor_partitions: cfg.cursor_partitions,
                 consumer_timeout: cfg.consumer_timeout,
@@ -502,20 +502,21 @@ impl Node {
         );
 
         if cfg.cursor_partitions > 0 && meta.state().stream(CURSORS_STREAM).is_none() {
-            let req = proto::CreateStreamRequest {
+            let req = CreateStream {
                 subject: format!("{}.cursors", cfg.namespace),
                 name: CURSORS_STREAM.into(),
                 replication_factor: -1,
                 partitions: cfg.cursor_partitions,
-                compact_enabled: Some(proto::NullableBool { value: true }),
-                auto_pause_time: Some(proto::NullableInt64 {
-                    value: cfg.cursor_auto_pause.as_millis() as i64,
-                }),
-                auto_pause_disable_if_subscribers: Some(proto::NullableBool { value: true }),
+                config: StreamConfig {
+                    compact_enabled: Some(true),
+                    auto_pause_time_ms: Some(cfg.cursor_auto_pause.as_millis() as i64),
+                    auto_pause_disable_if_subscribers: Some(true),
+                    ..Default::default()
+                },
                 ..Default::default()
             };
-            match service.create_stream_internal(req, true).await {
-                Ok(()) | Err(ApiError::AlreadyExists(_)) => {}
+            match service.create_stream(req, true).await {
+                Ok(()) | Err(ServiceError::AlreadyExists(_)) => {}
                 Err(e) => return Err(NodeError::Cursors(e)),
             }
         }
@@ -545,8 +546,8 @@ impl Node {
                 source: std::io::Error::other(e.to_string()),
             })?;
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let admin_api = service.clone();
-        let api = ApiServer::new(service)
+        let admin_service = service.clone();
+        let api = ApiServer::new(ApiService::new(service))
             .max_decoding_message_size(MAX_GRPC_MESSAGE)
             .max_encoding_message_size(MAX_GRPC_MESSAGE);
         let metrics = crate::metrics::NodeMetrics::new(nats.clone(), meta.clone(), parts.clone());
@@ -562,7 +563,7 @@ impl Node {
                 let admin = crate::admin::AdminContext {
                     meta: meta.clone(),
                     parts: parts.clone(),
-                    api: admin_api,
+                    service: admin_service,
                     nats: nats.clone(),
                     addrs: crate::admin::NodeAddrs {
                         grpc: grpc_addr,

@@ -5,24 +5,23 @@
 //! a page size (`limit`, 1..=[`MAX_LIMIT`]); a page also stops at
 //! [`PAGE_BYTES`] of stored data, so a response stays bounded whatever the
 //! message sizes, and `next_offset` says where the next page starts.
-//! Publishes go through the gRPC `Publish` path with ack policy LEADER, so
+//! Publishes go through the service's publish (as gRPC `Publish` does) with ack policy LEADER, so
 //! a readonly partition, a paused one (resumed by the publish) and OCC
 //! behave as for any Liftbridge client.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::{off, parse_body, AdminContext, AdminError};
+use crate::cluster::StreamMeta;
+use crate::http::HttpRequest;
+use crate::service::Publish;
+use crate::store::Record;
+use crate::wire::AckPolicy;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tonic::Request;
-
-use super::{off, parse_body, AdminContext, AdminError};
-use crate::api::proto::{self, api_server::Api};
-use crate::cluster::StreamMeta;
-use crate::http::HttpRequest;
-use crate::store::Record;
 
 /// Messages per page when `limit` is not given.
 pub const DEFAULT_LIMIT: usize = 100;
@@ -127,7 +126,7 @@ pub(super) async fn read(
     Ok(json!({
         "messages": records.iter().map(message_json).collect::<Vec<_>>(),
         "next_offset": next,
-        "high_watermark": off(log.newest_offset()),
+        "high_watermark": off(part.high_watermark()),
         "oldest_offset": off(log.oldest_offset()),
         "log_end_offset": log.log_end_offset(),
     }))
@@ -200,28 +199,24 @@ pub(super) async fn publish(
     let b: PublishBody = parse_body(req, false)?;
     let value = bytes_of(b.value_b64, b.value, "value")?;
     let key = bytes_of(b.key_b64, b.key, "key")?;
-    let mut r = Request::new(proto::PublishRequest {
-        key,
-        value,
+    let r = Publish {
+        key: key.into(),
+        value: value.into(),
         stream: s.name.clone(),
         partition: id,
         headers: b
             .headers
             .into_iter()
-            .map(|(k, v)| (k, v.into_bytes()))
+            .map(|(k, v)| (k, v.into_bytes().into()))
             .collect(),
-        ack_policy: proto::AckPolicy::Leader as i32,
+        ack_policy: AckPolicy::Leader,
         expected_offset: b.expected_offset.unwrap_or(-1),
         ..Default::default()
-    });
-    // The deadline makes Publish wait for the ack.
-    r.set_timeout(PUBLISH_TIMEOUT);
+    };
     let ack = ctx
-        .api
-        .publish(r)
+        .service
+        .publish(r, Some(PUBLISH_TIMEOUT))
         .await?
-        .into_inner()
-        .ack
         .ok_or_else(|| AdminError::Internal("no acknowledgement".into()))?;
     Ok(json!({
         "offset": ack.offset,

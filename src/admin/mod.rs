@@ -1,13 +1,13 @@
 //! The admin HTTP API: `/api/v1/…` JSON for the web UI and for scripts.
 //!
-//! Every mutation goes through the same code as the gRPC API
-//! ([`ApiService`]): creating, deleting, pausing and making streams
+//! Every mutation goes through the use-case layer the gRPC API also calls
+//! ([`Service`]): creating, deleting, pausing, resuming and making streams
 //! readonly, and publishing, so validation, error messages and side effects
-//! (waiting for partitions to start or stop) are the gRPC ones. gRPC status
-//! codes become HTTP statuses in one place ([`AdminError::from`]). Resume
-//! has no gRPC call (Liftbridge resumes on publish); it goes through
-//! [`ApiService::resume_partitions`], which waits for the partitions this
-//! node leads to run again.
+//! (waiting for partitions to start or stop) are the gRPC ones. Service
+//! errors become HTTP statuses in one place (`impl From<ServiceError> for
+//! AdminError`). Resume has no gRPC call (Liftbridge resumes on publish); it
+//! goes through [`Service::resume_partitions`], which waits for the
+//! partitions this node leads to run again.
 //!
 //! Reads come from the replicated metadata ([`Metadata::state`]) and from
 //! the partition logs this node serves ([`PartitionManager::get`]); a
@@ -28,17 +28,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cluster::{MetaError, Metadata, PartitionMeta, StreamConfig, StreamMeta};
+use crate::http::{HttpRequest, HttpResponse, Router};
+use crate::nats::NatsServer;
+use crate::partition::reader::ReadEnd;
+use crate::partition::{Partition, PartitionManager};
+use crate::service::{CreateStream, Service, ServiceError};
+use crate::time::now_ns;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tonic::{Code, Request};
-
-use crate::api::proto::{self, api_server::Api};
-use crate::api::service::{ApiError, ApiService};
-use crate::cluster::{MetaError, Metadata, PartitionMeta, StreamMeta};
-use crate::http::{HttpRequest, HttpResponse, Router};
-use crate::nats::NatsServer;
-use crate::partition::{now_ns, Partition, PartitionManager};
 
 /// A failed admin request; its status and message become the response.
 #[derive(Debug, thiserror::Error)]
@@ -107,28 +106,32 @@ impl AdminError {
     }
 }
 
-/// gRPC status codes as HTTP statuses: the one mapping of this API.
-impl From<tonic::Status> for AdminError {
-    fn from(s: tonic::Status) -> AdminError {
-        let m = s.message().to_string();
-        match s.code() {
-            Code::InvalidArgument | Code::OutOfRange => AdminError::BadRequest(m),
-            Code::NotFound => AdminError::NotFound(m),
-            Code::AlreadyExists | Code::FailedPrecondition | Code::Aborted => {
+/// Service errors as HTTP statuses: the one mapping of this API.
+impl From<ServiceError> for AdminError {
+    fn from(e: ServiceError) -> AdminError {
+        match e {
+            ServiceError::InvalidArgument(m) => AdminError::BadRequest(m),
+            ServiceError::NotFound(m) => AdminError::NotFound(m),
+            ServiceError::AlreadyExists(m) | ServiceError::FailedPrecondition(m) => {
                 AdminError::Conflict(m)
             }
-            Code::ResourceExhausted => AdminError::TooManyRequests(m),
-            Code::Unimplemented => AdminError::NotImplemented(m),
-            Code::Unavailable => AdminError::Unavailable(m),
-            Code::DeadlineExceeded => AdminError::Timeout(m),
-            _ => AdminError::Internal(m),
+            ServiceError::ResourceExhausted(m) => AdminError::TooManyRequests(m),
+            ServiceError::Timeout(m) => AdminError::Timeout(m),
+            ServiceError::Unknown(m) | ServiceError::Internal(m) => AdminError::Internal(m),
+            ServiceError::Read(end) => {
+                let m = end.to_string();
+                match end {
+                    ReadEnd::StopReached | ReadEnd::Empty | ReadEnd::ReadonlyEnd => {
+                        AdminError::TooManyRequests(m)
+                    }
+                    ReadEnd::Deleted => AdminError::NotFound(m),
+                    ReadEnd::Paused => AdminError::Conflict(m),
+                    ReadEnd::Shutdown => AdminError::Unavailable(m),
+                    ReadEnd::Invalid(_) => AdminError::BadRequest(m),
+                    ReadEnd::Store(_) => AdminError::Internal(m),
+                }
+            }
         }
-    }
-}
-
-impl From<ApiError> for AdminError {
-    fn from(e: ApiError) -> AdminError {
-        tonic::Status::from(e).into()
     }
 }
 
@@ -165,8 +168,8 @@ pub struct AdminContext {
     pub meta: Metadata,
     /// The partitions this node serves (logs).
     pub parts: PartitionManager,
-    /// The gRPC service, called for every mutation.
-    pub api: ApiService,
+    /// The use cases, called for every mutation.
+    pub service: Service,
     /// The embedded NATS server (statistics, connections).
     pub nats: NatsServer,
     /// Listener addresses.
@@ -405,9 +408,7 @@ impl AdminContext {
 
     /// The running partition of this stream (same incarnation) served here.
     fn local(&self, s: &StreamMeta, id: i32) -> Option<Arc<Partition>> {
-        self.parts
-            .get(&s.name, id)
-            .filter(|p| p.creation_ns == s.creation_timestamp_ns)
+        self.service.local_partition(s, id)
     }
 
     fn stream_json(&self, s: &StreamMeta) -> Value {
@@ -422,17 +423,18 @@ impl AdminContext {
 
     fn partition_summary(&self, s: &StreamMeta, p: &PartitionMeta) -> Value {
         let local = self.local(s, p.id);
-        let (newest, oldest, messages, bytes) = match &local {
+        let (newest, hw, oldest, messages, bytes) = match &local {
             Some(part) => {
                 let log = part.log();
                 (
                     off(log.newest_offset()),
+                    off(part.high_watermark()),
                     off(log.oldest_offset()),
                     log.record_count(),
                     log.record_bytes(),
                 )
             }
-            None => (-1, -1, 0, 0),
+            None => (-1, -1, -1, 0, 0),
         };
         json!({
             "id": p.id,
@@ -442,8 +444,9 @@ impl AdminContext {
             "paused": p.paused,
             "readonly": p.readonly,
             "newest_offset": newest,
-            // Committed = newest here, as FetchPartitionMetadata reports it.
-            "high_watermark": newest,
+            // The partition's high watermark, as FetchPartitionMetadata
+            // reports it (on one node: the newest offset).
+            "high_watermark": hw,
             "oldest_offset": oldest,
             "messages": messages,
             "bytes": bytes,
@@ -589,28 +592,27 @@ struct CreateBody {
 
 async fn create_stream(ctx: &AdminContext, req: &HttpRequest) -> Result<HttpResponse, AdminError> {
     let b: CreateBody = parse_body(req, false)?;
-    let i64v = |v: Option<i64>| v.map(|value| proto::NullableInt64 { value });
-    let i32v = |v: Option<i32>| v.map(|value| proto::NullableInt32 { value });
-    let boolv = |v: Option<bool>| v.map(|value| proto::NullableBool { value });
-    let r = proto::CreateStreamRequest {
-        subject: b.subject,
+    let r = CreateStream {
         name: b.name.clone(),
+        subject: b.subject,
         group: b.group,
         replication_factor: b.replication_factor.unwrap_or(1),
         partitions: b.partitions.unwrap_or(1),
-        retention_max_bytes: i64v(b.retention_max_bytes),
-        retention_max_messages: i64v(b.retention_max_messages),
-        retention_max_age: i64v(b.retention_max_age_ms),
-        cleaner_interval: i64v(b.cleaner_interval_ms),
-        segment_max_bytes: i64v(b.segment_max_bytes),
-        segment_max_age: i64v(b.segment_max_age_ms),
-        compact_max_goroutines: i32v(b.compact_max_goroutines),
-        compact_enabled: boolv(b.compact_enabled),
-        auto_pause_time: i64v(b.auto_pause_time_ms),
-        auto_pause_disable_if_subscribers: boolv(b.auto_pause_disable_if_subscribers),
-        min_isr: i32v(b.min_isr),
-        optimistic_concurrency_control: boolv(b.optimistic_concurrency_control),
-        ..Default::default()
+        config: StreamConfig {
+            retention_max_bytes: b.retention_max_bytes,
+            retention_max_messages: b.retention_max_messages,
+            retention_max_age_ms: b.retention_max_age_ms,
+            cleaner_interval_ms: b.cleaner_interval_ms,
+            segment_max_bytes: b.segment_max_bytes,
+            segment_max_age_ms: b.segment_max_age_ms,
+            compact_max_goroutines: b.compact_max_goroutines,
+            compact_enabled: b.compact_enabled,
+            auto_pause_time_ms: b.auto_pause_time_ms,
+            auto_pause_disable_if_subscribers: b.auto_pause_disable_if_subscribers,
+            min_isr: b.min_isr,
+            optimistic_concurrency_control: b.optimistic_concurrency_control,
+            encryption: None,
+        },
     };
     if r.partitions == 0 {
         // gRPC reads 0 as "default"; an explicit 0 here is a mistake.
@@ -618,17 +620,13 @@ async fn create_stream(ctx: &AdminContext, req: &HttpRequest) -> Result<HttpResp
             "Invalid number of partitions".into(),
         ));
     }
-    ctx.api.create_stream_internal(r, false).await?;
+    ctx.service.create_stream(r, false).await?;
     let s = ctx.stream(&b.name)?;
     Ok(HttpResponse::json(201, &ctx.stream_json(&s)))
 }
 
 async fn delete_stream(ctx: &AdminContext, name: &str) -> Result<HttpResponse, AdminError> {
-    ctx.api
-        .delete_stream(Request::new(proto::DeleteStreamRequest {
-            name: name.to_string(),
-        }))
-        .await?;
+    ctx.service.delete_stream(name).await?;
     ok(json!({ "deleted": name }))
 }
 
@@ -648,12 +646,8 @@ async fn pause_stream(
     req: &HttpRequest,
 ) -> Result<HttpResponse, AdminError> {
     let b: PauseBody = parse_body(req, true)?;
-    ctx.api
-        .pause_stream(Request::new(proto::PauseStreamRequest {
-            name: name.to_string(),
-            partitions: b.partitions,
-            resume_all: b.resume_all,
-        }))
+    ctx.service
+        .pause_stream(name, b.partitions, b.resume_all)
         .await?;
     ok(ctx.stream_json(&ctx.stream(name)?))
 }
@@ -673,7 +667,7 @@ async fn resume_stream(
 ) -> Result<HttpResponse, AdminError> {
     let b: ResumeBody = parse_body(req, true)?;
     // Partitions led here start recording before the answer.
-    ctx.api.resume_partitions(name, &b.partitions).await?;
+    ctx.service.resume_partitions(name, &b.partitions).await?;
     ok(ctx.stream_json(&ctx.stream(name)?))
 }
 
@@ -692,12 +686,8 @@ async fn set_readonly(
     req: &HttpRequest,
 ) -> Result<HttpResponse, AdminError> {
     let b: ReadonlyBody = parse_body(req, false)?;
-    ctx.api
-        .set_stream_readonly(Request::new(proto::SetStreamReadonlyRequest {
-            name: name.to_string(),
-            partitions: b.partitions,
-            readonly: b.readonly,
-        }))
+    ctx.service
+        .set_readonly(name, b.partitions, b.readonly)
         .await?;
     ok(ctx.stream_json(&ctx.stream(name)?))
 }
@@ -744,16 +734,17 @@ mod tests {
     }
 
     #[test]
-    fn grpc_codes_map_to_http_statuses() {
-        let st = |c: Code| AdminError::from(tonic::Status::new(c, "m")).status();
-        assert_eq!(st(Code::InvalidArgument), 400);
-        assert_eq!(st(Code::NotFound), 404);
-        assert_eq!(st(Code::AlreadyExists), 409);
-        assert_eq!(st(Code::FailedPrecondition), 409);
-        assert_eq!(st(Code::Unavailable), 503);
-        assert_eq!(st(Code::DeadlineExceeded), 504);
-        assert_eq!(st(Code::Internal), 500);
-        assert_eq!(st(Code::Unknown), 500);
+    fn service_errors_map_to_http_statuses() {
+        let st = |e: ServiceError| AdminError::from(e).status();
+        let m = || "m".to_string();
+        assert_eq!(st(ServiceError::InvalidArgument(m())), 400);
+        assert_eq!(st(ServiceError::NotFound(m())), 404);
+        assert_eq!(st(ServiceError::AlreadyExists(m())), 409);
+        assert_eq!(st(ServiceError::FailedPrecondition(m())), 409);
+        assert_eq!(st(ServiceError::Read(ReadEnd::Shutdown)), 503);
+        assert_eq!(st(ServiceError::Timeout(m())), 504);
+        assert_eq!(st(ServiceError::Internal(m())), 500);
+        assert_eq!(st(ServiceError::Unknown(m())), 500);
         let r = AdminError::MethodNotAllowed {
             method: "PUT".into(),
             allow: "GET",

@@ -1,14 +1,16 @@
-//! The Liftbridge gRPC service `proto.API`.
+//! The Liftbridge gRPC service `proto.API`: an adapter over
+//! [`crate::service`].
 //!
-//! `proto` holds the generated types, `envelope` the NATS framing of
-//! publishes and acks. The service itself translates requests into metadata
-//! proposals, NATS publishes (one path into the log: every publish goes
-//! through NATS to the partition leader's stenographer) and reads from the
-//! partition logs; error → gRPC status mapping happens in one place
-//! (`ApiError` → `tonic::Status`).
+//! `proto` holds the generated types (the envelope payloads among them are
+//! generated once in [`crate::wire`] and re-exported), `convert` turns proto
+//! requests into domain requests and domain answers into proto, and
+//! `service` implements the tonic trait: convert, call the use case,
+//! convert back. Service errors become gRPC statuses in one place
+//! (`impl From<ServiceError> for tonic::Status` in `service`). Nothing
+//! below this module sees a proto request or tonic.
 
-pub mod envelope;
+pub mod convert;
 pub mod proto;
 pub mod service;
 
-pub use service::{ApiError, ApiOptions, ApiService};
+pub use service::ApiService;

@@ -161,9 +161,7 @@ impl MetadataOptions {
 }
 
 /// Current time as Unix nanoseconds, for the timestamps carried in commands.
-pub fn now_ns() -> i64 {
-    chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX)
-}
+pub use crate::time::now_ns;
 
 /// Handle on the metadata group. Cloning is cheap; all clones share the group.
 #[derive(Clone)]

@@ -1199,83 +1199,12 @@ fn duration(raw: &Raw) -> Result<Duration, String> {
     parse_go_duration(&scalar(raw)?)
 }
 
-/// Parses a Go duration string: a sequence of decimal numbers, each with an
-/// optional fraction and a unit (`ns`, `us`/`µs`, `ms`, `s`, `m`, `h`), e.g.
-/// `1h30m`, `1.5s`, `500ms`. `0` and a bare integer (nanoseconds, as Go's
+/// Parses a Go duration string (`1h30m`, `1.5s`, `500ms`; see
+/// [`super::duration`]). `0` and a bare integer (nanoseconds, as Go's
 /// duration cast reads numbers) are accepted. Negative durations are not.
 pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let s = s.strip_prefix('+').unwrap_or(s);
-    if s.is_empty() {
-        return Err("empty duration".into());
-    }
-    if s.starts_with('-') {
-        return Err("duration cannot be negative".into());
-    }
-    if s.bytes().all(|b| b.is_ascii_digit()) {
-        let ns: u64 = s.parse().map_err(|_| "duration out of range".to_string())?;
-        return Ok(Duration::from_nanos(ns));
-    }
-    const UNITS: &[(&str, u128)] = &[
-        ("ns", 1),
-        ("us", 1_000),
-        ("µs", 1_000),
-        ("μs", 1_000),
-        ("ms", 1_000_000),
-        ("s", 1_000_000_000),
-        ("m", 60_000_000_000),
-        ("h", 3_600_000_000_000),
-    ];
-    let mut rest = s;
-    let mut total: u128 = 0;
-    while !rest.is_empty() {
-        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let int_part = &rest[..int_len];
-        rest = &rest[int_len..];
-        let mut frac_part = "";
-        if let Some(r) = rest.strip_prefix('.') {
-            let frac_len = r.bytes().take_while(u8::is_ascii_digit).count();
-            frac_part = &r[..frac_len];
-            rest = &r[frac_len..];
-        }
-        if int_part.is_empty() && frac_part.is_empty() {
-            return Err(format!("invalid duration {s:?}"));
-        }
-        // Longest unit first among those sharing a prefix ("ms" before "m").
-        let Some((unit, scale)) = UNITS
-            .iter()
-            .filter(|(u, _)| rest.starts_with(u))
-            .max_by_key(|(u, _)| u.len())
-        else {
-            return Err(format!(
-                "missing or unknown unit in duration {s:?} (use ns, us, ms, s, m, h)"
-            ));
-        };
-        rest = &rest[unit.len()..];
-        let int: u128 = if int_part.is_empty() {
-            0
-        } else {
-            int_part
-                .parse()
-                .map_err(|_| format!("duration {s:?} out of range"))?
-        };
-        let mut value = int
-            .checked_mul(*scale)
-            .ok_or_else(|| format!("duration {s:?} out of range"))?;
-        if !frac_part.is_empty() {
-            // Keep at most 18 fractional digits: beyond a nanosecond of an hour.
-            let digits = &frac_part[..frac_part.len().min(18)];
-            let frac: u128 = digits
-                .parse()
-                .map_err(|_| format!("invalid duration {s:?}"))?;
-            value += frac * scale / 10u128.pow(digits.len() as u32);
-        }
-        total = total
-            .checked_add(value)
-            .ok_or_else(|| format!("duration {s:?} out of range"))?;
-    }
-    let ns = u64::try_from(total).map_err(|_| format!("duration {s:?} out of range"))?;
-    Ok(Duration::from_nanos(ns))
+    super::duration::parse_go_duration(s, super::duration::BareNumber::Nanoseconds)
+        .map_err(|e| e.to_string())
 }
 
 /// Splits `host:port` (IPv6 as `[::1]:port`).

@@ -7,6 +7,7 @@
 //! configuration tree (`liftbridge.yaml`, `LIFTBRIDGE_*` variables, flags).
 
 pub mod audit;
+pub mod duration;
 pub mod liftbridge;
 pub mod nats;
 pub mod nats_conf;

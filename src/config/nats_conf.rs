@@ -524,50 +524,11 @@ pub(crate) fn size_multiplier(suffix: &str) -> Option<i64> {
     })
 }
 
-/// Parses Go duration syntax: a sequence of decimal numbers with units
-/// `ns`, `us`/`µs`, `ms`, `s`, `m`, `h` (`1m30s`, `1.5h`, `300ms`).
+/// Parses Go duration syntax (`1m30s`, `1.5h`, `300ms`; see
+/// [`super::duration`]). Only `0` may go without a unit: in a NATS config
+/// a bare number is a count of seconds, read by the caller, not here.
 pub fn parse_go_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    if s == "0" {
-        return Some(Duration::ZERO);
-    }
-    if s.is_empty() || s.starts_with('-') {
-        return None;
-    }
-    let mut total = 0f64;
-    let mut rest = s.trim_start_matches('+');
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if num_end == 0 {
-            return None;
-        }
-        let n: f64 = rest[..num_end].parse().ok()?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_end];
-        rest = &rest[unit_end..];
-        let secs = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        total += n * secs;
-    }
-    if !total.is_finite() || total > 1e12 {
-        return None;
-    }
-    Some(Duration::from_secs_f64(total))
+    super::duration::parse_go_duration(s, super::duration::BareNumber::Refused).ok()
 }
 
 /// What a config file sets: the NATS options plus process-level settings

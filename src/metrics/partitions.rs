@@ -74,9 +74,9 @@ fn log_row(p: &Arc<Partition>) -> LogRow {
     LogRow {
         appended: stats.appended_records,
         appended_bytes: stats.appended_bytes,
-        // One node: everything written is committed, so the high watermark
-        // is the last offset written.
-        hw: leo as i64 - 1,
+        // The partition's own high watermark (on one node: the last offset
+        // written).
+        hw: p.high_watermark().map_or(-1, |o| o as i64),
         leo,
         newest: log.newest_offset().map_or(-1, |o| o as i64),
         oldest: log.oldest_offset().map_or(-1, |o| o as i64),

@@ -15,12 +15,12 @@
 //! Invariants: only the stenographer appends to the log while the partition
 //! is led here; the log is closed only after the stenographer has stopped.
 //! Readers never block the stenographer: they read committed data from the
-//! store and wait on its end-offset watch.
+//! store and wait on the partition's committed-end (high watermark) watch,
+//! which the leader owns and moves after each append; it is not the store's
+//! log end, so replication can hold it back to what the ISR has.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -28,10 +28,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::envelope;
-use crate::api::proto;
 use crate::nats::handle::{LocalClient, LocalMsg};
-use crate::store::{NewRecord, PartitionLog, Record, StoreError};
+use crate::store::{NewRecord, PartitionLog, StoreError};
+use crate::time::now_ns;
+use crate::wire::{envelope, Ack, AckError, AckPolicy};
 
 /// Most messages taken from the subscription queue into one append.
 const MAX_BATCH: usize = 4096;
@@ -44,14 +44,6 @@ struct Recorded {
     pending: Vec<Pending>,
     reception_ns: i64,
     epoch: u64,
-}
-
-/// Current time in Unix nanoseconds.
-pub fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// Why a partition stopped being served here; readers map it to a status.
@@ -100,6 +92,11 @@ pub struct Partition {
     subscribers: AtomicUsize,
     readonly: watch::Sender<bool>,
     closed: watch::Sender<Option<Closed>>,
+    /// Committed end: every offset below it is committed (the high
+    /// watermark is this minus one). Set by the leader after each append
+    /// (on one node the log end; with replicas, what the ISR has), never
+    /// moves back; readers deliver only below it and wait on it.
+    hw: watch::Sender<u64>,
     steno: Mutex<Option<(CancellationToken, JoinHandle<()>)>>,
 }
 
@@ -143,6 +140,8 @@ impl Partition {
         } else {
             format!("{stream_subject}.{id}")
         };
+        // Whatever the log holds when it is opened here was committed.
+        let committed_end = log.log_end_offset();
         Arc::new(Partition {
             stream,
             id,
@@ -157,6 +156,7 @@ impl Partition {
             recv_latest: AtomicI64::new(0),
             subscribers: AtomicUsize::new(0),
             readonly: watch::channel(readonly).0,
+            hw: watch::channel(committed_end).0,
             closed: watch::channel(None).0,
             steno: Mutex::new(None),
         })
@@ -165,6 +165,43 @@ impl Partition {
     /// The partition's log.
     pub fn log(&self) -> &PartitionLog {
         &self.log
+    }
+
+    /// The high watermark: the newest committed offset, `None` when nothing
+    /// was committed.
+    pub fn high_watermark(&self) -> Option<u64> {
+        self.committed_end().checked_sub(1)
+    }
+
+    /// The newest offset still stored that is committed (`None` for an
+    /// empty partition or nothing committed).
+    pub fn newest_committed(&self) -> Option<u64> {
+        let hw = self.high_watermark()?;
+        self.log.newest_offset().map(|n| n.min(hw))
+    }
+
+    /// The committed end: offsets below it are committed and may be read.
+    pub fn committed_end(&self) -> u64 {
+        *self.hw.borrow()
+    }
+
+    /// Watches the committed end (readers wait on it for new messages).
+    pub fn committed_watch(&self) -> watch::Receiver<u64> {
+        self.hw.subscribe()
+    }
+
+    /// Moves the committed end forward to `end` (never back). The leader
+    /// calls it after each append, before the acks go out, so a client that
+    /// got its ack can read its message.
+    pub fn advance_committed(&self, end: u64) {
+        self.hw.send_if_modified(|h| {
+            if end > *h {
+                *h = end;
+                true
+            } else {
+                false
+            }
+        });
     }
 
     /// Whether the partition is readonly.
@@ -334,9 +371,11 @@ impl Partition {
     ) {
         match r {
             Ok(a) => {
+                // Alone, the leader's append is the commit.
+                self.advance_committed(a.last_offset + 1);
                 self.mark_received(reception_ns);
                 for (i, p) in pending.iter().enumerate() {
-                    self.send_ack(p, a.first_offset as i64 + i as i64, proto::ack::Error::Ok);
+                    self.send_ack(p, a.first_offset as i64 + i as i64, AckError::Ok);
                 }
             }
             Err(StoreError::Closed(_)) => {}
@@ -364,7 +403,7 @@ impl Partition {
         let mut kept = Vec::with_capacity(pendings.len());
         for (r, p) in records.into_iter().zip(pendings) {
             if p.too_large {
-                self.send_ack(&p, -1, proto::ack::Error::TooLarge);
+                self.send_ack(&p, -1, AckError::TooLarge);
             } else {
                 kept_records.push(r);
                 kept.push(p);
@@ -388,11 +427,12 @@ impl Partition {
                 };
                 match res {
                     Ok(a) => {
+                        self.advance_committed(a.last_offset + 1);
                         self.mark_received(reception_ns);
-                        self.send_ack(&p, a.first_offset as i64, proto::ack::Error::Ok);
+                        self.send_ack(&p, a.first_offset as i64, AckError::Ok);
                     }
                     Err(StoreError::OffsetMismatch { .. }) => {
-                        self.send_ack(&p, -1, proto::ack::Error::IncorrectOffset);
+                        self.send_ack(&p, -1, AckError::IncorrectOffset);
                     }
                     Err(e) => return Err(e),
                 }
@@ -456,7 +496,7 @@ impl Partition {
                 let pending = Pending {
                     ack_inbox: String::new(),
                     correlation_id: String::new(),
-                    ack_policy: proto::AckPolicy::None as i32,
+                    ack_policy: AckPolicy::None as i32,
                     msg_subject: String::new(),
                     expected: -1,
                     reception_ns,
@@ -487,11 +527,11 @@ impl Partition {
         }
     }
 
-    fn send_ack(&self, p: &Pending, offset: i64, err: proto::ack::Error) {
-        if p.ack_inbox.is_empty() || p.ack_policy == proto::AckPolicy::None as i32 {
+    fn send_ack(&self, p: &Pending, offset: i64, err: AckError) {
+        if p.ack_inbox.is_empty() || p.ack_policy == AckPolicy::None as i32 {
             return;
         }
-        let ack = proto::Ack {
+        let ack = Ack {
             stream: self.stream.clone(),
             partition_subject: self.stream_subject.clone(),
             msg_subject: p.msg_subject.clone(),
@@ -518,68 +558,5 @@ pub struct SubscriberGuard(Arc<Partition>);
 impl Drop for SubscriberGuard {
     fn drop(&mut self) {
         self.0.subscribers.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Converts a stored record into the API's `Message`, with the `subject`
-/// and `reply` headers the stenographer promises.
-pub fn record_to_message(stream: &str, partition: i32, r: Record) -> proto::Message {
-    let mut headers: HashMap<String, Bytes> = HashMap::with_capacity(r.headers.len() + 2);
-    headers.extend(r.headers);
-    headers.insert(
-        "subject".into(),
-        Bytes::copy_from_slice(r.subject.as_bytes()),
-    );
-    let reply = r.reply.unwrap_or_default();
-    headers.insert("reply".into(), Bytes::copy_from_slice(reply.as_bytes()));
-    proto::Message {
-        offset: r.offset as i64,
-        key: r.key.unwrap_or_default(),
-        value: r.value,
-        timestamp: r.timestamp_ns,
-        stream: stream.to_string(),
-        partition,
-        subject: r.subject,
-        reply_subject: reply,
-        headers,
-        ack_inbox: String::new(),
-        correlation_id: String::new(),
-        ack_policy: 0,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stored_records_carry_subject_and_reply_headers() {
-        let r = Record {
-            offset: 7,
-            timestamp_ns: 42,
-            key: Some(Bytes::from_static(b"k")),
-            headers: vec![("h".into(), Bytes::from_static(b"v"))],
-            value: Bytes::from_static(b"payload"),
-            subject: "foo.bar".into(),
-            reply: Some("_INBOX.1".into()),
-            ..Default::default()
-        };
-        let m = record_to_message("s", 3, r);
-        assert_eq!((m.offset, m.timestamp, m.partition), (7, 42, 3));
-        assert_eq!(m.stream, "s");
-        assert_eq!(&m.key[..], b"k");
-        assert_eq!(&m.value[..], b"payload");
-        assert_eq!(m.subject, "foo.bar");
-        assert_eq!(m.reply_subject, "_INBOX.1");
-        assert_eq!(&m.headers["subject"][..], b"foo.bar");
-        assert_eq!(&m.headers["reply"][..], b"_INBOX.1");
-        assert_eq!(&m.headers["h"][..], b"v");
-    }
-
-    #[test]
-    fn no_reply_gives_an_empty_reply_header() {
-        let m = record_to_message("s", 0, Record::default());
-        assert!(m.headers["reply"].is_empty());
-        assert!(m.key.is_empty());
     }
 }

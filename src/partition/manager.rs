@@ -11,11 +11,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::leader::{Closed, Partition, PartitionSettings};
-use super::now_ns;
 use crate::cluster::state::{MetaCommand, MetadataState, StreamMeta};
 use crate::cluster::Metadata;
 use crate::nats::handle::LocalClient;
 use crate::store::{LogConfig, PartitionLog, RetentionPolicy, StoreError, SyncPolicy};
+use crate::time::now_ns;
 
 /// Server-wide defaults for partitions (`streams.*` and clustering keys);
 /// per-stream overrides from CreateStream take precedence.

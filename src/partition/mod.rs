@@ -17,5 +17,5 @@ pub mod leader;
 pub mod manager;
 pub mod reader;
 
-pub use leader::{now_ns, Closed, Partition, PartitionSettings};
+pub use leader::{Closed, Partition, PartitionSettings};
 pub use manager::{ManagerTasks, PartitionDefaults, PartitionError, PartitionManager};

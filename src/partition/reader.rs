@@ -1,28 +1,64 @@
 //! Readers: one task per subscriber, streaming committed records from the
-//! store in batches and then waiting on the log end offset.
+//! store in batches and then waiting on the partition's high watermark.
+//!
+//! Only committed records are read: below [`Partition::committed_end`]
+//! (the high watermark plus one), which the partition's leader owns and
+//! moves. The store's own log end may be ahead of it (written, not yet
+//! committed); a reader never looks at it.
 //!
 //! A reader owns nothing shared but a clone of the log handle and watches,
 //! so a slow subscriber only fills its own bounded channel and never slows
-//! the stenographer. Messages go to the gRPC stream one store read at a
+//! the stenographer. Records go to the subscriber one store read at a
 //! time ([`Batch`]): one channel hand-off and one wake-up per read rather
 //! than per message. Start and stop offsets are resolved once, up front
 //! (`resolve_start`, `resolve_stop`), with Liftbridge's rules.
+//!
+//! Speaks the domain only: positions in, stored [`Record`]s out. Turning a
+//! gRPC request into positions and records into `proto.Message`s is the
+//! API adapter's job.
 
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::leader::{record_to_message, Closed, Partition};
-use crate::api::proto;
-use crate::store::StoreError;
+use super::leader::{Closed, Partition};
+use crate::store::{Record, StoreError};
 
 /// Records read per store call.
 const READ_BATCH: usize = 512;
 /// Bytes read per store call (soft limit; at least one record is returned).
 const READ_BYTES: usize = 1 << 20;
 
-/// The messages of one store read, in the order they are delivered.
-pub type Batch = Vec<proto::Message>;
+/// The records of one store read, in the order they are delivered.
+pub type Batch = Vec<Record>;
+
+/// Where a subscription starts (Liftbridge's start positions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartPosition {
+    /// The next message recorded after the subscription starts.
+    NewOnly,
+    /// This offset (negative reads as 0; below the oldest, the oldest).
+    Offset(i64),
+    /// The oldest message still stored.
+    Earliest,
+    /// The newest message stored.
+    Latest,
+    /// The first message received at or after this Unix time (ns).
+    Timestamp(i64),
+}
+
+/// Where a subscription stops (Liftbridge's stop positions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopPosition {
+    /// Never: it runs until the subscriber goes away.
+    OnCancel,
+    /// After this offset (inclusive; must not be negative).
+    Offset(i64),
+    /// After the newest message stored when the subscription starts.
+    Latest,
+    /// After the last message received at or before this Unix time (ns).
+    Timestamp(i64),
+}
 
 /// How a subscription ends other than by the client going away.
 #[derive(Debug, thiserror::Error)]
@@ -53,59 +89,46 @@ pub enum ReadEnd {
     Store(#[from] StoreError),
 }
 
-/// Where a subscription starts, from the request's start position.
-pub async fn resolve_start(p: &Partition, req: &proto::SubscribeRequest) -> Result<u64, ReadEnd> {
+/// The first offset a subscription starting at `pos` delivers.
+pub async fn resolve_start(p: &Partition, pos: StartPosition) -> Result<u64, ReadEnd> {
     let log = p.log();
-    let leo = log.log_end_offset();
-    let pos =
-        proto::StartPosition::try_from(req.start_position).unwrap_or(proto::StartPosition::NewOnly);
+    let end = p.committed_end();
     Ok(match pos {
-        proto::StartPosition::NewOnly => leo,
-        proto::StartPosition::Offset => req.start_offset.max(0) as u64,
-        proto::StartPosition::Earliest => log.oldest_offset().unwrap_or(leo),
-        proto::StartPosition::Latest => log.newest_offset().unwrap_or(leo),
-        proto::StartPosition::Timestamp => log
-            .offset_for_timestamp(req.start_timestamp)
-            .await?
-            .unwrap_or(leo),
+        StartPosition::NewOnly => end,
+        StartPosition::Offset(o) => o.max(0) as u64,
+        StartPosition::Earliest => log.oldest_offset().unwrap_or(end).min(end),
+        StartPosition::Latest => p.newest_committed().unwrap_or(end),
+        StartPosition::Timestamp(t) => log.offset_for_timestamp(t).await?.unwrap_or(end),
     })
 }
 
 /// The last offset to deliver (inclusive), `None` for "never stop".
 /// `Some(None)`-like "nothing to deliver" is expressed as `Err(Empty)`.
-pub async fn resolve_stop(
-    p: &Partition,
-    req: &proto::SubscribeRequest,
-) -> Result<Option<u64>, ReadEnd> {
+pub async fn resolve_stop(p: &Partition, pos: StopPosition) -> Result<Option<u64>, ReadEnd> {
     let log = p.log();
-    let pos = proto::StopPosition::try_from(req.stop_position)
-        .unwrap_or(proto::StopPosition::StopOnCancel);
     Ok(match pos {
-        proto::StopPosition::StopOnCancel => None,
-        proto::StopPosition::StopOffset => {
-            if req.stop_offset < 0 {
+        StopPosition::OnCancel => None,
+        StopPosition::Offset(o) => {
+            if o < 0 {
                 return Err(ReadEnd::Invalid("stop offset must not be negative".into()));
             }
-            Some(req.stop_offset as u64)
+            Some(o as u64)
         }
-        proto::StopPosition::StopLatest => match log.newest_offset() {
+        StopPosition::Latest => match p.newest_committed() {
             Some(n) => Some(n),
             None => return Err(ReadEnd::Empty),
         },
-        proto::StopPosition::StopTimestamp => {
+        StopPosition::Timestamp(t) => {
             // Last offset with a timestamp ≤ stopTimestamp: one before the
             // first offset with a timestamp > it.
-            match log
-                .offset_for_timestamp(req.stop_timestamp.saturating_add(1))
-                .await?
-            {
+            match log.offset_for_timestamp(t.saturating_add(1)).await? {
                 Some(0) => {
                     return Err(ReadEnd::Invalid(
                         "stop timestamp is before the first message".into(),
                     ))
                 }
                 Some(o) => Some(o - 1),
-                None => match log.newest_offset() {
+                None => match p.newest_committed() {
                     Some(n) => Some(n),
                     None => return Err(ReadEnd::Empty),
                 },
@@ -124,7 +147,7 @@ pub async fn run(
 ) {
     let _guard = p.subscriber_guard();
     let log = p.log().clone();
-    let mut end_rx = log.subscribe_end();
+    let mut end_rx = p.committed_watch();
     let mut closed_rx = p.closed_watch();
     let mut ro_rx = p.readonly_watch();
     let end = loop {
@@ -136,25 +159,33 @@ pub async fn run(
         if let Some(why) = *closed_rx.borrow() {
             break closed_end(why);
         }
-        end_rx.borrow_and_update();
-        if next < log.log_end_offset() {
+        let end = *end_rx.borrow_and_update();
+        if next < end {
+            let committed = usize::try_from(end - next).unwrap_or(usize::MAX);
             let max = match stop {
                 Some(s) => ((s - next + 1) as usize).min(READ_BATCH),
                 None => READ_BATCH,
-            };
+            }
+            .min(committed);
             let recs = match log.read(next, max, READ_BYTES).await {
                 Ok(r) => r,
                 Err(StoreError::Closed(_)) => continue,
                 Err(e) => break ReadEnd::Store(e),
             };
             if recs.is_empty() {
-                // Everything from `next` on was removed (compaction or a
-                // truncation); wait for new data.
-                next = log.log_end_offset();
+                // Everything from `next` up to the committed end was
+                // removed (retention or compaction); wait for new data.
+                next = end;
                 continue;
             }
             let mut batch = Vec::with_capacity(recs.len());
             for r in recs {
+                if r.offset >= end {
+                    // Past a gap (compaction) the store may hold records
+                    // not committed yet: they wait for the watermark.
+                    next = next.max(end);
+                    break;
+                }
                 if let Some(s) = stop {
                     if r.offset > s {
                         next = r.offset;
@@ -162,7 +193,7 @@ pub async fn run(
                     }
                 }
                 next = r.offset + 1;
-                batch.push(record_to_message(&p.stream, p.id, r));
+                batch.push(r);
             }
             if !batch.is_empty() && tx.send(Ok(batch)).await.is_err() {
                 return;
@@ -192,7 +223,7 @@ pub async fn run_reverse(
 ) {
     let _guard = p.subscriber_guard();
     let log = p.log().clone();
-    let Some(newest) = log.newest_offset() else {
+    let Some(newest) = p.newest_committed() else {
         return;
     };
     let oldest = log.oldest_offset().unwrap_or(0);
@@ -210,12 +241,7 @@ pub async fn run_reverse(
                 return;
             }
         };
-        let batch: Batch = recs
-            .into_iter()
-            .rev()
-            .filter(|r| r.offset <= hi)
-            .map(|r| record_to_message(&p.stream, p.id, r))
-            .collect();
+        let batch: Batch = recs.into_iter().rev().filter(|r| r.offset <= hi).collect();
         if !batch.is_empty() && tx.send(Ok(batch)).await.is_err() {
             return;
         }
@@ -231,5 +257,103 @@ fn closed_end(why: Closed) -> ReadEnd {
         Closed::Deleted => ReadEnd::Deleted,
         Closed::Paused => ReadEnd::Paused,
         Closed::Shutdown => ReadEnd::Shutdown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::partition::PartitionSettings;
+    use crate::store::{LogConfig, NewRecord, PartitionLog};
+
+    fn rec(v: &'static [u8]) -> NewRecord {
+        NewRecord {
+            timestamp_ns: 1,
+            key: None,
+            headers: Vec::new(),
+            value: Bytes::from_static(v),
+            subject: "s".into(),
+            reply: None,
+        }
+    }
+
+    async fn next_batch(rx: &mut mpsc::Receiver<Result<Batch, ReadEnd>>) -> Vec<u64> {
+        match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+            Ok(Some(Ok(b))) => b.iter().map(|r| r.offset).collect(),
+            other => panic!("expected a batch, got {other:?}"),
+        }
+    }
+
+    /// Readers deliver only below the partition's committed end, whatever
+    /// the store holds, and wake when the leader moves it.
+    #[tokio::test]
+    async fn readers_stop_at_the_high_watermark_and_wait_on_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_path_buf();
+        let log = tokio::task::spawn_blocking(move || {
+            PartitionLog::open(&d, "log", LogConfig::default())
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        log.append(0, vec![rec(b"a"), rec(b"b")]).await.unwrap();
+        let nats = crate::nats::NatsServer::start(crate::config::nats::NatsOptions {
+            host: "127.0.0.1".into(),
+            port: 0,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let p = Partition::new(
+            "s".into(),
+            0,
+            "s".into(),
+            String::new(),
+            1,
+            log.clone(),
+            PartitionSettings {
+                max_bytes: 1 << 20,
+                occ: false,
+                leader_epoch: 0,
+            },
+            false,
+            nats.local_client("test"),
+        );
+        // What the log held when the partition opened is committed.
+        assert_eq!(p.high_watermark(), Some(1));
+        // Written to the store but not committed (as a follower's or an
+        // ISR leader's log can be).
+        log.append(0, vec![rec(b"c"), rec(b"d")]).await.unwrap();
+        assert_eq!(log.log_end_offset(), 4);
+        assert_eq!(p.high_watermark(), Some(1));
+        assert_eq!(p.newest_committed(), Some(1));
+        assert_eq!(resolve_start(&p, StartPosition::NewOnly).await.unwrap(), 2);
+        assert_eq!(resolve_start(&p, StartPosition::Latest).await.unwrap(), 1);
+
+        let (tx, mut rx) = mpsc::channel(4);
+        let reader = tokio::spawn(run(p.clone(), 0, None, tx));
+        assert_eq!(next_batch(&mut rx).await, vec![0, 1]);
+        // Nothing more until the watermark moves.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), rx.recv())
+                .await
+                .is_err(),
+            "a reader delivered uncommitted records"
+        );
+        p.advance_committed(3);
+        assert_eq!(next_batch(&mut rx).await, vec![2]);
+        // The watermark never moves back.
+        p.advance_committed(1);
+        assert_eq!(p.committed_end(), 3);
+        p.advance_committed(4);
+        assert_eq!(next_batch(&mut rx).await, vec![3]);
+        drop(rx);
+        reader.abort();
+        p.stop(Closed::Shutdown).await;
+        nats.shutdown().await;
     }
 }

@@ -52,7 +52,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::{Mutex, RwLock};
@@ -365,12 +365,7 @@ fn file_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}{SUFFIX}"))
 }
 
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
+use crate::time::now_ns;
 
 /// One entry of [`open_all`]: the partition name and its open result.
 pub type OpenedPartition = (String, Result<PartitionLog, StoreError>);

@@ -4,7 +4,8 @@
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
-use liftbridge::api::{envelope, proto};
+use liftbridge::api::proto;
+use liftbridge::wire::envelope;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 

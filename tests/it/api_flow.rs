@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use liftbridge::api::{envelope, proto};
+use liftbridge::api::proto;
+use liftbridge::wire::envelope;
 
 use crate::api_common::*;
 

@@ -6,6 +6,7 @@
 mod admin_api;
 mod admin_auth;
 mod admin_http;
+mod api_acks;
 mod api_cli;
 mod api_common;
 mod api_flow;

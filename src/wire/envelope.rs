@@ -10,7 +10,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message as _;
 
-use super::proto;
+use super::pb;
 
 /// The four magic bytes that start every envelope.
 pub const MAGIC: [u8; 4] = [0xB9, 0x0E, 0x43, 0xB4];
@@ -115,7 +115,7 @@ pub fn decode_raw(data: &[u8], want: MsgType) -> Result<&[u8], EnvelopeError> {
 }
 
 /// Encodes a publish envelope around `msg`.
-pub fn encode_message(msg: &proto::Message) -> Bytes {
+pub fn encode_message(msg: &pb::Message) -> Bytes {
     encode_framed(MsgType::Publish, msg)
 }
 
@@ -134,20 +134,20 @@ fn encode_framed(t: MsgType, msg: &impl prost::Message) -> Bytes {
 }
 
 /// Decodes a publish envelope; `Err` means "treat the payload as raw".
-pub fn decode_message(data: &[u8]) -> Result<proto::Message, EnvelopeError> {
+pub fn decode_message(data: &[u8]) -> Result<pb::Message, EnvelopeError> {
     let p = decode_raw(data, MsgType::Publish)?;
-    Ok(proto::Message::decode(p)?)
+    Ok(pb::Message::decode(p)?)
 }
 
 /// Encodes an ack envelope.
-pub fn encode_ack(ack: &proto::Ack) -> Bytes {
+pub fn encode_ack(ack: &pb::Ack) -> Bytes {
     encode_framed(MsgType::Ack, ack)
 }
 
 /// Decodes an ack envelope.
-pub fn decode_ack(data: &[u8]) -> Result<proto::Ack, EnvelopeError> {
+pub fn decode_ack(data: &[u8]) -> Result<pb::Ack, EnvelopeError> {
     let p = decode_raw(data, MsgType::Ack)?;
-    Ok(proto::Ack::decode(p)?)
+    Ok(pb::Ack::decode(p)?)
 }
 
 #[cfg(test)]
@@ -156,7 +156,7 @@ mod tests {
 
     #[test]
     fn message_roundtrip_without_and_with_crc() {
-        let m = proto::Message {
+        let m = pb::Message {
             key: Bytes::from_static(b"k"),
             value: Bytes::from_static(b"hello"),
             ack_inbox: "inbox".into(),
@@ -173,7 +173,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_inputs() {
-        let m = proto::Message::default();
+        let m = pb::Message::default();
         assert!(matches!(
             decode_message(b"abc"),
             Err(EnvelopeError::TooShort(3))
@@ -188,7 +188,7 @@ mod tests {
             decode_message(&v).unwrap_err(),
             EnvelopeError::BadVersion(1)
         );
-        let ack = encode_ack(&proto::Ack::default());
+        let ack = encode_ack(&pb::Ack::default());
         assert!(matches!(
             decode_message(&ack),
             Err(EnvelopeError::WrongType { got: 1, want: 0 })
@@ -207,10 +207,10 @@ mod tests {
 
     #[test]
     fn ack_roundtrip() {
-        let a = proto::Ack {
+        let a = pb::Ack {
             stream: "s".into(),
             offset: 42,
-            ack_error: proto::ack::Error::TooLarge as i32,
+            ack_error: pb::ack::Error::TooLarge as i32,
             ..Default::default()
         };
         assert_eq!(decode_ack(&encode_ack(&a)).unwrap(), a);

@@ -1,0 +1,350 @@
+//! One ack inbox per service: a single wildcard subscription
+//! (`<namespace>.ack.<service-id>.*`) whose last token routes each ack to
+//! the publish waiting for it.
+//!
+//! Why: with routes between nodes every subscription change is sent to
+//! every peer, so a subscribe/unsubscribe per acked publish would cost
+//! cluster-wide traffic per message. Here the subscription is made once (on
+//! the first acked publish) and a routing task hands acks to waiters, as
+//! `LocalClient::request` does for replies.
+//!
+//! Bounds: the waiter map holds one entry per publish in flight; every
+//! entry is removed by its guard ([`AckWait`], [`AckSession`]) when the
+//! publish completes, times out or is cancelled (the guard is dropped), and
+//! a new waiter is refused with RESOURCE_EXHAUSTED once [`MAX_WAITERS`] are
+//! registered. A PublishAsync session's queue is bounded by the acks it is
+//! owed: the session takes a permit per acked request before publishing
+//! (so its publisher waits when [`SESSION_WINDOW`] acks are outstanding) and
+//! its queue has room for exactly that many; an ack nobody is owed (a
+//! duplicate) that finds the queue full is dropped and logged. Acks whose
+//! token is unknown (late, after a timeout) are dropped.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use super::ServiceError;
+use crate::nats::handle::LocalClient;
+use crate::wire::{envelope, Ack};
+
+/// Most publishes waiting for an ack at once, per service.
+pub const MAX_WAITERS: usize = 65_536;
+/// Acks a PublishAsync session may have outstanding.
+pub const SESSION_WINDOW: usize = 4096;
+
+enum Waiter {
+    /// A single publish: the first ack ends the wait.
+    Once(oneshot::Sender<Ack>),
+    /// A PublishAsync session: every ack is queued, in arrival order.
+    Session(mpsc::Sender<Ack>),
+}
+
+type Waiters = Arc<Mutex<HashMap<u64, Waiter>>>;
+
+/// The ack inbox of one service.
+pub(super) struct AckRouter {
+    nats: LocalClient,
+    /// `<namespace>.ack.<service-id>`; inboxes are `<prefix>.<token>`.
+    prefix: String,
+    next_token: AtomicU64,
+    waiters: Waiters,
+    /// Set once the wildcard subscription and its task run; dropping the
+    /// router stops the task.
+    started: Mutex<Option<DropGuard>>,
+}
+
+impl AckRouter {
+    pub(super) fn new(nats: LocalClient, namespace: &str) -> AckRouter {
+        let inbox = nats.new_inbox();
+        // new_inbox() gives "_INBOX.<id>"; keep only the unique part.
+        let id = inbox.rsplit('.').next().unwrap_or(&inbox).to_string();
+        AckRouter {
+            nats,
+            prefix: format!("{namespace}.ack.{id}"),
+            next_token: AtomicU64::new(1),
+            waiters: Arc::default(),
+            started: Mutex::new(None),
+        }
+    }
+
+    /// Publishes waiting for an ack.
+    pub(super) fn pending(&self) -> usize {
+        self.waiters.lock().len()
+    }
+
+    /// Makes the wildcard subscription and its routing task on first use.
+    fn start(&self) -> Result<(), ServiceError> {
+        let mut started = self.started.lock();
+        if started.is_some() {
+            return Ok(());
+        }
+        let mut sub = self.nats.subscribe(&format!("{}.*", self.prefix), None)?;
+        let cancel = CancellationToken::new();
+        let stop = cancel.clone();
+        let waiters = self.waiters.clone();
+        tokio::spawn(async move {
+            loop {
+                let m = tokio::select! {
+                    _ = stop.cancelled() => break,
+                    m = sub.next() => m,
+                };
+                // The subscription ends with the NATS server.
+                let Some(m) = m else { break };
+                let token = m
+                    .subject
+                    .rsplit(|&b| b == b'.')
+                    .next()
+                    .and_then(|t| std::str::from_utf8(t).ok())
+                    .and_then(|t| t.parse::<u64>().ok());
+                let Some(token) = token else { continue };
+                let Ok(ack) = envelope::decode_ack(&m.payload) else {
+                    continue;
+                };
+                let mut w = waiters.lock();
+                match w.get(&token) {
+                    Some(Waiter::Once(_)) => {
+                        if let Some(Waiter::Once(tx)) = w.remove(&token) {
+                            let _ = tx.send(ack);
+                        }
+                    }
+                    Some(Waiter::Session(tx)) if tx.try_send(ack).is_err() => {
+                        tracing::debug!(token, "ack for a full or closed session dropped");
+                    }
+                    Some(Waiter::Session(_)) => {}
+                    None => {}
+                }
+            }
+            // Waiters see their channel close: "server shutting down".
+            waiters.lock().clear();
+        });
+        *started = Some(cancel.drop_guard());
+        Ok(())
+    }
+
+    fn register(&self, w: Waiter) -> Result<(u64, String), ServiceError> {
+        self.start()?;
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut map = self.waiters.lock();
+            if map.len() >= MAX_WAITERS {
+                return Err(ServiceError::ResourceExhausted(
+                    "too many publishes waiting for acks".into(),
+                ));
+            }
+            map.insert(token, w);
+        }
+        Ok((token, format!("{}.{token}", self.prefix)))
+    }
+
+    /// Registers a single publish's wait; the inbox goes into its envelope.
+    pub(super) fn wait_one(&self) -> Result<AckWait, ServiceError> {
+        let (tx, rx) = oneshot::channel();
+        let (token, inbox) = self.register(Waiter::Once(tx))?;
+        Ok(AckWait {
+            inbox,
+            rx,
+            _entry: Entry {
+                waiters: self.waiters.clone(),
+                token,
+            },
+        })
+    }
+
+    /// Registers a PublishAsync session: one inbox for all its requests.
+    pub(super) fn session(&self) -> Result<AckSession, ServiceError> {
+        let (tx, rx) = mpsc::channel(SESSION_WINDOW);
+        let (token, inbox) = self.register(Waiter::Session(tx))?;
+        Ok(AckSession {
+            inbox,
+            rx,
+            window: Arc::new(Semaphore::new(SESSION_WINDOW)),
+            _entry: Entry {
+                waiters: self.waiters.clone(),
+                token,
+            },
+        })
+    }
+}
+
+/// Removes a waiter from the map when dropped (completion, timeout, or the
+/// caller going away).
+struct Entry {
+    waiters: Waiters,
+    token: u64,
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        self.waiters.lock().remove(&self.token);
+    }
+}
+
+/// One publish waiting for its ack.
+pub struct AckWait {
+    /// The inbox to put in the envelope.
+    pub inbox: String,
+    rx: oneshot::Receiver<Ack>,
+    _entry: Entry,
+}
+
+impl AckWait {
+    /// The ack, `None` if the service or the NATS server stopped first.
+    pub async fn recv(self) -> Option<Ack> {
+        self.rx.await.ok()
+    }
+}
+
+/// A PublishAsync session's share of the ack inbox.
+pub struct AckSession {
+    /// The inbox every acked request of the session carries.
+    pub inbox: String,
+    rx: mpsc::Receiver<Ack>,
+    window: Arc<Semaphore>,
+    _entry: Entry,
+}
+
+impl AckSession {
+    /// The acks, in arrival order, and the window that bounds them: take a
+    /// permit (and forget it) before publishing a request that wants an
+    /// ack; give one back (`add_permits(1)`) per ack taken from the queue.
+    pub fn split(self) -> (String, AckQueue, Arc<Semaphore>) {
+        (
+            self.inbox,
+            AckQueue {
+                rx: self.rx,
+                _entry: self._entry,
+            },
+            self.window,
+        )
+    }
+}
+
+/// The receiving half of an [`AckSession`]; unregisters when dropped.
+pub struct AckQueue {
+    rx: mpsc::Receiver<Ack>,
+    _entry: Entry,
+}
+
+impl AckQueue {
+    /// The next ack, `None` once the router stopped.
+    pub async fn recv(&mut self) -> Option<Ack> {
+        self.rx.recv().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::nats::NatsServer;
+
+    async fn server() -> NatsServer {
+        NatsServer::start(crate::config::nats::NatsOptions {
+            host: "127.0.0.1".into(),
+            port: 0,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+    }
+
+    fn ack(corr: &str) -> bytes::Bytes {
+        envelope::encode_ack(&Ack {
+            correlation_id: corr.into(),
+            ..Default::default()
+        })
+    }
+
+    /// Every way a wait ends removes its entry: answered, timed out,
+    /// cancelled; sessions too. Acks for unknown tokens are dropped.
+    #[tokio::test]
+    async fn waiters_never_leak() {
+        let nats = server().await;
+        let client = nats.local_client("test");
+        let router = AckRouter::new(client.clone(), "ns");
+        let subs_before = nats.varz_json()["subscriptions"].as_u64().unwrap();
+
+        // Answered.
+        let mut answered = Vec::new();
+        for i in 0..100 {
+            let w = router.wait_one().unwrap();
+            assert!(w.inbox.starts_with("ns.ack."), "{}", w.inbox);
+            client
+                .publish(&w.inbox, None, None, ack(&format!("c{i}")))
+                .unwrap();
+            answered.push((i, w));
+        }
+        assert_eq!(router.pending(), 100);
+        for (i, w) in answered {
+            let a = tokio::time::timeout(Duration::from_secs(5), w.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(a.correlation_id, format!("c{i}"));
+        }
+        assert_eq!(router.pending(), 0);
+
+        // Timed out, then its ack comes late and goes nowhere.
+        let w = router.wait_one().unwrap();
+        let inbox = w.inbox.clone();
+        assert!(tokio::time::timeout(Duration::from_millis(20), w.recv())
+            .await
+            .is_err());
+        assert_eq!(router.pending(), 0);
+        client.publish(&inbox, None, None, ack("late")).unwrap();
+
+        // Cancelled (the caller's future dropped mid-wait).
+        let w = router.wait_one().unwrap();
+        let task = tokio::spawn(w.recv());
+        tokio::task::yield_now().await;
+        task.abort();
+        let _ = task.await;
+        assert_eq!(router.pending(), 0);
+
+        // A session: many acks on one inbox, unregistered when dropped.
+        let (inbox, mut q, _window) = router.session().unwrap().split();
+        for i in 0..10 {
+            client
+                .publish(&inbox, None, None, ack(&format!("s{i}")))
+                .unwrap();
+        }
+        for i in 0..10 {
+            let a = tokio::time::timeout(Duration::from_secs(5), q.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(a.correlation_id, format!("s{i}"));
+        }
+        assert_eq!(router.pending(), 1);
+        drop(q);
+        assert_eq!(router.pending(), 0);
+
+        // One subscription served all of it.
+        let subs_after = nats.varz_json()["subscriptions"].as_u64().unwrap();
+        assert_eq!(subs_after, subs_before + 1);
+        nats.shutdown().await;
+    }
+
+    /// The map is bounded: past MAX_WAITERS a new wait is refused.
+    #[tokio::test]
+    async fn waiters_are_bounded() {
+        let nats = server().await;
+        let router = AckRouter::new(nats.local_client("test"), "ns");
+        let held: Vec<AckWait> = (0..MAX_WAITERS)
+            .map(|_| router.wait_one().unwrap())
+            .collect();
+        assert!(matches!(
+            router.wait_one(),
+            Err(ServiceError::ResourceExhausted(_))
+        ));
+        drop(held);
+        assert_eq!(router.pending(), 0);
+        assert!(router.wait_one().is_ok());
+        nats.shutdown().await;
+    }
+}

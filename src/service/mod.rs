@@ -1,0 +1,297 @@
+//! The use-case layer: what a client can ask of this node, in the domain's
+//! words, whatever the protocol it asked in.
+//!
+//! Both adapters call it: the gRPC service (`api::service`, proto → domain
+//! → here → proto/Status) and the admin HTTP API (`admin`, JSON → domain →
+//! here → JSON/status). So validation, error messages and side effects
+//! (waiting for partitions to start or stop) are the same on both.
+//!
+//! - [`streams`]: create, delete, pause, resume, readonly, list, describe;
+//! - [`publish`]: publishes through NATS (one path into the log: the
+//!   partition leader's stenographer) and the wait for acks ([`acks`]);
+//! - [`subscribe`]: checks and starts partition readers;
+//! - [`consumers`]: cursors and consumer groups.
+//!
+//! Metadata changes go through [`Metadata::propose`] (checks happen at
+//! apply time there). When this node is not the controller (the metadata
+//! leader), `propose` forwards the command to it: this layer neither knows
+//! nor cares where the controller is.
+//!
+//! Errors are [`ServiceError`]: the adapters map it to a gRPC status
+//! (`api::service`) and to an HTTP status (`admin`), each in one place.
+//! This layer never sees `proto::*`, `tonic` or HTTP types; below it are
+//! `partition`, `cluster` (metadata), `wire`, `store` and `nats`.
+//!
+//! Tasks: one ack-routing task per service (spawned on the first acked
+//! publish, ends with the service or the NATS server); the readers spawned
+//! by [`Service::subscribe`] belong to their subscription.
+
+pub mod acks;
+pub mod consumers;
+pub mod publish;
+pub mod streams;
+pub mod subscribe;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::cluster::{
+    ApplyError, MetaCommand, MetaError, MetaResponse, Metadata, MetadataState, StreamMeta,
+};
+use crate::nats::handle::LocalClient;
+use crate::partition::reader::ReadEnd;
+use crate::partition::{Partition, PartitionManager};
+
+pub use crate::cluster::internal::{ACTIVITY_STREAM, CURSORS_STREAM};
+pub use consumers::{GroupAssignments, GroupJoined};
+pub use publish::{Publish, PublishToSubject};
+pub use streams::{CreateStream, PartitionStatus};
+pub use subscribe::{ConsumerRef, SubscribeRequest, Subscription};
+
+/// How long a resumed or newly created partition may take to start here.
+const START_WAIT: Duration = Duration::from_secs(5);
+
+/// A failed use case. The adapters turn it into a gRPC or HTTP status, each
+/// in one place; the messages are the ones clients see.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The request is malformed (gRPC INVALID_ARGUMENT, HTTP 400).
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// No such stream, partition or group (NOT_FOUND, 404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The stream exists already (ALREADY_EXISTS, 409).
+    #[error("{0}")]
+    AlreadyExists(String),
+    /// The state forbids the request: readonly, paused, not the leader or
+    /// coordinator, stale epoch (FAILED_PRECONDITION, 409).
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// A server limit was hit (RESOURCE_EXHAUSTED, 429).
+    #[error("{0}")]
+    ResourceExhausted(String),
+    /// An acknowledgement did not come in time (DEADLINE_EXCEEDED, 504).
+    #[error("{0}")]
+    Timeout(String),
+    /// An error Liftbridge reports without a specific code (UNKNOWN, 500).
+    #[error("{0}")]
+    Unknown(String),
+    /// Anything else (INTERNAL, 500).
+    #[error("{0}")]
+    Internal(String),
+    /// A subscription could not start at the requested position.
+    #[error(transparent)]
+    Read(#[from] ReadEnd),
+}
+
+impl From<MetaError> for ServiceError {
+    fn from(e: MetaError) -> ServiceError {
+        match e {
+            MetaError::NoLeader => ServiceError::Internal("no known metadata leader".into()),
+            other => ServiceError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<ApplyError> for ServiceError {
+    fn from(e: ApplyError) -> ServiceError {
+        match e {
+            ApplyError::AlreadyExists { .. } => {
+                ServiceError::AlreadyExists("Stream already exists".into())
+            }
+            ApplyError::StreamNotFound { .. } => ServiceError::NotFound("No such stream".into()),
+            ApplyError::PartitionNotFound { .. } => {
+                ServiceError::NotFound("No such partition".into())
+            }
+            ApplyError::Invalid { reason } => ServiceError::InvalidArgument(reason),
+            ApplyError::GroupNotFound { .. } => {
+                ServiceError::NotFound("No such consumer group".into())
+            }
+            e @ (ApplyError::NotMember { .. } | ApplyError::EpochMismatch { .. }) => {
+                ServiceError::FailedPrecondition(e.to_string())
+            }
+        }
+    }
+}
+
+impl From<crate::nats::NatsError> for ServiceError {
+    fn from(e: crate::nats::NatsError) -> ServiceError {
+        match e {
+            crate::nats::NatsError::InvalidSubject(s) => {
+                ServiceError::InvalidArgument(format!("invalid subject {s:?}"))
+            }
+            crate::nats::NatsError::MaxPayload => {
+                ServiceError::InvalidArgument("message too large".into())
+            }
+            other => ServiceError::Internal(other.to_string()),
+        }
+    }
+}
+
+/// Options of the service.
+#[derive(Debug, Clone)]
+pub struct ServiceOptions {
+    /// `clustering.namespace`: prefix of server-generated ack inboxes.
+    pub namespace: String,
+    /// `cursors.stream.partitions` (0 = cursors disabled).
+    pub cursor_partitions: i32,
+    /// `groups.consumer.timeout`: members silent this long are evicted.
+    pub consumer_timeout: Duration,
+    /// `groups.coordinator.timeout`, told to consumers.
+    pub coordinator_timeout: Duration,
+}
+
+impl Default for ServiceOptions {
+    fn default() -> Self {
+        ServiceOptions {
+            namespace: "liftbridge-default".into(),
+            cursor_partitions: 0,
+            consumer_timeout: Duration::from_secs(15),
+            coordinator_timeout: Duration::from_secs(15),
+        }
+    }
+}
+
+struct Inner {
+    meta: Metadata,
+    parts: PartitionManager,
+    nats: LocalClient,
+    opts: ServiceOptions,
+    acks: acks::AckRouter,
+    /// Latest cursor offsets by cursor key, filled by SetCursor and by scans.
+    cursors: Mutex<HashMap<String, i64>>,
+    /// Last time each (group, consumer) joined or fetched its assignments,
+    /// on the coordinator (this node): the liveness that eviction checks.
+    group_seen: Mutex<HashMap<(String, String), tokio::time::Instant>>,
+}
+
+/// The use cases of this node. Cheap to clone.
+#[derive(Clone)]
+pub struct Service {
+    inner: Arc<Inner>,
+}
+
+/// Names that cannot be used as a directory name are rejected up front.
+fn valid_stream_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', '\\', '\0'])
+        && !name.chars().any(char::is_whitespace)
+}
+
+impl Service {
+    /// Creates the service.
+    pub fn new(
+        meta: Metadata,
+        parts: PartitionManager,
+        nats: LocalClient,
+        opts: ServiceOptions,
+    ) -> Service {
+        let acks = acks::AckRouter::new(nats.clone(), &opts.namespace);
+        Service {
+            inner: Arc::new(Inner {
+                meta,
+                parts,
+                nats,
+                opts,
+                acks,
+                cursors: Mutex::new(HashMap::new()),
+                group_seen: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The replicated metadata as this node last applied it.
+    pub fn state(&self) -> Arc<MetadataState> {
+        self.inner.meta.state()
+    }
+
+    /// This node's server id.
+    pub fn server_id(&self) -> &str {
+        self.inner.parts.server_id()
+    }
+
+    /// The partition served here, if it runs here (same stream incarnation).
+    pub fn local_partition(&self, s: &StreamMeta, id: i32) -> Option<Arc<Partition>> {
+        self.inner
+            .parts
+            .get(&s.name, id)
+            .filter(|p| p.creation_ns == s.creation_timestamp_ns)
+    }
+
+    /// Publishes still waiting for an ack on the shared ack inbox.
+    pub fn pending_acks(&self) -> usize {
+        self.inner.acks.pending()
+    }
+
+    async fn propose(&self, cmd: MetaCommand) -> Result<(), ServiceError> {
+        match self.inner.meta.propose(cmd).await? {
+            MetaResponse::Ok => Ok(()),
+            MetaResponse::Rejected(e) => Err(e.into()),
+        }
+    }
+
+    fn stream_partition<'a>(
+        &self,
+        state: &'a MetadataState,
+        stream: &str,
+        partition: i32,
+    ) -> Result<&'a StreamMeta, ServiceError> {
+        let s = state
+            .stream(stream)
+            .ok_or_else(|| ServiceError::NotFound("No such stream".into()))?;
+        if s.partition(partition).is_none() {
+            return Err(ServiceError::NotFound("No such partition".into()));
+        }
+        Ok(s)
+    }
+
+    /// Resumes a paused partition (all partitions when the stream was paused
+    /// with resumeAll) and waits for it to run here if this node leads it.
+    async fn ensure_resumed(&self, s: &StreamMeta, partition: i32) -> Result<(), ServiceError> {
+        let Some(p) = s.partition(partition) else {
+            return Err(ServiceError::NotFound("No such partition".into()));
+        };
+        if p.paused {
+            let partitions = if p.resume_all {
+                Vec::new()
+            } else {
+                vec![partition]
+            };
+            self.propose(MetaCommand::ResumeStream {
+                name: s.name.clone(),
+                partitions,
+            })
+            .await?;
+        }
+        // Fast path: the partition already runs here.
+        if p.leader == self.inner.parts.server_id()
+            && (p.paused || self.inner.parts.get(&s.name, partition).is_none())
+        {
+            self.inner
+                .parts
+                .wait_for(&s.name, partition, START_WAIT)
+                .await;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_names() {
+        assert!(valid_stream_name("orders"));
+        assert!(!valid_stream_name(".."));
+        assert!(!valid_stream_name("a/b"));
+        assert!(!valid_stream_name("a b"));
+        assert!(!valid_stream_name(""));
+    }
+}

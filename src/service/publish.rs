@@ -1,0 +1,236 @@
+//! Publish use cases: to a stream partition, to a subject, and the
+//! PublishAsync session.
+//!
+//! A publish is wrapped in a Liftbridge envelope and published into NATS on
+//! the partition's subject, exactly as any client would, so the
+//! stenographer is the one path into the log. When the caller waits for the
+//! ack, the envelope names an inbox of the service's shared ack inbox
+//! ([`super::acks`]); a caller that supplied its own ack inbox is waited for
+//! on that inbox (a subscription of its own, as it is not ours to route).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::acks::{AckQueue, AckWait};
+use super::{Service, ServiceError};
+use crate::wire::{envelope, Ack, AckError, AckPolicy, Message};
+
+/// A message to publish to a stream partition.
+#[derive(Debug, Clone, Default)]
+pub struct Publish {
+    /// Stream name.
+    pub stream: String,
+    /// Partition id.
+    pub partition: i32,
+    /// Optional key (empty = none).
+    pub key: Bytes,
+    /// The payload.
+    pub value: Bytes,
+    /// Headers carried in the envelope.
+    pub headers: HashMap<String, Bytes>,
+    /// Where the ack goes (empty: the service's own inbox when waiting).
+    pub ack_inbox: String,
+    /// Echoed in the ack.
+    pub correlation_id: String,
+    /// When the ack is sent (NONE: never).
+    pub ack_policy: AckPolicy,
+    /// Optimistic concurrency control: the offset the message must get
+    /// (-1 = any).
+    pub expected_offset: i64,
+}
+
+/// A message to publish to a NATS subject (recorded by whatever streams
+/// attach to it).
+#[derive(Debug, Clone, Default)]
+pub struct PublishToSubject {
+    /// The literal subject.
+    pub subject: String,
+    /// Optional key (empty = none).
+    pub key: Bytes,
+    /// The payload.
+    pub value: Bytes,
+    /// Headers carried in the envelope.
+    pub headers: HashMap<String, Bytes>,
+    /// Where the ack goes (empty: the service's own inbox when waiting).
+    pub ack_inbox: String,
+    /// Echoed in the ack.
+    pub correlation_id: String,
+    /// When the ack is sent (NONE: never).
+    pub ack_policy: AckPolicy,
+}
+
+/// A PublishAsync session: its requests share one inbox of the service's
+/// ack inbox; acks arrive on `acks` in arrival order.
+pub struct PublishSession {
+    /// The inbox acked requests of this session carry.
+    pub inbox: String,
+    /// The acks.
+    pub acks: AckQueue,
+    /// Bounds the acks outstanding (see [`super::acks`]).
+    pub window: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+impl Service {
+    /// Publishes to a stream partition and, when `wait` is given (and the
+    /// policy is not NONE), waits that long for the ack. An ack that
+    /// reports an error is an error here (as gRPC Publish reports it).
+    pub async fn publish(
+        &self,
+        r: Publish,
+        wait: Option<Duration>,
+    ) -> Result<Option<Ack>, ServiceError> {
+        let ack = self.publish_one(r, wait).await?;
+        if let Some(a) = &ack {
+            match AckError::try_from(a.ack_error).unwrap_or(AckError::Unknown) {
+                AckError::Ok => {}
+                AckError::TooLarge => {
+                    return Err(ServiceError::InvalidArgument(
+                        "BAD_REQUEST: message too large".into(),
+                    ))
+                }
+                AckError::IncorrectOffset => {
+                    return Err(ServiceError::Unknown("incorrect expected offset".into()))
+                }
+                other => return Err(ServiceError::Internal(format!("ack error {other:?}"))),
+            }
+        }
+        Ok(ack)
+    }
+
+    /// The shared publish path: validate, resume, envelope, publish into
+    /// NATS, and wait for the ack when `wait` is given. Ack errors are
+    /// returned in the ack.
+    pub(super) async fn publish_one(
+        &self,
+        r: Publish,
+        wait: Option<Duration>,
+    ) -> Result<Option<Ack>, ServiceError> {
+        if r.stream.is_empty() {
+            return Err(ServiceError::InvalidArgument("No stream provided".into()));
+        }
+        let state = self.state();
+        let s = self.stream_partition(&state, &r.stream, r.partition)?;
+        if s.partition(r.partition).is_some_and(|p| p.readonly) {
+            return Err(ServiceError::FailedPrecondition(
+                "Partition is readonly".into(),
+            ));
+        }
+        let occ = self.inner.parts.defaults().occ(s);
+        if occ && r.ack_policy == AckPolicy::None {
+            return Err(ServiceError::InvalidArgument(
+                "BAD_REQUEST: optimistic concurrency control requires an ack policy other than NONE".into(),
+            ));
+        }
+        self.ensure_resumed(s, r.partition).await?;
+        let subject = s.partition_subject(r.partition);
+        let wait = wait.filter(|_| r.ack_policy != AckPolicy::None);
+        let msg = Message {
+            offset: r.expected_offset,
+            key: r.key,
+            value: r.value,
+            headers: r.headers,
+            ack_inbox: r.ack_inbox,
+            correlation_id: r.correlation_id,
+            ack_policy: r.ack_policy as i32,
+            ..Default::default()
+        };
+        self.publish_and_wait(&subject, msg, wait).await
+    }
+
+    /// Publishes to a literal subject and, when `wait` is given (and the
+    /// policy is not NONE), waits that long for the ack.
+    pub async fn publish_to_subject(
+        &self,
+        r: PublishToSubject,
+        wait: Option<Duration>,
+    ) -> Result<Option<Ack>, ServiceError> {
+        if r.subject.is_empty() || !crate::nats::subject::is_valid_literal_subject(&r.subject) {
+            return Err(ServiceError::InvalidArgument("Invalid subject".into()));
+        }
+        let wait = wait.filter(|_| r.ack_policy != AckPolicy::None);
+        let msg = Message {
+            offset: -1,
+            key: r.key,
+            value: r.value,
+            headers: r.headers,
+            ack_inbox: r.ack_inbox,
+            correlation_id: r.correlation_id,
+            ack_policy: r.ack_policy as i32,
+            ..Default::default()
+        };
+        self.publish_and_wait(&r.subject, msg, wait).await
+    }
+
+    /// Starts a PublishAsync session on the shared ack inbox.
+    pub fn publish_session(&self) -> Result<PublishSession, ServiceError> {
+        let (inbox, acks, window) = self.inner.acks.session()?.split();
+        Ok(PublishSession {
+            inbox,
+            acks,
+            window,
+        })
+    }
+
+    /// Publishes one request of a session without waiting for its ack
+    /// (which arrives on the session's queue). Ack errors come in the ack.
+    pub async fn publish_in_session(&self, r: Publish) -> Result<(), ServiceError> {
+        self.publish_one(r, None).await.map(|_| ())
+    }
+
+    async fn publish_and_wait(
+        &self,
+        subject: &str,
+        mut msg: Message,
+        wait: Option<Duration>,
+    ) -> Result<Option<Ack>, ServiceError> {
+        let Some(wait) = wait else {
+            let payload = envelope::encode_message(&msg);
+            self.inner.nats.publish(subject, None, None, payload)?;
+            return Ok(None);
+        };
+        if !msg.ack_inbox.is_empty() {
+            return self.publish_and_wait_on(subject, msg, wait).await;
+        }
+        // Registered before publishing so the ack cannot be missed; the
+        // registration is removed when `waiter` is dropped, however this
+        // call ends.
+        let waiter: AckWait = self.inner.acks.wait_one()?;
+        msg.ack_inbox = waiter.inbox.clone();
+        let payload = envelope::encode_message(&msg);
+        self.inner.nats.publish(subject, None, None, payload)?;
+        match tokio::time::timeout(wait, waiter.recv()).await {
+            Ok(Some(ack)) => Ok(Some(ack)),
+            Ok(None) => Err(ServiceError::Internal("server shutting down".into())),
+            Err(_) => Err(ServiceError::Timeout("timed out waiting for ack".into())),
+        }
+    }
+
+    /// Waits on an ack inbox the caller chose (not routed by us).
+    async fn publish_and_wait_on(
+        &self,
+        subject: &str,
+        msg: Message,
+        wait: Duration,
+    ) -> Result<Option<Ack>, ServiceError> {
+        let payload = envelope::encode_message(&msg);
+        // Subscribe before publishing so the ack cannot be missed.
+        let mut sub = self.inner.nats.subscribe(&msg.ack_inbox, None)?;
+        self.inner.nats.publish(subject, None, None, payload)?;
+        let got = tokio::time::timeout(wait, async {
+            while let Some(m) = sub.next().await {
+                if let Ok(ack) = envelope::decode_ack(&m.payload) {
+                    return Some(ack);
+                }
+            }
+            None
+        })
+        .await;
+        match got {
+            Ok(Some(ack)) => Ok(Some(ack)),
+            Ok(None) => Err(ServiceError::Internal("server shutting down".into())),
+            Err(_) => Err(ServiceError::Timeout("timed out waiting for ack".into())),
+        }
+    }
+}
