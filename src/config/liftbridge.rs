@@ -1611,11 +1611,17 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         let c = from_yaml_str(&text, &path).unwrap();
         // The example lists the defaults, except the packaged data directory.
-        let expected = LiftbridgeConfig {
+        let mut expected = LiftbridgeConfig {
             data_dir: PathBuf::from("/var/lib/liftbridge"),
+            explicit_keys: c.explicit_keys.clone(),
             ..Default::default()
         };
+        expected.nats.listen_explicit = true;
+        expected.http.listen_explicit = true;
         assert_eq!(c, expected);
+        // It sets no key without effect (those are commented out) and none
+        // that is refused.
+        assert_eq!(crate::config::audit::audit(&c), Ok(vec![]));
         // And it mentions every key (set or commented out).
         for key in KEYS {
             assert!(
