@@ -9,8 +9,9 @@
 //! goes through [`Service::resume_partitions`], which waits for the
 //! partitions this node leads to run again.
 //!
-//! Reads come from the replicated metadata ([`Metadata::state`]) and from
-//! the partition logs this node serves ([`PartitionManager::get`]); a
+//! Reads come from the replicated metadata (listed and described by the
+//! service; node-level facts from [`Metadata`]) and from the partition logs
+//! this node serves ([`Service::local_partition`]); a
 //! partition that is paused or led by another node has no open log here, so
 //! its offsets read as -1 and its messages cannot be browsed (409).
 //!
@@ -384,10 +385,8 @@ fn millis(d: Duration) -> i64 {
 
 impl AdminContext {
     fn stream(&self, name: &str) -> Result<StreamMeta, AdminError> {
-        self.meta
-            .state()
-            .stream(name)
-            .cloned()
+        self.service
+            .describe_stream(name)
             .ok_or_else(|| AdminError::NotFound(format!("no such stream: {name}")))
     }
 
@@ -557,9 +556,13 @@ fn health(ctx: &AdminContext) -> HttpResponse {
 }
 
 fn list_streams(ctx: &AdminContext) -> Value {
-    let state = ctx.meta.state();
-    // The metadata map is ordered by name.
-    let streams: Vec<Value> = state.streams.values().map(|s| ctx.stream_json(s)).collect();
+    // Ordered by name.
+    let streams: Vec<Value> = ctx
+        .service
+        .list_streams()
+        .iter()
+        .map(|s| ctx.stream_json(s))
+        .collect();
     json!({ "streams": streams })
 }
 
