@@ -26,8 +26,8 @@ use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use crate::api::proto;
 use crate::api::proto::api_server::ApiServer;
 use crate::api::service::{ApiError, ApiOptions, ApiService, CURSORS_STREAM};
-use crate::cluster::{MetaError, Metadata, NodeInfo};
-use crate::config::liftbridge::LiftbridgeConfig;
+use crate::cluster::{Bootstrap, ClusterOptions, MetaError, Metadata, MetadataOptions, NodeInfo};
+use crate::config::liftbridge::{advertise_host, LiftbridgeConfig, RaftBootstrap};
 use crate::config::NatsOptions;
 use crate::nats::NatsServer;
 use crate::partition::{ManagerTasks, PartitionDefaults, PartitionManager};
@@ -68,14 +68,20 @@ pub struct NodeConfig {
     pub listen_host: String,
     /// gRPC listen port (`port`; 0 = any free port).
     pub port: u16,
-    /// Host advertised to clients (`host`); empty = derived from `listen_host`.
+    /// Host advertised to clients (`host`); empty = derived from
+    /// `listen_host` (`config::liftbridge::advertise_host`).
     pub advertise_host: String,
     /// Server id (`clustering.server.id`); empty = stored or random.
     pub server_id: String,
     /// `clustering.namespace`.
     pub namespace: String,
-    /// Bootstrap a one-node metadata group (`clustering.raft.bootstrap.seed`).
-    pub bootstrap: bool,
+    /// How the node enters the metadata group
+    /// (`LiftbridgeConfig::raft_bootstrap_mode`).
+    pub bootstrap: RaftBootstrap,
+    /// `clustering.raft.max.quorum.size` (0 = no limit).
+    pub max_quorum_size: u32,
+    /// Raft timings and snapshot threshold.
+    pub raft: MetadataOptions,
     /// Options of the embedded NATS server (its `http` is ignored: the node
     /// serves HTTP itself, see `http`).
     pub nats: NatsOptions,
@@ -108,7 +114,9 @@ impl Default for NodeConfig {
             advertise_host: String::new(),
             server_id: String::new(),
             namespace: "liftbridge-default".into(),
-            bootstrap: true,
+            bootstrap: RaftBootstrap::Seed,
+            max_quorum_size: 0,
+            raft: MetadataOptions::default(),
             nats: NatsOptions::default(),
             http: None,
             http_auth: crate::http::AuthConfig::default(),
@@ -215,13 +223,7 @@ impl NodeConfig {
                 ))
             }
         };
-        let advertise = if !c.host.is_empty() {
-            c.host.clone()
-        } else if listen_host.is_empty() || listen_host == "0.0.0.0" || listen_host == "::" {
-            "127.0.0.1".into()
-        } else {
-            listen_host.clone()
-        };
+        let advertise = advertise_host(&c.host, &listen_host);
         let s = &c.streams;
         let partitions = PartitionDefaults {
             retention_max_bytes: s.retention_max_bytes,
@@ -249,7 +251,9 @@ impl NodeConfig {
             advertise_host: advertise,
             server_id: c.clustering.server_id.clone(),
             namespace: c.clustering.namespace.clone(),
-            bootstrap: c.raft_bootstrap(),
+            bootstrap: c.raft_bootstrap_mode(),
+            max_quorum_size: c.clustering.raft_max_quorum_size,
+            raft: MetadataOptions::from_config(c),
             nats,
             http,
             http_auth,
@@ -310,6 +314,8 @@ pub struct NodeHandle {
     meta: Metadata,
     parts: PartitionManager,
     tasks: Option<ManagerTasks>,
+    /// Creates `__cursors` when this node did not lead at start.
+    cursors_task: Option<JoinHandle<()>>,
     http: Option<crate::http::HttpServer>,
     stop_grpc: Option<oneshot::Sender<()>>,
     grpc_task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
@@ -341,35 +347,38 @@ impl crate::http::MonitorSource for NatsMonitor {
 /// admin API (`/api/v1/…`), Prometheus `/metrics` (which also installs the
 /// request observer) and the UI; later sets win on conflicting paths. The
 /// server checks `http.auth.*` credentials before any route and serves
-/// HTTPS only when `http.tls.*` is set. The listener is bound first so the
-/// admin API can report its address.
-async fn start_http(
-    cfg: &NodeConfig,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    host: &str,
-    port: u16,
-    admin: crate::admin::AdminContext,
-    metrics: crate::metrics::NodeMetrics,
-) -> Result<crate::http::HttpServer, NodeError> {
-    use crate::http::{HttpState, Router};
+/// HTTPS only when `http.tls.*` is set. The listener is bound before the
+/// metadata group opens (`bind_http`), so the broker entry carries its port.
+async fn bind_http(host: &str, port: u16) -> Result<tokio::net::TcpListener, NodeError> {
     let addr = tokio::net::lookup_host((host, port))
         .await
         .ok()
         .and_then(|mut a| a.next())
         .ok_or_else(|| NodeError::Config(format!("http.listen {host}:{port} does not resolve")))?;
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| NodeError::Bind {
+            addr: addr.to_string(),
+            source,
+        })
+}
+
+async fn start_http(
+    cfg: &NodeConfig,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    listener: tokio::net::TcpListener,
+    admin: crate::admin::AdminContext,
+    metrics: crate::metrics::NodeMetrics,
+) -> Result<crate::http::HttpServer, NodeError> {
+    use crate::http::{HttpState, Router};
     let bind_err = |source: std::io::Error| NodeError::Bind {
-        addr: addr.to_string(),
+        addr: admin.addrs.http.to_string(),
         source,
     };
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(bind_err)?;
-    let mut admin = admin;
-    admin.addrs.http = listener.local_addr().map_err(bind_err)?;
     let nats = admin.nats.clone();
     let router = Router::new()
         .merge(crate::http::monitoring_routes(Arc::new(NatsMonitor(nats))))
-        .merge(crate::admin::routes(admin))
+        .merge(crate::admin::routes(admin.clone()))
         .merge(crate::metrics::routes(metrics))
         // Merged last: the UI's `/` wins over the monitoring endpoint list.
         .merge(crate::http::ui::routes());
@@ -388,10 +397,25 @@ fn read_file(p: &PathBuf) -> Result<Vec<u8>, NodeError> {
 /// Opens the metadata group. A previous node in this process may still be
 /// releasing the Raft database (its storage tasks end asynchronously after
 /// shutdown), so "already open" is retried for a short while.
-async fn open_metadata(cfg: &NodeConfig, node: NodeInfo) -> Result<Metadata, NodeError> {
+async fn open_metadata(
+    cfg: &NodeConfig,
+    node: NodeInfo,
+    nats: &NatsServer,
+) -> Result<Metadata, NodeError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let bootstrap = match &cfg.bootstrap {
+        RaftBootstrap::Seed => Bootstrap::Seed,
+        RaftBootstrap::Peers(p) => Bootstrap::Peers(p.clone()),
+        RaftBootstrap::Join => Bootstrap::Join,
+    };
     loop {
-        match Metadata::open(&cfg.data_dir, node.clone(), cfg.bootstrap).await {
+        let cluster = ClusterOptions {
+            client: nats.local_client("LIFT.raft"),
+            namespace: cfg.namespace.clone(),
+            bootstrap: bootstrap.clone(),
+            max_quorum_size: cfg.max_quorum_size,
+        };
+        match Metadata::open_cluster(&cfg.data_dir, node.clone(), cluster, cfg.raft.clone()).await {
             Err(MetaError::Store(crate::cluster::StoreError::Redb(e)))
                 if matches!(*e, redb::Error::DatabaseAlreadyOpen)
                     && tokio::time::Instant::now() < deadline =>
@@ -400,6 +424,15 @@ async fn open_metadata(cfg: &NodeConfig, node: NodeInfo) -> Result<Metadata, Nod
             }
             other => return Ok(other?),
         }
+    }
+}
+
+/// `host:port`, with brackets around an IPv6 host.
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 
@@ -449,25 +482,26 @@ impl Node {
             source,
         })?;
 
-        let advertise = if !cfg.advertise_host.is_empty() {
-            cfg.advertise_host.clone()
-        } else if cfg.listen_host.is_empty()
-            || cfg.listen_host == "0.0.0.0"
-            || cfg.listen_host == "::"
-        {
-            // A wildcard address is not reachable; clients on this machine are.
-            "127.0.0.1".to_string()
-        } else {
-            cfg.listen_host.clone()
+        let http_listener = match &cfg.http {
+            Some((h, p)) => Some(bind_http(h, *p).await?),
+            None => None,
         };
+        let http_addr = match &http_listener {
+            Some(l) => Some(l.local_addr().map_err(|source| NodeError::Bind {
+                addr: "http".into(),
+                source,
+            })?),
+            None => None,
+        };
+        let advertise = advertise_host(&cfg.advertise_host, &cfg.listen_host);
         let node = NodeInfo {
             id: cfg.server_id.clone(),
-            host: advertise,
+            host: advertise.clone(),
             port: grpc_addr.port(),
-            nats_addr: nats_addr.to_string(),
-            http_addr: String::new(),
+            nats_addr: host_port(&advertise, nats_addr.port()),
+            http_addr: http_addr.map_or(String::new(), |a| host_port(&advertise, a.port())),
         };
-        let meta = open_metadata(&cfg, node).await?;
+        let meta = open_metadata(&cfg, node, &nats).await?;
 
         let local = nats.local_client("LIFT.streams");
         let (parts, tasks) = PartitionManager::start(
@@ -491,6 +525,11 @@ impl Node {
             },
         );
 
+        // `__cursors`: created before serving on the controller (a lone
+        // node), so a client's first cursor call finds it; a member that
+        // does not lead (yet) keeps trying in the background until the
+        // stream exists, created by whichever node gets there first.
+        let mut cursors_task = None;
         if cfg.cursor_partitions > 0 && meta.state().stream(CURSORS_STREAM).is_none() {
             let req = proto::CreateStreamRequest {
                 subject: format!("{}.cursors", cfg.namespace),
@@ -504,9 +543,22 @@ impl Node {
                 auto_pause_disable_if_subscribers: Some(proto::NullableBool { value: true }),
                 ..Default::default()
             };
-            match service.create_stream_internal(req, true).await {
-                Ok(()) | Err(ApiError::AlreadyExists(_)) => {}
-                Err(e) => return Err(NodeError::Cursors(e)),
+            if meta.is_leader() {
+                match service.create_stream_internal(req, true).await {
+                    Ok(()) | Err(ApiError::AlreadyExists(_)) => {}
+                    Err(e) => return Err(NodeError::Cursors(e)),
+                }
+            } else {
+                let (service, meta) = (service.clone(), meta.clone());
+                cursors_task = Some(tokio::spawn(async move {
+                    while meta.state().stream(CURSORS_STREAM).is_none() {
+                        match service.create_stream_internal(req.clone(), true).await {
+                            Ok(()) | Err(ApiError::AlreadyExists(_)) => return,
+                            Err(e) => tracing::debug!(error = %e, "creating __cursors; retrying"),
+                        }
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }));
             }
         }
 
@@ -547,8 +599,8 @@ impl Node {
         let grpc_task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
         }));
-        let http = match &cfg.http {
-            Some((h, p)) => {
+        let http = match (http_listener, http_addr) {
+            (Some(listener), Some(http_addr)) => {
                 let admin = crate::admin::AdminContext {
                     meta: meta.clone(),
                     parts: parts.clone(),
@@ -557,14 +609,13 @@ impl Node {
                     addrs: crate::admin::NodeAddrs {
                         grpc: grpc_addr,
                         nats: nats_addr,
-                        // Set once the HTTP listener is bound.
-                        http: SocketAddr::from(([0, 0, 0, 0], 0)),
+                        http: http_addr,
                     },
                     start_time_ns,
                 };
-                Some(start_http(&cfg, http_tls, h, *p, admin, metrics).await?)
+                Some(start_http(&cfg, http_tls, listener, admin, metrics).await?)
             }
-            None => None,
+            _ => None,
         };
         tracing::info!(grpc = %grpc_addr, nats = %nats_addr, server_id = %meta.node().id, "liftbridge node started");
 
@@ -575,6 +626,7 @@ impl Node {
             meta,
             parts,
             tasks: Some(tasks),
+            cursors_task,
             http,
             stop_grpc: Some(stop_tx),
             grpc_task: Some(grpc_task),
@@ -610,6 +662,9 @@ impl NodeHandle {
 
     /// Stops everything, in reverse start order; logs are closed durably.
     pub async fn shutdown(mut self) {
+        if let Some(t) = self.cursors_task.take() {
+            t.abort();
+        }
         if let Some(h) = self.http.take() {
             h.shutdown().await;
         }

@@ -620,25 +620,70 @@ impl Default for LiftbridgeConfig {
     }
 }
 
+/// The one rule for the host a node advertises to clients and peers (in
+/// its broker entry, FetchMetadata and the admin API): `host` when set, else
+/// the listen host unless it is a wildcard (`0.0.0.0`, `::`) or empty, else
+/// `127.0.0.1`. The loopback address rather than `localhost`: `localhost`
+/// may resolve to `::1` first while the listener is IPv4 only.
+pub fn advertise_host(host: &str, listen_host: &str) -> String {
+    if !host.is_empty() {
+        return host.to_string();
+    }
+    let h = listen_host.trim_start_matches('[').trim_end_matches(']');
+    if h.is_empty() || h == "0.0.0.0" || h == "::" {
+        "127.0.0.1".into()
+    } else {
+        h.to_string()
+    }
+}
+
+/// How this node enters the metadata group (see `cluster::control`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RaftBootstrap {
+    /// A one-member group on a fresh data directory.
+    Seed,
+    /// Wait for these servers; the lowest id initializes the group.
+    Peers(Vec<String>),
+    /// Wait to be added by the controller.
+    Join,
+}
+
 impl LiftbridgeConfig {
-    /// Host advertised to clients in metadata: `host` if set, else the
-    /// `listen` host unless it is a wildcard, else `localhost`.
+    /// Host advertised to clients in metadata (`advertise_host`).
     pub fn advertised_host(&self) -> String {
-        if !self.host.is_empty() {
-            return self.host.clone();
-        }
-        match split_host_port(&self.listen) {
-            Some((h, _)) if !h.is_empty() && h != "0.0.0.0" && h != "::" && h != "[::]" => {
-                h.to_string()
-            }
-            _ => "localhost".into(),
-        }
+        let listen = split_host_port(&self.listen).map_or("", |(h, _)| h);
+        advertise_host(&self.host, listen)
     }
 
-    /// Whether this node bootstraps a one-member Raft group: asked for with
-    /// `--raft-bootstrap-seed`, and the default when no peers are configured.
+    /// Whether the embedded NATS server is configured to form a cluster
+    /// (routes or a cluster listener).
+    pub fn nats_clustered(&self) -> bool {
+        false
+    }
+
+    /// Whether this node bootstraps a one-member Raft group on its own:
+    /// asked for with `--raft-bootstrap-seed`, and the default when neither
+    /// peers nor a NATS cluster are configured (zero-config start).
     pub fn raft_bootstrap(&self) -> bool {
-        self.clustering.raft_bootstrap_seed || self.clustering.raft_bootstrap_peers.is_empty()
+        self.raft_bootstrap_mode() == RaftBootstrap::Seed
+    }
+
+    /// How this node enters the metadata group: `Seed` with
+    /// `clustering.raft.bootstrap.seed`; `Peers` with
+    /// `clustering.raft.bootstrap.peers`; with neither, `Seed` when no NATS
+    /// cluster is configured (a lone node) and `Join` when it is (the node
+    /// waits to be added by the controller, as Liftbridge does).
+    pub fn raft_bootstrap_mode(&self) -> RaftBootstrap {
+        let c = &self.clustering;
+        if c.raft_bootstrap_seed {
+            RaftBootstrap::Seed
+        } else if !c.raft_bootstrap_peers.is_empty() {
+            RaftBootstrap::Peers(c.raft_bootstrap_peers.clone())
+        } else if self.nats_clustered() {
+            RaftBootstrap::Join
+        } else {
+            RaftBootstrap::Seed
+        }
     }
 }
 
@@ -1321,7 +1366,8 @@ mod tests {
         assert_eq!(c.cursors.stream_replication_factor, -1);
         assert_eq!(c.activity.stream_publish_ack_policy, ActivityAckPolicy::All);
         assert!(c.raft_bootstrap());
-        assert_eq!(c.advertised_host(), "localhost");
+        // A wildcard listen address advertises the loopback address.
+        assert_eq!(c.advertised_host(), "127.0.0.1");
         // Loading nothing gives the defaults.
         let loaded = load_with_env(&LiftbridgeFlags::default(), |_| None).unwrap();
         assert_eq!(loaded, c);

@@ -14,6 +14,7 @@ mod api_positions;
 mod cluster_crash;
 mod cluster_disk;
 mod cluster_meta;
+mod cluster_nats;
 mod cluster_router;
 mod cluster_storage;
 mod compat_cert;
