@@ -160,10 +160,15 @@ impl Default for MetadataOptions {
 }
 
 impl MetadataOptions {
-    /// Options from the configuration (`clustering.raft.snapshot.threshold`).
+    /// Options from the configuration (`clustering.raft.snapshot.threshold`,
+    /// `clustering.raft.heartbeat.interval`, `clustering.raft.election.timeout`).
+    /// An election timeout below two heartbeats is raised to two heartbeats.
     pub fn from_config(cfg: &crate::config::liftbridge::LiftbridgeConfig) -> MetadataOptions {
+        let c = &cfg.clustering;
         MetadataOptions {
-            snapshot_threshold: cfg.clustering.raft_snapshot_threshold,
+            snapshot_threshold: c.raft_snapshot_threshold,
+            heartbeat: c.raft_heartbeat_interval,
+            election_timeout: c.raft_election_timeout,
             ..Default::default()
         }
     }

@@ -93,6 +93,8 @@ pub const KEYS: &[&str] = &[
     "clustering.raft.bootstrap.seed",
     "clustering.raft.bootstrap.peers",
     "clustering.raft.max.quorum.size",
+    "clustering.raft.heartbeat.interval",
+    "clustering.raft.election.timeout",
     "clustering.replica.max.lag.time",
     "clustering.replica.max.leader.timeout",
     "clustering.replica.max.idle.wait",
@@ -426,6 +428,12 @@ pub struct ClusteringConfig {
     pub raft_bootstrap_peers: Vec<String>,
     /// `clustering.raft.max.quorum.size` (0 = unlimited).
     pub raft_max_quorum_size: u32,
+    /// `clustering.raft.heartbeat.interval` (150ms; not in Liftbridge): how
+    /// often the controller reaches every member.
+    pub raft_heartbeat_interval: Duration,
+    /// `clustering.raft.election.timeout` (1s; not in Liftbridge): silence
+    /// after which a member starts an election (randomized up to twice this).
+    pub raft_election_timeout: Duration,
     /// `clustering.replica.max.lag.time` (15s).
     pub replica_max_lag_time: Duration,
     /// `clustering.replica.max.leader.timeout` (15s).
@@ -591,6 +599,8 @@ impl Default for LiftbridgeConfig {
                 raft_bootstrap_seed: false,
                 raft_bootstrap_peers: Vec::new(),
                 raft_max_quorum_size: 0,
+                raft_heartbeat_interval: Duration::from_millis(150),
+                raft_election_timeout: Duration::from_secs(1),
                 replica_max_lag_time: Duration::from_secs(15),
                 replica_max_leader_timeout: Duration::from_secs(15),
                 replica_max_idle_wait: Duration::from_secs(10),
@@ -992,6 +1002,20 @@ impl Builder {
             "clustering.raft.bootstrap.seed" => c.clustering.raft_bootstrap_seed = boolean(raw)?,
             "clustering.raft.bootstrap.peers" => c.clustering.raft_bootstrap_peers = list(raw),
             "clustering.raft.max.quorum.size" => c.clustering.raft_max_quorum_size = num(raw)?,
+            "clustering.raft.heartbeat.interval" => {
+                let d = duration(raw)?;
+                if d < Duration::from_millis(10) {
+                    return Err("must be at least 10ms".into());
+                }
+                c.clustering.raft_heartbeat_interval = d;
+            }
+            "clustering.raft.election.timeout" => {
+                let d = duration(raw)?;
+                if d < Duration::from_millis(100) {
+                    return Err("must be at least 100ms".into());
+                }
+                c.clustering.raft_election_timeout = d;
+            }
             "clustering.replica.max.lag.time" => {
                 c.clustering.replica_max_lag_time = positive(duration(raw)?)?
             }
