@@ -297,7 +297,14 @@ pub(crate) fn start(
         client,
         &join_subject(&ns),
         md.clone(),
-        |md: Metadata, req: JoinRequest| async move { handle_join(&md, req).await },
+        |md: Metadata, req: JoinRequest| async move {
+            // Adding a learner waits for it to catch up: bounded, so a
+            // joiner that vanished does not hold a handler forever.
+            tokio::time::timeout(JOIN_TIMEOUT, handle_join(&md, req))
+                .await
+                .ok()
+                .flatten()
+        },
     )?);
     link.spawn(serve_requests(
         client,
@@ -420,6 +427,51 @@ async fn handle_join(md: &Metadata, req: JoinRequest) -> Option<JoinReply> {
             Ok(_) => tracing::info!(server = %req.node.id, "metadata voter added"),
             Err(e) => return join_failure(&e),
         }
+    }
+    // A server that lost its data directory rejoins under a new Raft id: its
+    // old id would count as a dead voter in every quorum from now on.
+    let stale: BTreeSet<u64> = {
+        let m = md.raft.metrics();
+        let m = m.borrow();
+        let found = m
+            .membership_config
+            .membership()
+            .nodes()
+            .filter(|(id, n)| **id != req.raft_id && n.id == req.node.id)
+            .map(|(id, _)| *id)
+            .collect();
+        found
+    };
+    if !stale.is_empty() && voter(md) {
+        let voters: BTreeSet<u64> = md
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect();
+        let (stale_voters, stale_learners): (BTreeSet<u64>, BTreeSet<u64>) =
+            stale.into_iter().partition(|id| voters.contains(id));
+        if !stale_voters.is_empty() {
+            if let Err(e) = md
+                .raft
+                .change_membership(ChangeMembers::RemoveVoters(stale_voters), false)
+                .await
+            {
+                return join_failure(&e);
+            }
+        }
+        if !stale_learners.is_empty() {
+            if let Err(e) = md
+                .raft
+                .change_membership(ChangeMembers::RemoveNodes(stale_learners), false)
+                .await
+            {
+                return join_failure(&e);
+            }
+        }
+        tracing::info!(server = %req.node.id, "stale raft ids of a rejoining server removed");
     }
     Some(JoinReply::Member { voter: voter(md) })
 }

@@ -216,3 +216,36 @@ async fn cluster_nats_peers_bootstrap_and_quorum_limit() {
     c.shutdown().await.unwrap();
     nats.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_nats_wiped_member_rejoins_without_a_stale_voter() {
+    let nats = nats().await;
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let n0 = open(&nats, dirs[0].path(), "w0", Bootstrap::Seed, 0).await;
+    let n1 = open(&nats, dirs[1].path(), "w1", Bootstrap::Join, 0).await;
+    let n2 = open(&nats, dirs[2].path(), "w2", Bootstrap::Join, 0).await;
+    eventually("three voters", || voters(&n0) == ["w0", "w1", "w2"]).await;
+    let old_raft_id = n2.raft_id();
+    n2.shutdown().await.unwrap();
+    // Same server id, empty data directory: a new Raft id.
+    let fresh = tempfile::tempdir().unwrap();
+    let n2 = open(&nats, fresh.path(), "w2", Bootstrap::Join, 0).await;
+    assert_ne!(n2.raft_id(), old_raft_id);
+    eventually("the new w2 replaces the old one", || {
+        let m = n0.members();
+        m.len() == 3
+            && m.iter().all(|m| m.voter)
+            && m.iter().any(|m| m.raft_id == n2.raft_id())
+            && !m.iter().any(|m| m.raft_id == old_raft_id)
+    })
+    .await;
+    n1.propose_ok(create("after-rejoin", 3)).await.unwrap();
+    eventually("the rejoined node has the state", || {
+        n2.state().stream("after-rejoin").is_some()
+    })
+    .await;
+    for md in [n0, n1, n2] {
+        md.shutdown().await.unwrap();
+    }
+    nats.shutdown().await;
+}
