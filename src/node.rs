@@ -131,6 +131,81 @@ impl Default for NodeConfig {
     }
 }
 
+/// Maps `nats.cluster.*` over the embedded server's options (over a
+/// `cluster {}` block of `nats.embedded.config`, key by key).
+fn apply_cluster(
+    c: &crate::config::liftbridge::NatsClusterConfig,
+    nats: &mut NatsOptions,
+) -> Result<(), NodeError> {
+    use crate::config::nats::{parse_cluster_listen, ClusterAuth, ClusterOptions, TlsFiles};
+    let any = c.enabled()
+        || c.name.is_some()
+        || c.advertise.is_some()
+        || c.auth_user.is_some()
+        || c.tls_cert.is_some();
+    if !any {
+        return Ok(());
+    }
+    if nats.cluster.is_none() && !c.enabled() {
+        return Err(NodeError::Config(
+            "nats.cluster.* needs nats.cluster.listen or nats.cluster.routes".into(),
+        ));
+    }
+    let o = nats.cluster.get_or_insert_with(ClusterOptions::default);
+    if let Some(n) = &c.name {
+        o.name = Some(n.clone());
+    }
+    if let Some(l) = &c.listen {
+        let (h, p) = parse_cluster_listen(l)
+            .ok_or_else(|| NodeError::Config(format!("nats.cluster.listen: bad address {l:?}")))?;
+        o.host = h;
+        o.port = p;
+    }
+    if !c.routes.is_empty() {
+        o.routes = c.routes.clone();
+    }
+    if let Some(a) = &c.advertise {
+        o.advertise = Some(a.clone());
+    }
+    match (&c.auth_user, &c.auth_password) {
+        (Some(u), p) => {
+            o.auth = Some(ClusterAuth {
+                user: u.clone(),
+                password: p.clone().unwrap_or_default(),
+            })
+        }
+        (None, Some(_)) => {
+            return Err(NodeError::Config(
+                "nats.cluster.auth.password needs nats.cluster.auth.user".into(),
+            ))
+        }
+        (None, None) => {}
+    }
+    match (&c.tls_cert, &c.tls_key) {
+        (Some(cert), Some(key)) => {
+            if c.tls_ca.is_none() {
+                return Err(NodeError::Config(
+                    "nats.cluster.tls needs nats.cluster.tls.ca to verify peer nodes".into(),
+                ));
+            }
+            o.tls = Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: c.tls_ca.clone(),
+                verify: true,
+            });
+        }
+        (None, None) if c.tls_ca.is_none() => {}
+        _ => {
+            return Err(NodeError::Config(
+                "nats.cluster.tls.cert, nats.cluster.tls.key and nats.cluster.tls.ca go together"
+                    .into(),
+            ))
+        }
+    }
+    Ok(())
+}
+
 /// Splits `host:port` (IPv6 in brackets allowed); a bare port means all
 /// interfaces.
 fn split_listen(s: &str, default_port: u16) -> (String, u16) {
@@ -172,6 +247,7 @@ impl NodeConfig {
                 }
             }
         };
+        apply_cluster(&c.nats.cluster, &mut nats)?;
         // The node serves HTTP itself (one listener for NATS monitoring and
         // the liftbridge endpoints); a monitoring port from the NATS file
         // takes precedence over `http.listen`.
@@ -339,6 +415,9 @@ impl crate::http::MonitorSource for NatsMonitor {
     }
     fn healthz(&self) -> serde_json::Value {
         self.0.healthz_json()
+    }
+    fn routez(&self, query: &str) -> serde_json::Value {
+        self.0.routez_json(query)
     }
 }
 

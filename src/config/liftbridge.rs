@@ -62,6 +62,15 @@ pub const KEYS: &[&str] = &[
     "nats.embedded",
     "nats.embedded.config",
     "nats.listen",
+    "nats.cluster.name",
+    "nats.cluster.listen",
+    "nats.cluster.routes",
+    "nats.cluster.advertise",
+    "nats.cluster.auth.user",
+    "nats.cluster.auth.password",
+    "nats.cluster.tls.cert",
+    "nats.cluster.tls.key",
+    "nats.cluster.tls.ca",
     "http.listen",
     "http.auth.token",
     "http.auth.username",
@@ -328,6 +337,61 @@ pub struct NatsConfig {
     pub embedded_config: Option<PathBuf>,
     /// `nats.listen`: client listener of the embedded server (0.0.0.0:4222).
     pub listen: String,
+    /// `nats.cluster.*`: routes of the embedded server to other nodes.
+    pub cluster: NatsClusterConfig,
+}
+
+/// `nats.cluster.*`: the embedded server's cluster (routes). Routes are
+/// enabled when `listen` or `routes` is set.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct NatsClusterConfig {
+    /// `nats.cluster.name`: cluster name (all nodes must agree).
+    pub name: Option<String>,
+    /// `nats.cluster.listen`: route listener (`host:port`; default
+    /// 0.0.0.0:6222 when routes are configured).
+    pub listen: Option<String>,
+    /// `nats.cluster.routes`: route URLs of seed nodes
+    /// (`nats-route://host:port`).
+    pub routes: Vec<String>,
+    /// `nats.cluster.advertise`: `host:port` peers should use for us.
+    pub advertise: Option<String>,
+    /// `nats.cluster.auth.user`: route credentials (both directions).
+    pub auth_user: Option<String>,
+    /// `nats.cluster.auth.password`.
+    pub auth_password: Option<String>,
+    /// `nats.cluster.tls.cert`: route TLS certificate (PEM).
+    pub tls_cert: Option<PathBuf>,
+    /// `nats.cluster.tls.key`: route TLS key (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// `nats.cluster.tls.ca`: CA that verifies peer nodes.
+    pub tls_ca: Option<PathBuf>,
+}
+
+impl NatsClusterConfig {
+    /// Whether any key enables clustering.
+    pub fn enabled(&self) -> bool {
+        self.listen.is_some() || !self.routes.is_empty()
+    }
+}
+
+impl std::fmt::Debug for NatsClusterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The route password stays out of logs.
+        f.debug_struct("NatsClusterConfig")
+            .field("name", &self.name)
+            .field("listen", &self.listen)
+            .field("routes", &self.routes)
+            .field("advertise", &self.advertise)
+            .field("auth_user", &self.auth_user)
+            .field(
+                "auth_password",
+                &self.auth_password.as_ref().map(|_| "<hidden>"),
+            )
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
+            .field("tls_ca", &self.tls_ca)
+            .finish()
+    }
 }
 
 /// `http.*`: monitoring, metrics, admin API and UI.
@@ -560,6 +624,7 @@ impl Default for LiftbridgeConfig {
                 embedded: true,
                 embedded_config: None,
                 listen: "0.0.0.0:4222".into(),
+                cluster: NatsClusterConfig::default(),
             },
             http: HttpConfig {
                 listen: "0.0.0.0:8222".into(),
@@ -914,6 +979,36 @@ impl Builder {
             "nats.embedded" => c.nats.embedded = boolean(raw)?,
             "nats.embedded.config" => c.nats.embedded_config = path(raw)?,
             "nats.listen" => c.nats.listen = parse_listen(&scalar(raw)?)?,
+            "nats.cluster.name" => {
+                let n = non_empty(raw)?;
+                if n.contains(char::is_whitespace) {
+                    return Err("cluster name cannot contain spaces".into());
+                }
+                c.nats.cluster.name = Some(n);
+            }
+            "nats.cluster.listen" => {
+                let l = scalar(raw)?;
+                if crate::config::nats::parse_cluster_listen(&l).is_none() {
+                    return Err("expected host:port".into());
+                }
+                c.nats.cluster.listen = Some(l);
+            }
+            "nats.cluster.routes" => {
+                let routes = list(raw);
+                if let Some(bad) = routes
+                    .iter()
+                    .find(|r| crate::config::nats::parse_cluster_listen(r).is_none())
+                {
+                    return Err(format!("not a route URL: {bad:?}"));
+                }
+                c.nats.cluster.routes = routes;
+            }
+            "nats.cluster.advertise" => c.nats.cluster.advertise = opt_string(raw)?,
+            "nats.cluster.auth.user" => c.nats.cluster.auth_user = opt_string(raw)?,
+            "nats.cluster.auth.password" => c.nats.cluster.auth_password = opt_string(raw)?,
+            "nats.cluster.tls.cert" => c.nats.cluster.tls_cert = path(raw)?,
+            "nats.cluster.tls.key" => c.nats.cluster.tls_key = path(raw)?,
+            "nats.cluster.tls.ca" => c.nats.cluster.tls_ca = path(raw)?,
             "http.listen" => c.http.listen = parse_listen(&scalar(raw)?)?,
             "http.auth.token" => c.http.auth_token = opt_string(raw)?,
             "http.auth.username" => {
