@@ -327,7 +327,7 @@ impl NodeConfig {
             advertise_host: advertise,
             server_id: c.clustering.server_id.clone(),
             namespace: c.clustering.namespace.clone(),
-            bootstrap: c.raft_bootstrap_mode(),
+            bootstrap: c.raft_bootstrap_mode_with(nats.cluster.is_some()),
             max_quorum_size: c.clustering.raft_max_quorum_size,
             raft: MetadataOptions::from_config(c),
             nats,

@@ -730,10 +730,12 @@ impl LiftbridgeConfig {
         advertise_host(&self.host, listen)
     }
 
-    /// Whether the embedded NATS server is configured to form a cluster
-    /// (routes or a cluster listener).
+    /// Whether `nats.cluster.*` makes the embedded NATS server form a
+    /// cluster (a route listener or routes). A `cluster {}` block in
+    /// `nats.embedded.config` counts too; the node passes that in
+    /// (`raft_bootstrap_mode_with`).
     pub fn nats_clustered(&self) -> bool {
-        false
+        self.nats.cluster.enabled()
     }
 
     /// Whether this node bootstraps a one-member Raft group on its own:
@@ -749,12 +751,18 @@ impl LiftbridgeConfig {
     /// cluster is configured (a lone node) and `Join` when it is (the node
     /// waits to be added by the controller, as Liftbridge does).
     pub fn raft_bootstrap_mode(&self) -> RaftBootstrap {
+        self.raft_bootstrap_mode_with(self.nats_clustered())
+    }
+
+    /// `raft_bootstrap_mode` with the NATS cluster decided by the caller
+    /// (the node, which also knows `nats.embedded.config`'s cluster block).
+    pub fn raft_bootstrap_mode_with(&self, nats_clustered: bool) -> RaftBootstrap {
         let c = &self.clustering;
         if c.raft_bootstrap_seed {
             RaftBootstrap::Seed
         } else if !c.raft_bootstrap_peers.is_empty() {
             RaftBootstrap::Peers(c.raft_bootstrap_peers.clone())
-        } else if self.nats_clustered() {
+        } else if nats_clustered {
             RaftBootstrap::Join
         } else {
             RaftBootstrap::Seed
@@ -1822,6 +1830,43 @@ mod tests {
             yaml("nats:\n  user:\n").unwrap(),
             LiftbridgeConfig::default()
         );
+    }
+
+    #[test]
+    fn raft_bootstrap_mode_follows_seed_peers_and_routes() {
+        assert_eq!(yaml("").unwrap().raft_bootstrap_mode(), RaftBootstrap::Seed);
+        let routes = "nats.cluster.routes: [nats-route://127.0.0.1:6222]\n";
+        let c = yaml(routes).unwrap();
+        assert_eq!(c.raft_bootstrap_mode(), RaftBootstrap::Join);
+        assert!(!c.raft_bootstrap(), "a node with routes waits to join");
+        let c = yaml(&format!("{routes}clustering.raft.bootstrap.seed: true\n")).unwrap();
+        assert_eq!(c.raft_bootstrap_mode(), RaftBootstrap::Seed);
+        let c = yaml(&format!(
+            "{routes}clustering.raft.bootstrap.peers: [b, a]\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.raft_bootstrap_mode(),
+            RaftBootstrap::Peers(vec!["b".into(), "a".into()])
+        );
+        // A cluster block of nats.embedded.config counts as routes.
+        assert_eq!(
+            yaml("").unwrap().raft_bootstrap_mode_with(true),
+            RaftBootstrap::Join
+        );
+        let c = yaml(
+            "clustering.raft.heartbeat.interval: 50ms\nclustering.raft.election.timeout: 500ms\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.clustering.raft_heartbeat_interval,
+            Duration::from_millis(50)
+        );
+        assert_eq!(
+            c.clustering.raft_election_timeout,
+            Duration::from_millis(500)
+        );
+        assert!(yaml("clustering.raft.election.timeout: 5ms\n").is_err());
     }
 
     #[test]
