@@ -347,8 +347,11 @@ async fn cluster_procs_create_failover_and_catch_up() {
     let new_controller = loop {
         let a = survivors[0].controller().await;
         let b = survivors[1].controller().await;
-        if a.is_some() && a == b && a.as_deref() != Some(controller.as_str()) {
-            break a.unwrap();
+        if let Some(new) = a
+            .as_ref()
+            .filter(|a| Some(*a) == b.as_ref() && **a != controller)
+        {
+            break new.clone();
         }
         assert!(
             t0.elapsed() < CLUSTER_TIMEOUT,
