@@ -1,11 +1,15 @@
 //! One liftbridge node: embedded NATS, metadata, partitions and the gRPC API
 //! wired together, with one start and one shutdown path.
 //!
-//! Start order matters: NATS first (the stenographers subscribe through it),
-//! then the gRPC listener is bound (its port is advertised in the metadata),
-//! then the metadata group (which registers this node as a broker), the
-//! partition manager (which starts leaders from the metadata), the internal
-//! `__cursors` stream, and finally the gRPC server. Shutdown runs in the
+//! Start order matters: NATS first (the stenographers subscribe through it,
+//! and Raft talks to the other nodes over its routes), then the gRPC and
+//! HTTP listeners are bound (their ports are advertised in the metadata,
+//! with the host from `config::liftbridge::advertise_host`), then the
+//! metadata group (which registers this node as a broker — at once on a
+//! lone node, in the background on a node that joins a cluster), the
+//! partition manager (which starts the partitions this node leads), the
+//! internal `__cursors` stream (created before serving by a controller, in
+//! the background otherwise), and finally the gRPC and HTTP servers. Shutdown runs in the
 //! reverse order so no acknowledged write is cut short: the API stops
 //! taking requests, partitions close their logs (durable commit), the
 //! metadata group stops, then NATS.

@@ -5,28 +5,34 @@
 //! consumer-group membership and coordinator, leader and ISR changes
 //! (defined, used once replication exists) — is a `MetaCommand`
 //! appended to one openraft group and applied by a deterministic state
-//! machine (`state::MetadataState`). On a single node the group has one
-//! member, bootstrapped at first start; clustering adds members and a network
-//! transport (see `network`), not a second metadata path.
+//! machine (`state::MetadataState`). A lone node is a one-member group;
+//! a cluster adds members and a transport over NATS, not a second metadata
+//! path.
 //!
 //! Layout:
 //! - `state`: the metadata model and the pure `apply` function;
+//! - `placement`: where a new stream's partitions go (pure, by broker load);
 //! - `store`: Raft log, vote, committed/purged markers and snapshots in
 //!   `<data>/raft/raft.redb` (all redb calls on the blocking pool);
-//! - `network`: the peer transport (none yet: every RPC is `Unreachable`);
+//! - `network`: Raft RPCs over `<ns>.raft.<raft-id>.{append,vote,snapshot}`
+//!   (and `NoPeers`, the transport of a node opened without NATS);
+//! - `control`: bootstrap (seed / peers / join), joins, forwarding of
+//!   proposals to the controller, broker registration, learner promotion;
 //! - `internal`: the internal streams' create commands.
 //!
-//! Public API (used by the gRPC API and the partition layer):
+//! Public API (used by the gRPC API, the admin API and the partition layer):
 //!
 //! ```text
+//! Metadata::open_cluster(data_dir, node, ClusterOptions, MetadataOptions)  // a node
 //! Metadata::open(data_dir, node: NodeInfo, bootstrap) -> Result<Metadata, MetaError>
-//! Metadata::open_with(data_dir, node, bootstrap, MetadataOptions) -> Result<Metadata, MetaError>
+//! Metadata::open_with(data_dir, node, bootstrap, MetadataOptions)     // without NATS
 //! metadata.propose(MetaCommand) -> Result<MetaResponse, MetaError>   // through Raft
 //! metadata.propose_ok(MetaCommand) -> Result<(), MetaError>           // rejection = Err(Rejected)
 //! metadata.state() -> Arc<MetadataState>                             // latest applied
 //! metadata.watch() -> watch::Receiver<Arc<MetadataState>>            // every apply
-//! metadata.is_leader() -> bool
+//! metadata.is_leader() -> bool; metadata.role() -> &str
 //! metadata.leader_id() -> Option<String>                              // server id of the controller
+//! metadata.members() -> Vec<Member>                                   // Raft membership
 //! metadata.node() -> &NodeInfo                                        // server id in use
 //! metadata.compact() -> Result<u64, MetaError>                        // snapshot + purge
 //! metadata.shutdown() -> Result<(), MetaError>   // call before reopening the same dir
@@ -35,24 +41,31 @@
 //! ```
 //!
 //! Start-up order for the server: bind the listeners first (ports may be 0),
-//! then `open` with a `NodeInfo` carrying the bound addresses, with
-//! `bootstrap = config.raft_bootstrap()`, then `ensure_internal_streams`.
+//! then `open_cluster` with a `NodeInfo` carrying the advertised addresses
+//! and the bootstrap rule from `config.raft_bootstrap_mode()`, then
+//! `ensure_internal_streams`.
 //!
-//! `propose` returns `Ok(MetaResponse::Rejected(ApplyError::..))` when the
-//! command was committed but rejected at apply (stream exists, not found, bad
-//! partition, bad replication factor, unknown group, stale group epoch):
-//! those checks are linearizable. Suggested gRPC mapping: AlreadyExists →
-//! ALREADY_EXISTS; StreamNotFound, PartitionNotFound, GroupNotFound →
-//! NOT_FOUND; Invalid → INVALID_ARGUMENT; NotMember, EpochMismatch →
-//! FAILED_PRECONDITION. It
-//! returns `Err(MetaError::NoLeader)` ("no known metadata leader", gRPC
-//! INTERNAL) when no leader shows up within `MetadataOptions::leader_wait`.
+//! `propose` works on every member: a node that does not lead forwards the
+//! command to the controller (`control`) and returns once it applied the
+//! entry itself. It returns `Ok(MetaResponse::Rejected(ApplyError::..))`
+//! when the command was committed but rejected at apply (stream exists, not
+//! found, bad partition, bad replication factor, unknown group, stale group
+//! epoch): those checks are linearizable. Suggested gRPC mapping:
+//! AlreadyExists → ALREADY_EXISTS; StreamNotFound, PartitionNotFound,
+//! GroupNotFound → NOT_FOUND; Invalid → INVALID_ARGUMENT; NotMember,
+//! EpochMismatch → FAILED_PRECONDITION. It returns `Err(MetaError::NoLeader)`
+//! ("no known metadata leader", gRPC INTERNAL) when no controller committed
+//! it within `MetadataOptions::leader_wait` (no leader, or this node is cut
+//! off from the majority).
 //!
 //! Identity: the Raft node id is random, chosen once per data directory and
 //! stored with the server id; an empty `NodeInfo::id` reuses the stored
 //! server id. A restart under a new server id replaces the old broker
 //! everywhere (`MetaCommand::ReplaceBroker`), so the node keeps leading its
 //! partitions; new addresses are refreshed in the Raft membership.
+//!
+//! Tasks: openraft's core and replication tasks, plus for a cluster member
+//! the RPC server and control tasks listed in `control`; `shutdown` ends them.
 //!
 //! Must not: block a tokio worker (redb runs on the blocking pool), read a
 //! clock inside `apply` (timestamps come in the command), or change metadata
