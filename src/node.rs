@@ -1,11 +1,15 @@
 //! One liftbridge node: embedded NATS, metadata, partitions and the gRPC API
 //! wired together, with one start and one shutdown path.
 //!
-//! Start order matters: NATS first (the stenographers subscribe through it),
-//! then the gRPC listener is bound (its port is advertised in the metadata),
-//! then the metadata group (which registers this node as a broker), the
-//! partition manager (which starts leaders from the metadata), the internal
-//! `__cursors` stream, and finally the gRPC server. Shutdown runs in the
+//! Start order matters: NATS first (the stenographers subscribe through it,
+//! and Raft talks to the other nodes over its routes), then the gRPC and
+//! HTTP listeners are bound (their ports are advertised in the metadata,
+//! with the host from `config::liftbridge::advertise_host`), then the
+//! metadata group (which registers this node as a broker — at once on a
+//! lone node, in the background on a node that joins a cluster), the
+//! partition manager (which starts the partitions this node leads), the
+//! internal `__cursors` stream (created before serving by a controller, in
+//! the background otherwise), and finally the gRPC and HTTP servers. Shutdown runs in the
 //! reverse order so no acknowledged write is cut short: the API stops
 //! taking requests, partitions close their logs (durable commit), the
 //! metadata group stops, then NATS.
@@ -25,8 +29,10 @@ use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
 use crate::api::proto::api_server::ApiServer;
 use crate::api::service::ApiService;
-use crate::cluster::{MetaError, Metadata, NodeInfo, StreamConfig};
-use crate::config::liftbridge::LiftbridgeConfig;
+use crate::cluster::{
+    Bootstrap, ClusterOptions, MetaError, Metadata, MetadataOptions, NodeInfo, StreamConfig,
+};
+use crate::config::liftbridge::{advertise_host, LiftbridgeConfig, RaftBootstrap};
 use crate::config::NatsOptions;
 use crate::nats::NatsServer;
 use crate::partition::{ManagerTasks, PartitionDefaults, PartitionManager};
@@ -68,14 +74,20 @@ pub struct NodeConfig {
     pub listen_host: String,
     /// gRPC listen port (`port`; 0 = any free port).
     pub port: u16,
-    /// Host advertised to clients (`host`); empty = derived from `listen_host`.
+    /// Host advertised to clients (`host`); empty = derived from
+    /// `listen_host` (`config::liftbridge::advertise_host`).
     pub advertise_host: String,
     /// Server id (`clustering.server.id`); empty = stored or random.
     pub server_id: String,
     /// `clustering.namespace`.
     pub namespace: String,
-    /// Bootstrap a one-node metadata group (`clustering.raft.bootstrap.seed`).
-    pub bootstrap: bool,
+    /// How the node enters the metadata group
+    /// (`LiftbridgeConfig::raft_bootstrap_mode`).
+    pub bootstrap: RaftBootstrap,
+    /// `clustering.raft.max.quorum.size` (0 = no limit).
+    pub max_quorum_size: u32,
+    /// Raft timings and snapshot threshold.
+    pub raft: MetadataOptions,
     /// Options of the embedded NATS server (its `http` is ignored: the node
     /// serves HTTP itself, see `http`).
     pub nats: NatsOptions,
@@ -108,7 +120,9 @@ impl Default for NodeConfig {
             advertise_host: String::new(),
             server_id: String::new(),
             namespace: "liftbridge-default".into(),
-            bootstrap: true,
+            bootstrap: RaftBootstrap::Seed,
+            max_quorum_size: 0,
+            raft: MetadataOptions::default(),
             nats: NatsOptions::default(),
             http: None,
             http_auth: crate::http::AuthConfig::default(),
@@ -121,6 +135,81 @@ impl Default for NodeConfig {
             coordinator_timeout: Duration::from_secs(15),
         }
     }
+}
+
+/// Maps `nats.cluster.*` over the embedded server's options (over a
+/// `cluster {}` block of `nats.embedded.config`, key by key).
+fn apply_cluster(
+    c: &crate::config::liftbridge::NatsClusterConfig,
+    nats: &mut NatsOptions,
+) -> Result<(), NodeError> {
+    use crate::config::nats::{parse_cluster_listen, ClusterAuth, ClusterOptions, TlsFiles};
+    let any = c.enabled()
+        || c.name.is_some()
+        || c.advertise.is_some()
+        || c.auth_user.is_some()
+        || c.tls_cert.is_some();
+    if !any {
+        return Ok(());
+    }
+    if nats.cluster.is_none() && !c.enabled() {
+        return Err(NodeError::Config(
+            "nats.cluster.* needs nats.cluster.listen or nats.cluster.routes".into(),
+        ));
+    }
+    let o = nats.cluster.get_or_insert_with(ClusterOptions::default);
+    if let Some(n) = &c.name {
+        o.name = Some(n.clone());
+    }
+    if let Some(l) = &c.listen {
+        let (h, p) = parse_cluster_listen(l)
+            .ok_or_else(|| NodeError::Config(format!("nats.cluster.listen: bad address {l:?}")))?;
+        o.host = h;
+        o.port = p;
+    }
+    if !c.routes.is_empty() {
+        o.routes = c.routes.clone();
+    }
+    if let Some(a) = &c.advertise {
+        o.advertise = Some(a.clone());
+    }
+    match (&c.auth_user, &c.auth_password) {
+        (Some(u), p) => {
+            o.auth = Some(ClusterAuth {
+                user: u.clone(),
+                password: p.clone().unwrap_or_default(),
+            })
+        }
+        (None, Some(_)) => {
+            return Err(NodeError::Config(
+                "nats.cluster.auth.password needs nats.cluster.auth.user".into(),
+            ))
+        }
+        (None, None) => {}
+    }
+    match (&c.tls_cert, &c.tls_key) {
+        (Some(cert), Some(key)) => {
+            if c.tls_ca.is_none() {
+                return Err(NodeError::Config(
+                    "nats.cluster.tls needs nats.cluster.tls.ca to verify peer nodes".into(),
+                ));
+            }
+            o.tls = Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: c.tls_ca.clone(),
+                verify: true,
+            });
+        }
+        (None, None) if c.tls_ca.is_none() => {}
+        _ => {
+            return Err(NodeError::Config(
+                "nats.cluster.tls.cert, nats.cluster.tls.key and nats.cluster.tls.ca go together"
+                    .into(),
+            ))
+        }
+    }
+    Ok(())
 }
 
 /// Splits `host:port` (IPv6 in brackets allowed); a bare port means all
@@ -172,6 +261,7 @@ impl NodeConfig {
             nats.host = h;
             nats.port = p;
         }
+        apply_cluster(&c.nats.cluster, &mut nats)?;
         // The node serves HTTP itself (one listener for NATS monitoring and
         // the liftbridge endpoints); a monitoring port from the NATS file
         // takes precedence over the default `http.listen`, an explicit one
@@ -225,13 +315,7 @@ impl NodeConfig {
                 ))
             }
         };
-        let advertise = if !c.host.is_empty() {
-            c.host.clone()
-        } else if listen_host.is_empty() || listen_host == "0.0.0.0" || listen_host == "::" {
-            "127.0.0.1".into()
-        } else {
-            listen_host.clone()
-        };
+        let advertise = advertise_host(&c.host, &listen_host);
         let s = &c.streams;
         let partitions = PartitionDefaults {
             retention_max_bytes: s.retention_max_bytes,
@@ -259,7 +343,9 @@ impl NodeConfig {
             advertise_host: advertise,
             server_id: c.clustering.server_id.clone(),
             namespace: c.clustering.namespace.clone(),
-            bootstrap: c.raft_bootstrap(),
+            bootstrap: c.raft_bootstrap_mode_with(nats.cluster.is_some()),
+            max_quorum_size: c.clustering.raft_max_quorum_size,
+            raft: MetadataOptions::from_config(c),
             nats,
             http,
             http_auth,
@@ -320,6 +406,8 @@ pub struct NodeHandle {
     meta: Metadata,
     parts: PartitionManager,
     tasks: Option<ManagerTasks>,
+    /// Creates `__cursors` when this node did not lead at start.
+    cursors_task: Option<JoinHandle<()>>,
     http: Option<crate::http::HttpServer>,
     stop_grpc: Option<oneshot::Sender<()>>,
     grpc_task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
@@ -344,6 +432,9 @@ impl crate::http::MonitorSource for NatsMonitor {
     fn healthz(&self) -> serde_json::Value {
         self.0.healthz_json()
     }
+    fn routez(&self, query: &str) -> serde_json::Value {
+        self.0.routez_json(query)
+    }
 }
 
 /// Starts the HTTP listener. The router is built from route sets, one per
@@ -351,35 +442,38 @@ impl crate::http::MonitorSource for NatsMonitor {
 /// admin API (`/api/v1/…`), Prometheus `/metrics` (which also installs the
 /// request observer) and the UI; later sets win on conflicting paths. The
 /// server checks `http.auth.*` credentials before any route and serves
-/// HTTPS only when `http.tls.*` is set. The listener is bound first so the
-/// admin API can report its address.
-async fn start_http(
-    cfg: &NodeConfig,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    host: &str,
-    port: u16,
-    admin: crate::admin::AdminContext,
-    metrics: crate::metrics::NodeMetrics,
-) -> Result<crate::http::HttpServer, NodeError> {
-    use crate::http::{HttpState, Router};
+/// HTTPS only when `http.tls.*` is set. The listener is bound before the
+/// metadata group opens (`bind_http`), so the broker entry carries its port.
+async fn bind_http(host: &str, port: u16) -> Result<tokio::net::TcpListener, NodeError> {
     let addr = tokio::net::lookup_host((host, port))
         .await
         .ok()
         .and_then(|mut a| a.next())
         .ok_or_else(|| NodeError::Config(format!("http.listen {host}:{port} does not resolve")))?;
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| NodeError::Bind {
+            addr: addr.to_string(),
+            source,
+        })
+}
+
+async fn start_http(
+    cfg: &NodeConfig,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    listener: tokio::net::TcpListener,
+    admin: crate::admin::AdminContext,
+    metrics: crate::metrics::NodeMetrics,
+) -> Result<crate::http::HttpServer, NodeError> {
+    use crate::http::{HttpState, Router};
     let bind_err = |source: std::io::Error| NodeError::Bind {
-        addr: addr.to_string(),
+        addr: admin.addrs.http.to_string(),
         source,
     };
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(bind_err)?;
-    let mut admin = admin;
-    admin.addrs.http = listener.local_addr().map_err(bind_err)?;
     let nats = admin.nats.clone();
     let router = Router::new()
         .merge(crate::http::monitoring_routes(Arc::new(NatsMonitor(nats))))
-        .merge(crate::admin::routes(admin))
+        .merge(crate::admin::routes(admin.clone()))
         .merge(crate::metrics::routes(metrics))
         // Merged last: the UI's `/` wins over the monitoring endpoint list.
         .merge(crate::http::ui::routes());
@@ -398,10 +492,25 @@ fn read_file(p: &PathBuf) -> Result<Vec<u8>, NodeError> {
 /// Opens the metadata group. A previous node in this process may still be
 /// releasing the Raft database (its storage tasks end asynchronously after
 /// shutdown), so "already open" is retried for a short while.
-async fn open_metadata(cfg: &NodeConfig, node: NodeInfo) -> Result<Metadata, NodeError> {
+async fn open_metadata(
+    cfg: &NodeConfig,
+    node: NodeInfo,
+    nats: &NatsServer,
+) -> Result<Metadata, NodeError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let bootstrap = match &cfg.bootstrap {
+        RaftBootstrap::Seed => Bootstrap::Seed,
+        RaftBootstrap::Peers(p) => Bootstrap::Peers(p.clone()),
+        RaftBootstrap::Join => Bootstrap::Join,
+    };
     loop {
-        match Metadata::open(&cfg.data_dir, node.clone(), cfg.bootstrap).await {
+        let cluster = ClusterOptions {
+            client: nats.local_client("LIFT.raft"),
+            namespace: cfg.namespace.clone(),
+            bootstrap: bootstrap.clone(),
+            max_quorum_size: cfg.max_quorum_size,
+        };
+        match Metadata::open_cluster(&cfg.data_dir, node.clone(), cluster, cfg.raft.clone()).await {
             Err(MetaError::Store(crate::cluster::StoreError::Redb(e)))
                 if matches!(*e, redb::Error::DatabaseAlreadyOpen)
                     && tokio::time::Instant::now() < deadline =>
@@ -410,6 +519,15 @@ async fn open_metadata(cfg: &NodeConfig, node: NodeInfo) -> Result<Metadata, Nod
             }
             other => return Ok(other?),
         }
+    }
+}
+
+/// `host:port`, with brackets around an IPv6 host.
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 
@@ -459,25 +577,26 @@ impl Node {
             source,
         })?;
 
-        let advertise = if !cfg.advertise_host.is_empty() {
-            cfg.advertise_host.clone()
-        } else if cfg.listen_host.is_empty()
-            || cfg.listen_host == "0.0.0.0"
-            || cfg.listen_host == "::"
-        {
-            // A wildcard address is not reachable; clients on this machine are.
-            "127.0.0.1".to_string()
-        } else {
-            cfg.listen_host.clone()
+        let http_listener = match &cfg.http {
+            Some((h, p)) => Some(bind_http(h, *p).await?),
+            None => None,
         };
+        let http_addr = match &http_listener {
+            Some(l) => Some(l.local_addr().map_err(|source| NodeError::Bind {
+                addr: "http".into(),
+                source,
+            })?),
+            None => None,
+        };
+        let advertise = advertise_host(&cfg.advertise_host, &cfg.listen_host);
         let node = NodeInfo {
             id: cfg.server_id.clone(),
-            host: advertise,
+            host: advertise.clone(),
             port: grpc_addr.port(),
-            nats_addr: nats_addr.to_string(),
-            http_addr: String::new(),
+            nats_addr: host_port(&advertise, nats_addr.port()),
+            http_addr: http_addr.map_or(String::new(), |a| host_port(&advertise, a.port())),
         };
-        let meta = open_metadata(&cfg, node).await?;
+        let meta = open_metadata(&cfg, node, &nats).await?;
 
         let local = nats.local_client("LIFT.streams");
         let (parts, tasks) = PartitionManager::start(
@@ -501,6 +620,11 @@ impl Node {
             },
         );
 
+        // `__cursors`: created before serving on the controller (a lone
+        // node), so a client's first cursor call finds it; a member that
+        // does not lead (yet) keeps trying in the background until the
+        // stream exists, created by whichever node gets there first.
+        let mut cursors_task = None;
         if cfg.cursor_partitions > 0 && meta.state().stream(CURSORS_STREAM).is_none() {
             let req = CreateStream {
                 subject: format!("{}.cursors", cfg.namespace),
@@ -515,9 +639,22 @@ impl Node {
                 },
                 ..Default::default()
             };
-            match service.create_stream(req, true).await {
-                Ok(()) | Err(ServiceError::AlreadyExists(_)) => {}
-                Err(e) => return Err(NodeError::Cursors(e)),
+            if meta.is_leader() {
+                match service.create_stream(req, true).await {
+                    Ok(()) | Err(ServiceError::AlreadyExists(_)) => {}
+                    Err(e) => return Err(NodeError::Cursors(e)),
+                }
+            } else {
+                let (service, meta) = (service.clone(), meta.clone());
+                cursors_task = Some(tokio::spawn(async move {
+                    while meta.state().stream(CURSORS_STREAM).is_none() {
+                        match service.create_stream(req.clone(), true).await {
+                            Ok(()) | Err(ServiceError::AlreadyExists(_)) => return,
+                            Err(e) => tracing::debug!(error = %e, "creating __cursors; retrying"),
+                        }
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }));
             }
         }
 
@@ -558,8 +695,8 @@ impl Node {
         let grpc_task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
         }));
-        let http = match &cfg.http {
-            Some((h, p)) => {
+        let http = match (http_listener, http_addr) {
+            (Some(listener), Some(http_addr)) => {
                 let admin = crate::admin::AdminContext {
                     meta: meta.clone(),
                     parts: parts.clone(),
@@ -568,14 +705,13 @@ impl Node {
                     addrs: crate::admin::NodeAddrs {
                         grpc: grpc_addr,
                         nats: nats_addr,
-                        // Set once the HTTP listener is bound.
-                        http: SocketAddr::from(([0, 0, 0, 0], 0)),
+                        http: http_addr,
                     },
                     start_time_ns,
                 };
-                Some(start_http(&cfg, http_tls, h, *p, admin, metrics).await?)
+                Some(start_http(&cfg, http_tls, listener, admin, metrics).await?)
             }
-            None => None,
+            _ => None,
         };
         tracing::info!(grpc = %grpc_addr, nats = %nats_addr, server_id = %meta.node().id, "liftbridge node started");
 
@@ -586,6 +722,7 @@ impl Node {
             meta,
             parts,
             tasks: Some(tasks),
+            cursors_task,
             http,
             stop_grpc: Some(stop_tx),
             grpc_task: Some(grpc_task),
@@ -621,6 +758,9 @@ impl NodeHandle {
 
     /// Stops everything, in reverse start order; logs are closed durably.
     pub async fn shutdown(mut self) {
+        if let Some(t) = self.cursors_task.take() {
+            t.abort();
+        }
         if let Some(h) = self.http.take() {
             h.shutdown().await;
         }

@@ -29,7 +29,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cluster::{MetaError, Metadata, PartitionMeta, StreamConfig, StreamMeta};
+use crate::cluster::{MetaError, Metadata, MetadataState, PartitionMeta, StreamConfig, StreamMeta};
 use crate::http::{HttpRequest, HttpResponse, Router};
 use crate::nats::NatsServer;
 use crate::partition::reader::ReadEnd;
@@ -529,6 +529,7 @@ async fn info(ctx: &AdminContext) -> Value {
         "http_addr": ctx.addrs.http.to_string(),
         "metadata_leader": ctx.meta.leader_id(),
         "is_metadata_leader": ctx.meta.is_leader(),
+        "cluster": cluster_json(&ctx.meta, &state),
         "streams": state.streams.len(),
         "partitions": partitions,
         "nats": {
@@ -541,6 +542,36 @@ async fn info(ctx: &AdminContext) -> Value {
             "out_bytes": pick("out_bytes"),
             "slow_consumers": pick("slow_consumers"),
         },
+    })
+}
+
+/// The metadata group as this node sees it: its role, the controller, and
+/// every member with the addresses it registered (the broker entry, else
+/// the Raft membership's copy).
+fn cluster_json(meta: &Metadata, state: &MetadataState) -> Value {
+    let nodes: Vec<Value> = meta
+        .members()
+        .into_iter()
+        .map(|m| {
+            let broker = state.brokers.get(&m.node.id);
+            let n = broker.unwrap_or(&m.node);
+            json!({
+                "server_id": n.id,
+                "raft_id": m.raft_id.to_string(),
+                "voter": m.voter,
+                "registered": broker.is_some(),
+                "host": n.host,
+                "port": n.port,
+                "nats_addr": n.nats_addr,
+                "http_addr": n.http_addr,
+            })
+        })
+        .collect();
+    json!({
+        "role": meta.role(),
+        "controller": meta.leader_id(),
+        "raft_id": meta.raft_id().to_string(),
+        "nodes": nodes,
     })
 }
 

@@ -12,8 +12,9 @@
 //! SIGHUP (reload) and SIGUSR1 (reopen the log file). `--signal` sends
 //! those signals to a running server.
 //!
-//! Flags override the config file. Features we do not provide (JetStream,
-//! clustering) are accepted with a warning so harnesses that pass them still
+//! Flags override the config file. `--cluster`, `--routes` and
+//! `--cluster_name` configure routes (`crate::nats::route`). Features we do
+//! not provide (JetStream) are accepted with a warning so harnesses that pass them still
 //! get a working core server. This module only parses and orchestrates: the
 //! server is `crate::nats::server::NatsServer`, monitoring is `crate::http`.
 
@@ -21,7 +22,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::config::nats::{TlsFiles, User};
+use crate::config::nats::{
+    parse_cluster_listen, ClusterAuth, ClusterOptions, NatsOptions, TlsFiles, User,
+};
 use crate::config::nats_conf::{self, NatsConf};
 
 /// Version reported by `-v` (the one the server sends in INFO).
@@ -116,6 +119,9 @@ pub struct Flags {
     pub cluster: Option<String>,
     pub routes: Option<String>,
     pub cluster_name: Option<String>,
+    pub cluster_advertise: Option<String>,
+    pub no_advertise: bool,
+    pub connect_retries: Option<String>,
     pub signal: Option<String>,
     pub version: bool,
     pub test_config: bool,
@@ -235,6 +241,9 @@ pub fn parse_flags(args: &[String]) -> Result<Flags, FlagError> {
             "cluster" | "cluster_listen" => f.cluster = Some(value),
             "routes" => f.routes = Some(value),
             "cluster_name" => f.cluster_name = Some(value),
+            "cluster_advertise" => f.cluster_advertise = Some(value),
+            "no_advertise" => f.no_advertise = on,
+            "connect_retries" => f.connect_retries = Some(value),
             "sl" | "signal" => f.signal = Some(value),
             "v" | "version" => f.version = on,
             "t" => f.test_config = on,
@@ -338,12 +347,7 @@ pub fn build_config(flags: &Flags) -> Result<NatsConf, SetupError> {
         c.warnings
             .push("JetStream is not provided by this server; -js/--store_dir ignored".into());
     }
-    if flags.cluster.is_some() || flags.routes.is_some() || flags.cluster_name.is_some() {
-        c.warnings.push(
-            "Clustering (routes) is not provided in nats-server mode; --cluster/--routes/--cluster_name ignored"
-                .into(),
-        );
-    }
+    apply_cluster_flags(flags, o)?;
     for f in &flags.ignored {
         c.warnings.push(format!("flag {f} accepted and ignored"));
     }
@@ -351,6 +355,68 @@ pub fn build_config(flags: &Flags) -> Result<NatsConf, SetupError> {
     crate::nats::auth::Authenticator::new(&c.options.auth)
         .map_err(|e| SetupError::Invalid(e.to_string()))?;
     Ok(c)
+}
+
+/// `--cluster`, `--routes`, `--cluster_name`, `--cluster_advertise`,
+/// `--no_advertise`, `--connect_retries` over the file's `cluster {}`.
+fn apply_cluster_flags(flags: &Flags, o: &mut NatsOptions) -> Result<(), SetupError> {
+    let any = flags.cluster.is_some()
+        || flags.routes.is_some()
+        || flags.cluster_name.is_some()
+        || flags.cluster_advertise.is_some()
+        || flags.no_advertise
+        || flags.connect_retries.is_some();
+    if !any {
+        return Ok(());
+    }
+    let c = o.cluster.get_or_insert_with(ClusterOptions::default);
+    if let Some(url) = &flags.cluster {
+        let (host, port) = parse_cluster_listen(url)
+            .ok_or_else(|| SetupError::Invalid(format!("invalid --cluster URL {url:?}")))?;
+        c.host = host;
+        c.port = port;
+        // `nats://user:pass@host:port` sets the route credentials.
+        if let Some((userinfo, _)) = url
+            .split_once("://")
+            .map_or(url.as_str(), |(_, r)| r)
+            .rsplit_once('@')
+        {
+            let (user, pass) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+            c.auth = Some(ClusterAuth {
+                user: user.to_string(),
+                password: pass.to_string(),
+            });
+        }
+    }
+    if let Some(routes) = &flags.routes {
+        c.routes.clear();
+        for r in routes.split(',').map(str::trim).filter(|r| !r.is_empty()) {
+            if parse_cluster_listen(r).is_none() {
+                return Err(SetupError::Invalid(format!("invalid route URL {r:?}")));
+            }
+            c.routes.push(r.to_string());
+        }
+    }
+    if let Some(n) = &flags.cluster_name {
+        if n.is_empty() || n.contains(char::is_whitespace) {
+            return Err(SetupError::Invalid(format!(
+                "invalid --cluster_name {n:?}: cannot be empty or contain spaces"
+            )));
+        }
+        c.name = Some(n.clone());
+    }
+    if let Some(a) = &flags.cluster_advertise {
+        c.advertise = Some(a.clone());
+    }
+    if flags.no_advertise {
+        c.no_advertise = true;
+    }
+    if let Some(r) = &flags.connect_retries {
+        c.connect_retries = r
+            .parse()
+            .map_err(|_| SetupError::Invalid(format!("invalid --connect_retries {r:?}")))?;
+    }
+    Ok(())
 }
 
 /// The signal a `--signal` command sends.

@@ -5,28 +5,34 @@
 //! consumer-group membership and coordinator, leader and ISR changes
 //! (defined, used once replication exists) — is a `MetaCommand`
 //! appended to one openraft group and applied by a deterministic state
-//! machine (`state::MetadataState`). On a single node the group has one
-//! member, bootstrapped at first start; clustering adds members and a network
-//! transport (see `network`), not a second metadata path.
+//! machine (`state::MetadataState`). A lone node is a one-member group;
+//! a cluster adds members and a transport over NATS, not a second metadata
+//! path.
 //!
 //! Layout:
 //! - `state`: the metadata model and the pure `apply` function;
+//! - `placement`: where a new stream's partitions go (pure, by broker load);
 //! - `store`: Raft log, vote, committed/purged markers and snapshots in
 //!   `<data>/raft/raft.redb` (all redb calls on the blocking pool);
-//! - `network`: the peer transport (none yet: every RPC is `Unreachable`);
+//! - `network`: Raft RPCs over `<ns>.raft.<raft-id>.{append,vote,snapshot}`
+//!   (and `NoPeers`, the transport of a node opened without NATS);
+//! - `control`: bootstrap (seed / peers / join), joins, forwarding of
+//!   proposals to the controller, broker registration, learner promotion;
 //! - `internal`: the internal streams' create commands.
 //!
-//! Public API (used by the gRPC API and the partition layer):
+//! Public API (used by the gRPC API, the admin API and the partition layer):
 //!
 //! ```text
+//! Metadata::open_cluster(data_dir, node, ClusterOptions, MetadataOptions)  // a node
 //! Metadata::open(data_dir, node: NodeInfo, bootstrap) -> Result<Metadata, MetaError>
-//! Metadata::open_with(data_dir, node, bootstrap, MetadataOptions) -> Result<Metadata, MetaError>
+//! Metadata::open_with(data_dir, node, bootstrap, MetadataOptions)     // without NATS
 //! metadata.propose(MetaCommand) -> Result<MetaResponse, MetaError>   // through Raft
 //! metadata.propose_ok(MetaCommand) -> Result<(), MetaError>           // rejection = Err(Rejected)
 //! metadata.state() -> Arc<MetadataState>                             // latest applied
 //! metadata.watch() -> watch::Receiver<Arc<MetadataState>>            // every apply
-//! metadata.is_leader() -> bool
+//! metadata.is_leader() -> bool; metadata.role() -> &str
 //! metadata.leader_id() -> Option<String>                              // server id of the controller
+//! metadata.members() -> Vec<Member>                                   // Raft membership
 //! metadata.node() -> &NodeInfo                                        // server id in use
 //! metadata.compact() -> Result<u64, MetaError>                        // snapshot + purge
 //! metadata.shutdown() -> Result<(), MetaError>   // call before reopening the same dir
@@ -35,18 +41,22 @@
 //! ```
 //!
 //! Start-up order for the server: bind the listeners first (ports may be 0),
-//! then `open` with a `NodeInfo` carrying the bound addresses, with
-//! `bootstrap = config.raft_bootstrap()`, then `ensure_internal_streams`.
+//! then `open_cluster` with a `NodeInfo` carrying the advertised addresses
+//! and the bootstrap rule from `config.raft_bootstrap_mode()`, then
+//! `ensure_internal_streams`.
 //!
-//! `propose` returns `Ok(MetaResponse::Rejected(ApplyError::..))` when the
-//! command was committed but rejected at apply (stream exists, not found, bad
-//! partition, bad replication factor, unknown group, stale group epoch):
-//! those checks are linearizable. Suggested gRPC mapping: AlreadyExists →
-//! ALREADY_EXISTS; StreamNotFound, PartitionNotFound, GroupNotFound →
-//! NOT_FOUND; Invalid → INVALID_ARGUMENT; NotMember, EpochMismatch →
-//! FAILED_PRECONDITION. It
-//! returns `Err(MetaError::NoLeader)` ("no known metadata leader", gRPC
-//! INTERNAL) when no leader shows up within `MetadataOptions::leader_wait`.
+//! `propose` works on every member: a node that does not lead forwards the
+//! command to the controller (`control`) and returns once it applied the
+//! entry itself. It returns `Ok(MetaResponse::Rejected(ApplyError::..))`
+//! when the command was committed but rejected at apply (stream exists, not
+//! found, bad partition, bad replication factor, unknown group, stale group
+//! epoch): those checks are linearizable. Suggested gRPC mapping:
+//! AlreadyExists → ALREADY_EXISTS; StreamNotFound, PartitionNotFound,
+//! GroupNotFound → NOT_FOUND; Invalid → INVALID_ARGUMENT; NotMember,
+//! EpochMismatch → FAILED_PRECONDITION. It returns `Err(MetaError::NoLeader)`
+//! ("no known metadata leader", gRPC INTERNAL) when no controller committed
+//! it within `MetadataOptions::leader_wait` (no leader, or this node is cut
+//! off from the majority).
 //!
 //! Identity: the Raft node id is random, chosen once per data directory and
 //! stored with the server id; an empty `NodeInfo::id` reuses the stored
@@ -54,12 +64,17 @@
 //! everywhere (`MetaCommand::ReplaceBroker`), so the node keeps leading its
 //! partitions; new addresses are refreshed in the Raft membership.
 //!
+//! Tasks: openraft's core and replication tasks, plus for a cluster member
+//! the RPC server and control tasks listed in `control`; `shutdown` ends them.
+//!
 //! Must not: block a tokio worker (redb runs on the blocking pool), read a
 //! clock inside `apply` (timestamps come in the command), or change metadata
 //! anywhere but through `propose`.
 
+pub mod control;
 pub mod internal;
 pub mod network;
+pub mod placement;
 pub mod state;
 pub mod store;
 
@@ -74,12 +89,14 @@ use openraft::{ChangeMembers, Config, Raft, ServerState, SnapshotPolicy};
 use rand::Rng;
 use tokio::sync::watch;
 
+pub use control::{Bootstrap, ClusterOptions};
 pub use state::{
     ApplyError, EventTimestamps, GroupMeta, MetaCommand, MetaResponse, MetadataState, NodeInfo,
     PartitionMeta, StreamConfig, StreamMeta,
 };
 pub use store::StoreError;
 
+use control::ClusterLink;
 use store::{Identity, LogStore, RaftDb, StateMachine};
 
 openraft::declare_raft_types!(
@@ -133,28 +150,38 @@ pub struct MetadataOptions {
     pub snapshot_threshold: u64,
     /// How long `propose` waits for a leader before `NoLeader`.
     pub leader_wait: Duration,
-    /// Raft heartbeat interval.
+    /// Raft heartbeat interval; also the timeout of one append RPC.
     pub heartbeat: Duration,
-    /// Raft election timeout (minimum; the maximum is twice this).
+    /// Raft election timeout (minimum; the maximum is twice this). A
+    /// follower that hears nothing from the controller for this long starts
+    /// an election.
     pub election_timeout: Duration,
 }
 
 impl Default for MetadataOptions {
+    /// Timings for a real network: a heartbeat every 150 ms, elections after
+    /// 1–2 s of silence (several lost heartbeats, so a busy machine does not
+    /// depose a healthy controller).
     fn default() -> Self {
         MetadataOptions {
             snapshot_threshold: 8192,
             leader_wait: Duration::from_secs(5),
-            heartbeat: Duration::from_millis(50),
-            election_timeout: Duration::from_millis(150),
+            heartbeat: Duration::from_millis(150),
+            election_timeout: Duration::from_millis(1000),
         }
     }
 }
 
 impl MetadataOptions {
-    /// Options from the configuration (`clustering.raft.snapshot.threshold`).
+    /// Options from the configuration (`clustering.raft.snapshot.threshold`,
+    /// `clustering.raft.heartbeat.interval`, `clustering.raft.election.timeout`).
+    /// An election timeout below two heartbeats is raised to two heartbeats.
     pub fn from_config(cfg: &crate::config::liftbridge::LiftbridgeConfig) -> MetadataOptions {
+        let c = &cfg.clustering;
         MetadataOptions {
-            snapshot_threshold: cfg.clustering.raft_snapshot_threshold,
+            snapshot_threshold: c.raft_snapshot_threshold,
+            heartbeat: c.raft_heartbeat_interval,
+            election_timeout: c.raft_election_timeout,
             ..Default::default()
         }
     }
@@ -172,6 +199,25 @@ pub struct Metadata {
     rx: watch::Receiver<Arc<MetadataState>>,
     opts: Arc<MetadataOptions>,
     db: RaftDb,
+    /// The NATS side when clustered (`open_cluster`); `None` for a node
+    /// opened without NATS, whose `propose` never forwards.
+    link: Option<Arc<ClusterLink>>,
+}
+
+/// How long one forwarded proposal waits for the controller's answer before
+/// it is sent again (a commit takes milliseconds; a longer wait means the
+/// controller is gone or cut off).
+const FORWARD_ATTEMPT: Duration = Duration::from_secs(2);
+
+/// A member of the metadata group, as listed by `Metadata::members`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Raft id.
+    pub raft_id: u64,
+    /// Broker entry (server id, addresses).
+    pub node: NodeInfo,
+    /// Whether it votes (else it is a learner).
+    pub voter: bool,
 }
 
 /// A random id in the style of a NATS NUID (22 alphanumerics): no spaces or
@@ -218,11 +264,98 @@ impl Metadata {
     /// state machine and `propose` path are the same.
     pub async fn open_with_network<N>(
         data_dir: &Path,
-        mut node: NodeInfo,
+        node: NodeInfo,
         bootstrap: bool,
         opts: MetadataOptions,
         network: N,
     ) -> Result<Metadata, MetaError>
+    where
+        N: openraft::RaftNetworkFactory<TypeConfig>,
+    {
+        let (md, previous_id) = Self::open_raft(data_dir, node, opts, network).await?;
+        let initialized = md.initialized().await?;
+        if bootstrap && !initialized {
+            md.initialize_alone().await?;
+        }
+        if bootstrap || initialized {
+            md.register_self(previous_id).await?;
+        }
+        Ok(md)
+    }
+
+    /// Opens a cluster member: Raft RPCs, joins and forwarded proposals ride
+    /// NATS subjects under `cluster.namespace` (see `control` and
+    /// `network`). `propose` works on every member: a non-leader forwards to
+    /// the controller.
+    ///
+    /// With `Bootstrap::Seed` a fresh directory becomes a one-member group
+    /// and, as with `open`, this returns once the node is registered as a
+    /// broker. Otherwise it returns at once; joining and registration
+    /// continue in the background (see `control`).
+    pub async fn open_cluster(
+        data_dir: &Path,
+        node: NodeInfo,
+        cluster: ClusterOptions,
+        opts: MetadataOptions,
+    ) -> Result<Metadata, MetaError> {
+        let network = network::NatsNetwork::new(cluster.client.clone(), cluster.namespace.clone());
+        let (mut md, previous_id) = Self::open_raft(data_dir, node, opts, network).await?;
+        let link = Arc::new(ClusterLink {
+            client: cluster.client.clone(),
+            namespace: cluster.namespace.clone(),
+            max_quorum_size: cluster.max_quorum_size,
+            tasks: parking_lot::Mutex::new(Vec::new()),
+        });
+        md.link = Some(link.clone());
+        if let Err(e) = control::start(&md, &link, &cluster.bootstrap, previous_id.clone()) {
+            link.abort_all();
+            let _ = md.shutdown().await;
+            return Err(MetaError::Raft(format!("cluster subjects: {e}")));
+        }
+        let initialized = md.initialized().await?;
+        let seed = cluster.bootstrap == Bootstrap::Seed;
+        if seed && !initialized {
+            md.initialize_alone().await?;
+        }
+        if seed || (initialized && md.is_sole_voter()) {
+            md.register_self(previous_id).await?;
+        }
+        Ok(md)
+    }
+
+    /// Whether this node is the only voter of an initialized group (a
+    /// single node restarting elects itself at once).
+    fn is_sole_voter(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
+        voters == [self.raft_id]
+    }
+
+    async fn initialized(&self) -> Result<bool, MetaError> {
+        self.raft
+            .is_initialized()
+            .await
+            .map_err(|e| MetaError::Raft(e.to_string()))
+    }
+
+    /// Makes a fresh group with this node as its only member.
+    async fn initialize_alone(&self) -> Result<(), MetaError> {
+        let members = BTreeMap::from([(self.raft_id, (*self.node).clone())]);
+        self.raft
+            .initialize(members)
+            .await
+            .map_err(|e| MetaError::Raft(e.to_string()))
+    }
+
+    /// Opens the storage and starts Raft (not initialized, not registered).
+    /// Returns the server id this directory had before, when it changed.
+    async fn open_raft<N>(
+        data_dir: &Path,
+        mut node: NodeInfo,
+        opts: MetadataOptions,
+        network: N,
+    ) -> Result<(Metadata, Option<String>), MetaError>
     where
         N: openraft::RaftNetworkFactory<TypeConfig>,
     {
@@ -267,6 +400,9 @@ impl Metadata {
             heartbeat_interval: heartbeat,
             election_timeout_min: election,
             election_timeout_max: election * 2,
+            // One snapshot chunk per NATS message (see `network`).
+            snapshot_max_chunk_size: network::SNAPSHOT_CHUNK_BYTES,
+            install_snapshot_timeout: election.max(1000),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(opts.snapshot_threshold.max(1)),
             ..Default::default()
         }
@@ -287,24 +423,9 @@ impl Metadata {
             rx,
             opts: Arc::new(opts),
             db,
+            link: None,
         };
-
-        let initialized = md
-            .raft
-            .is_initialized()
-            .await
-            .map_err(|e| MetaError::Raft(e.to_string()))?;
-        if bootstrap && !initialized {
-            let members = BTreeMap::from([(raft_id, (*md.node).clone())]);
-            md.raft
-                .initialize(members)
-                .await
-                .map_err(|e| MetaError::Raft(e.to_string()))?;
-        }
-        if bootstrap || initialized {
-            md.register_self(previous_id).await?;
-        }
-        Ok(md)
+        Ok((md, previous_id))
     }
 
     /// Registers this node as a broker once it leads (single-node groups
@@ -336,21 +457,33 @@ impl Metadata {
                 .await
                 .map_err(|e| MetaError::Raft(e.to_string()))?;
         }
-        let state = self.state();
-        match previous_id {
-            Some(old) if state.brokers.contains_key(&old) => {
-                self.propose_ok(MetaCommand::ReplaceBroker {
-                    old,
-                    new: (*self.node).clone(),
-                })
-                .await?;
-            }
-            _ => {
-                if state.brokers.get(&self.node.id) != Some(&*self.node) {
-                    self.propose_ok(MetaCommand::RegisterBroker((*self.node).clone()))
-                        .await?;
+        self.register_broker(previous_id.as_deref()).await
+    }
+
+    /// Proposes this node's broker entry when the applied state lacks it or
+    /// differs. When the data directory was created under another server id
+    /// (`previous_id`), that broker is replaced instead (the state machine
+    /// rejects the replacement when the old id is unknown: then a plain
+    /// registration follows, so a lagging local state cannot mislead it).
+    pub(crate) async fn register_broker(&self, previous_id: Option<&str>) -> Result<(), MetaError> {
+        if let Some(old) = previous_id {
+            if old != self.node.id {
+                match self
+                    .propose(MetaCommand::ReplaceBroker {
+                        old: old.to_string(),
+                        new: (*self.node).clone(),
+                    })
+                    .await?
+                {
+                    MetaResponse::Ok => return Ok(()),
+                    MetaResponse::Rejected(ApplyError::Invalid { .. }) => {}
+                    MetaResponse::Rejected(e) => return Err(MetaError::Rejected(e)),
                 }
             }
+        }
+        if self.state().brokers.get(&self.node.id) != Some(&*self.node) {
+            self.propose_ok(MetaCommand::RegisterBroker((*self.node).clone()))
+                .await?;
         }
         Ok(())
     }
@@ -379,7 +512,104 @@ impl Metadata {
 
     /// Proposes a command through Raft and returns the state machine's answer
     /// once it is committed and applied locally.
+    ///
+    /// On a cluster member that does not lead, the command is forwarded to
+    /// the controller (`<ns>.raft.metadata.propagate`), and the answer is
+    /// returned once this node has applied the entry too (or `leader_wait`
+    /// is over), so callers read their own writes. `NoLeader` when no
+    /// controller committed it within `leader_wait`. A forwarded command
+    /// whose answer is lost may have been applied: it is sent again, and the
+    /// state machine's existence checks answer the repeat (e.g.
+    /// `AlreadyExists`).
+    ///
+    /// Without NATS (`open`, `open_with_network`), a non-leader answers
+    /// `NotLeader` naming the controller.
     pub async fn propose(&self, cmd: MetaCommand) -> Result<MetaResponse, MetaError> {
+        match self.link.clone() {
+            Some(link) => self.propose_clustered(&link, cmd).await,
+            None => self.propose_local(cmd).await,
+        }
+    }
+
+    async fn propose_clustered(
+        &self,
+        link: &ClusterLink,
+        cmd: MetaCommand,
+    ) -> Result<MetaResponse, MetaError> {
+        let deadline = tokio::time::Instant::now() + self.opts.leader_wait;
+        loop {
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if remaining.is_zero() {
+                return Err(MetaError::NoLeader);
+            }
+            match self.raft_leader() {
+                Some(id) if id == self.raft_id => {
+                    // A controller cut off from its quorum does not know it
+                    // yet: its write never commits, hence the timeout.
+                    match tokio::time::timeout(remaining, self.raft.client_write(cmd.clone())).await
+                    {
+                        Err(_) => return Err(MetaError::NoLeader),
+                        Ok(Ok(resp)) => return Ok(resp.data),
+                        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => {
+                            // Deposed meanwhile: the next round forwards.
+                            tokio::time::sleep(Duration::from_millis(20).min(remaining)).await;
+                        }
+                        Ok(Err(RaftError::APIError(e))) => {
+                            return Err(MetaError::Raft(e.to_string()))
+                        }
+                        Ok(Err(RaftError::Fatal(e))) => return Err(MetaError::Raft(e.to_string())),
+                    }
+                }
+                Some(_) => match link.forward(&cmd, remaining.min(FORWARD_ATTEMPT)).await {
+                    Ok((index, resp)) => {
+                        self.wait_applied(index, deadline).await;
+                        return Ok(resp);
+                    }
+                    Err(control::ForwardError::Failed(reason)) => {
+                        return Err(MetaError::Raft(reason))
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "forwarding a proposal; retrying");
+                        tokio::time::sleep(Duration::from_millis(50).min(remaining)).await;
+                    }
+                },
+                None => {
+                    let _ = tokio::time::timeout(remaining, self.leader_known()).await;
+                }
+            }
+        }
+    }
+
+    /// Resolves once some leader is known (never when the Raft task ended).
+    async fn leader_known(&self) {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if metrics.borrow_and_update().current_leader.is_some() {
+                return;
+            }
+            if metrics.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Waits until the local state machine applied `index`, or `deadline`.
+    async fn wait_applied(&self, index: u64, deadline: tokio::time::Instant) {
+        let mut rx = self.rx.clone();
+        let _ = tokio::time::timeout_at(deadline, async {
+            loop {
+                if rx.borrow_and_update().applied_index >= index {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+    }
+
+    async fn propose_local(&self, cmd: MetaCommand) -> Result<MetaResponse, MetaError> {
         let mut waited = false;
         loop {
             match self.raft.client_write(cmd.clone()).await {
@@ -493,6 +723,34 @@ impl Metadata {
         Ok(applied.index)
     }
 
+    /// The members of the metadata group, by Raft id.
+    pub fn members(&self) -> Vec<Member> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let membership = m.membership_config.membership();
+        let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+        membership
+            .nodes()
+            .map(|(id, node)| Member {
+                raft_id: *id,
+                node: node.clone(),
+                voter: voters.contains(id),
+            })
+            .collect()
+    }
+
+    /// This node's role in the metadata group: `leader`, `follower`,
+    /// `candidate` or `learner`, or `shutdown`.
+    pub fn role(&self) -> &'static str {
+        match self.raft.metrics().borrow().state {
+            ServerState::Leader => "leader",
+            ServerState::Follower => "follower",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Shutdown => "shutdown",
+        }
+    }
+
     /// This node's Raft id (stable for its data directory).
     pub fn raft_id(&self) -> u64 {
         self.raft_id
@@ -528,6 +786,9 @@ impl Metadata {
     /// Stops the Raft task and closes the database (the directory can then be
     /// opened again in this process). Other clones become unusable.
     pub async fn shutdown(&self) -> Result<(), MetaError> {
+        if let Some(link) = &self.link {
+            link.abort_all();
+        }
         let res = self
             .raft
             .shutdown()

@@ -163,7 +163,8 @@ pub enum MetaCommand {
         new: NodeInfo,
     },
     /// Creates a stream. Replicas are placed at apply time on the brokers with
-    /// the fewest partitions (ties by id), the first replica leads.
+    /// the fewest partitions, the leader among them by fewest led (see
+    /// `placement`); the first replica leads and the ISR is the leader alone.
     CreateStream {
         /// Stream name.
         name: String,
@@ -688,8 +689,8 @@ impl MetadataState {
         }
     }
 
-    /// Chooses replicas for each new partition: brokers ordered by current
-    /// load (replica count, then id), rotating so partitions spread out.
+    /// Chooses replicas and leader of each new partition by broker load
+    /// (`placement::place`); the ISR starts as the leader alone.
     fn place(
         &self,
         replication_factor: i32,
@@ -717,35 +718,29 @@ impl MetadataState {
                 })
             }
         };
-        let mut load: BTreeMap<&str, usize> = self
+        let load: BTreeMap<String, super::placement::Load> = self
             .brokers
             .keys()
-            .map(|id| (id.as_str(), self.broker_load(id).0))
+            .map(|id| {
+                let (replicas, leads) = self.broker_load(id);
+                (id.clone(), super::placement::Load { replicas, leads })
+            })
             .collect();
-        let mut out = Vec::with_capacity(partitions as usize);
-        for id in 0..partitions {
-            let mut order: Vec<(&str, usize)> = load.iter().map(|(k, v)| (*k, *v)).collect();
-            order.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(b.0)));
-            let replicas: Vec<String> = order.iter().take(rf).map(|(k, _)| k.to_string()).collect();
-            for r in &replicas {
-                if let Some(v) = load.get_mut(r.as_str()) {
-                    *v += 1;
-                }
-            }
-            // `rf` is at least 1 and at most the number of brokers, so
-            // `replicas` is never empty; `unwrap_or_default` only avoids a panic path.
-            let leader = replicas.first().cloned().unwrap_or_default();
-            out.push(PartitionMeta {
+        let placed = super::placement::place(&load, rf, partitions as usize);
+        Ok(placed
+            .into_iter()
+            .zip(0..partitions)
+            .map(|(pl, id)| PartitionMeta {
                 id,
-                leader,
-                isr: replicas.clone(),
-                replicas,
+                // Only the leader has the data yet (see `placement`).
+                isr: vec![pl.leader.clone()],
+                leader: pl.leader,
+                replicas: pl.replicas,
                 epoch: 0,
                 leader_epoch: 0,
                 ..Default::default()
-            });
-        }
-        Ok(out)
+            })
+            .collect())
     }
 
     /// The selected partitions of a stream (all when `ids` is empty), after
@@ -1026,6 +1021,18 @@ mod tests {
         s.apply(&broker("b1"));
         s.apply(&broker("b2"));
         s.apply(&create("a", 2, 1));
+        // A new partition's ISR is its leader alone; the follower joins it
+        // once caught up.
+        let p = &s.stream("a").unwrap().partitions[0];
+        assert_eq!((p.isr.clone(), p.epoch), (vec!["b1".to_string()], 0));
+        assert_eq!(p.replicas, ["b1", "b2"]);
+        s.apply(&MetaCommand::ExpandIsr {
+            name: "a".into(),
+            partition: 0,
+            replica: "b2".into(),
+        });
+        let p = &s.stream("a").unwrap().partitions[0];
+        assert_eq!((p.isr.len(), p.epoch), (2, 1));
         let shrink = MetaCommand::ShrinkIsr {
             name: "a".into(),
             partition: 0,
@@ -1033,9 +1040,9 @@ mod tests {
         };
         s.apply(&shrink);
         let p = &s.stream("a").unwrap().partitions[0];
-        assert_eq!((p.isr.clone(), p.epoch), (vec!["b1".to_string()], 1));
+        assert_eq!((p.isr.clone(), p.epoch), (vec!["b1".to_string()], 2));
         s.apply(&shrink); // no-op: already out
-        assert_eq!(s.stream("a").unwrap().partitions[0].epoch, 1);
+        assert_eq!(s.stream("a").unwrap().partitions[0].epoch, 2);
         s.apply(&MetaCommand::ExpandIsr {
             name: "a".into(),
             partition: 0,
@@ -1047,7 +1054,7 @@ mod tests {
             leader: "b2".into(),
         });
         let p = &s.stream("a").unwrap().partitions[0];
-        assert_eq!((p.leader.as_str(), p.epoch, p.leader_epoch), ("b2", 3, 1));
+        assert_eq!((p.leader.as_str(), p.epoch, p.leader_epoch), ("b2", 4, 1));
         assert!(matches!(
             s.apply(&MetaCommand::ChangeLeader {
                 name: "a".into(),

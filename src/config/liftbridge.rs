@@ -62,6 +62,15 @@ pub const KEYS: &[&str] = &[
     "nats.embedded",
     "nats.embedded.config",
     "nats.listen",
+    "nats.cluster.name",
+    "nats.cluster.listen",
+    "nats.cluster.routes",
+    "nats.cluster.advertise",
+    "nats.cluster.auth.user",
+    "nats.cluster.auth.password",
+    "nats.cluster.tls.cert",
+    "nats.cluster.tls.key",
+    "nats.cluster.tls.ca",
     "http.listen",
     "http.auth.token",
     "http.auth.username",
@@ -93,6 +102,8 @@ pub const KEYS: &[&str] = &[
     "clustering.raft.bootstrap.seed",
     "clustering.raft.bootstrap.peers",
     "clustering.raft.max.quorum.size",
+    "clustering.raft.heartbeat.interval",
+    "clustering.raft.election.timeout",
     "clustering.replica.max.lag.time",
     "clustering.replica.max.leader.timeout",
     "clustering.replica.max.idle.wait",
@@ -329,6 +340,61 @@ pub struct NatsConfig {
     /// Whether `nats.listen` was given (file, environment or `--nats-port`):
     /// then it overrides the listener of a `nats.embedded.config` file.
     pub listen_explicit: bool,
+    /// `nats.cluster.*`: routes of the embedded server to other nodes.
+    pub cluster: NatsClusterConfig,
+}
+
+/// `nats.cluster.*`: the embedded server's cluster (routes). Routes are
+/// enabled when `listen` or `routes` is set.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct NatsClusterConfig {
+    /// `nats.cluster.name`: cluster name (all nodes must agree).
+    pub name: Option<String>,
+    /// `nats.cluster.listen`: route listener (`host:port`; default
+    /// 0.0.0.0:6222 when routes are configured).
+    pub listen: Option<String>,
+    /// `nats.cluster.routes`: route URLs of seed nodes
+    /// (`nats-route://host:port`).
+    pub routes: Vec<String>,
+    /// `nats.cluster.advertise`: `host:port` peers should use for us.
+    pub advertise: Option<String>,
+    /// `nats.cluster.auth.user`: route credentials (both directions).
+    pub auth_user: Option<String>,
+    /// `nats.cluster.auth.password`.
+    pub auth_password: Option<String>,
+    /// `nats.cluster.tls.cert`: route TLS certificate (PEM).
+    pub tls_cert: Option<PathBuf>,
+    /// `nats.cluster.tls.key`: route TLS key (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// `nats.cluster.tls.ca`: CA that verifies peer nodes.
+    pub tls_ca: Option<PathBuf>,
+}
+
+impl NatsClusterConfig {
+    /// Whether any key enables clustering.
+    pub fn enabled(&self) -> bool {
+        self.listen.is_some() || !self.routes.is_empty()
+    }
+}
+
+impl std::fmt::Debug for NatsClusterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The route password stays out of logs.
+        f.debug_struct("NatsClusterConfig")
+            .field("name", &self.name)
+            .field("listen", &self.listen)
+            .field("routes", &self.routes)
+            .field("advertise", &self.advertise)
+            .field("auth_user", &self.auth_user)
+            .field(
+                "auth_password",
+                &self.auth_password.as_ref().map(|_| "<hidden>"),
+            )
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
+            .field("tls_ca", &self.tls_ca)
+            .finish()
+    }
 }
 
 /// `http.*`: monitoring, metrics, admin API and UI.
@@ -432,6 +498,12 @@ pub struct ClusteringConfig {
     pub raft_bootstrap_peers: Vec<String>,
     /// `clustering.raft.max.quorum.size` (0 = unlimited).
     pub raft_max_quorum_size: u32,
+    /// `clustering.raft.heartbeat.interval` (150ms; not in Liftbridge): how
+    /// often the controller reaches every member.
+    pub raft_heartbeat_interval: Duration,
+    /// `clustering.raft.election.timeout` (1s; not in Liftbridge): silence
+    /// after which a member starts an election (randomized up to twice this).
+    pub raft_election_timeout: Duration,
     /// `clustering.replica.max.lag.time` (15s).
     pub replica_max_lag_time: Duration,
     /// `clustering.replica.max.leader.timeout` (15s).
@@ -562,6 +634,7 @@ impl Default for LiftbridgeConfig {
                 embedded_config: None,
                 listen: "0.0.0.0:4222".into(),
                 listen_explicit: false,
+                cluster: NatsClusterConfig::default(),
             },
             http: HttpConfig {
                 listen: "0.0.0.0:8222".into(),
@@ -602,6 +675,8 @@ impl Default for LiftbridgeConfig {
                 raft_bootstrap_seed: false,
                 raft_bootstrap_peers: Vec::new(),
                 raft_max_quorum_size: 0,
+                raft_heartbeat_interval: Duration::from_millis(150),
+                raft_election_timeout: Duration::from_secs(1),
                 replica_max_lag_time: Duration::from_secs(15),
                 replica_max_leader_timeout: Duration::from_secs(15),
                 replica_max_idle_wait: Duration::from_secs(10),
@@ -632,25 +707,78 @@ impl Default for LiftbridgeConfig {
     }
 }
 
+/// The one rule for the host a node advertises to clients and peers (in
+/// its broker entry, FetchMetadata and the admin API): `host` when set, else
+/// the listen host unless it is a wildcard (`0.0.0.0`, `::`) or empty, else
+/// `127.0.0.1`. The loopback address rather than `localhost`: `localhost`
+/// may resolve to `::1` first while the listener is IPv4 only.
+pub fn advertise_host(host: &str, listen_host: &str) -> String {
+    if !host.is_empty() {
+        return host.to_string();
+    }
+    let h = listen_host.trim_start_matches('[').trim_end_matches(']');
+    if h.is_empty() || h == "0.0.0.0" || h == "::" {
+        "127.0.0.1".into()
+    } else {
+        h.to_string()
+    }
+}
+
+/// How this node enters the metadata group (see `cluster::control`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RaftBootstrap {
+    /// A one-member group on a fresh data directory.
+    Seed,
+    /// Wait for these servers; the lowest id initializes the group.
+    Peers(Vec<String>),
+    /// Wait to be added by the controller.
+    Join,
+}
+
 impl LiftbridgeConfig {
-    /// Host advertised to clients in metadata: `host` if set, else the
-    /// `listen` host unless it is a wildcard, else `localhost`.
+    /// Host advertised to clients in metadata (`advertise_host`).
     pub fn advertised_host(&self) -> String {
-        if !self.host.is_empty() {
-            return self.host.clone();
-        }
-        match split_host_port(&self.listen) {
-            Some((h, _)) if !h.is_empty() && h != "0.0.0.0" && h != "::" && h != "[::]" => {
-                h.to_string()
-            }
-            _ => "localhost".into(),
-        }
+        let listen = split_host_port(&self.listen).map_or("", |(h, _)| h);
+        advertise_host(&self.host, listen)
     }
 
-    /// Whether this node bootstraps a one-member Raft group: asked for with
-    /// `--raft-bootstrap-seed`, and the default when no peers are configured.
+    /// Whether `nats.cluster.*` makes the embedded NATS server form a
+    /// cluster (a route listener or routes). A `cluster {}` block in
+    /// `nats.embedded.config` counts too; the node passes that in
+    /// (`raft_bootstrap_mode_with`).
+    pub fn nats_clustered(&self) -> bool {
+        self.nats.cluster.enabled()
+    }
+
+    /// Whether this node bootstraps a one-member Raft group on its own:
+    /// asked for with `--raft-bootstrap-seed`, and the default when neither
+    /// peers nor a NATS cluster are configured (zero-config start).
     pub fn raft_bootstrap(&self) -> bool {
-        self.clustering.raft_bootstrap_seed || self.clustering.raft_bootstrap_peers.is_empty()
+        self.raft_bootstrap_mode() == RaftBootstrap::Seed
+    }
+
+    /// How this node enters the metadata group: `Seed` with
+    /// `clustering.raft.bootstrap.seed`; `Peers` with
+    /// `clustering.raft.bootstrap.peers`; with neither, `Seed` when no NATS
+    /// cluster is configured (a lone node) and `Join` when it is (the node
+    /// waits to be added by the controller, as Liftbridge does).
+    pub fn raft_bootstrap_mode(&self) -> RaftBootstrap {
+        self.raft_bootstrap_mode_with(self.nats_clustered())
+    }
+
+    /// `raft_bootstrap_mode` with the NATS cluster decided by the caller
+    /// (the node, which also knows `nats.embedded.config`'s cluster block).
+    pub fn raft_bootstrap_mode_with(&self, nats_clustered: bool) -> RaftBootstrap {
+        let c = &self.clustering;
+        if c.raft_bootstrap_seed {
+            RaftBootstrap::Seed
+        } else if !c.raft_bootstrap_peers.is_empty() {
+            RaftBootstrap::Peers(c.raft_bootstrap_peers.clone())
+        } else if nats_clustered {
+            RaftBootstrap::Join
+        } else {
+            RaftBootstrap::Seed
+        }
     }
 }
 
@@ -873,6 +1001,36 @@ impl Builder {
             "nats.embedded" => c.nats.embedded = boolean(raw)?,
             "nats.embedded.config" => c.nats.embedded_config = path(raw)?,
             "nats.listen" => c.nats.listen = parse_listen(&scalar(raw)?)?,
+            "nats.cluster.name" => {
+                let n = non_empty(raw)?;
+                if n.contains(char::is_whitespace) {
+                    return Err("cluster name cannot contain spaces".into());
+                }
+                c.nats.cluster.name = Some(n);
+            }
+            "nats.cluster.listen" => {
+                let l = scalar(raw)?;
+                if crate::config::nats::parse_cluster_listen(&l).is_none() {
+                    return Err("expected host:port".into());
+                }
+                c.nats.cluster.listen = Some(l);
+            }
+            "nats.cluster.routes" => {
+                let routes = list(raw);
+                if let Some(bad) = routes
+                    .iter()
+                    .find(|r| crate::config::nats::parse_cluster_listen(r).is_none())
+                {
+                    return Err(format!("not a route URL: {bad:?}"));
+                }
+                c.nats.cluster.routes = routes;
+            }
+            "nats.cluster.advertise" => c.nats.cluster.advertise = opt_string(raw)?,
+            "nats.cluster.auth.user" => c.nats.cluster.auth_user = opt_string(raw)?,
+            "nats.cluster.auth.password" => c.nats.cluster.auth_password = opt_string(raw)?,
+            "nats.cluster.tls.cert" => c.nats.cluster.tls_cert = path(raw)?,
+            "nats.cluster.tls.key" => c.nats.cluster.tls_key = path(raw)?,
+            "nats.cluster.tls.ca" => c.nats.cluster.tls_ca = path(raw)?,
             "http.listen" => c.http.listen = parse_listen(&scalar(raw)?)?,
             "http.auth.token" => c.http.auth_token = opt_string(raw)?,
             "http.auth.username" => {
@@ -961,6 +1119,20 @@ impl Builder {
             "clustering.raft.bootstrap.seed" => c.clustering.raft_bootstrap_seed = boolean(raw)?,
             "clustering.raft.bootstrap.peers" => c.clustering.raft_bootstrap_peers = list(raw),
             "clustering.raft.max.quorum.size" => c.clustering.raft_max_quorum_size = num(raw)?,
+            "clustering.raft.heartbeat.interval" => {
+                let d = duration(raw)?;
+                if d < Duration::from_millis(10) {
+                    return Err("must be at least 10ms".into());
+                }
+                c.clustering.raft_heartbeat_interval = d;
+            }
+            "clustering.raft.election.timeout" => {
+                let d = duration(raw)?;
+                if d < Duration::from_millis(100) {
+                    return Err("must be at least 100ms".into());
+                }
+                c.clustering.raft_election_timeout = d;
+            }
             "clustering.replica.max.lag.time" => {
                 c.clustering.replica_max_lag_time = positive(duration(raw)?)?
             }
@@ -1267,7 +1439,8 @@ mod tests {
         assert_eq!(c.cursors.stream_replication_factor, -1);
         assert_eq!(c.activity.stream_publish_ack_policy, ActivityAckPolicy::All);
         assert!(c.raft_bootstrap());
-        assert_eq!(c.advertised_host(), "localhost");
+        // A wildcard listen address advertises the loopback address.
+        assert_eq!(c.advertised_host(), "127.0.0.1");
         // Loading nothing gives the defaults.
         let loaded = load_with_env(&LiftbridgeFlags::default(), |_| None).unwrap();
         assert_eq!(loaded, c);
@@ -1603,6 +1776,43 @@ mod tests {
             yaml("nats:\n  user:\n").unwrap(),
             LiftbridgeConfig::default()
         );
+    }
+
+    #[test]
+    fn raft_bootstrap_mode_follows_seed_peers_and_routes() {
+        assert_eq!(yaml("").unwrap().raft_bootstrap_mode(), RaftBootstrap::Seed);
+        let routes = "nats.cluster.routes: [nats-route://127.0.0.1:6222]\n";
+        let c = yaml(routes).unwrap();
+        assert_eq!(c.raft_bootstrap_mode(), RaftBootstrap::Join);
+        assert!(!c.raft_bootstrap(), "a node with routes waits to join");
+        let c = yaml(&format!("{routes}clustering.raft.bootstrap.seed: true\n")).unwrap();
+        assert_eq!(c.raft_bootstrap_mode(), RaftBootstrap::Seed);
+        let c = yaml(&format!(
+            "{routes}clustering.raft.bootstrap.peers: [b, a]\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.raft_bootstrap_mode(),
+            RaftBootstrap::Peers(vec!["b".into(), "a".into()])
+        );
+        // A cluster block of nats.embedded.config counts as routes.
+        assert_eq!(
+            yaml("").unwrap().raft_bootstrap_mode_with(true),
+            RaftBootstrap::Join
+        );
+        let c = yaml(
+            "clustering.raft.heartbeat.interval: 50ms\nclustering.raft.election.timeout: 500ms\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.clustering.raft_heartbeat_interval,
+            Duration::from_millis(50)
+        );
+        assert_eq!(
+            c.clustering.raft_election_timeout,
+            Duration::from_millis(500)
+        );
+        assert!(yaml("clustering.raft.election.timeout: 5ms\n").is_err());
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub struct NatsOptions {
     pub trace: bool,
     /// Log debug lines (`-D`/`-DV`).
     pub debug: bool,
+    /// The cluster (route) listener and routes; `None` = not clustered.
+    pub cluster: Option<ClusterOptions>,
 }
 
 impl Default for NatsOptions {
@@ -74,6 +76,7 @@ impl Default for NatsOptions {
             tls: None,
             trace: false,
             debug: false,
+            cluster: None,
         }
     }
 }
@@ -142,4 +145,111 @@ pub struct TlsFiles {
     pub ca: Option<PathBuf>,
     /// Require and verify client certificates (mTLS).
     pub verify: bool,
+}
+
+/// Default cluster (route) port.
+pub const DEFAULT_CLUSTER_PORT: u16 = 6222;
+
+/// The cluster block (`cluster { … }`, `--cluster`, `nats.cluster.*`):
+/// where this server listens for routes and which routes it solicits.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// Cluster name; `None` = dynamic (a random name, replaced by a
+    /// configured peer's name, as nats-server does).
+    pub name: Option<String>,
+    /// Interface of the route listener.
+    pub host: String,
+    /// Route port; `0` picks a free port.
+    pub port: u16,
+    /// Routes to solicit (`nats-route://[user:pass@]host:port`).
+    pub routes: Vec<String>,
+    /// `host:port` advertised to peers instead of the listener address.
+    pub advertise: Option<String>,
+    /// Do not add peers' client URLs to our clients' `connect_urls`.
+    pub no_advertise: bool,
+    /// Attempts to reconnect an implicit (gossiped) route; configured
+    /// routes retry forever when `0`, else this many times.
+    pub connect_retries: u32,
+    /// Credentials peers must present (and that we present when a route
+    /// URL carries none).
+    pub auth: Option<ClusterAuth>,
+    /// Time a peer has to send CONNECT.
+    pub auth_timeout: Duration,
+    /// TLS on routes (both accepted and solicited).
+    pub tls: Option<TlsFiles>,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            name: None,
+            host: "0.0.0.0".into(),
+            port: DEFAULT_CLUSTER_PORT,
+            routes: Vec::new(),
+            advertise: None,
+            no_advertise: false,
+            connect_retries: 0,
+            auth: None,
+            auth_timeout: Duration::from_secs(2),
+            tls: None,
+        }
+    }
+}
+
+/// Route credentials (`cluster { authorization { user, password } }`).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ClusterAuth {
+    pub user: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for ClusterAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The password stays out of logs.
+        f.debug_struct("ClusterAuth")
+            .field("user", &self.user)
+            .field("password", &"<hidden>")
+            .finish()
+    }
+}
+
+/// Parses a cluster listen URL or address (`nats://host:port`,
+/// `nats-route://host:port`, `host:port`, `:port`, `port`) into host and
+/// port. `-1` as port means "any free port" (0).
+pub fn parse_cluster_listen(s: &str) -> Option<(String, u16)> {
+    let s = s.trim();
+    let s = s.split_once("://").map_or(s, |(_, rest)| rest);
+    let s = s.trim_end_matches('/');
+    let s = s.rsplit_once('@').map_or(s, |(_, hp)| hp);
+    let parse_port = |p: &str| -> Option<u16> {
+        if p == "-1" {
+            Some(0)
+        } else {
+            p.parse().ok()
+        }
+    };
+    if let Some(p) = parse_port(s) {
+        return Some(("0.0.0.0".into(), p));
+    }
+    let (h, p) = s.rsplit_once(':')?;
+    let h = h.trim_start_matches('[').trim_end_matches(']');
+    let h = if h.is_empty() { "0.0.0.0" } else { h };
+    Some((h.to_string(), parse_port(p)?))
+}
+
+#[cfg(test)]
+mod cluster_tests {
+    use super::parse_cluster_listen;
+
+    #[test]
+    fn cluster_listen_forms() {
+        let p = |s| parse_cluster_listen(s);
+        assert_eq!(p("nats://127.0.0.1:6222"), Some(("127.0.0.1".into(), 6222)));
+        assert_eq!(p("nats-route://h:1/"), Some(("h".into(), 1)));
+        assert_eq!(p(":7000"), Some(("0.0.0.0".into(), 7000)));
+        assert_eq!(p("7000"), Some(("0.0.0.0".into(), 7000)));
+        assert_eq!(p("127.0.0.1:-1"), Some(("127.0.0.1".into(), 0)));
+        assert_eq!(p("nohost"), None);
+        assert_eq!(p("h:notaport"), None);
+    }
 }

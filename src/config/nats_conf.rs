@@ -20,8 +20,10 @@
 //! semantics); booleans `true/false/yes/no/on/off`. Keys are
 //! case-insensitive in the mapping; the last occurrence wins.
 //!
-//! Unknown keys and unsupported subsystems (`jetstream`, `cluster`,
-//! `accounts`, …) are accepted and reported as warnings, as nats-server
+//! `cluster { … }` configures routes; inside it, fields we do not provide
+//! are refused with an error naming them. Unknown keys and unsupported
+//! subsystems (`jetstream`, `gateway`, `accounts`, …) are accepted and
+//! reported as warnings, as nats-server
 //! does for unknown fields; malformed values are errors naming the file, the
 //! line and the key. Nothing here panics on input.
 
@@ -30,7 +32,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::nats::{
-    AuthConfig, NatsOptions, NkeyUser, PermissionRules, Permissions, TlsFiles, User,
+    AuthConfig, ClusterAuth, ClusterOptions, NatsOptions, NkeyUser, PermissionRules, Permissions,
+    TlsFiles, User,
 };
 
 /// Errors of reading, parsing or interpreting a config file.
@@ -790,7 +793,8 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
                     "users inside accounts are not supported; use authorization { users … }",
                 );
             }
-            "cluster" | "gateway" | "leafnodes" | "leaf" | "websocket" | "mqtt" | "accounts"
+            "cluster" => o.cluster = Some(cluster_block(key, n, &mut c.warnings)?),
+            "gateway" | "leafnodes" | "leaf" | "websocket" | "mqtt" | "accounts"
             | "resolver_preload" | "system_account" => c.warnings.push(format!(
                 "{}:{}: {key:?} is not supported; ignored",
                 n.file, n.line
@@ -820,6 +824,118 @@ fn accounts_have_users(n: &Node) -> bool {
         }),
         _ => false,
     })
+}
+
+/// `cluster { name, listen | host/port, routes, authorization, tls,
+/// advertise, no_advertise, connect_retries }`. Keys about features we do
+/// not provide (pooling, compression, pinned accounts) are refused when
+/// they ask for something other than the plain single route we speak.
+fn cluster_block(
+    key: &str,
+    n: &Node,
+    warnings: &mut Vec<String>,
+) -> Result<ClusterOptions, ConfError> {
+    let mut c = ClusterOptions::default();
+    for (k, v) in want_map(key, n)? {
+        match k.to_ascii_lowercase().as_str() {
+            "name" => {
+                let name = want_str(k, v)?;
+                if name.is_empty() || name.contains(char::is_whitespace) {
+                    return invalid(k, v, "cluster name cannot be empty or contain spaces");
+                }
+                c.name = Some(name.to_string());
+            }
+            "listen" => {
+                let (h, p) = host_port(k, v)?;
+                if let Some(h) = h {
+                    c.host = h;
+                }
+                match p {
+                    Some(p) => c.port = p,
+                    None => return invalid(k, v, "expected host:port or a port"),
+                }
+            }
+            "host" | "net" => c.host = want_str(k, v)?.to_string(),
+            "port" => c.port = want_port(k, v)?,
+            "routes" => {
+                let items = match &v.value {
+                    Value::Array(items) => items,
+                    other => {
+                        return invalid(
+                            k,
+                            v,
+                            format!("expected an array of URLs, found {}", other.kind()),
+                        )
+                    }
+                };
+                for item in items {
+                    let url = want_str(k, item)?;
+                    if crate::config::nats::parse_cluster_listen(url).is_none() {
+                        return invalid(k, item, format!("not a route URL: {url:?}"));
+                    }
+                    c.routes.push(url.to_string());
+                }
+            }
+            "authorization" => {
+                let mut user = None;
+                let mut pass = None;
+                for (ak, av) in want_map(k, v)? {
+                    match ak.to_ascii_lowercase().as_str() {
+                        "user" | "username" => user = Some(want_str(ak, av)?.to_string()),
+                        "password" | "pass" => pass = Some(want_str(ak, av)?.to_string()),
+                        "timeout" => c.auth_timeout = want_duration(ak, av)?,
+                        other => {
+                            return invalid(
+                                k,
+                                av,
+                                format!("unsupported cluster authorization field {other:?}"),
+                            )
+                        }
+                    }
+                }
+                match (user, pass) {
+                    (Some(user), pass) => {
+                        c.auth = Some(ClusterAuth {
+                            user,
+                            password: pass.unwrap_or_default(),
+                        })
+                    }
+                    (None, Some(_)) => return invalid(k, v, "password without user"),
+                    (None, None) => {}
+                }
+            }
+            "tls" => {
+                let (files, _timeout) = tls_block(k, v, warnings)?;
+                c.tls = Some(files);
+            }
+            "advertise" | "cluster_advertise" => c.advertise = Some(want_str(k, v)?.to_string()),
+            "no_advertise" => c.no_advertise = want_bool(k, v)?,
+            "connect_retries" => {
+                c.connect_retries = u32::try_from(want_int(k, v)?)
+                    .or_else(|_| invalid(k, v, "must be a non-negative number"))?
+            }
+            // One unpooled, uncompressed route per peer is what we speak;
+            // values asking for exactly that are accepted.
+            "pool_size" => {
+                let p = want_int(k, v)?;
+                if p > 1 {
+                    return invalid(k, v, "route pooling is not supported (use -1, 0 or 1)");
+                }
+            }
+            "compression" => {
+                let off = match &v.value {
+                    Value::Bool(b) => !b,
+                    Value::Str(s) => matches!(s.as_str(), "off" | "disabled" | "not supported"),
+                    _ => false,
+                };
+                if !off {
+                    return invalid(k, v, "route compression is not supported (use off)");
+                }
+            }
+            other => return invalid(key, v, format!("unsupported cluster field {other:?}")),
+        }
+    }
+    Ok(c)
 }
 
 fn tls_block(

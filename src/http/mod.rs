@@ -2,7 +2,7 @@
 //!
 //! A small hyper 1 (HTTP/1.1) server with a [`Router`] of registered
 //! handlers, so each module adds its own paths without touching the server:
-//! NATS monitoring (`/varz`, `/connz`, `/subsz`, `/healthz`, see
+//! NATS monitoring (`/varz`, `/connz`, `/routez`, `/subsz`, `/healthz`, see
 //! [`monitoring_routes`]), and later `/metrics`, `/api/v1/…` and UI assets
 //! (prefix routes). Handlers get a parsed [`HttpRequest`] (method, path,
 //! raw query, body) and return an [`HttpResponse`]; JSON helpers set
@@ -585,6 +585,8 @@ pub trait MonitorSource: Send + Sync + 'static {
     fn subsz(&self, query: &str) -> Result<Value, String>;
     /// `/healthz` (`status` other than `ok` → 503).
     fn healthz(&self) -> Value;
+    /// `/routez` with the raw query.
+    fn routez(&self, query: &str) -> Value;
 }
 
 impl MonitorSource for crate::nats::server::NatsServer {
@@ -600,13 +602,16 @@ impl MonitorSource for crate::nats::server::NatsServer {
     fn healthz(&self) -> Value {
         self.healthz_json()
     }
+    fn routez(&self, query: &str) -> Value {
+        self.routez_json(query)
+    }
 }
 
 /// Routes for the NATS monitoring endpoints served from `src`: `/varz`,
 /// `/connz`, `/subsz` (and `/subscriptionsz`), `/healthz`, and `/` listing
 /// them.
 pub fn monitoring_routes<M: MonitorSource>(src: Arc<M>) -> Router {
-    let (a, b, c, d) = (src.clone(), src.clone(), src.clone(), src);
+    let (a, b, c, d, e) = (src.clone(), src.clone(), src.clone(), src.clone(), src);
     let subsz = move |r: &HttpRequest| match c.subsz(&r.query) {
         Ok(v) => HttpResponse::json(200, &v),
         Err(e) => HttpResponse::error(400, &e),
@@ -620,6 +625,9 @@ pub fn monitoring_routes<M: MonitorSource>(src: Arc<M>) -> Router {
             Err(e) => HttpResponse::error(400, &e),
         })
         .route_sync("/subsz", move |r| subsz(r))
+        .route_sync("/routez", move |r| {
+            HttpResponse::json(200, &e.routez(&r.query))
+        })
         .route_sync("/subscriptionsz", move |r| subsz2(r))
         .route_sync("/healthz", move |_| {
             let v = d.healthz();
@@ -630,7 +638,7 @@ pub fn monitoring_routes<M: MonitorSource>(src: Arc<M>) -> Router {
             HttpResponse::json(
                 200,
                 &serde_json::json!({
-                    "endpoints": ["/varz", "/connz", "/subsz", "/healthz"]
+                    "endpoints": ["/varz", "/connz", "/routez", "/subsz", "/healthz"]
                 }),
             )
         })
@@ -669,6 +677,9 @@ mod tests {
             } else {
                 serde_json::json!({ "status": "unavailable" })
             }
+        }
+        fn routez(&self, _q: &str) -> Value {
+            serde_json::json!({ "num_routes": 0 })
         }
     }
 

@@ -1,6 +1,7 @@
 //! NATS series, read at scrape time from the counters the embedded server
 //! already keeps for `/varz` (connections, subscriptions, messages and
-//! bytes in and out, slow consumers, authentication failures).
+//! bytes in and out, slow consumers, authentication failures, routes and
+//! routed traffic).
 //!
 //! Nothing here touches the message path: the collector only loads atomics
 //! and takes the client-map lock long enough to count TCP clients.
@@ -124,6 +125,56 @@ impl Collector for NatsCollector {
             "NATS connections refused for bad credentials or authentication timeout.",
             None,
             load(&i.auth_failures),
+        )?;
+        gauge(
+            &mut enc,
+            "liftbridge_nats_routes",
+            "Current routes to other NATS servers of the cluster.",
+            self.server.num_routes() as i64,
+        )?;
+        let zero = crate::nats::route::RouteStats::default();
+        let r = self.server.route_stats().unwrap_or(&zero);
+        counter(
+            &mut enc,
+            "liftbridge_nats_routed_in_messages",
+            "Messages received from routes.",
+            None,
+            load(&r.in_msgs),
+        )?;
+        counter(
+            &mut enc,
+            "liftbridge_nats_routed_out_messages",
+            "Messages sent to routes.",
+            None,
+            load(&r.out_msgs),
+        )?;
+        counter(
+            &mut enc,
+            "liftbridge_nats_routed_in",
+            "Payload bytes (headers included) received from routes.",
+            Some(&bytes),
+            load(&r.in_bytes),
+        )?;
+        counter(
+            &mut enc,
+            "liftbridge_nats_routed_out",
+            "Payload bytes (headers included) sent to routes.",
+            Some(&bytes),
+            load(&r.out_bytes),
+        )?;
+        counter(
+            &mut enc,
+            "liftbridge_nats_slow_routes",
+            "Routes closed (and reconnected) because their outbound buffer overflowed.",
+            None,
+            load(&r.slow_routes),
+        )?;
+        counter(
+            &mut enc,
+            "liftbridge_nats_route_rejects",
+            "Route connections closed for protocol errors or refused handshakes.",
+            None,
+            load(&r.rejected),
         )
     }
 }

@@ -46,6 +46,9 @@ pub enum ClientKind {
     Tcp,
     /// An in-process client (see `handle.rs`).
     Local,
+    /// A route to another server (see `route.rs`): its subscriptions are
+    /// the peer's interest; messages to it are encoded as `RMSG`/`HMSG`.
+    Route,
 }
 
 /// Message counters of one connection (payload bytes incl. headers).
@@ -129,11 +132,11 @@ pub struct ClientShared {
     pub(crate) meta: Mutex<ConnMeta>,
     /// Milliseconds since `started` of the last inbound activity.
     last_activity_ms: AtomicU64,
-    pings_out: AtomicU64,
+    pub(crate) pings_out: AtomicU64,
     /// Microseconds since `started` when the last server PING was sent
     /// (0 = none outstanding); the PONG gives the RTT shown in `/connz`.
     ping_sent_us: AtomicU64,
-    connected: AtomicBool,
+    pub(crate) connected: AtomicBool,
     max_pending: usize,
 }
 
@@ -277,6 +280,10 @@ impl ClientShared {
 pub(crate) struct FlushList {
     wake: Vec<Arc<ClientShared>>,
     stalled: Vec<Arc<ClientShared>>,
+    /// Routes that get the message being delivered, each with the indexes
+    /// (in the match result's `qsubs`) of the queue groups it must serve.
+    /// Reused from message to message.
+    route_targets: Vec<(Arc<ClientShared>, Vec<usize>)>,
     pub rng: u64,
     pub tally: OutTally,
 }
@@ -302,8 +309,28 @@ impl FlushList {
         }
     }
 
+    /// Adds `route` as a receiver of the current message (once), with
+    /// queue group `queue` (an index into the match result) if given.
+    fn add_route(&mut self, route: &Arc<ClientShared>, queue: Option<usize>) {
+        let entry = match self
+            .route_targets
+            .iter_mut()
+            .position(|(r, _)| Arc::ptr_eq(r, route))
+        {
+            Some(i) => &mut self.route_targets[i],
+            None => {
+                self.route_targets.push((route.clone(), Vec::new()));
+                let last = self.route_targets.len() - 1;
+                &mut self.route_targets[last]
+            }
+        };
+        if let Some(q) = queue {
+            entry.1.push(q);
+        }
+    }
+
     /// Receivers the producer should wait for (taken).
-    fn take_stalled(&mut self) -> Vec<Arc<ClientShared>> {
+    pub(crate) fn take_stalled(&mut self) -> Vec<Arc<ClientShared>> {
         std::mem::take(&mut self.stalled)
     }
 }
@@ -319,7 +346,7 @@ const STUCK_AFTER_MS: u64 = 1000;
 /// Fast-producer stall: waits (bounded) until `c`'s backlog is back under
 /// 75 % of its limit, so a publisher cannot outrun a live receiver into
 /// a slow-consumer close.
-async fn wait_drained(c: &ClientShared) {
+pub(crate) async fn wait_drained(c: &ClientShared) {
     loop {
         let notified = c.drained.notified();
         tokio::pin!(notified);
@@ -411,7 +438,7 @@ pub(crate) struct MsgRef<'a> {
 }
 
 impl MsgRef<'_> {
-    fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         self.headers.map_or(0, |h| h.len()) + self.payload.len()
     }
 }
@@ -436,8 +463,19 @@ pub(crate) fn next_rand(state: &mut u64) -> u64 {
     x.wrapping_mul(0x2545_F491_4F6C_DD1D)
 }
 
+/// Where a message being delivered came from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Origin<'a> {
+    /// A client of this server (TCP or in-process): local subscribers,
+    /// plus one copy to each route with matching interest.
+    Client,
+    /// A route: local subscribers only (never another route), and queue
+    /// groups only when named by the sender.
+    Route(&'a [Bytes]),
+}
+
 /// Delivers `msg` to everything in `result`. Returns how many subscriptions
-/// received it.
+/// (and routes) received it.
 pub(crate) fn deliver(
     server: &ServerInner,
     publisher: &Arc<ClientShared>,
@@ -445,28 +483,128 @@ pub(crate) fn deliver(
     msg: &MsgRef<'_>,
     result: &MatchResult<Subscription>,
     flush: &mut FlushList,
+    origin: Origin<'_>,
 ) -> usize {
+    let from_route = matches!(origin, Origin::Route(_));
     let mut n = 0;
     for sub in &result.psubs {
+        if sub.client.kind == ClientKind::Route {
+            if !from_route && !sub.closed.load(Ordering::Acquire) {
+                flush.add_route(&sub.client, None);
+            }
+            continue;
+        }
         if deliver_one(server, publisher, echo, sub, msg, flush) {
             n += 1;
         }
     }
-    for (_, members) in &result.qsubs {
+    for (qi, (name, members)) in result.qsubs.iter().enumerate() {
+        if let Origin::Route(named) = origin {
+            if !named.iter().any(|q| q[..] == *name.as_bytes()) {
+                continue;
+            }
+        }
         let len = members.len();
         if len == 0 {
             continue;
         }
         let start = (next_rand(&mut flush.rng) % len as u64) as usize;
+        // Local members first; a route only when none of them took it.
+        let mut remote: Option<&Arc<Subscription>> = None;
+        let mut done = false;
         for i in 0..len {
             let sub = &members[(start + i) % len];
+            if sub.client.kind == ClientKind::Route {
+                if remote.is_none() && !from_route && !sub.closed.load(Ordering::Acquire) {
+                    remote = Some(sub);
+                }
+                continue;
+            }
             if deliver_one(server, publisher, echo, sub, msg, flush) {
                 n += 1;
+                done = true;
                 break;
             }
         }
+        if !done {
+            if let Some(sub) = remote {
+                flush.add_route(&sub.client, Some(qi));
+            }
+        }
+    }
+    if !flush.route_targets.is_empty() {
+        n += send_routed(server, msg, result, flush);
     }
     n
+}
+
+/// Appends the message as `RMSG`/`HMSG` to every route collected in
+/// `flush.route_targets` (then cleared). A route whose outbound buffer
+/// overflows `max_pending` is closed as a slow route (its reader
+/// reconnects it); the publisher is never blocked beyond the 75 % stall.
+fn send_routed(
+    server: &ServerInner,
+    msg: &MsgRef<'_>,
+    result: &MatchResult<Subscription>,
+    flush: &mut FlushList,
+) -> usize {
+    let mut targets = std::mem::take(&mut flush.route_targets);
+    let mut sent = 0;
+    let size = msg.size();
+    let account = super::route::GLOBAL_ACCOUNT.as_bytes();
+    for (route, qidx) in targets.drain(..) {
+        let queues: Vec<&[u8]> = qidx
+            .iter()
+            .filter_map(|&i| result.qsubs.get(i).map(|(q, _)| q.as_bytes()))
+            .collect();
+        let mut o = route.out.lock();
+        if o.closed {
+            continue;
+        }
+        proto::route::encode_rmsg(
+            &mut o.buf,
+            account,
+            msg.subject,
+            msg.reply.map(|r| &r[..]),
+            &queues,
+            msg.headers.map(|h| &h[..]),
+            msg.payload,
+        );
+        if o.buf.len() + o.inflight > route.max_pending {
+            o.closed = true;
+            o.buf = BytesMut::new();
+            drop(o);
+            if let Some(r) = server.routes.as_ref() {
+                r.stats.slow_routes.fetch_add(1, Ordering::Relaxed);
+            }
+            tracing::warn!(
+                rid = route.id,
+                "slow route: outbound buffer over max_pending, closing (it reconnects)"
+            );
+            route.cancel.cancel();
+            route.notify.notify_one();
+            continue;
+        }
+        o.out_msgs += 1;
+        o.out_bytes += size as u64;
+        let stall = (o.buf.len() + o.inflight) * 4 > route.max_pending * 3;
+        if !o.flush_queued {
+            o.flush_queued = true;
+            flush.push(route.clone());
+            if stall {
+                flush.stalled.push(route.clone());
+            }
+        }
+        drop(o);
+        if let Some(r) = server.routes.as_ref() {
+            r.stats.out_msgs.fetch_add(1, Ordering::Relaxed);
+            r.stats.out_bytes.fetch_add(size as u64, Ordering::Relaxed);
+        }
+        sent += 1;
+    }
+    // Keep the allocation for the next message.
+    flush.route_targets = targets;
+    sent
 }
 
 /// Delivers to one subscription; false if it could not take the message.
@@ -1087,6 +1225,7 @@ impl Reader {
             &msg,
             &result,
             &mut self.flush,
+            Origin::Client,
         );
         if n == 0 && self.st.no_responders {
             if let Some(reply) = &reply {
@@ -1151,7 +1290,7 @@ impl Reader {
             self.client.clone(),
             None,
         );
-        if self.server.sublist.insert(subj, q, sub.clone()).is_err() {
+        if self.server.add_subscription(&sub).is_err() {
             self.send_err("Invalid Subject");
             return;
         }

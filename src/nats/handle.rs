@@ -7,6 +7,11 @@
 //! message is ever dropped (the stenographer must record every one); the
 //! queued bytes are accounted for monitoring. Dropping the subscription
 //! unsubscribes it.
+//!
+//! In a cluster the in-process client is a client like any other: its
+//! subscriptions are announced to routes (`RS+`) and its publishes and
+//! requests reach subscribers on other servers; replies come back over the
+//! routes to its inbox subscription.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,7 +22,9 @@ use std::collections::HashMap;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::client::{self, ClientKind, ClientShared, FlushList, LocalSink, MsgRef, Subscription};
+use super::client::{
+    self, ClientKind, ClientShared, FlushList, LocalSink, MsgRef, Origin, Subscription,
+};
 use super::server::{NatsError, ServerInner};
 use super::subject::{is_valid_literal_subject, is_valid_subject};
 
@@ -123,7 +130,15 @@ impl LocalClient {
             payload: &payload,
         };
         let mut flush = FlushList::new();
-        let n = client::deliver(server, &self.inner.client, true, &msg, &result, &mut flush);
+        let n = client::deliver(
+            server,
+            &self.inner.client,
+            true,
+            &msg,
+            &result,
+            &mut flush,
+            Origin::Client,
+        );
         flush.flush();
         let tally = std::mem::take(&mut flush.tally);
         let c = &self.inner.client.stats;
@@ -161,8 +176,7 @@ impl LocalClient {
         );
         self.inner
             .server
-            .sublist
-            .insert(subject, queue, sub.clone())
+            .add_subscription(&sub)
             .map_err(|_| NatsError::InvalidSubject(subject.to_string()))?;
         self.inner
             .client

@@ -7,6 +7,7 @@
 //! - [`sublist`]: the subscription trie with its match cache;
 //! - [`client`]: one connection (reader, writer, delivery);
 //! - [`server`]: listener, INFO/TLS/auth, lame duck, shutdown ([`NatsServer`]);
+//! - [`route`]: the cluster mesh (routes to our nodes and Go nats-server);
 //! - [`handle`]: the in-process client used by the log layer ([`LocalClient`]);
 //! - [`monitor`]: `/varz`, `/connz`, `/subsz`, `/healthz` bodies.
 
@@ -15,6 +16,7 @@ pub mod client;
 pub mod handle;
 pub mod monitor;
 pub mod proto;
+pub mod route;
 pub mod server;
 pub mod subject;
 pub mod sublist;

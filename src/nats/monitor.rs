@@ -1,5 +1,5 @@
 //! NATS monitoring data: the JSON bodies of `/varz`, `/connz`, `/subsz`
-//! and `/healthz`, with nats-server's field names (`spec/nats.md` §1.14).
+//! and `/healthz` (`/routez` is built in `route.rs`), with nats-server's field names (`spec/nats.md` §1.14).
 //!
 //! Pure snapshots of server state; the HTTP layer serves them. Query
 //! strings use nats-server's argument names; a bad argument value is an
@@ -131,8 +131,8 @@ impl NatsServer {
             "cpu": 0.0,
             "connections": conns,
             "total_connections": i.total_connections.load(Ordering::Relaxed),
-            "routes": 0,
-            "remotes": 0,
+            "routes": self.num_routes(),
+            "remotes": self.num_routes(),
             "leafnodes": 0,
             "in_msgs": i.stats.in_msgs.load(Ordering::Relaxed),
             "out_msgs": i.stats.out_msgs.load(Ordering::Relaxed),
@@ -142,8 +142,10 @@ impl NatsServer {
             "subscriptions": i.sublist.count(),
             "slow_consumer_stats": {
                 "clients": i.slow_consumers.load(Ordering::Relaxed),
-                "routes": 0, "gateways": 0, "leafs": 0
+                "routes": self.route_stats().map_or(0, |r| r.slow_routes.load(Ordering::Relaxed)),
+                "gateways": 0, "leafs": 0
             },
+            "cluster": super::route::varz_cluster(i),
             "http_req_stats": {},
             "config_load_time": rfc3339(i.start),
         });

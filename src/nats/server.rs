@@ -1,5 +1,6 @@
 //! The NATS server: listener, accept loop, INFO, TLS, connection limits,
-//! lame duck mode and shutdown.
+//! lame duck mode and shutdown; with `cluster` configured, also the route
+//! listener and solicited routes (`route.rs`).
 //!
 //! [`NatsServer`] is a cheap handle (an `Arc`) shared by the CLI, the HTTP
 //! layer and the log layer. Each accepted connection gets INFO first, then
@@ -30,7 +31,8 @@ use super::auth::{AuthError, Authenticator};
 use super::client::{self, ClientKind, ClientShared, ClientStats, Reader, Subscription};
 use super::handle::LocalClient;
 use super::proto;
-use super::sublist::Sublist;
+use super::route::Routes;
+use super::sublist::{Sublist, SublistError};
 use crate::config::nats::NatsOptions;
 
 /// Version reported in INFO and `/varz` (semver, as clients require).
@@ -69,6 +71,9 @@ pub enum NatsError {
     /// The server has shut down.
     #[error("server stopped")]
     Stopped,
+    /// The cluster (route) listener could not be set up.
+    #[error(transparent)]
+    Route(#[from] super::route::RouteError),
 }
 
 /// The INFO object (field order as nats-server's `Info` struct).
@@ -95,6 +100,10 @@ pub(crate) struct Info {
     pub client_ip: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nonce: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub connect_urls: Vec<String>,
     #[serde(skip_serializing_if = "is_false")]
     pub ldm: bool,
 }
@@ -124,6 +133,8 @@ pub(crate) struct ServerInner {
     stopped: watch::Sender<bool>,
     pub start: chrono::DateTime<chrono::Utc>,
     pub info: Info,
+    /// The cluster side (routes); `None` when not clustered.
+    pub routes: Option<Routes>,
 }
 
 impl ServerInner {
@@ -135,11 +146,35 @@ impl ServerInner {
         self.next_cid.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Adds a subscription to the sublist; a local one (not a route's) is
+    /// also announced to the routes.
+    pub(crate) fn add_subscription(&self, sub: &Arc<Subscription>) -> Result<(), SublistError> {
+        self.sublist
+            .insert(&sub.subject, sub.queue.as_deref(), sub.clone())?;
+        if sub.client.kind != ClientKind::Route {
+            if let Some(r) = &self.routes {
+                r.local_interest(&sub.subject, sub.queue.as_deref(), 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes `sub` from the sublist (once) and withdraws its interest
+    /// from the routes when it was local.
+    fn unlist(&self, sub: &Arc<Subscription>) {
+        sub.mark_closed();
+        let removed = self.sublist.remove(&sub.subject, sub.queue.as_deref(), sub);
+        if removed && sub.client.kind != ClientKind::Route {
+            if let Some(r) = &self.routes {
+                r.local_interest(&sub.subject, sub.queue.as_deref(), -1);
+            }
+        }
+    }
+
     /// Removes one subscription everywhere (auto-unsubscribe, UNSUB, drop
     /// of an in-process subscription).
     pub(crate) fn remove_subscription(&self, sub: &Arc<Subscription>) {
-        sub.mark_closed();
-        self.sublist.remove(&sub.subject, sub.queue.as_deref(), sub);
+        self.unlist(sub);
         let mut subs = sub.client.subs.lock();
         if subs.get(&sub.sid).is_some_and(|s| Arc::ptr_eq(s, sub)) {
             subs.remove(&sub.sid);
@@ -150,10 +185,37 @@ impl ServerInner {
     pub(crate) fn remove_client(&self, c: &Arc<ClientShared>) {
         let subs: Vec<Arc<Subscription>> = c.subs.lock().drain().map(|(_, s)| s).collect();
         for s in subs {
-            s.mark_closed();
-            self.sublist.remove(&s.subject, s.queue.as_deref(), &s);
+            self.unlist(&s);
         }
         self.clients.lock().remove(&c.id);
+    }
+
+    /// Client URLs of the cluster for INFO (empty when not clustered).
+    fn connect_urls(&self) -> Vec<String> {
+        self.routes
+            .as_ref()
+            .map(Routes::client_connect_urls)
+            .unwrap_or_default()
+    }
+
+    /// Sends an async INFO with the current `connect_urls` to every TCP
+    /// client (after a route came or went), as nats-server does.
+    pub(crate) fn send_connect_urls_to_clients(&self) {
+        if self
+            .routes
+            .as_ref()
+            .is_none_or(|r| r.options().no_advertise)
+        {
+            return;
+        }
+        let json = self.info_json(None, None, None, self.lame_duck.load(Ordering::Acquire));
+        let mut frame = BytesMut::new();
+        proto::encode_info(&mut frame, &json);
+        for c in tcp_clients(self) {
+            if c.connected.load(Ordering::Acquire) {
+                c.send_now(&frame);
+            }
+        }
     }
 
     fn info_json(
@@ -168,6 +230,8 @@ impl ServerInner {
         info.client_ip = ip;
         info.nonce = nonce;
         info.ldm = ldm;
+        info.cluster = self.routes.as_ref().map(Routes::cluster_name);
+        info.connect_urls = self.connect_urls();
         // Serializing a struct of strings and numbers cannot fail.
         serde_json::to_string(&info).unwrap_or_default()
     }
@@ -225,7 +289,16 @@ impl NatsServer {
             client_id: None,
             client_ip: None,
             nonce: None,
+            cluster: None,
+            connect_urls: Vec::new(),
             ldm: false,
+        };
+        let (routes, route_listener) = match &opts.cluster {
+            Some(c) => {
+                let (r, l) = Routes::bind(&opts, c, addr.port()).await?;
+                (Some(r), Some(l))
+            }
+            None => (None, None),
         };
         let (stopped, _) = watch::channel(false);
         let inner = Arc::new(ServerInner {
@@ -247,8 +320,12 @@ impl NatsServer {
             stopped,
             start: chrono::Utc::now(),
             info,
+            routes,
         });
         tokio::spawn(accept_loop(inner.clone(), listener));
+        if let Some(l) = route_listener {
+            super::route::spawn(inner.clone(), l);
+        }
         tracing::info!(%addr, "listening for client connections");
         Ok(NatsServer { inner })
     }
@@ -281,6 +358,40 @@ impl NatsServer {
     /// Number of current client connections (TCP and in-process).
     pub fn num_connections(&self) -> usize {
         self.inner.clients.lock().len()
+    }
+
+    /// The bound route (cluster) address, when clustered.
+    pub fn cluster_addr(&self) -> Option<SocketAddr> {
+        self.inner.routes.as_ref().map(|r| r.listen)
+    }
+
+    /// Number of registered routes.
+    pub fn num_routes(&self) -> usize {
+        self.inner.routes.as_ref().map_or(0, Routes::num_routes)
+    }
+
+    /// Remote server ids of the registered routes.
+    pub fn route_remote_ids(&self) -> Vec<String> {
+        self.inner.routes.as_ref().map_or_else(Vec::new, |r| {
+            r.routes()
+                .iter()
+                .map(|x| x.remote.lock().id.clone())
+                .collect()
+        })
+    }
+
+    /// Route counters, when clustered.
+    pub fn route_stats(&self) -> Option<&super::route::RouteStats> {
+        self.inner.routes.as_ref().map(|r| &r.stats)
+    }
+
+    /// `/routez` (`subs=1` or `subs=true` lists each route's interest).
+    pub fn routez_json(&self, query: &str) -> serde_json::Value {
+        let subs = query
+            .trim_start_matches('?')
+            .split('&')
+            .any(|p| p == "subs=1" || p == "subs=true");
+        super::route::routez_json(&self.inner, subs)
     }
 
     /// Whether lame duck mode has been entered.
@@ -336,6 +447,9 @@ impl NatsServer {
     pub async fn shutdown(&self) {
         let inner = &self.inner;
         inner.listener_cancel.cancel();
+        if let Some(r) = &inner.routes {
+            r.shutdown();
+        }
         let clients: Vec<Arc<ClientShared>> = inner.clients.lock().values().cloned().collect();
         for c in clients {
             c.close_now();

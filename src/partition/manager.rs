@@ -514,9 +514,6 @@ impl PartitionManager {
                 if no_if_subs && p.subscriber_count() > 0 {
                     continue;
                 }
-                if !self.inner.meta.is_leader() {
-                    continue;
-                }
                 let cmd = MetaCommand::PauseStream {
                     name: key.0.clone(),
                     partitions: vec![key.1],

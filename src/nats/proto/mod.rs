@@ -8,6 +8,8 @@
 //! [`ParseError`] that the connection translates into nats-server's exact
 //! wire reaction (see `spec/nats.md` §1.1, §1.4, §1.8).
 //!
+//! [`route`] holds the server-to-server (route) protocol, also pure.
+//!
 //! Invariants: the parser never panics on any input; a valid byte stream
 //! yields the same operations however it is split across reads; the
 //! encoder always emits upper-case op names (clients match them
@@ -16,6 +18,7 @@
 mod encode;
 mod headers;
 mod parse;
+pub mod route;
 
 pub use encode::*;
 pub use headers::parse_headers;

@@ -1,0 +1,1487 @@
+//! Routes: the full mesh between NATS servers of one cluster (ours and Go
+//! nats-server 2.x), as spec `nats.md` §1.13 describes.
+//!
+//! **Model.** Every server listens on a cluster port and solicits the
+//! routes it is configured with. A route is one TCP (or TLS) connection per
+//! pair of servers, unpooled and uncompressed: our INFO carries neither
+//! `route_pool_size` nor `compression`, which makes Go servers treat us as
+//! a 2.9-style peer. On a new route both sides send INFO (the soliciting
+//! side sends CONNECT first); the accepting side then forwards the newcomer's
+//! INFO (with its route URL in `ip`) to its other routes, which connect to
+//! it (implicit routes), so each server needs to know only one seed.
+//!
+//! **Interest.** Local interest (TCP clients and in-process clients, never
+//! routes) is counted per (subject, queue) in [`Routes`]: the first plain
+//! subscription sends `RS+ $G subject` to every route, the last one
+//! `RS- $G subject`; every change of a queue group's size sends
+//! `RS+ $G subject queue weight` (or `RS-` at zero). A new route first gets
+//! the whole table. Interest received from a peer becomes ordinary
+//! [`Subscription`]s owned by the route's pseudo-client in the shared
+//! sublist, so matching is one lookup for local and remote receivers.
+//!
+//! **Forwarding.** A message from a local client goes once to each route
+//! with matching interest (`RMSG`/`HMSG`), carrying the names of the queue
+//! groups for which that peer must pick a member; local queue members are
+//! preferred. A message from a route is delivered to local subscribers only
+//! (never to another route: no loops in a full mesh), and to queue groups
+//! only when the sender named them, so each message reaches one member per
+//! group cluster-wide. Only account `$G` is carried; other accounts (Go's
+//! `$SYS`) are parsed and ignored.
+//!
+//! **Duplicates.** Two servers that connect to each other at once end up
+//! with two connections. Both keep the one solicited by the server with the
+//! smaller server id (so they agree without talking); the other is closed.
+//! A route to ourselves (a configured URL that is our own port) is closed
+//! and not retried.
+//!
+//! **Tasks.** Per server: the accept loop and one solicit task per
+//! configured route (until it connects). Per route: the reader (this
+//! module; it also owns cleanup and spawns the reconnect), the writer
+//! (`client::write_loop`) and a ping timer. Configured routes reconnect
+//! forever with backoff (100 ms doubling to 2 s); implicit ones a few times.
+//!
+//! **Bounded memory.** A route's outbound buffer is limited by
+//! `max_pending`; producers wait (bounded) when it passes 75 %, and a route
+//! whose buffer still overflows is closed as a slow route (logged and
+//! counted in `slow_routes`) and reconnected, as nats-server does.
+//!
+//! Must not: block the executor, hold a lock across `.await`, panic on
+//! anything a peer sends, or forward a routed message to another route.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+use super::client::{self, ClientKind, ClientShared, FlushList, MsgRef, Origin, Subscription};
+use super::proto::route::{encode_rs_minus, encode_rs_plus, RouteOp, RouteParsed, RouteParser};
+use super::proto::{self};
+use super::server::{ServerInner, SERVER_VERSION};
+use super::sublist::MatchResult;
+use crate::config::nats::{ClusterOptions, NatsOptions};
+
+/// The only account we carry.
+pub const GLOBAL_ACCOUNT: &str = "$G";
+/// First reconnect delay of a solicited route.
+const RECONNECT_MIN: Duration = Duration::from_millis(100);
+/// Largest reconnect delay.
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
+/// Extra attempts of an implicit route beyond `connect_retries` (covers the
+/// race where both sides connect at once and one connection is dropped).
+const IMPLICIT_EXTRA_ATTEMPTS: u32 = 3;
+/// Time a new route has to complete CONNECT/INFO.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest route ping interval (nats-server caps it at 30 s too).
+const MAX_PING_INTERVAL: Duration = Duration::from_secs(30);
+/// Entries of a route reader's private match cache.
+const ROUTE_CACHE_MAX: usize = 256;
+
+/// Route counters (for `/varz`, `/routez` and `/metrics`).
+#[derive(Debug, Default)]
+pub struct RouteStats {
+    /// Messages received from routes.
+    pub in_msgs: AtomicU64,
+    /// Payload bytes (headers included) received from routes.
+    pub in_bytes: AtomicU64,
+    /// Messages sent to routes.
+    pub out_msgs: AtomicU64,
+    /// Payload bytes sent to routes.
+    pub out_bytes: AtomicU64,
+    /// Routes closed because their outbound buffer overflowed.
+    pub slow_routes: AtomicU64,
+    /// Route connections closed for protocol errors or refused handshakes.
+    pub rejected: AtomicU64,
+}
+
+/// What we know about the server at the other end of a route.
+#[derive(Debug, Clone, Default)]
+pub struct Remote {
+    /// Its server id.
+    pub id: String,
+    /// Its server name.
+    pub name: String,
+    /// Its route URL (`nats-route://host:port/`).
+    pub url: String,
+    /// Its client URLs (`host:port`).
+    pub connect_urls: Vec<String>,
+}
+
+/// One route connection.
+pub struct Route {
+    /// The pseudo-client holding the outbound buffer and remote interest.
+    pub client: Arc<ClientShared>,
+    /// We opened the connection.
+    pub did_solicit: bool,
+    /// URL to solicit again when this connection closes, and whether it is
+    /// a configured (explicit) route.
+    reconnect: Mutex<Option<(String, bool)>>,
+    /// Reconnect attempts so far (reset when the handshake completes).
+    attempt: AtomicU32,
+    /// The peer (known after its INFO).
+    pub remote: Mutex<Remote>,
+    registered: AtomicBool,
+    /// Closed as the losing duplicate: its cleanup must not touch the
+    /// table entry of the winner, and it does not reconnect.
+    replaced: AtomicBool,
+}
+
+impl Route {
+    /// Whether the route was configured (rather than learned by gossip).
+    pub fn is_configured(&self) -> bool {
+        self.reconnect.lock().as_ref().is_some_and(|(_, c)| *c)
+    }
+}
+
+/// Mutable cluster state, under one lock so interest snapshots sent to a
+/// new route and later updates are never reordered.
+#[derive(Default)]
+struct State {
+    /// Local interest: (subject, queue) → number of local subscriptions.
+    interest: HashMap<(String, Option<String>), u32>,
+    /// Registered routes by remote server id.
+    routes: HashMap<String, Arc<Route>>,
+    /// Connections not yet registered (by client id), for shutdown.
+    pending: HashMap<u64, Arc<Route>>,
+    /// Server ids being solicited because of gossip (no duplicate attempts).
+    connecting: std::collections::HashSet<String>,
+}
+
+/// The cluster side of a server. Present when `cluster` is configured.
+pub struct Routes {
+    opts: ClusterOptions,
+    /// The bound route listener address.
+    pub listen: SocketAddr,
+    name: Mutex<String>,
+    dynamic: AtomicBool,
+    state: Mutex<State>,
+    cancel: CancellationToken,
+    /// Counters.
+    pub stats: RouteStats,
+    tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
+    tls_connector: Option<tokio_rustls::TlsConnector>,
+    /// Our client URL (`host:port`) advertised to peers and clients.
+    own_client_url: String,
+    max_pending: usize,
+}
+
+/// Errors of setting up the cluster listener.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    /// The route listener could not be bound.
+    #[error("cannot listen for routes on {addr}: {source}")]
+    Bind {
+        /// The `host:port` that was tried.
+        addr: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// TLS files of the cluster block are unusable.
+    #[error("cluster tls: {0}")]
+    Tls(#[from] crate::tls::TlsError),
+    /// TLS on routes needs a CA to verify peers.
+    #[error("cluster tls needs ca_file to verify peer servers")]
+    TlsWithoutCa,
+}
+
+/// The route INFO we send.
+#[derive(Serialize)]
+struct RouteInfoOut<'a> {
+    server_id: &'a str,
+    server_name: &'a str,
+    version: &'static str,
+    proto: u32,
+    go: &'static str,
+    host: &'a str,
+    port: u16,
+    headers: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    auth_required: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    tls_required: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    tls_verify: bool,
+    max_payload: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ip: Option<String>,
+    cluster: String,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    cluster_dynamic: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    connect_urls: Vec<String>,
+}
+
+/// The fields of a peer's INFO we use (others are ignored).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct PeerInfo {
+    server_id: String,
+    server_name: String,
+    host: String,
+    port: u16,
+    ip: String,
+    cluster: String,
+    cluster_dynamic: bool,
+    connect_urls: Vec<String>,
+    ldm: bool,
+}
+
+/// The fields of a peer's CONNECT we check.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct PeerConnect {
+    user: Option<String>,
+    pass: Option<String>,
+    name: String,
+    cluster: String,
+    cluster_dynamic: bool,
+    /// Only clients send `lang`: its presence means a client dialled the
+    /// cluster port.
+    lang: Option<String>,
+    gateway: Option<String>,
+}
+
+/// The CONNECT we send on solicited routes.
+#[derive(Serialize)]
+struct ConnectOut<'a> {
+    echo: bool,
+    verbose: bool,
+    pedantic: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pass: Option<&'a str>,
+    tls_required: bool,
+    headers: bool,
+    name: &'a str,
+    cluster: &'a str,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    cluster_dynamic: bool,
+}
+
+fn is_wildcard_host(h: &str) -> bool {
+    h.is_empty() || h == "0.0.0.0" || h == "::" || h == "[::]"
+}
+
+/// Splits a route URL into (user, pass) credentials and `host:port`.
+fn split_route_url(url: &str) -> (Option<(String, String)>, String) {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.trim_end_matches('/');
+    match rest.rsplit_once('@') {
+        Some((ui, hp)) => {
+            let (u, p) = ui.split_once(':').unwrap_or((ui, ""));
+            (Some((u.to_string(), p.to_string())), hp.to_string())
+        }
+        None => (None, rest.to_string()),
+    }
+}
+
+/// The host part of `host:port` (brackets of IPv6 removed).
+fn host_of(hp: &str) -> &str {
+    hp.rsplit_once(':')
+        .map_or(hp, |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+}
+
+/// A reachable address of this machine for URLs when listening on all
+/// interfaces: the source address the kernel would use for an outside
+/// destination (a UDP connect sends nothing), else loopback.
+fn primary_ip() -> String {
+    std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| {
+            s.connect("192.0.2.1:9")?;
+            s.local_addr()
+        })
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|_| "127.0.0.1".into())
+}
+
+impl Routes {
+    /// Binds the route listener (so a bad address fails start-up).
+    pub(crate) async fn bind(
+        opts: &NatsOptions,
+        cluster: &ClusterOptions,
+        client_port: u16,
+    ) -> Result<(Routes, TcpListener), RouteError> {
+        let bind = format!("{}:{}", cluster.host, cluster.port);
+        let listener = TcpListener::bind(&bind)
+            .await
+            .map_err(|source| RouteError::Bind {
+                addr: bind.clone(),
+                source,
+            })?;
+        let listen = listener.local_addr().map_err(|source| RouteError::Bind {
+            addr: bind.clone(),
+            source,
+        })?;
+        let (tls_acceptor, tls_connector) = match &cluster.tls {
+            Some(files) => {
+                let ca = files.ca.as_deref().ok_or(RouteError::TlsWithoutCa)?;
+                let server = crate::tls::server_config(files)?;
+                let client = crate::tls::client_config(ca, Some((&files.cert, &files.key)))?;
+                (
+                    Some(tokio_rustls::TlsAcceptor::from(server)),
+                    Some(tokio_rustls::TlsConnector::from(client)),
+                )
+            }
+            None => (None, None),
+        };
+        let client_host = if is_wildcard_host(&opts.host) {
+            primary_ip()
+        } else {
+            opts.host.clone()
+        };
+        let (name, dynamic) = match &cluster.name {
+            Some(n) => (n.clone(), false),
+            // As nats-server: a random name, given up for a peer's
+            // configured one.
+            None => (
+                nkeys::KeyPair::new_server().public_key()[..22].to_string(),
+                true,
+            ),
+        };
+        Ok((
+            Routes {
+                opts: cluster.clone(),
+                listen,
+                name: Mutex::new(name),
+                dynamic: AtomicBool::new(dynamic),
+                state: Mutex::new(State::default()),
+                cancel: CancellationToken::new(),
+                stats: RouteStats::default(),
+                tls_acceptor,
+                tls_connector,
+                own_client_url: format!("{client_host}:{client_port}"),
+                max_pending: opts.max_pending,
+            },
+            listener,
+        ))
+    }
+
+    /// The cluster name (may change once while dynamic).
+    pub fn cluster_name(&self) -> String {
+        self.name.lock().clone()
+    }
+
+    /// The cluster options.
+    pub fn options(&self) -> &ClusterOptions {
+        &self.opts
+    }
+
+    /// Registered routes.
+    pub fn routes(&self) -> Vec<Arc<Route>> {
+        let st = self.state.lock();
+        let mut v: Vec<Arc<Route>> = st.routes.values().cloned().collect();
+        v.sort_by_key(|r| r.client.id);
+        v
+    }
+
+    /// Number of registered routes.
+    pub fn num_routes(&self) -> usize {
+        self.state.lock().routes.len()
+    }
+
+    /// Client URLs of this server and every routed peer (deduplicated,
+    /// sorted), for `connect_urls` in client INFO.
+    pub fn client_connect_urls(&self) -> Vec<String> {
+        if self.opts.no_advertise {
+            return Vec::new();
+        }
+        let st = self.state.lock();
+        let mut urls: Vec<String> = vec![self.own_client_url.clone()];
+        for r in st.routes.values() {
+            urls.extend(r.remote.lock().connect_urls.iter().cloned());
+        }
+        urls.sort();
+        urls.dedup();
+        urls
+    }
+
+    /// Counts one more (`delta` = 1) or one fewer (-1) local subscription
+    /// and tells every route when the interest it knows changes.
+    pub(crate) fn local_interest(&self, subject: &str, queue: Option<&str>, delta: i32) {
+        let mut st = self.state.lock();
+        let key = (subject.to_string(), queue.map(str::to_string));
+        let before = st.interest.get(&key).copied().unwrap_or(0);
+        let after = if delta > 0 {
+            before.saturating_add(1)
+        } else {
+            before.saturating_sub(1)
+        };
+        if after == 0 {
+            st.interest.remove(&key);
+        } else {
+            st.interest.insert(key, after);
+        }
+        let changed = match queue {
+            None => (before == 0) != (after == 0),
+            Some(_) => before != after,
+        };
+        if !changed || st.routes.is_empty() {
+            return;
+        }
+        let mut b = BytesMut::new();
+        if after == 0 {
+            encode_rs_minus(&mut b, GLOBAL_ACCOUNT, subject, queue);
+        } else {
+            encode_rs_plus(&mut b, GLOBAL_ACCOUNT, subject, queue.map(|q| (q, after)));
+        }
+        for r in st.routes.values() {
+            r.client.send_now(&b);
+        }
+    }
+
+    /// Closes the listener, the solicit tasks and every route.
+    pub(crate) fn shutdown(&self) {
+        self.cancel.cancel();
+        let routes: Vec<Arc<Route>> = {
+            let st = self.state.lock();
+            st.routes
+                .values()
+                .chain(st.pending.values())
+                .cloned()
+                .collect()
+        };
+        for r in routes {
+            r.client.close_now();
+        }
+    }
+
+    fn route_info_json(&self, server: &ServerInner) -> String {
+        let advertise = self
+            .opts
+            .advertise
+            .as_ref()
+            .map(|a| format!("nats-route://{}/", a.trim_end_matches('/')));
+        let host = self.opts.host.as_str();
+        let name = self.cluster_name();
+        let info = RouteInfoOut {
+            server_id: &server.server_id,
+            server_name: &server.server_name,
+            version: SERVER_VERSION,
+            // Route protocol 2: accounts in RS+/RMSG (as 2.9.10 announces).
+            proto: 2,
+            go: "rust",
+            host,
+            port: self.listen.port(),
+            headers: true,
+            auth_required: self.opts.auth.is_some(),
+            tls_required: self.tls_acceptor.is_some(),
+            tls_verify: self.tls_acceptor.is_some(),
+            max_payload: server.opts.max_payload,
+            ip: advertise,
+            cluster: name,
+            cluster_dynamic: self.dynamic.load(Ordering::Relaxed),
+            connect_urls: if self.opts.no_advertise {
+                Vec::new()
+            } else {
+                vec![self.own_client_url.clone()]
+            },
+        };
+        // Serializing strings and numbers cannot fail.
+        serde_json::to_string(&info).unwrap_or_default()
+    }
+}
+
+/// Starts the accept loop and the configured routes.
+pub(crate) fn spawn(server: Arc<ServerInner>, listener: TcpListener) {
+    let Some(routes) = server.routes.as_ref() else {
+        return;
+    };
+    tracing::info!(addr = %routes.listen, cluster = %routes.cluster_name(), "listening for route connections");
+    tokio::spawn(accept_loop(server.clone(), listener));
+    for url in routes.opts.routes.clone() {
+        tokio::spawn(solicit(server.clone(), url, true, None, 0));
+    }
+}
+
+async fn accept_loop(server: Arc<ServerInner>, listener: TcpListener) {
+    let Some(routes) = server.routes.as_ref() else {
+        return;
+    };
+    let cancel = routes.cancel.clone();
+    loop {
+        let accepted = tokio::select! {
+            _ = cancel.cancelled() => break,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, addr)) => {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(accept_one(server.clone(), stream, addr));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "route accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn accept_one(server: Arc<ServerInner>, stream: TcpStream, addr: SocketAddr) {
+    let Some(routes) = server.routes.as_ref() else {
+        return;
+    };
+    match routes.tls_acceptor.clone() {
+        None => run_route(server, stream, addr, None, 0).await,
+        Some(acc) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acc.accept(stream)).await {
+            Ok(Ok(tls)) => run_route(server, tls, addr, None, 0).await,
+            Ok(Err(e)) => {
+                tracing::warn!(%addr, error = %e, "route TLS handshake failed");
+                routes.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                tracing::warn!(%addr, "route TLS handshake timed out");
+                routes.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            }
+        },
+    }
+}
+
+fn backoff(attempt: u32) -> Duration {
+    let d = RECONNECT_MIN.saturating_mul(1u32 << attempt.min(8));
+    d.min(RECONNECT_MAX)
+}
+
+/// Solicits a route to `url` (retrying with backoff) and runs it.
+/// `expect_id`: for implicit routes, the id learned by gossip (stop when a
+/// route to it exists). `attempt`: attempts already made.
+async fn solicit(
+    server: Arc<ServerInner>,
+    url: String,
+    configured: bool,
+    expect_id: Option<String>,
+    mut attempt: u32,
+) {
+    let Some(routes) = server.routes.as_ref() else {
+        return;
+    };
+    let max_attempts = if configured {
+        match routes.opts.connect_retries {
+            0 => u32::MAX,
+            n => n.saturating_add(1),
+        }
+    } else {
+        routes
+            .opts
+            .connect_retries
+            .saturating_add(1 + IMPLICIT_EXTRA_ATTEMPTS)
+    };
+    let (_, hostport) = split_route_url(&url);
+    loop {
+        if attempt > 0 {
+            tokio::select! {
+                _ = routes.cancel.cancelled() => break,
+                _ = tokio::time::sleep(backoff(attempt - 1)) => {}
+            }
+        }
+        if routes.cancel.is_cancelled() || attempt >= max_attempts {
+            break;
+        }
+        if let Some(id) = &expect_id {
+            if routes.state.lock().routes.contains_key(id) || *id == server.server_id {
+                break;
+            }
+        }
+        attempt += 1;
+        let conn = tokio::time::timeout(HANDSHAKE_TIMEOUT, TcpStream::connect(&hostport)).await;
+        let stream = match conn {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(%url, error = %e, "error trying to connect to route");
+                continue;
+            }
+            Err(_) => {
+                tracing::debug!(%url, "timed out connecting to route");
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let addr = match stream.peer_addr() {
+            Ok(a) => a,
+            Err(_) => continue,
+        };
+        // From here the connection's own cleanup decides about retries.
+        if let Some(id) = &expect_id {
+            routes.state.lock().connecting.remove(id);
+        }
+        let solicited = Some((url.clone(), configured));
+        match routes.tls_connector.clone() {
+            None => run_route(server.clone(), stream, addr, solicited, attempt).await,
+            Some(conn) => {
+                let name =
+                    match rustls::pki_types::ServerName::try_from(host_of(&hostport).to_string()) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            tracing::error!(%url, error = %e, "bad route host name for TLS");
+                            break;
+                        }
+                    };
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.connect(name, stream)).await {
+                    Ok(Ok(tls)) => run_route(server.clone(), tls, addr, solicited, attempt).await,
+                    Ok(Err(e)) => {
+                        tracing::warn!(%url, error = %e, "route TLS handshake failed");
+                        continue;
+                    }
+                    Err(_) => {
+                        tracing::warn!(%url, "route TLS handshake timed out");
+                        continue;
+                    }
+                }
+            }
+        }
+        // The connection ran and ended; its cleanup decided whether to
+        // reconnect (it spawns a new solicit task if so).
+        return;
+    }
+    if let Some(id) = &expect_id {
+        routes.state.lock().connecting.remove(id);
+    }
+}
+
+/// Runs one route connection to its end, then cleans up and, for a
+/// solicited route, reconnects.
+async fn run_route<S>(
+    server: Arc<ServerInner>,
+    stream: S,
+    addr: SocketAddr,
+    solicited: Option<(String, bool)>,
+    attempt: u32,
+) where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let Some(routes) = server.routes.as_ref() else {
+        return;
+    };
+    let cid = server.next_client_id();
+    let client = ClientShared::new(cid, ClientKind::Route, Some(addr), routes.max_pending);
+    let route = Arc::new(Route {
+        client: client.clone(),
+        did_solicit: solicited.is_some(),
+        reconnect: Mutex::new(solicited.clone()),
+        attempt: AtomicU32::new(attempt),
+        remote: Mutex::new(Remote::default()),
+        registered: AtomicBool::new(false),
+        replaced: AtomicBool::new(false),
+    });
+    {
+        let mut st = routes.state.lock();
+        if routes.cancel.is_cancelled() {
+            return;
+        }
+        st.pending.insert(cid, route.clone());
+    }
+    let mut hello = BytesMut::new();
+    if let Some((url, _)) = &solicited {
+        let (creds, _) = split_route_url(url);
+        let creds = creds.or_else(|| {
+            routes
+                .opts
+                .auth
+                .as_ref()
+                .map(|a| (a.user.clone(), a.password.clone()))
+        });
+        let name = routes.cluster_name();
+        let c = ConnectOut {
+            echo: true,
+            verbose: false,
+            pedantic: false,
+            user: creds.as_ref().map(|c| c.0.as_str()),
+            pass: creds.as_ref().map(|c| c.1.as_str()),
+            tls_required: routes.tls_connector.is_some(),
+            headers: true,
+            name: &server.server_id,
+            cluster: &name,
+            cluster_dynamic: routes.dynamic.load(Ordering::Relaxed),
+        };
+        hello.extend_from_slice(b"CONNECT ");
+        hello.extend_from_slice(serde_json::to_string(&c).unwrap_or_default().as_bytes());
+        hello.extend_from_slice(b"\r\n");
+    }
+    proto::encode_info(&mut hello, &routes.route_info_json(&server));
+    client.send_now(&hello);
+    tracing::info!(%addr, rid = cid, solicited = solicited.is_some(), "route connection created");
+    let (r, w) = tokio::io::split(stream);
+    tokio::spawn(client::write_loop(
+        client.clone(),
+        w,
+        server.opts.write_deadline,
+        server.clone(),
+    ));
+    tokio::spawn(ping_loop(route.clone(), server.clone()));
+    let reader = RouteReader {
+        server: server.clone(),
+        route: route.clone(),
+        addr,
+        parser: RouteParser::new(server.opts.max_control_line.max(16 * 1024)),
+        connected: solicited.is_some(),
+        flush: FlushList::new(),
+        cache_gen: u64::MAX,
+        cache: HashMap::new(),
+    };
+    let reason = reader.run(r).await;
+    client.close_now();
+    cleanup(&server, &route, &reason);
+}
+
+fn cleanup(server: &Arc<ServerInner>, route: &Arc<Route>, reason: &str) {
+    let Some(routes) = server.routes.as_ref() else {
+        return;
+    };
+    // Remote interest goes with the connection.
+    server.remove_client(&route.client);
+    let remote = route.remote.lock().clone();
+    let mut urls_changed = false;
+    {
+        let mut st = routes.state.lock();
+        st.pending.remove(&route.client.id);
+        let mine = route.registered.load(Ordering::Acquire)
+            && !route.replaced.load(Ordering::Acquire)
+            && st
+                .routes
+                .get(&remote.id)
+                .is_some_and(|r| Arc::ptr_eq(r, route));
+        if mine {
+            st.routes.remove(&remote.id);
+            urls_changed = !remote.connect_urls.is_empty();
+        }
+    }
+    tracing::info!(
+        rid = route.client.id,
+        remote_id = %remote.id,
+        remote_name = %remote.name,
+        reason,
+        "route connection closed"
+    );
+    if urls_changed {
+        server.send_connect_urls_to_clients();
+    }
+    if routes.cancel.is_cancelled() || route.replaced.load(Ordering::Acquire) {
+        return;
+    }
+    let Some((url, configured)) = route.reconnect.lock().clone() else {
+        return;
+    };
+    let attempt = route.attempt.load(Ordering::Relaxed);
+    let expect = (!configured && !remote.id.is_empty()).then(|| remote.id.clone());
+    if let Some(id) = &expect {
+        if !routes.state.lock().connecting.insert(id.clone()) {
+            return;
+        }
+    }
+    tokio::spawn(solicit(server.clone(), url, configured, expect, attempt));
+}
+
+/// Periodic PINGs; a route that misses `ping_max` PONGs is closed.
+async fn ping_loop(route: Arc<Route>, server: Arc<ServerInner>) {
+    let interval = server.opts.ping_interval.min(MAX_PING_INTERVAL);
+    let cancel = route.client.cancel.clone();
+    let outstanding = &route.client.pings_out;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        let out = outstanding.load(Ordering::Relaxed);
+        if out + 1 > u64::from(server.opts.ping_max) {
+            tracing::warn!(rid = route.client.id, "route stale: no PONG, closing");
+            route.client.close_with_err(Some("Stale Connection"));
+            return;
+        }
+        outstanding.store(out + 1, Ordering::Relaxed);
+        route.client.send_now(proto::PING);
+    }
+}
+
+struct RouteReader {
+    server: Arc<ServerInner>,
+    route: Arc<Route>,
+    addr: SocketAddr,
+    parser: RouteParser,
+    /// CONNECT received (accepted side) or sent (solicited side).
+    connected: bool,
+    flush: FlushList,
+    cache_gen: u64,
+    cache: HashMap<Bytes, Arc<MatchResult<Subscription>>>,
+}
+
+/// Why a route read loop ended early.
+enum Stop {
+    /// Close with this reason (already answered with `-ERR` if needed).
+    Close(String),
+}
+
+impl RouteReader {
+    fn routes(&self) -> &Routes {
+        // `run_route` only runs when the server has routes.
+        self.server
+            .routes
+            .as_ref()
+            .expect("route reader without a cluster")
+    }
+
+    /// Reads and applies operations; returns why the route ended.
+    async fn run<R: AsyncRead + Unpin>(mut self, mut r: R) -> String {
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+        let cancel = self.route.client.cancel.clone();
+        let handshake = tokio::time::sleep(HANDSHAKE_TIMEOUT);
+        tokio::pin!(handshake);
+        loop {
+            let need = self.parser.needed();
+            if need > buf.capacity() {
+                buf.reserve(need - buf.len());
+            } else if buf.capacity() - buf.len() < 4096 {
+                buf.reserve(64 * 1024);
+            }
+            let registered = self.route.registered.load(Ordering::Acquire);
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return "closed".into(),
+                _ = &mut handshake, if !registered => {
+                    self.reject("Authentication Timeout", "route handshake timed out");
+                    return "handshake timeout".into();
+                }
+                res = r.read_buf(&mut buf) => match res {
+                    Ok(0) => return "connection closed by peer".into(),
+                    Err(e) => return format!("read error: {e}"),
+                    Ok(_) => {}
+                },
+            }
+            loop {
+                match self.parser.parse(&mut buf) {
+                    Ok(RouteParsed::Incomplete) => break,
+                    Ok(RouteParsed::Op(op)) => {
+                        if let Err(Stop::Close(why)) = self.apply(op) {
+                            self.end_batch();
+                            return why;
+                        }
+                    }
+                    Err(e) => {
+                        self.end_batch();
+                        let text = match &e {
+                            super::proto::route::RouteParseError::MaxControlLine => {
+                                "maximum control line exceeded"
+                            }
+                            super::proto::route::RouteParseError::MaxPayload => {
+                                "Maximum Payload Violation"
+                            }
+                            _ => "Unknown Protocol Operation",
+                        };
+                        tracing::warn!(addr = %self.addr, rid = self.route.client.id, error = %e, "route protocol error, closing");
+                        self.routes().stats.rejected.fetch_add(1, Ordering::Relaxed);
+                        self.route.client.close_with_err(Some(text));
+                        return format!("protocol error: {e}");
+                    }
+                }
+            }
+            self.end_batch();
+            for c in self.flush.take_stalled() {
+                client::wait_drained(&c).await;
+            }
+        }
+    }
+
+    fn end_batch(&mut self) {
+        self.flush.flush();
+        let tally = std::mem::take(&mut self.flush.tally);
+        if tally.msgs > 0 {
+            let s = &self.server.stats;
+            s.out_msgs.fetch_add(tally.msgs, Ordering::Relaxed);
+            s.out_bytes.fetch_add(tally.bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Sends `-ERR`, logs, counts and closes.
+    fn reject(&self, err: &str, log: &str) {
+        tracing::warn!(addr = %self.addr, rid = self.route.client.id, "{log}");
+        self.routes().stats.rejected.fetch_add(1, Ordering::Relaxed);
+        self.route.client.close_with_err(Some(err));
+    }
+
+    fn apply(&mut self, op: RouteOp) -> Result<(), Stop> {
+        if !self.connected {
+            return match op {
+                RouteOp::Connect(json) => self.on_connect(&json),
+                _ => {
+                    self.reject(
+                        "Authorization Violation",
+                        "route peer sent an operation before CONNECT",
+                    );
+                    Err(Stop::Close("no CONNECT".into()))
+                }
+            };
+        }
+        let registered = self.route.registered.load(Ordering::Acquire);
+        match op {
+            RouteOp::Ping => {
+                self.route.client.send_raw(proto::PONG, &mut self.flush);
+                Ok(())
+            }
+            RouteOp::Pong => {
+                self.route.client.pings_out.store(0, Ordering::Relaxed);
+                Ok(())
+            }
+            RouteOp::Ok => Ok(()),
+            RouteOp::Err(text) => {
+                let t = String::from_utf8_lossy(&text).into_owned();
+                tracing::warn!(addr = %self.addr, rid = self.route.client.id, error = %t, "route peer sent -ERR, closing");
+                Err(Stop::Close(format!("peer error {t}")))
+            }
+            RouteOp::Connect(_) => Ok(()),
+            RouteOp::Info(json) => self.on_info(&json),
+            _ if !registered => {
+                self.reject(
+                    "Unknown Protocol Operation",
+                    "route peer sent interest or messages before INFO",
+                );
+                Err(Stop::Close("no INFO".into()))
+            }
+            RouteOp::Sub {
+                account,
+                subject,
+                queue,
+            } => {
+                self.remote_sub(&account, &subject, queue);
+                Ok(())
+            }
+            RouteOp::Unsub {
+                account,
+                subject,
+                queue,
+            } => {
+                self.remote_unsub(&account, &subject, queue.as_ref());
+                Ok(())
+            }
+            RouteOp::Msg {
+                account,
+                subject,
+                reply,
+                queues,
+                headers,
+                payload,
+            } => {
+                self.routed_msg(&account, subject, reply, &queues, headers, payload);
+                Ok(())
+            }
+        }
+    }
+
+    fn on_connect(&mut self, json: &[u8]) -> Result<(), Stop> {
+        let c: PeerConnect = match serde_json::from_slice(json) {
+            Ok(c) => c,
+            Err(e) => {
+                self.reject(
+                    "Unknown Protocol Operation",
+                    &format!("route CONNECT is not valid JSON: {e}"),
+                );
+                return Err(Stop::Close("bad CONNECT".into()));
+            }
+        };
+        if c.lang.is_some() {
+            self.reject(
+                "attempted to connect to route port",
+                "a client connected to the route port",
+            );
+            return Err(Stop::Close("client on route port".into()));
+        }
+        if let Some(g) = &c.gateway {
+            let text = format!("Rejecting connection from gateway {g:?} on the Route port");
+            self.reject(&text, &text);
+            return Err(Stop::Close("gateway on route port".into()));
+        }
+        let routes = self.routes();
+        if let Some(a) = &routes.opts.auth {
+            let ok = c.user.as_deref() == Some(a.user.as_str())
+                && c.pass.as_deref().unwrap_or("") == a.password;
+            if !ok {
+                self.reject(
+                    "Authorization Violation",
+                    "route authorization failed (bad user or password)",
+                );
+                return Err(Stop::Close("authorization violation".into()));
+            }
+        }
+        if !self.cluster_name_ok(&c.cluster, c.cluster_dynamic) {
+            let ours = routes.cluster_name();
+            let text = format!(
+                "Rejecting connection, cluster name {:?} does not match {:?}",
+                c.cluster, ours
+            );
+            self.reject(&text, &text);
+            return Err(Stop::Close("cluster name conflict".into()));
+        }
+        self.route.remote.lock().id = c.name;
+        self.connected = true;
+        Ok(())
+    }
+
+    /// Whether a peer's cluster name is acceptable; a dynamic name of ours
+    /// is replaced by a configured (or larger dynamic) one, as nats-server.
+    fn cluster_name_ok(&self, theirs: &str, their_dynamic: bool) -> bool {
+        let routes = self.routes();
+        let mut ours = routes.name.lock();
+        if theirs.is_empty() || *ours == theirs {
+            return true;
+        }
+        if routes.dynamic.load(Ordering::Relaxed) && (!their_dynamic || ours.as_str() < theirs) {
+            tracing::info!(from = %*ours, to = %theirs, "adopting the cluster name of a peer");
+            *ours = theirs.to_string();
+            if !their_dynamic {
+                routes.dynamic.store(false, Ordering::Relaxed);
+            }
+            return true;
+        }
+        false
+    }
+
+    fn on_info(&mut self, json: &[u8]) -> Result<(), Stop> {
+        let info: PeerInfo = match serde_json::from_slice(json) {
+            Ok(i) => i,
+            Err(e) => {
+                self.reject(
+                    "Unknown Protocol Operation",
+                    &format!("route INFO is not valid JSON: {e}"),
+                );
+                return Err(Stop::Close("bad INFO".into()));
+            }
+        };
+        let server = self.server.clone();
+        if self.route.registered.load(Ordering::Acquire) {
+            let remote_id = self.route.remote.lock().id.clone();
+            if info.server_id != remote_id {
+                // Gossip about another server: connect to it if needed.
+                self.implicit_route(&info);
+                return Ok(());
+            }
+            // An update from the peer itself (client URLs, lame duck).
+            let urls = if info.ldm {
+                Vec::new()
+            } else {
+                info.connect_urls
+            };
+            let changed = {
+                let mut r = self.route.remote.lock();
+                let changed = r.connect_urls != urls;
+                r.connect_urls = urls;
+                changed
+            };
+            if changed {
+                server.send_connect_urls_to_clients();
+            }
+            return Ok(());
+        }
+        if info.server_id.is_empty() {
+            self.reject("Unknown Protocol Operation", "route INFO without server_id");
+            return Err(Stop::Close("INFO without id".into()));
+        }
+        if info.server_id == server.server_id {
+            tracing::debug!(addr = %self.addr, "detected route to self, closing");
+            // A configured URL that points at us is never retried.
+            *self.route.reconnect.lock() = None;
+            return Err(Stop::Close("route to self".into()));
+        }
+        if !self.cluster_name_ok(&info.cluster, info.cluster_dynamic) {
+            let text = format!(
+                "Rejecting connection, cluster name {:?} does not match {:?}",
+                info.cluster,
+                self.routes().cluster_name()
+            );
+            self.reject(&text, &text);
+            return Err(Stop::Close("cluster name conflict".into()));
+        }
+        if !self.route.did_solicit && info.server_name == server.server_name {
+            let text = format!("Remote server has a duplicate name: {:?}", info.server_name);
+            self.reject(&text, &text);
+            return Err(Stop::Close("duplicate server name".into()));
+        }
+        let url = if !info.ip.is_empty() {
+            info.ip.clone()
+        } else {
+            let ip = self.addr.ip();
+            let host = if ip.is_ipv6() {
+                format!("[{ip}]")
+            } else {
+                ip.to_string()
+            };
+            format!("nats-route://{host}:{}/", info.port)
+        };
+        {
+            let mut r = self.route.remote.lock();
+            r.id = info.server_id.clone();
+            r.name = info.server_name.clone();
+            r.url = url.clone();
+            r.connect_urls = if info.ldm {
+                Vec::new()
+            } else {
+                info.connect_urls.clone()
+            };
+        }
+        // Forwarded INFO for gossip: the peer's own, with its route URL.
+        let mut gossip: serde_json::Value =
+            serde_json::from_slice(json).unwrap_or(serde_json::Value::Null);
+        if let serde_json::Value::Object(m) = &mut gossip {
+            m.insert("ip".into(), serde_json::Value::String(url));
+            m.remove("nonce");
+        }
+        let _ = info.host;
+        match self.register(&gossip) {
+            Ok(()) => {
+                self.route.attempt.store(0, Ordering::Relaxed);
+                tracing::info!(
+                    addr = %self.addr,
+                    rid = self.route.client.id,
+                    remote_id = %info.server_id,
+                    remote_name = %info.server_name,
+                    "route registered"
+                );
+                server.send_connect_urls_to_clients();
+                Ok(())
+            }
+            Err(()) => {
+                tracing::debug!(remote_id = %info.server_id, "duplicate route, closing this connection");
+                Err(Stop::Close("duplicate route".into()))
+            }
+        }
+    }
+
+    /// Adds the route to the table (resolving duplicates), sends it our
+    /// interest and forwards its INFO to the other routes.
+    fn register(&mut self, gossip: &serde_json::Value) -> Result<(), ()> {
+        let server = self.server.clone();
+        let routes = self.routes();
+        let route = &self.route;
+        let id = route.remote.lock().id.clone();
+        let mut st = routes.state.lock();
+        if let Some(existing) = st.routes.get(&id).cloned() {
+            let keep_new = if existing.did_solicit == route.did_solicit {
+                false
+            } else if server.server_id < id {
+                route.did_solicit
+            } else {
+                !route.did_solicit
+            };
+            let (winner, loser) = if keep_new {
+                (route, &existing)
+            } else {
+                (&existing, route)
+            };
+            // The survivor inherits the loser's configured URL so that it
+            // reconnects when it closes.
+            {
+                let lost = loser.reconnect.lock().clone();
+                let mut w = winner.reconnect.lock();
+                if lost.as_ref().is_some_and(|(_, c)| *c) && !w.as_ref().is_some_and(|(_, c)| *c) {
+                    *w = lost;
+                }
+            }
+            loser.replaced.store(true, Ordering::Release);
+            if !keep_new {
+                return Err(());
+            }
+            existing.client.close_now();
+            st.routes.remove(&id);
+        }
+        st.pending.remove(&route.client.id);
+        let mut b = BytesMut::new();
+        for ((subject, queue), n) in &st.interest {
+            encode_rs_plus(
+                &mut b,
+                GLOBAL_ACCOUNT,
+                subject,
+                queue.as_deref().map(|q| (q, *n)),
+            );
+        }
+        if !b.is_empty() {
+            route.client.send_now(&b);
+        }
+        // Gossip: a route we accepted, or solicited from configuration,
+        // announces the newcomer to the others (an implicit route does
+        // not, which ends the propagation).
+        let implicit = route.did_solicit && !route.is_configured();
+        if !implicit && !st.routes.is_empty() {
+            let mut frame = BytesMut::new();
+            proto::encode_info(&mut frame, &gossip.to_string());
+            for r in st.routes.values() {
+                r.client.send_now(&frame);
+            }
+        }
+        st.routes.insert(id, route.clone());
+        route.registered.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Gossip told us about a server: solicit it unless already routed.
+    fn implicit_route(&self, info: &PeerInfo) {
+        let server = &self.server;
+        let routes = self.routes();
+        if info.server_id == server.server_id || info.ip.is_empty() {
+            return;
+        }
+        {
+            let mut st = routes.state.lock();
+            if st.routes.contains_key(&info.server_id)
+                || !st.connecting.insert(info.server_id.clone())
+            {
+                return;
+            }
+        }
+        tracing::debug!(remote_id = %info.server_id, url = %info.ip, "connecting to an implicit route");
+        let url = match &routes.opts.auth {
+            // Gossiped URLs carry no credentials: use ours.
+            Some(a) => {
+                let (_, hp) = split_route_url(&info.ip);
+                format!("nats-route://{}:{}@{hp}/", a.user, a.password)
+            }
+            None => info.ip.clone(),
+        };
+        tokio::spawn(solicit(
+            server.clone(),
+            url,
+            false,
+            Some(info.server_id.clone()),
+            0,
+        ));
+    }
+
+    fn sub_key(subject: &[u8], queue: Option<&[u8]>) -> Bytes {
+        let mut k = BytesMut::with_capacity(subject.len() + queue.map_or(0, |q| q.len() + 1));
+        k.extend_from_slice(subject);
+        if let Some(q) = queue {
+            k.extend_from_slice(b" ");
+            k.extend_from_slice(q);
+        }
+        k.freeze()
+    }
+
+    fn remote_sub(&mut self, account: &[u8], subject: &[u8], queue: Option<(Bytes, u32)>) {
+        if account != GLOBAL_ACCOUNT.as_bytes() {
+            return;
+        }
+        let (Ok(subj), q) = (
+            std::str::from_utf8(subject),
+            queue.as_ref().map(|(q, _)| std::str::from_utf8(q)),
+        ) else {
+            return;
+        };
+        let q = match q {
+            Some(Ok(q)) => Some(q),
+            Some(Err(_)) => return,
+            None => None,
+        };
+        let key = Self::sub_key(subject, q.map(str::as_bytes));
+        let client = &self.route.client;
+        if client.subs.lock().contains_key(&key) {
+            // A queue weight update: one member per route is enough for
+            // us to pick the route; the peer picks among its members.
+            return;
+        }
+        let sub = Subscription::new(
+            subj.to_string(),
+            q.map(str::to_string),
+            key.clone(),
+            client.clone(),
+            None,
+        );
+        if self.server.add_subscription(&sub).is_err() {
+            tracing::debug!(rid = client.id, subject = %subj, "ignoring remote interest on an invalid subject");
+            return;
+        }
+        client.subs.lock().insert(key, sub);
+    }
+
+    fn remote_unsub(&mut self, account: &[u8], subject: &[u8], queue: Option<&Bytes>) {
+        if account != GLOBAL_ACCOUNT.as_bytes() {
+            return;
+        }
+        let key = Self::sub_key(subject, queue.map(|q| &q[..]));
+        let sub = self.route.client.subs.lock().get(&key).cloned();
+        if let Some(sub) = sub {
+            self.server.remove_subscription(&sub);
+        }
+    }
+
+    fn lookup(&mut self, subject: &Bytes) -> Option<Arc<MatchResult<Subscription>>> {
+        let gen = self.server.sublist.genid();
+        if gen != self.cache_gen {
+            self.cache.clear();
+            self.cache_gen = gen;
+        }
+        if let Some(r) = self.cache.get(&subject[..]) {
+            return Some(r.clone());
+        }
+        let s = std::str::from_utf8(subject).ok()?;
+        let r = self.server.sublist.match_subject(s);
+        if self.cache.len() >= ROUTE_CACHE_MAX {
+            self.cache.clear();
+        }
+        self.cache.insert(subject.clone(), r.clone());
+        Some(r)
+    }
+
+    fn routed_msg(
+        &mut self,
+        account: &[u8],
+        subject: Bytes,
+        reply: Option<Bytes>,
+        queues: &[Bytes],
+        headers: Option<Bytes>,
+        payload: Bytes,
+    ) {
+        let size = headers.as_ref().map_or(0, |h| h.len()) + payload.len();
+        let routes = self.routes();
+        routes.stats.in_msgs.fetch_add(1, Ordering::Relaxed);
+        routes
+            .stats
+            .in_bytes
+            .fetch_add(size as u64, Ordering::Relaxed);
+        let c = &self.route.client.stats;
+        c.in_msgs.fetch_add(1, Ordering::Relaxed);
+        c.in_bytes.fetch_add(size as u64, Ordering::Relaxed);
+        if account != GLOBAL_ACCOUNT.as_bytes() {
+            return;
+        }
+        let Some(result) = self.lookup(&subject) else {
+            return;
+        };
+        let msg = MsgRef {
+            subject: &subject,
+            reply: reply.as_ref(),
+            headers: headers.as_ref(),
+            payload: &payload,
+        };
+        let route_client = self.route.client.clone();
+        client::deliver(
+            &self.server,
+            &route_client,
+            false,
+            &msg,
+            &result,
+            &mut self.flush,
+            Origin::Route(queues),
+        );
+    }
+}
+
+/// `/routez` body; `subs=1` adds each route's `subscriptions_list`
+/// (subjects of the peer's interest), as nats-server.
+pub(crate) fn routez_json(server: &ServerInner, subs: bool) -> serde_json::Value {
+    use serde_json::json;
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+    let Some(routes) = server.routes.as_ref() else {
+        return json!({
+            "server_id": server.server_id,
+            "server_name": server.server_name,
+            "now": now,
+            "num_routes": 0,
+            "routes": [],
+        });
+    };
+    let list: Vec<serde_json::Value> = routes
+        .routes()
+        .iter()
+        .map(|r| {
+            let remote = r.remote.lock().clone();
+            let (out_msgs, out_bytes) = r.client.out_counts();
+            let addr = r.client.addr;
+            let rtt = r.client.meta.lock().rtt;
+            let mut subjects: Vec<String> = r
+                .client
+                .subs
+                .lock()
+                .values()
+                .map(|s| s.subject.clone())
+                .collect();
+            subjects.sort();
+            let mut v = json!({
+                "rid": r.client.id,
+                "remote_id": remote.id,
+                "remote_name": remote.name,
+                "did_solicit": r.did_solicit,
+                "is_configured": r.is_configured(),
+                "ip": addr.map(|a| a.ip().to_string()).unwrap_or_default(),
+                "port": addr.map_or(0, |a| a.port()),
+                "start": r.client.start.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+                "last_activity": r.client.last_activity().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+                "rtt": rtt.map(|d| format!("{d:?}")).unwrap_or_default(),
+                "pending_size": r.client.pending_bytes(),
+                "in_msgs": r.client.stats.in_msgs.load(Ordering::Relaxed),
+                "out_msgs": out_msgs,
+                "in_bytes": r.client.stats.in_bytes.load(Ordering::Relaxed),
+                "out_bytes": out_bytes,
+                "subscriptions": r.client.subs.lock().len(),
+                "compression": "not supported",
+            });
+            if subs {
+                v["subscriptions_list"] = json!(subjects);
+            }
+            v
+        })
+        .collect();
+    json!({
+        "server_id": server.server_id,
+        "server_name": server.server_name,
+        "now": now,
+        "num_routes": list.len(),
+        "routes": list,
+    })
+}
+
+/// The `cluster` object of `/varz`.
+pub(crate) fn varz_cluster(server: &ServerInner) -> serde_json::Value {
+    use serde_json::json;
+    let Some(routes) = server.routes.as_ref() else {
+        return json!({});
+    };
+    let urls: Vec<String> = routes
+        .opts
+        .routes
+        .iter()
+        .map(|u| split_route_url(u).1)
+        .collect();
+    json!({
+        "name": routes.cluster_name(),
+        "addr": routes.opts.host,
+        "cluster_port": routes.listen.port(),
+        "auth_timeout": routes.opts.auth_timeout.as_secs_f64(),
+        "urls": urls,
+        "tls_timeout": 2.0,
+        "tls_required": routes.tls_acceptor.is_some(),
+        "tls_verify": routes.tls_acceptor.is_some(),
+        "pool_size": -1,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_urls_split() {
+        assert_eq!(
+            split_route_url("nats-route://u:p@127.0.0.1:6222/"),
+            (
+                Some(("u".to_string(), "p".to_string())),
+                "127.0.0.1:6222".to_string()
+            )
+        );
+        assert_eq!(split_route_url("nats://h:1"), (None, "h:1".to_string()));
+        assert_eq!(host_of("[::1]:5"), "::1");
+        assert_eq!(host_of("h:5"), "h");
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        assert_eq!(backoff(0), RECONNECT_MIN);
+        assert!(backoff(1) > backoff(0));
+        assert_eq!(backoff(30), RECONNECT_MAX);
+    }
+}

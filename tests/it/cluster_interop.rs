@@ -1,0 +1,198 @@
+//! Contract: a liftbridge node joins a cluster of Go nats-servers (Debian's
+//! 2.9.10 and 2.15.1) as a plain unpooled, uncompressed route peer:
+//! messages flow both ways, request/reply crosses, a queue group spread
+//! over all three servers gets each message once, and interest follows
+//! subscriptions as they come and go.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+
+use crate::cluster_routes::{routes_with_interest, wait_interest};
+use crate::support::procs::{go_nats_server_2_15, go_nats_server_2_9, Impl, NatsNode};
+use crate::support::{http_json, wait_until};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn connect(url: &str) -> async_nats::Client {
+    async_nats::connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("connect {url}: {e}"))
+}
+
+async fn next(sub: &mut async_nats::Subscriber) -> async_nats::Message {
+    tokio::time::timeout(WAIT, sub.next())
+        .await
+        .expect("message in time")
+        .expect("subscription open")
+}
+
+/// Go seed G1, our node L and Go node G2 (both seeded with G1), meshed.
+async fn mixed(go: &Path) -> (NatsNode, NatsNode, NatsNode) {
+    let go = Impl::Go(go.to_path_buf());
+    let g1 = NatsNode::start(&go, "mixed", &[]).await;
+    let l = NatsNode::start(&Impl::Liftbridge, "mixed", &[g1.cluster_port]).await;
+    let g2 = NatsNode::start(&go, "mixed", &[g1.cluster_port]).await;
+    for n in [&g1, &l, &g2] {
+        n.wait_routes(2).await;
+    }
+    (g1, l, g2)
+}
+
+async fn interop(go: &Path) {
+    let (g1, l, g2) = mixed(go).await;
+
+    // Go → liftbridge and liftbridge → Go, with headers.
+    let cl = connect(&l.url()).await;
+    let c1 = connect(&g1.url()).await;
+    let c2 = connect(&g2.url()).await;
+    let mut on_l = cl.subscribe("x.to.lb").await.unwrap();
+    let mut on_g1 = c1.subscribe("x.to.go").await.unwrap();
+    cl.flush().await.unwrap();
+    c1.flush().await.unwrap();
+    wait_interest(g2.http_port, "x.to.lb", 1).await;
+    wait_interest(l.http_port, "x.to.go", 1).await;
+    for i in 0..100 {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert("N", i.to_string().as_str());
+        c2.publish_with_headers("x.to.lb", h, Bytes::from(format!("g{i}")))
+            .await
+            .unwrap();
+        cl.publish("x.to.go", Bytes::from(format!("l{i}")))
+            .await
+            .unwrap();
+    }
+    c2.flush().await.unwrap();
+    cl.flush().await.unwrap();
+    for i in 0..100 {
+        let m = next(&mut on_l).await;
+        assert_eq!(&m.payload[..], format!("g{i}").as_bytes());
+        let n = m.headers.as_ref().and_then(|h| h.get("N")).unwrap();
+        assert_eq!(n.as_str(), i.to_string());
+        let m = next(&mut on_g1).await;
+        assert_eq!(&m.payload[..], format!("l{i}").as_bytes());
+    }
+
+    // Request/reply: a responder on our node, a requester on Go, and the
+    // other way round.
+    let mut svc_l = cl.subscribe("svc.lb").await.unwrap();
+    let cl2 = cl.clone();
+    tokio::spawn(async move {
+        while let Some(m) = svc_l.next().await {
+            if let Some(r) = m.reply {
+                let _ = cl2.publish(r, Bytes::from_static(b"from lb")).await;
+            }
+        }
+    });
+    let mut svc_g = c2.subscribe("svc.go").await.unwrap();
+    let c2b = c2.clone();
+    tokio::spawn(async move {
+        while let Some(m) = svc_g.next().await {
+            if let Some(r) = m.reply {
+                let _ = c2b.publish(r, Bytes::from_static(b"from go")).await;
+            }
+        }
+    });
+    cl.flush().await.unwrap();
+    c2.flush().await.unwrap();
+    wait_interest(g1.http_port, "svc.lb", 1).await;
+    wait_interest(l.http_port, "svc.go", 1).await;
+    let r = tokio::time::timeout(WAIT, c1.request("svc.lb", Bytes::new()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&r.payload[..], b"from lb");
+    let r = tokio::time::timeout(WAIT, cl.request("svc.go", Bytes::new()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&r.payload[..], b"from go");
+
+    // A queue group with members on all three servers; publishers on all
+    // three: every message once.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    for c in [&cl, &c1, &c2] {
+        let mut s = c.queue_subscribe("q.work", "w".into()).await.unwrap();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(m) = s.next().await {
+                let _ = tx.send(String::from_utf8_lossy(&m.payload).into_owned());
+            }
+        });
+        c.flush().await.unwrap();
+    }
+    for n in [&g1, &l, &g2] {
+        // The two other servers' members, one route each.
+        wait_interest(n.http_port, "q.work", 2).await;
+    }
+    let mut expected = HashSet::new();
+    for (name, c) in [("l", &cl), ("g1", &c1), ("g2", &c2)] {
+        for i in 0..100 {
+            let id = format!("{name}-{i}");
+            c.publish("q.work", Bytes::from(id.clone())).await.unwrap();
+            expected.insert(id);
+        }
+        c.flush().await.unwrap();
+    }
+    let mut seen = HashSet::new();
+    while seen.len() < expected.len() {
+        let id = tokio::time::timeout(WAIT, rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("only {} of 300 queue messages", seen.len()))
+            .unwrap();
+        assert!(seen.insert(id.clone()), "{id} delivered twice");
+    }
+    assert_eq!(seen, expected);
+    if let Ok(Some(id)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
+        panic!("{id} delivered again");
+    }
+
+    // Interest comes and goes: a subscription on our node appears on the
+    // Go servers and disappears after UNSUB.
+    let mut temp = cl.subscribe("x.temp").await.unwrap();
+    cl.flush().await.unwrap();
+    wait_interest(g1.http_port, "x.temp", 1).await;
+    wait_interest(g2.http_port, "x.temp", 1).await;
+    temp.unsubscribe().await.unwrap();
+    cl.flush().await.unwrap();
+    for port in [g1.http_port, g2.http_port] {
+        wait_until(WAIT, "x.temp interest withdrawn on Go", || async move {
+            routes_with_interest(port, "x.temp").await == 0
+        })
+        .await;
+    }
+    // And a Go subscription that goes away is withdrawn from ours.
+    let mut gtemp = c2.subscribe("x.gtemp").await.unwrap();
+    c2.flush().await.unwrap();
+    wait_interest(l.http_port, "x.gtemp", 1).await;
+    gtemp.unsubscribe().await.unwrap();
+    c2.flush().await.unwrap();
+    wait_until(WAIT, "x.gtemp interest withdrawn on ours", || async {
+        routes_with_interest(l.http_port, "x.gtemp").await == 0
+    })
+    .await;
+
+    // The Go servers list our node as a route peer.
+    let rz = g1.routez().await;
+    let ours = http_json(l.http_port, "/varz").await.unwrap();
+    let ids: Vec<&str> = rz["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["remote_id"].as_str())
+        .collect();
+    assert!(ids.contains(&ours["server_id"].as_str().unwrap()), "{rz}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interop_with_go_nats_server_2_9() {
+    interop(&go_nats_server_2_9()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interop_with_go_nats_server_2_15() {
+    interop(&go_nats_server_2_15()).await;
+}

@@ -1,0 +1,64 @@
+//! Test support shared by the cluster tests: real processes on free
+//! loopback ports, each in its own temp dir, cleaned up on drop.
+//!
+//! - [`procs`]: spawn the built `liftbridge` binary (NATS-server mode or a
+//!   full node from a liftbridge.yaml) or a Go `nats-server`, wait until it
+//!   listens, `kill -9` it and restart it on the same ports;
+//! - [`free_port`], [`http_json`], [`wait_until`]: the small helpers those
+//!   tests need.
+
+pub mod procs;
+
+use std::time::Duration;
+
+/// A free TCP port on 127.0.0.1 (bound, read, released). Another process
+/// could take it before it is used; ports come from the kernel's
+/// ephemeral range, so that is rare, and tests retry nothing on it.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local addr").port()
+}
+
+/// GET `path` from `127.0.0.1:port` over HTTP/1.0 (no chunking) and parse
+/// the body as JSON; `None` when the server does not answer (yet).
+pub async fn http_json(port: u16, path: &str) -> Option<serde_json::Value> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fut = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.ok()?;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let (_, body) = text.split_once("\r\n\r\n")?;
+        serde_json::from_str(body).ok()
+    };
+    tokio::time::timeout(Duration::from_secs(5), fut)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Polls `check` every 50 ms until it returns true or `within` passes;
+/// panics with `what` on timeout (robust on a loaded machine: no fixed
+/// sleeps, only deadlines).
+pub async fn wait_until<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = tokio::time::Instant::now() + within;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
