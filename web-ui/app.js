@@ -491,16 +491,57 @@
     return { panel, update };
   }
 
+  /** The metadata group (controller, members) and this node's NATS routes. */
+  function renderCluster(panel, info) {
+    const c = info.cluster || {};
+    const nodes = c.nodes || [];
+    const routes = (info.nats && info.nats.routes) || [];
+    const role = c.role ? String(c.role).toLowerCase() : '—';
+    const td = (label, cls, ...c) => h('td', { 'data-label': label, class: cls }, ...c);
+    const rows = nodes.map((n) => {
+      const me = n.server_id === info.server_id;
+      const ctrl = n.server_id === c.controller;
+      return h('tr', { testid: 'cluster-node' },
+        td('Server', 'mono', h('span', { testid: 'cluster-node-id' }, n.server_id), me ? ' (this node)' : ''),
+        td('Role', '', ctrl ? h('span', { class: 'badge active', testid: 'cluster-controller' }, 'controller')
+          : (n.voter ? 'voter' : 'learner')),
+        td('gRPC', 'mono', n.host && n.port ? `${n.host}:${n.port}` : '—'),
+        td('NATS', 'mono', n.nats_addr || '—'),
+        td('HTTP', 'mono', n.http_addr ? h('a', { href: `http://${n.http_addr}/` }, n.http_addr) : '—'));
+    });
+    const routeRows = routes.map((r) => h('tr', { testid: 'cluster-route' },
+      td('Peer', 'mono', r.remote_name || r.remote_id || '—'),
+      td('Address', 'mono', `${r.ip}:${r.port}`),
+      td('Direction', '', r.did_solicit ? 'outbound' : 'inbound'),
+      td('Msgs in', 'num', fmtNum(r.in_msgs)),
+      td('Msgs out', 'num', fmtNum(r.out_msgs))));
+    panel.replaceChildren(
+      h('h2', {}, 'Cluster'),
+      h('p', { class: 'muted', testid: 'cluster-summary' },
+        `${nodes.length} node${nodes.length === 1 ? '' : 's'} · this node is ${role} · controller ${c.controller || 'unknown'}`),
+      h('div', { class: 'table-wrap' }, h('table', { class: 'cards-sm', testid: 'cluster-nodes' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'Server'), h('th', {}, 'Role'), h('th', {}, 'gRPC'), h('th', {}, 'NATS'), h('th', {}, 'HTTP'))),
+        h('tbody', {}, ...rows))),
+      h('h3', {}, 'NATS routes'),
+      routeRows.length
+        ? h('div', { class: 'table-wrap' }, h('table', { class: 'cards-sm', testid: 'cluster-routes' },
+          h('thead', {}, h('tr', {}, h('th', {}, 'Peer'), h('th', {}, 'Address'), h('th', {}, 'Direction'), h('th', {}, 'Msgs in'), h('th', {}, 'Msgs out'))),
+          h('tbody', {}, ...routeRows)))
+        : h('p', { class: 'empty', testid: 'cluster-no-routes' }, 'No routes: this node is not meshed with others.'));
+  }
+
   function viewOverview({ main, gen }) {
     const cards = h('div', { class: 'cards', testid: 'overview-cards' });
     const addrs = h('dl', { class: 'kv', testid: 'overview-addrs' });
     const inChart = chartPanel('Messages in', 'chart-in', 'in', 'in_msgs', 'in_bytes');
     const outChart = chartPanel('Messages out', 'chart-out', 'out', 'out_msgs', 'out_bytes');
+    const clusterPanel = h('div', { class: 'panel', testid: 'cluster-panel' });
     main.append(
       h('h1', {}, 'Overview'),
       cards,
       h('div', { class: 'charts' }, inChart.panel, outChart.panel),
-      h('div', { class: 'panel' }, h('h2', {}, 'Server'), addrs));
+      h('div', { class: 'panel' }, h('h2', {}, 'Server'), addrs),
+      clusterPanel);
 
     function render(info) {
       if (!live(gen)) return;
@@ -524,6 +565,7 @@
         kv('Total connections', fmtNum(n.total_connections)),
         kv('Messages in / out', `${fmtNum(n.in_msgs)} / ${fmtNum(n.out_msgs)}`),
         kv('Bytes in / out', `${fmtBytes(n.in_bytes)} / ${fmtBytes(n.out_bytes)}`));
+      renderCluster(clusterPanel, info);
       inChart.update();
       outChart.update();
     }

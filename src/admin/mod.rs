@@ -541,8 +541,31 @@ async fn info(ctx: &AdminContext) -> Value {
             "in_bytes": pick("in_bytes"),
             "out_bytes": pick("out_bytes"),
             "slow_consumers": pick("slow_consumers"),
+            "routes": routes_json(&ctx.nats),
         },
     })
+}
+
+/// This node's NATS routes to other nodes: the peer's server id and name,
+/// its address, which side dialed, and the messages exchanged.
+fn routes_json(nats: &NatsServer) -> Value {
+    let routez = nats.routez_json("");
+    let list = routez["routes"].as_array().cloned().unwrap_or_default();
+    Value::Array(
+        list.into_iter()
+            .map(|r| {
+                json!({
+                    "remote_id": r["remote_id"],
+                    "remote_name": r["remote_name"],
+                    "ip": r["ip"],
+                    "port": r["port"],
+                    "did_solicit": r["did_solicit"],
+                    "in_msgs": r["in_msgs"],
+                    "out_msgs": r["out_msgs"],
+                })
+            })
+            .collect(),
+    )
 }
 
 /// The metadata group as this node sees it: its role, the controller, and

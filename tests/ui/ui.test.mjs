@@ -278,6 +278,13 @@ uiTest('the overview shows the server and live message-rate charts', async () =>
     const t = await page.locator(byTestId('rate-in')).textContent();
     return /^[1-9][\d,.]* msg\/s$|^0\.\d*[1-9]\d* msg\/s$/.test(t);
   });
+  // The cluster panel: a lone node is its own controller, with no routes.
+  await page.locator(byTestId('cluster-node')).first().waitFor();
+  assert.equal(await page.locator(byTestId('cluster-node')).count(), 1);
+  assert.equal(await page.locator(byTestId('cluster-node-id')).textContent(), info.server_id);
+  assert.equal(await page.locator(byTestId('cluster-controller')).count(), 1);
+  assert.match(await page.locator(byTestId('cluster-summary')).textContent(), /1 node · this node is leader/);
+  assert.equal(await page.locator(byTestId('cluster-no-routes')).count(), 1);
   await shot(page, 'overview');
 });
 
