@@ -248,7 +248,10 @@ async fn wait_formed(nodes: &[&Node]) -> String {
             let info = n.info().await.unwrap_or(Value::Null);
             let c = &info["cluster"];
             let members = c["nodes"].as_array().cloned().unwrap_or_default();
+            // Every node also shows its NATS routes to the other two.
+            let routes = info["nats"]["routes"].as_array().map_or(0, Vec::len);
             let ok = members.len() == 3
+                && routes >= 2
                 && members
                     .iter()
                     .all(|m| m["voter"] == true && m["registered"] == true);
