@@ -9,12 +9,12 @@
 //! [`SyncPolicy::Always`]) and answers the appenders right there, on the
 //! writer thread: an append's completion callback runs as soon as its frame
 //! is written (and synced). The records then wait in an in-memory tail,
-//! readable at once, until the writer applies them to redb in one
-//! non-durable transaction — when its queue is empty, or when the tail
-//! reaches [`TAIL_APPLY_BYTES`]. A durable redb commit (a checkpoint) follows
-//! every [`CHECKPOINT_BYTES`] of journal or [`CHECKPOINT_EVERY`], after which
-//! the journal is emptied. Under [`SyncPolicy::Interval`] the journal is
-//! fsynced at most once per interval, off the ack path.
+//! readable at once, until the writer applies them to redb in one durable
+//! transaction (a checkpoint, after which the journal is emptied) — when it
+//! has had no request for [`APPLY_IDLE`], when the tail reaches
+//! [`TAIL_APPLY_BYTES`], or [`CHECKPOINT_EVERY`] after the last one. Under
+//! [`SyncPolicy::Interval`] the journal is fsynced at most once per
+//! interval, off the ack path.
 //!
 //! At open, the journal frames past redb's last durable commit are replayed
 //! into redb (a torn or corrupt frame ends the journal) and committed
@@ -30,7 +30,8 @@
 //!   record, and replay gives back exactly the offsets that were handed out:
 //!   an acknowledged offset is never given to another record;
 //! - the tail is bounded: past [`TAIL_APPLY_BYTES`] it is applied before the
-//!   writer takes more work (appenders queue behind it);
+//!   writer takes more work (appenders queue behind it), so it never holds
+//!   more than that plus one group;
 //! - truncation, retention and compaction first apply the tail, then run
 //!   against redb; a truncation is committed durably and empties the journal
 //!   durably, so no journal frame can outlive the offsets it wrote;
@@ -91,15 +92,22 @@ const MIN_CACHE_BYTES: usize = 256 << 10;
 /// A group stops draining the queue past this many payload bytes, so one
 /// journal frame stays bounded in memory.
 const MAX_BATCH_BYTES: usize = 16 << 20;
-/// The tail (journaled, not yet in redb) is applied once it holds this many
-/// bytes even while appends keep coming. It is the bound of the tail's
-/// memory: the writer takes no new work until the tail is applied.
-pub(crate) const TAIL_APPLY_BYTES: usize = 8 << 20;
-/// A durable redb commit (after which the journal is emptied) happens once
-/// the journal holds this many bytes: it bounds the journal's size, the
-/// replay at start-up, and redb's dirty pages kept by non-durable commits.
+/// The tail (journaled, not yet in redb) is applied to redb and committed
+/// durably (a checkpoint, after which the journal is emptied) once it holds
+/// this many bytes, once the writer has had no request for [`APPLY_IDLE`],
+/// or [`CHECKPOINT_EVERY`] after the last checkpoint. Checkpoints are
+/// durable because redb reuses freed pages only from durable commits: with
+/// non-durable applies the file grows between checkpoints. This bounds the
+/// tail's memory: at most this plus one group (≤ [`MAX_BATCH_BYTES`] of
+/// payload), since the writer checkpoints before it takes more work —
+/// appenders queue behind it.
+pub(crate) const TAIL_APPLY_BYTES: usize = 4 << 20;
+/// See [`TAIL_APPLY_BYTES`].
+pub(crate) const APPLY_IDLE: Duration = Duration::from_millis(5);
+/// A checkpoint also happens once the journal holds this many bytes (after
+/// a truncation or failed apply it may hold more than the tail).
 pub(crate) const CHECKPOINT_BYTES: u64 = 32 << 20;
-/// ... or once this long has passed since the last durable commit.
+/// ... and at least this often while anything is pending.
 pub(crate) const CHECKPOINT_EVERY: Duration = Duration::from_secs(2);
 /// Records removed per retention transaction: small enough that appends
 /// queued meanwhile wait only for one short transaction.
@@ -1564,34 +1572,21 @@ impl Writer {
     fn run(mut self) {
         loop {
             let policy = self.config.lock().sync;
-            let working = self.stopped.is_none();
-            let first = if working && self.tail_bytes > 0 {
-                // Records wait to be applied: look for work, apply if none.
-                match self.rx.try_recv() {
+            let first = if self.stopped.is_none() && self.pending() {
+                // Something waits for a checkpoint: do it once idle.
+                match self.rx.recv_timeout(APPLY_IDLE) {
                     Ok(op) => Some(op),
-                    Err(mpsc::TryRecvError::Empty) => None,
-                    Err(mpsc::TryRecvError::Disconnected) => break,
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 }
             } else {
-                match self.deadline(policy).filter(|_| working) {
-                    Some(at) => {
-                        match self
-                            .rx
-                            .recv_timeout(at.saturating_duration_since(Instant::now()))
-                        {
-                            Ok(op) => Some(op),
-                            Err(mpsc::RecvTimeoutError::Timeout) => None,
-                            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                        }
-                    }
-                    None => match self.rx.recv() {
-                        Ok(op) => Some(op),
-                        Err(_) => break,
-                    },
+                match self.rx.recv() {
+                    Ok(op) => Some(op),
+                    Err(_) => break,
                 }
             };
             let Some(op) = first else {
-                self.idle(policy);
+                self.flush();
                 continue;
             };
             let mut bytes = op.payload_bytes();
@@ -1615,40 +1610,27 @@ impl Writer {
         }
     }
 
-    /// When the writer must wake up without a request: the interval's
-    /// journal sync, or a checkpoint.
-    fn deadline(&self, policy: SyncPolicy) -> Option<Instant> {
-        let mut at = None;
-        if let SyncPolicy::Interval(d) = policy {
-            if self.journal.unsynced() {
-                at = Some(self.last_journal_sync + d);
-            }
-        }
-        if self.dirty || !self.journal.is_empty() {
-            let c = self.last_durable + CHECKPOINT_EVERY;
-            at = Some(at.map_or(c, |a: Instant| a.min(c)));
-        }
-        at
+    /// Records or changes wait for a durable redb commit.
+    fn pending(&self) -> bool {
+        self.tail_bytes > 0 || self.dirty || !self.journal.is_empty()
     }
 
-    fn checkpoint_due(&self) -> bool {
-        (self.dirty || self.tail_bytes > 0 || !self.journal.is_empty())
-            && (self.journal.len() >= CHECKPOINT_BYTES
-                || self.last_durable.elapsed() >= CHECKPOINT_EVERY)
-    }
-
-    /// No request waiting: apply the tail, sync the journal if the interval
-    /// is up, checkpoint if due.
-    fn idle(&mut self, policy: SyncPolicy) {
+    /// After a group, under a steady stream of requests: checkpoint when the
+    /// tail or the journal is full or [`CHECKPOINT_EVERY`] has passed;
+    /// otherwise, under `interval`, sync the journal once per interval.
+    fn after_group(&mut self, policy: SyncPolicy) {
         if self.stopped.is_some() {
             return;
         }
-        self.flush();
+        if self.tail_bytes >= TAIL_APPLY_BYTES
+            || self.journal.len() >= CHECKPOINT_BYTES
+            || (self.pending() && self.last_durable.elapsed() >= CHECKPOINT_EVERY)
+        {
+            self.flush();
+            return;
+        }
         if let SyncPolicy::Interval(d) = policy {
-            if self.stopped.is_none()
-                && self.journal.unsynced()
-                && self.last_journal_sync.elapsed() >= d
-            {
+            if self.journal.unsynced() && self.last_journal_sync.elapsed() >= d {
                 let started = Instant::now();
                 match self.journal.sync() {
                     Ok(()) => {
@@ -1661,14 +1643,12 @@ impl Writer {
         }
     }
 
-    /// Applies the tail to redb: durably (a checkpoint) when one is due.
+    /// Applies the tail to redb and commits durably (a checkpoint).
     fn flush(&mut self) {
-        let r = if self.checkpoint_due() {
-            self.checkpoint()
-        } else {
-            self.apply_tail(false)
-        };
-        if let Err(e) = r {
+        if self.stopped.is_some() {
+            return;
+        }
+        if let Err(e) = self.checkpoint() {
             self.stop(e);
         }
     }
@@ -1779,11 +1759,7 @@ impl Writer {
             }
         }
         self.journal_group(group, policy);
-        if self.stopped.is_none()
-            && (self.tail_bytes >= TAIL_APPLY_BYTES || self.journal.len() >= CHECKPOINT_BYTES)
-        {
-            self.flush();
-        }
+        self.after_group(policy);
     }
 
     /// Gives a group of appends their offsets, writes them as one journal
