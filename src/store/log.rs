@@ -536,9 +536,9 @@ impl PartitionLog {
             state.appended = (0, 0);
             tracing::info!(partition = %name, records = replayed, leo = state.leo, "replayed the journal");
         }
-        if journal.file_len_at_open() > 0 {
-            journal.reset(true).map_err(jio)?;
-        }
+        // Everything in the journal is durable in redb now: the next frame
+        // starts a new chain.
+        journal.reset(false).map_err(jio)?;
 
         let (leo_tx, _) = watch::channel(state.leo);
         let shared = Arc::new(Shared {
@@ -969,17 +969,16 @@ impl PartitionLog {
     pub async fn offset_for_timestamp(&self, ts_ns: i64) -> Result<Option<u64>, StoreError> {
         self.blocking(move |me| {
             let tail = me.inner.shared.tail_snapshot();
-            if let Some(o) = me.with_read(|rtx| offset_for_ts(rtx, ts_ns))? {
-                return Ok(Some(o));
+            let mut entries = tail.iter().flat_map(|b| b.entries.iter());
+            match me.with_read(|rtx| time_lookup(rtx, ts_ns))? {
+                Some((_, Some(o))) => Ok(Some(o)),
+                // The running maximum reached `ts_ns` at `at`, but no record
+                // at or after it is in redb: the first such tail record.
+                Some((at, None)) => Ok(entries.find(|e| e.offset >= at).map(|e| e.offset)),
+                // The running maximum of redb stays below `ts_ns`, so the
+                // first tail record at or past it is where it gets there.
+                None => Ok(entries.find(|e| e.timestamp_ns >= ts_ns).map(|e| e.offset)),
             }
-            // Nothing in redb reaches `ts_ns`, so the running maximum of the
-            // tail starts below it: the first tail record at or past it is
-            // the answer.
-            Ok(tail
-                .iter()
-                .flat_map(|b| b.entries.iter())
-                .find(|e| e.timestamp_ns >= ts_ns)
-                .map(|e| e.offset))
         })
         .await
     }
@@ -1303,6 +1302,14 @@ fn open_read<K: redb::Key + 'static, V: redb::Value + 'static>(
 }
 
 fn offset_for_ts(rtx: &ReadTransaction, ts: i64) -> Result<Option<u64>, EngineError> {
+    Ok(time_lookup(rtx, ts)?.and_then(|(_, found)| found))
+}
+
+/// The time index's answer for `ts`: the offset from which the running
+/// maximum timestamp is ≥ `ts` (`None` if it never is in redb), with the
+/// first record present at or after it in redb (`None` if there is none
+/// there: it may be in the tail).
+fn time_lookup(rtx: &ReadTransaction, ts: i64) -> Result<Option<(u64, Option<u64>)>, EngineError> {
     let Some(index) = open_read(rtx, TIME_INDEX)? else {
         return Ok(None);
     };
@@ -1311,9 +1318,9 @@ fn offset_for_ts(rtx: &ReadTransaction, ts: i64) -> Result<Option<u64>, EngineEr
     };
     let (_, at) = first?.0.value();
     let Some(records) = open_read(rtx, RECORDS)? else {
-        return Ok(None);
+        return Ok(Some((at, None)));
     };
-    Ok(first_at_or_after(&records, at)?)
+    Ok(Some((at, first_at_or_after(&records, at)?)))
 }
 
 /// First offset present that is ≥ `at`.
