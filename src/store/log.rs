@@ -9,12 +9,14 @@
 //! [`SyncPolicy::Always`]) and answers the appenders right there, on the
 //! writer thread: an append's completion callback runs as soon as its frame
 //! is written (and synced). The records then wait in an in-memory tail,
-//! readable at once, until the writer applies them to redb in one durable
-//! transaction (a checkpoint, after which the journal is emptied) — when it
-//! has had no request for [`APPLY_IDLE`], when the tail reaches
-//! [`TAIL_APPLY_BYTES`], or [`CHECKPOINT_EVERY`] after the last one. Under
-//! [`SyncPolicy::Interval`] the journal is fsynced at most once per
-//! interval, off the ack path.
+//! readable at once, until the writer applies them to redb in one
+//! transaction — when it has had no request for [`APPLY_IDLE`] or when the
+//! tail reaches [`TAIL_APPLY_BYTES`]. Under [`SyncPolicy::Always`] each
+//! apply is a durable commit (a checkpoint, after which the journal is
+//! rewound); under [`SyncPolicy::Interval`] applies are non-durable, a
+//! checkpoint follows every [`CHECKPOINT_BYTES`] of journal or
+//! [`CHECKPOINT_EVERY`], and the journal is fsynced at most once per
+//! interval — no fsync on the ack path.
 //!
 //! At open, the journal frames past redb's last durable commit are replayed
 //! into redb (a torn or corrupt frame ends the journal) and committed
@@ -92,20 +94,17 @@ const MIN_CACHE_BYTES: usize = 256 << 10;
 /// A group stops draining the queue past this many payload bytes, so one
 /// journal frame stays bounded in memory.
 const MAX_BATCH_BYTES: usize = 16 << 20;
-/// The tail (journaled, not yet in redb) is applied to redb and committed
-/// durably (a checkpoint, after which the journal is emptied) once it holds
-/// this many bytes, once the writer has had no request for [`APPLY_IDLE`],
-/// or [`CHECKPOINT_EVERY`] after the last checkpoint. Checkpoints are
-/// durable because redb reuses freed pages only from durable commits: with
-/// non-durable applies the file grows between checkpoints. This bounds the
-/// tail's memory: at most this plus one group (≤ [`MAX_BATCH_BYTES`] of
+/// The tail (journaled, not yet in redb) is applied to redb once it holds
+/// this many bytes or once the writer has had no request for
+/// [`APPLY_IDLE`] (durably under `always`, see `Writer::flush`). This
+/// bounds the tail's memory: at most this plus one group (≤ [`MAX_BATCH_BYTES`] of
 /// payload), since the writer checkpoints before it takes more work —
 /// appenders queue behind it.
 pub(crate) const TAIL_APPLY_BYTES: usize = 4 << 20;
 /// See [`TAIL_APPLY_BYTES`].
 pub(crate) const APPLY_IDLE: Duration = Duration::from_millis(5);
-/// A checkpoint also happens once the journal holds this many bytes (after
-/// a truncation or failed apply it may hold more than the tail).
+/// A checkpoint (durable redb commit, then the journal is rewound) happens
+/// once the journal holds this many bytes ...
 pub(crate) const CHECKPOINT_BYTES: u64 = 32 << 20;
 /// ... and at least this often while anything is pending.
 pub(crate) const CHECKPOINT_EVERY: Duration = Duration::from_secs(2);
@@ -1579,21 +1578,22 @@ impl Writer {
     fn run(mut self) {
         loop {
             let policy = self.config.lock().sync;
-            let first = if self.stopped.is_none() && self.pending() {
-                // Something waits for a checkpoint: do it once idle.
-                match self.rx.recv_timeout(APPLY_IDLE) {
+            let first = match self.deadline(policy) {
+                Some(at) => match self
+                    .rx
+                    .recv_timeout(at.saturating_duration_since(Instant::now()))
+                {
                     Ok(op) => Some(op),
                     Err(mpsc::RecvTimeoutError::Timeout) => None,
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                }
-            } else {
-                match self.rx.recv() {
+                },
+                None => match self.rx.recv() {
                     Ok(op) => Some(op),
                     Err(_) => break,
-                }
+                },
             };
             let Some(op) = first else {
-                self.flush();
+                self.idle(policy);
                 continue;
             };
             let mut bytes = op.payload_bytes();
@@ -1622,40 +1622,90 @@ impl Writer {
         self.tail_bytes > 0 || self.dirty || !self.journal.is_empty()
     }
 
-    /// After a group, under a steady stream of requests: checkpoint when the
-    /// tail or the journal is full or [`CHECKPOINT_EVERY`] has passed;
-    /// otherwise, under `interval`, sync the journal once per interval.
-    fn after_group(&mut self, policy: SyncPolicy) {
+    fn checkpoint_due(&self) -> bool {
+        self.pending()
+            && (self.journal.len() >= CHECKPOINT_BYTES
+                || self.last_durable.elapsed() >= CHECKPOINT_EVERY)
+    }
+
+    /// When the writer must wake up without a request: to apply an idle
+    /// tail, for a checkpoint, or for the interval's journal sync.
+    fn deadline(&self, policy: SyncPolicy) -> Option<Instant> {
         if self.stopped.is_some() {
-            return;
+            return None;
         }
-        if self.tail_bytes >= TAIL_APPLY_BYTES
-            || self.journal.len() >= CHECKPOINT_BYTES
-            || (self.pending() && self.last_durable.elapsed() >= CHECKPOINT_EVERY)
-        {
-            self.flush();
-            return;
+        let mut at: Option<Instant> = None;
+        let mut add = |t: Instant| at = Some(at.map_or(t, |a| a.min(t)));
+        if self.tail_bytes > 0 {
+            add(Instant::now() + APPLY_IDLE);
+        }
+        if self.pending() {
+            add(self.last_durable + CHECKPOINT_EVERY);
         }
         if let SyncPolicy::Interval(d) = policy {
-            if self.journal.unsynced() && self.last_journal_sync.elapsed() >= d {
-                let started = Instant::now();
-                match self.journal.sync() {
-                    Ok(()) => {
-                        self.observer.journal_sync(started.elapsed());
-                        self.last_journal_sync = Instant::now();
-                    }
-                    Err(source) => self.stop(self.journal_err(source)),
-                }
+            if self.journal.unsynced() {
+                add(self.last_journal_sync + d);
             }
+        }
+        at
+    }
+
+    /// No request for a while: apply the tail, checkpoint or sync the
+    /// journal, whichever is due.
+    fn idle(&mut self, policy: SyncPolicy) {
+        if self.tail_bytes > 0 || self.checkpoint_due() {
+            self.flush(policy);
+        }
+        self.sync_journal_if_due(policy);
+    }
+
+    /// After a group, under a steady stream of requests: apply when the tail
+    /// is full, checkpoint when due; under `interval`, sync the journal once
+    /// per interval.
+    fn after_group(&mut self, policy: SyncPolicy) {
+        if self.tail_bytes >= TAIL_APPLY_BYTES || self.checkpoint_due() {
+            self.flush(policy);
+        }
+        self.sync_journal_if_due(policy);
+    }
+
+    fn sync_journal_if_due(&mut self, policy: SyncPolicy) {
+        let SyncPolicy::Interval(d) = policy else {
+            return;
+        };
+        if self.stopped.is_some()
+            || !self.journal.unsynced()
+            || self.last_journal_sync.elapsed() < d
+        {
+            return;
+        }
+        let started = Instant::now();
+        match self.journal.sync() {
+            Ok(()) => {
+                self.observer.journal_sync(started.elapsed());
+                self.last_journal_sync = Instant::now();
+            }
+            Err(source) => self.stop(self.journal_err(source)),
         }
     }
 
-    /// Applies the tail to redb and commits durably (a checkpoint).
-    fn flush(&mut self) {
+    /// Applies the tail to redb. Under `always` every apply is a durable
+    /// commit (a checkpoint): redb reuses freed pages only from durable
+    /// commits, and the journal then stays small. Under `interval` applies
+    /// are non-durable (no fsync in the writer's way) and a checkpoint
+    /// follows every [`CHECKPOINT_BYTES`] of journal or [`CHECKPOINT_EVERY`];
+    /// the database file may then grow by up to that much between
+    /// checkpoints.
+    fn flush(&mut self, policy: SyncPolicy) {
         if self.stopped.is_some() {
             return;
         }
-        if let Err(e) = self.checkpoint() {
+        let r = if matches!(policy, SyncPolicy::Interval(_)) && !self.checkpoint_due() {
+            self.apply_tail(false)
+        } else {
+            self.checkpoint()
+        };
+        if let Err(e) = r {
             self.stop(e);
         }
     }
