@@ -117,7 +117,10 @@ const SUFFIX: &str = ".redb";
 /// How the writer answers a request: called once, on the writer thread.
 type Reply<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
 
-/// A request to the writer thread.
+/// A request to the writer thread. The request channel itself has no
+/// limit: its producers bound themselves — the stenographer keeps at most 64
+/// batches in flight, replication and maintenance await each request — and
+/// the writer drains at most [`MAX_BATCH_BYTES`] of it per group.
 enum Op {
     Append {
         epoch: u64,
