@@ -70,13 +70,10 @@ pub fn observer() -> Observer {
 }
 
 impl StoreObserver for StoreMetrics {
-    fn commit(&self, appended: u64, elapsed: Duration, durable: bool) {
+    fn commit(&self, _applied: u64, elapsed: Duration, durable: bool) {
         self.commits.inc();
         if durable {
             self.durable_commits.inc();
-        }
-        if appended > 0 {
-            self.batch_records.observe(appended as f64);
         }
         self.commit_seconds.observe(elapsed.as_secs_f64());
     }
@@ -85,16 +82,21 @@ impl StoreObserver for StoreMetrics {
         self.fsync_seconds.observe(elapsed.as_secs_f64());
     }
 
-    fn journal_write(&self, _records: u64, bytes: u64, elapsed: Duration, synced: bool) {
+    fn journal_write(&self, records: u64, bytes: u64, elapsed: Duration, synced: bool) {
+        // A journal frame is the group commit of the appends in it.
+        self.commits.inc();
+        self.batch_records.observe(records as f64);
         self.journal_bytes.inc_by(bytes);
         self.journal_write_seconds.observe(elapsed.as_secs_f64());
         if synced {
             self.journal_sync_seconds.observe(elapsed.as_secs_f64());
+            self.fsync_seconds.observe(elapsed.as_secs_f64());
         }
     }
 
     fn journal_sync(&self, elapsed: Duration) {
         self.journal_sync_seconds.observe(elapsed.as_secs_f64());
+        self.fsync_seconds.observe(elapsed.as_secs_f64());
     }
 
     fn append(&self, elapsed: Duration) {
@@ -117,7 +119,7 @@ impl StoreMetrics {
     pub fn register(&self, reg: &mut Registry) {
         reg.register(
             "liftbridge_store_append_batch_records",
-            "Records appended per group commit",
+            "Records appended per group commit (journal frame)",
             self.batch_records.clone(),
         );
         reg.register_with_unit(
@@ -128,7 +130,7 @@ impl StoreMetrics {
         );
         reg.register_with_unit(
             "liftbridge_store_fsync_duration",
-            "Duration of the commit call of durable transactions (page writes and fsyncs)",
+            "Duration of the write path's fsyncs: journal fdatasyncs (with their write under sync=always) and the commit call of durable database transactions",
             Unit::Seconds,
             self.fsync_seconds.clone(),
         );
@@ -157,7 +159,7 @@ impl StoreMetrics {
         );
         reg.register(
             "liftbridge_store_commits",
-            "Storage write transactions committed",
+            "Group commits: journal frames written and database transactions committed",
             self.commits.clone(),
         );
         reg.register(

@@ -10,11 +10,13 @@
 //! writer thread: an append's completion callback runs as soon as its frame
 //! is written (and synced). The records then wait in an in-memory tail,
 //! readable at once, until the writer applies them to redb in one
-//! non-durable transaction — when its queue is empty, or when the tail
-//! reaches [`TAIL_APPLY_BYTES`]. A durable redb commit (a checkpoint) follows
-//! every [`CHECKPOINT_BYTES`] of journal or [`CHECKPOINT_EVERY`], after which
-//! the journal is emptied. Under [`SyncPolicy::Interval`] the journal is
-//! fsynced at most once per interval, off the ack path.
+//! transaction — when it has had no request for [`APPLY_IDLE`] or when the
+//! tail reaches [`TAIL_APPLY_BYTES`]. Under [`SyncPolicy::Always`] each
+//! apply is a durable commit (a checkpoint, after which the journal is
+//! rewound); under [`SyncPolicy::Interval`] applies are non-durable, a
+//! checkpoint follows every [`CHECKPOINT_BYTES`] of journal or
+//! [`CHECKPOINT_EVERY`], and the journal is fsynced at most once per
+//! interval — no fsync on the ack path.
 //!
 //! At open, the journal frames past redb's last durable commit are replayed
 //! into redb (a torn or corrupt frame ends the journal) and committed
@@ -30,7 +32,8 @@
 //!   record, and replay gives back exactly the offsets that were handed out:
 //!   an acknowledged offset is never given to another record;
 //! - the tail is bounded: past [`TAIL_APPLY_BYTES`] it is applied before the
-//!   writer takes more work (appenders queue behind it);
+//!   writer takes more work (appenders queue behind it), so it never holds
+//!   more than that plus one group;
 //! - truncation, retention and compaction first apply the tail, then run
 //!   against redb; a truncation is committed durably and empties the journal
 //!   durably, so no journal frame can outlive the offsets it wrote;
@@ -91,15 +94,19 @@ const MIN_CACHE_BYTES: usize = 256 << 10;
 /// A group stops draining the queue past this many payload bytes, so one
 /// journal frame stays bounded in memory.
 const MAX_BATCH_BYTES: usize = 16 << 20;
-/// The tail (journaled, not yet in redb) is applied once it holds this many
-/// bytes even while appends keep coming. It is the bound of the tail's
-/// memory: the writer takes no new work until the tail is applied.
-pub(crate) const TAIL_APPLY_BYTES: usize = 8 << 20;
-/// A durable redb commit (after which the journal is emptied) happens once
-/// the journal holds this many bytes: it bounds the journal's size, the
-/// replay at start-up, and redb's dirty pages kept by non-durable commits.
+/// The tail (journaled, not yet in redb) is applied to redb once it holds
+/// this many bytes or once the writer has had no request for
+/// [`APPLY_IDLE`] (durably under `always`, see `Writer::flush`). This
+/// bounds the tail's memory: at most this plus one group (≤ [`MAX_BATCH_BYTES`] of
+/// payload), since the writer checkpoints before it takes more work —
+/// appenders queue behind it.
+pub(crate) const TAIL_APPLY_BYTES: usize = 4 << 20;
+/// See [`TAIL_APPLY_BYTES`].
+pub(crate) const APPLY_IDLE: Duration = Duration::from_millis(5);
+/// A checkpoint (durable redb commit, then the journal is rewound) happens
+/// once the journal holds this many bytes ...
 pub(crate) const CHECKPOINT_BYTES: u64 = 32 << 20;
-/// ... or once this long has passed since the last durable commit.
+/// ... and at least this often while anything is pending.
 pub(crate) const CHECKPOINT_EVERY: Duration = Duration::from_secs(2);
 /// Records removed per retention transaction: small enough that appends
 /// queued meanwhile wait only for one short transaction.
@@ -110,7 +117,10 @@ const SUFFIX: &str = ".redb";
 /// How the writer answers a request: called once, on the writer thread.
 type Reply<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
 
-/// A request to the writer thread.
+/// A request to the writer thread. The request channel itself has no
+/// limit: its producers bound themselves — the stenographer keeps at most 64
+/// batches in flight, replication and maintenance await each request — and
+/// the writer drains at most [`MAX_BATCH_BYTES`] of it per group.
 enum Op {
     Append {
         epoch: u64,
@@ -523,9 +533,9 @@ impl PartitionLog {
             state.appended = (0, 0);
             tracing::info!(partition = %name, records = replayed, leo = state.leo, "replayed the journal");
         }
-        if journal.file_len_at_open() > 0 {
-            journal.reset(true).map_err(jio)?;
-        }
+        // Everything in the journal is durable in redb now: the next frame
+        // starts a new chain.
+        journal.reset(false).map_err(jio)?;
 
         let (leo_tx, _) = watch::channel(state.leo);
         let shared = Arc::new(Shared {
@@ -956,17 +966,16 @@ impl PartitionLog {
     pub async fn offset_for_timestamp(&self, ts_ns: i64) -> Result<Option<u64>, StoreError> {
         self.blocking(move |me| {
             let tail = me.inner.shared.tail_snapshot();
-            if let Some(o) = me.with_read(|rtx| offset_for_ts(rtx, ts_ns))? {
-                return Ok(Some(o));
+            let mut entries = tail.iter().flat_map(|b| b.entries.iter());
+            match me.with_read(|rtx| time_lookup(rtx, ts_ns))? {
+                Some((_, Some(o))) => Ok(Some(o)),
+                // The running maximum reached `ts_ns` at `at`, but no record
+                // at or after it is in redb: the first such tail record.
+                Some((at, None)) => Ok(entries.find(|e| e.offset >= at).map(|e| e.offset)),
+                // The running maximum of redb stays below `ts_ns`, so the
+                // first tail record at or past it is where it gets there.
+                None => Ok(entries.find(|e| e.timestamp_ns >= ts_ns).map(|e| e.offset)),
             }
-            // Nothing in redb reaches `ts_ns`, so the running maximum of the
-            // tail starts below it: the first tail record at or past it is
-            // the answer.
-            Ok(tail
-                .iter()
-                .flat_map(|b| b.entries.iter())
-                .find(|e| e.timestamp_ns >= ts_ns)
-                .map(|e| e.offset))
         })
         .await
     }
@@ -1290,6 +1299,14 @@ fn open_read<K: redb::Key + 'static, V: redb::Value + 'static>(
 }
 
 fn offset_for_ts(rtx: &ReadTransaction, ts: i64) -> Result<Option<u64>, EngineError> {
+    Ok(time_lookup(rtx, ts)?.and_then(|(_, found)| found))
+}
+
+/// The time index's answer for `ts`: the offset from which the running
+/// maximum timestamp is ≥ `ts` (`None` if it never is in redb), with the
+/// first record present at or after it in redb (`None` if there is none
+/// there: it may be in the tail).
+fn time_lookup(rtx: &ReadTransaction, ts: i64) -> Result<Option<(u64, Option<u64>)>, EngineError> {
     let Some(index) = open_read(rtx, TIME_INDEX)? else {
         return Ok(None);
     };
@@ -1298,9 +1315,9 @@ fn offset_for_ts(rtx: &ReadTransaction, ts: i64) -> Result<Option<u64>, EngineEr
     };
     let (_, at) = first?.0.value();
     let Some(records) = open_read(rtx, RECORDS)? else {
-        return Ok(None);
+        return Ok(Some((at, None)));
     };
-    Ok(first_at_or_after(&records, at)?)
+    Ok(Some((at, first_at_or_after(&records, at)?)))
 }
 
 /// First offset present that is ≥ `at`.
@@ -1559,31 +1576,19 @@ impl Writer {
     fn run(mut self) {
         loop {
             let policy = self.config.lock().sync;
-            let working = self.stopped.is_none();
-            let first = if working && self.tail_bytes > 0 {
-                // Records wait to be applied: look for work, apply if none.
-                match self.rx.try_recv() {
+            let first = match self.deadline(policy) {
+                Some(at) => match self
+                    .rx
+                    .recv_timeout(at.saturating_duration_since(Instant::now()))
+                {
                     Ok(op) => Some(op),
-                    Err(mpsc::TryRecvError::Empty) => None,
-                    Err(mpsc::TryRecvError::Disconnected) => break,
-                }
-            } else {
-                match self.deadline(policy).filter(|_| working) {
-                    Some(at) => {
-                        match self
-                            .rx
-                            .recv_timeout(at.saturating_duration_since(Instant::now()))
-                        {
-                            Ok(op) => Some(op),
-                            Err(mpsc::RecvTimeoutError::Timeout) => None,
-                            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                        }
-                    }
-                    None => match self.rx.recv() {
-                        Ok(op) => Some(op),
-                        Err(_) => break,
-                    },
-                }
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                },
+                None => match self.rx.recv() {
+                    Ok(op) => Some(op),
+                    Err(_) => break,
+                },
             };
             let Some(op) = first else {
                 self.idle(policy);
@@ -1610,58 +1615,93 @@ impl Writer {
         }
     }
 
-    /// When the writer must wake up without a request: the interval's
-    /// journal sync, or a checkpoint.
-    fn deadline(&self, policy: SyncPolicy) -> Option<Instant> {
-        let mut at = None;
-        if let SyncPolicy::Interval(d) = policy {
-            if self.journal.unsynced() {
-                at = Some(self.last_journal_sync + d);
-            }
-        }
-        if self.dirty || !self.journal.is_empty() {
-            let c = self.last_durable + CHECKPOINT_EVERY;
-            at = Some(at.map_or(c, |a: Instant| a.min(c)));
-        }
-        at
+    /// Records or changes wait for a durable redb commit.
+    fn pending(&self) -> bool {
+        self.tail_bytes > 0 || self.dirty || !self.journal.is_empty()
     }
 
     fn checkpoint_due(&self) -> bool {
-        (self.dirty || self.tail_bytes > 0 || !self.journal.is_empty())
+        self.pending()
             && (self.journal.len() >= CHECKPOINT_BYTES
                 || self.last_durable.elapsed() >= CHECKPOINT_EVERY)
     }
 
-    /// No request waiting: apply the tail, sync the journal if the interval
-    /// is up, checkpoint if due.
-    fn idle(&mut self, policy: SyncPolicy) {
+    /// When the writer must wake up without a request: to apply an idle
+    /// tail, for a checkpoint, or for the interval's journal sync.
+    fn deadline(&self, policy: SyncPolicy) -> Option<Instant> {
         if self.stopped.is_some() {
+            return None;
+        }
+        let mut at: Option<Instant> = None;
+        let mut add = |t: Instant| at = Some(at.map_or(t, |a| a.min(t)));
+        if self.tail_bytes > 0 {
+            add(Instant::now() + APPLY_IDLE);
+        }
+        if self.pending() {
+            add(self.last_durable + CHECKPOINT_EVERY);
+        }
+        if let SyncPolicy::Interval(d) = policy {
+            if self.journal.unsynced() {
+                add(self.last_journal_sync + d);
+            }
+        }
+        at
+    }
+
+    /// No request for a while: apply the tail, checkpoint or sync the
+    /// journal, whichever is due.
+    fn idle(&mut self, policy: SyncPolicy) {
+        if self.tail_bytes > 0 || self.checkpoint_due() {
+            self.flush(policy);
+        }
+        self.sync_journal_if_due(policy);
+    }
+
+    /// After a group, under a steady stream of requests: apply when the tail
+    /// is full, checkpoint when due; under `interval`, sync the journal once
+    /// per interval.
+    fn after_group(&mut self, policy: SyncPolicy) {
+        if self.tail_bytes >= TAIL_APPLY_BYTES || self.checkpoint_due() {
+            self.flush(policy);
+        }
+        self.sync_journal_if_due(policy);
+    }
+
+    fn sync_journal_if_due(&mut self, policy: SyncPolicy) {
+        let SyncPolicy::Interval(d) = policy else {
+            return;
+        };
+        if self.stopped.is_some()
+            || !self.journal.unsynced()
+            || self.last_journal_sync.elapsed() < d
+        {
             return;
         }
-        self.flush();
-        if let SyncPolicy::Interval(d) = policy {
-            if self.stopped.is_none()
-                && self.journal.unsynced()
-                && self.last_journal_sync.elapsed() >= d
-            {
-                let started = Instant::now();
-                match self.journal.sync() {
-                    Ok(()) => {
-                        self.observer.journal_sync(started.elapsed());
-                        self.last_journal_sync = Instant::now();
-                    }
-                    Err(source) => self.stop(self.journal_err(source)),
-                }
+        let started = Instant::now();
+        match self.journal.sync() {
+            Ok(()) => {
+                self.observer.journal_sync(started.elapsed());
+                self.last_journal_sync = Instant::now();
             }
+            Err(source) => self.stop(self.journal_err(source)),
         }
     }
 
-    /// Applies the tail to redb: durably (a checkpoint) when one is due.
-    fn flush(&mut self) {
-        let r = if self.checkpoint_due() {
-            self.checkpoint()
-        } else {
+    /// Applies the tail to redb. Under `always` every apply is a durable
+    /// commit (a checkpoint): redb reuses freed pages only from durable
+    /// commits, and the journal then stays small. Under `interval` applies
+    /// are non-durable (no fsync in the writer's way) and a checkpoint
+    /// follows every [`CHECKPOINT_BYTES`] of journal or [`CHECKPOINT_EVERY`];
+    /// the database file may then grow by up to that much between
+    /// checkpoints.
+    fn flush(&mut self, policy: SyncPolicy) {
+        if self.stopped.is_some() {
+            return;
+        }
+        let r = if matches!(policy, SyncPolicy::Interval(_)) && !self.checkpoint_due() {
             self.apply_tail(false)
+        } else {
+            self.checkpoint()
         };
         if let Err(e) = r {
             self.stop(e);
@@ -1774,11 +1814,7 @@ impl Writer {
             }
         }
         self.journal_group(group, policy);
-        if self.stopped.is_none()
-            && (self.tail_bytes >= TAIL_APPLY_BYTES || self.journal.len() >= CHECKPOINT_BYTES)
-        {
-            self.flush();
-        }
+        self.after_group(policy);
     }
 
     /// Gives a group of appends their offsets, writes them as one journal

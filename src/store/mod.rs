@@ -32,22 +32,41 @@
 //! offset per key, then deletes the superseded offsets in one write
 //! transaction, so readers (MVCC) see either all or none of a compaction.
 //!
+//! Next to it, `<dir>/<partition>.journal` ([`journal`]): an append-only,
+//! CRC-chained file of record frames in front of redb. An append is
+//! acknowledged once its frame is written (and, under
+//! [`SyncPolicy::Always`], fdatasynced): one sequential write per group
+//! commit, where a durable redb commit costs several fsyncs. Records then
+//! wait in a bounded in-memory tail (readable at once) and are applied to
+//! redb in one durable transaction per few MiB or when the writer is idle,
+//! after which the journal is rewound. At open, the frames past redb's last
+//! durable commit are replayed.
+//!
 //! # Threads
 //!
-//! One writer thread per database owns every write transaction. Async
-//! callers send it requests over a channel; it drains everything queued,
-//! applies it in one transaction, commits once (group commit) and then answers
-//! every waiter. Reads run on `spawn_blocking` in read transactions and never
+//! One writer thread per database owns the journal and every write
+//! transaction. Async callers send it requests over a channel; it drains
+//! everything queued, writes it as one journal frame (group commit) and
+//! answers every waiter — or runs the completion callback given to
+//! [`PartitionLog::append_then`] right there. Reads run on `spawn_blocking`
+//! in read transactions (or straight from the in-memory tail) and never
 //! block the writer. A cleaner thread per partition applies retention (in
 //! small chunks, so appends interleave) and compaction on
-//! [`LogConfig::cleaner_interval`]. No redb call ever runs on a tokio worker.
+//! [`LogConfig::cleaner_interval`]. No redb call ever runs on a tokio
+//! worker. Statistics go to the [`StoreObserver`] given in
+//! [`LogConfig::observer`]; the store calls no process-wide metrics.
 //!
 //! # Durability
 //!
-//! See [`SyncPolicy`]. Every commit that reaches the disk uses redb's quick
-//! repair, so reopening after a crash never walks the whole file, and redb's
-//! copy-on-write commits mean the reopened log is always a prefix of what was
-//! appended: never a hole, never a torn record.
+//! See [`SyncPolicy`]. Under both policies an acknowledged append survives
+//! the death of the process (kill -9, panic, abort): its frame is in the
+//! journal, at least in the OS page cache. Under `always` it also survives
+//! power loss. Every durable redb commit uses quick repair, so reopening
+//! after a crash never walks the whole file; redb's copy-on-write commits
+//! and the journal's CRC chain (a torn frame ends the journal) mean the
+//! reopened log is always a prefix of what was appended: never a hole,
+//! never a torn record, and never an acknowledged offset given to another
+//! record.
 //!
 //! # API in short
 //!
@@ -78,7 +97,10 @@
 //! rewrites each touched chunk once: 0.4 s for 990k deletions, see
 //! BENCHMARKS.md); a time lookup or a read from the middle of a chunk reads
 //! the whole chunk (≤ 64 KiB); the database file never shrinks, freed pages
-//! are reused.
+//! are reused; each partition's journal file is preallocated to 4 MiB (so
+//! that its fdatasyncs overwrite existing blocks) and grows to its
+//! high-water mark (about the tail bound plus one group); records are
+//! written twice (journal, then redb).
 //!
 //! This module knows nothing of NATS or gRPC: subjects are plain strings.
 
@@ -100,17 +122,19 @@ pub use observer::{NoopObserver, Observer, StoreObserver};
 /// When appends reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SyncPolicy {
-    /// Every group commit is fsynced before any append in it is reported
-    /// done: an acknowledged append survives a crash or power loss. Group
-    /// commit amortises the fsync over everything queued meanwhile. This is
-    /// the default, because the product promises that no acknowledged message
-    /// is lost.
+    /// Every group commit's journal frame is fdatasynced before any append
+    /// in it is reported done: an acknowledged append survives a crash or
+    /// power loss. Group commit amortises the fsync over everything queued
+    /// meanwhile. This is the default, because the product promises that no
+    /// acknowledged message is lost.
     #[default]
     Always,
-    /// Appends are committed without fsync and are visible to readers at
-    /// once; a durable commit happens at most every given interval (and on
-    /// close). A crash may lose up to one interval of acknowledged appends,
-    /// but what remains is still a consistent prefix of the log.
+    /// Appends are acknowledged once their journal frame is written (no
+    /// fsync on the ack path) and are visible to readers at once; the
+    /// journal is fdatasynced at most every given interval. A process crash
+    /// loses nothing acknowledged; an OS crash or power loss may lose up to
+    /// one interval of acknowledged appends, and what remains is still a
+    /// consistent prefix of the log.
     Interval(Duration),
 }
 
