@@ -277,14 +277,9 @@ where
     }))
 }
 
-/// Starts the Raft RPC server, the control handlers, the member task, the
-/// controller tick and (with `Peers`) the bootstrap task.
-pub(crate) fn start(
-    md: &Metadata,
-    link: &ClusterLink,
-    bootstrap: &Bootstrap,
-    previous_id: Option<String>,
-) -> Result<(), NatsError> {
+/// Starts the Raft RPC server and the control handlers (before the group
+/// is bootstrapped: peers may call at once).
+pub(crate) fn start_servers(md: &Metadata, link: &ClusterLink) -> Result<(), NatsError> {
     let ns = link.namespace.clone();
     let client = &link.client;
     link.spawn(super::network::serve(
@@ -324,6 +319,18 @@ pub(crate) fn start(
             })
         },
     )?);
+    Ok(())
+}
+
+/// Starts the member task, the controller tick and (with `Peers`) the
+/// bootstrap task. Called after a `Seed` node initialized its group, so
+/// that a seed never asks another group to take it in.
+pub(crate) fn start_tasks(
+    md: &Metadata,
+    link: &ClusterLink,
+    bootstrap: &Bootstrap,
+    previous_id: Option<String>,
+) {
     if let Bootstrap::Peers(peers) = bootstrap {
         let (md2, peers) = (md.clone(), peers.clone());
         link.spawn(tokio::spawn(async move {
@@ -338,7 +345,6 @@ pub(crate) fn start(
     link.spawn(tokio::spawn(async move {
         controller_tick(&md2).await;
     }));
-    Ok(())
 }
 
 /// Whether the node is in the group's membership (as voter or learner).

@@ -224,7 +224,10 @@ async fn cluster_nats_wiped_member_rejoins_without_a_stale_voter() {
     let n0 = open(&nats, dirs[0].path(), "w0", Bootstrap::Seed, 0).await;
     let n1 = open(&nats, dirs[1].path(), "w1", Bootstrap::Join, 0).await;
     let n2 = open(&nats, dirs[2].path(), "w2", Bootstrap::Join, 0).await;
-    eventually("three voters", || voters(&n0) == ["w0", "w1", "w2"]).await;
+    eventually("three voters and brokers", || {
+        voters(&n1) == ["w0", "w1", "w2"] && brokers(&n1) == ["w0", "w1", "w2"]
+    })
+    .await;
     let old_raft_id = n2.raft_id();
     n2.shutdown().await.unwrap();
     // Same server id, empty data directory: a new Raft id.
