@@ -64,8 +64,13 @@ use crate::nats::NatsError;
 /// Requests served at once by one handler loop; more are dropped.
 pub const MAX_HANDLERS: usize = 64;
 
-/// How long a join request waits for the controller (adding a learner waits
-/// for it to catch up).
+/// How long one join request waits for the controller's answer. Short: no
+/// answer at all is the common case while no controller exists yet, and the
+/// controller keeps working on a join whose requester gave up (the next
+/// attempt finds the node added).
+const JOIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the controller works on one join (adding a learner waits for it
+/// to catch up).
 const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one bootstrap info request waits.
 const INFO_TIMEOUT: Duration = Duration::from_secs(1);
@@ -564,7 +569,7 @@ async fn member_step(
                 .request(
                     &join_subject(&link.namespace),
                     Bytes::from(body),
-                    JOIN_TIMEOUT,
+                    JOIN_REQUEST_TIMEOUT,
                 )
                 .await
                 .map_err(|e| MetaError::Raft(format!("join: {e}")))?;
