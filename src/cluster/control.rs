@@ -38,7 +38,16 @@
 //!
 //! Bounds: each handler loop serves at most [`MAX_HANDLERS`] requests at once;
 //! a request arriving while all are busy is dropped and its sender times
-//! out and retries (the same as a lost message).
+//! out and retries (the same as a lost message). The loop itself only
+//! decodes and hands off, so the in-process subscription's queue in front
+//! of it stays short.
+//!
+//! Trust: as in Liftbridge, whoever can publish on `<ns>.raft.>` is treated
+//! as a member (it can join, propose, and speak Raft). Restrict those
+//! subjects with NATS authorization (users, route credentials) on networks
+//! that are not trusted. Requests are still validated: a malformed one is
+//! dropped, a join without a usable server id or Raft id is refused, and
+//! proposals go through the state machine's checks like local ones.
 //!
 //! Must not: propose through `Metadata::propose` from a handler (a handler
 //! runs on the controller and calls Raft directly, so a forwarded request is
@@ -392,6 +401,20 @@ fn quorum_has_room(md: &Metadata, max: u32) -> bool {
 async fn handle_join(md: &Metadata, req: JoinRequest) -> Option<JoinReply> {
     if !md.is_leader() {
         return None;
+    }
+    let id = &req.node.id;
+    if req.raft_id == 0
+        || id.is_empty()
+        || id
+            .chars()
+            .any(|c| c.is_whitespace() || c == '.' || c == '*' || c == '>')
+    {
+        return Some(JoinReply::Failed {
+            reason: format!(
+                "invalid join: raft id {} and server id {id:?} (non-empty, no spaces, dots or wildcards)",
+                req.raft_id
+            ),
+        });
     }
     let max = md.link.as_ref().map_or(0, |l| l.max_quorum_size);
     match member_node(md, req.raft_id) {
