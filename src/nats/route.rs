@@ -729,7 +729,11 @@ async fn run_route<S>(
         cache: HashMap::new(),
     };
     let reason = reader.run(r).await;
-    client.close_now();
+    // A connection closed with `-ERR` is already closing: its writer sends
+    // the error, then ends. Anything else ends now.
+    if !client.is_closed() {
+        client.close_now();
+    }
     cleanup(&server, &route, &reason);
 }
 
