@@ -333,3 +333,73 @@ async fn routes_over_tls() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_that_stops_reading_is_closed_as_slow() {
+    use liftbridge::config::nats::{ClusterOptions, NatsOptions};
+    let a = liftbridge::nats::NatsServer::start(NatsOptions {
+        host: "127.0.0.1".into(),
+        port: 0,
+        max_pending: 256 * 1024,
+        cluster: Some(ClusterOptions {
+            name: Some("slow".into()),
+            host: "127.0.0.1".into(),
+            port: 0,
+            ..ClusterOptions::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let port = a.cluster_addr().unwrap().port();
+    let (mut peer, _) = RawPeer::connect(port).await;
+    peer.send(&route_connect("NSTUCKPEER", "slow")).await;
+    peer.send(&route_info("NSTUCKPEER", "slow")).await;
+    peer.send("RS+ $G slow.x\r\n").await;
+    wait_until(WAIT, "stuck peer registered with interest", || {
+        let v = a.routez_json("subs=1");
+        let ok = v["routes"][0]["subscriptions_list"][0] == "slow.x";
+        async move { ok }
+    })
+    .await;
+    // A local subscriber on the same subject keeps receiving everything.
+    let local = a.local_client("reader");
+    let mut sub = local.subscribe("slow.x", None).unwrap();
+    let publisher = a.local_client("writer");
+    let payload = Bytes::from(vec![b'x'; 64 * 1024]);
+    // The peer never reads: its socket buffers fill, then the route's
+    // outbound buffer passes max_pending and the route is closed.
+    let mut sent = 0;
+    while a
+        .route_stats()
+        .unwrap()
+        .slow_routes
+        .load(std::sync::atomic::Ordering::Relaxed)
+        == 0
+    {
+        publisher
+            .publish("slow.x", None, None, payload.clone())
+            .unwrap();
+        sent += 1;
+        assert!(sent < 20_000, "route never closed as slow");
+        if sent % 64 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    wait_until(WAIT, "slow route removed", || {
+        let ok = a.num_routes() == 0;
+        async move { ok }
+    })
+    .await;
+    for _ in 0..sent {
+        let m = tokio::time::timeout(WAIT, sub.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.payload.len(), payload.len());
+    }
+    let v = a.varz_json();
+    assert_eq!(v["slow_consumer_stats"]["routes"], 1, "{v}");
+    drop(peer);
+    a.shutdown().await;
+}
