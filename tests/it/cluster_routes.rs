@@ -55,6 +55,18 @@ pub async fn wait_interest(http_port: u16, subject: &str, n: usize) {
     .await;
 }
 
+/// The `/metrics` text of a node.
+async fn metrics_text(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
 /// Receives `n` messages from `sub` (or fails after `WAIT`).
 async fn recv_n(sub: &mut async_nats::Subscriber, n: usize) -> Vec<async_nats::Message> {
     let mut out = Vec::with_capacity(n);
@@ -509,6 +521,19 @@ async fn full_nodes_record_messages_published_on_other_nodes() {
     let values: HashSet<Vec<u8>> = got.iter().map(|m| m.value.to_vec()).collect();
     assert_eq!(values.len(), 20, "each message recorded once");
     assert!(values.contains(&b"b9"[..]) && values.contains(&b"c0"[..]));
+
+    // The node's /metrics count its routes and the routed traffic.
+    let metrics = metrics_text(b.http_port).await;
+    assert!(metrics.contains("liftbridge_nats_routes 2"), "{metrics}");
+    let routed_out = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("liftbridge_nats_routed_out_messages_total "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .expect("routed out counter");
+    assert!(
+        routed_out >= 10,
+        "B sent its 10 messages to A: {routed_out}"
+    );
 
     // A crashes and returns: its stenographer subscribes again and the
     // interest reaches B over the re-established routes.
