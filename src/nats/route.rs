@@ -727,6 +727,8 @@ async fn run_route<S>(
         flush: FlushList::new(),
         cache_gen: u64::MAX,
         cache: HashMap::new(),
+        in_msgs: 0,
+        in_bytes: 0,
     };
     let reason = reader.run(r).await;
     // A connection closed with `-ERR` is already closing: its writer sends
@@ -816,6 +818,9 @@ struct RouteReader {
     flush: FlushList,
     cache_gen: u64,
     cache: HashMap<Bytes, Arc<MatchResult<Subscription>>>,
+    /// Messages and bytes received in the current read batch.
+    in_msgs: u64,
+    in_bytes: u64,
 }
 
 /// Why a route read loop ended early.
@@ -896,6 +901,18 @@ impl RouteReader {
 
     fn end_batch(&mut self) {
         self.flush.flush();
+        let (m, b) = (
+            std::mem::take(&mut self.in_msgs),
+            std::mem::take(&mut self.in_bytes),
+        );
+        if m > 0 {
+            let routes = self.routes();
+            routes.stats.in_msgs.fetch_add(m, Ordering::Relaxed);
+            routes.stats.in_bytes.fetch_add(b, Ordering::Relaxed);
+            let c = &self.route.client.stats;
+            c.in_msgs.fetch_add(m, Ordering::Relaxed);
+            c.in_bytes.fetch_add(b, Ordering::Relaxed);
+        }
         let tally = std::mem::take(&mut self.flush.tally);
         if tally.msgs > 0 {
             let s = &self.server.stats;
