@@ -217,6 +217,8 @@ struct RouteInfoOut<'a> {
     cluster_dynamic: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     connect_urls: Vec<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    ldm: bool,
 }
 
 /// The fields of a peer's INFO we use (others are ignored).
@@ -456,7 +458,21 @@ impl Routes {
         }
     }
 
+    /// Tells every peer we entered lame duck mode, so they stop handing
+    /// our client URLs to their clients.
+    pub(crate) fn announce_lame_duck(&self, server: &ServerInner) {
+        let mut frame = BytesMut::new();
+        proto::encode_info(&mut frame, &self.info_json(server, true));
+        for r in self.state.lock().routes.values() {
+            r.client.send_now(&frame);
+        }
+    }
+
     fn route_info_json(&self, server: &ServerInner) -> String {
+        self.info_json(server, false)
+    }
+
+    fn info_json(&self, server: &ServerInner, ldm: bool) -> String {
         let advertise = self
             .opts
             .advertise
@@ -481,11 +497,12 @@ impl Routes {
             ip: advertise,
             cluster: name,
             cluster_dynamic: self.dynamic.load(Ordering::Relaxed),
-            connect_urls: if self.opts.no_advertise {
+            connect_urls: if self.opts.no_advertise || ldm {
                 Vec::new()
             } else {
                 vec![self.own_client_url.clone()]
             },
+            ldm,
         };
         // Serializing strings and numbers cannot fail.
         serde_json::to_string(&info).unwrap_or_default()

@@ -558,3 +558,72 @@ async fn full_nodes_record_messages_published_on_other_nodes() {
     let got = crate::api_common::take(&mut s, 21).await;
     assert_eq!(&got[20].value[..], b"after", "recorded after the restart");
 }
+
+/// The `connect_urls` of the last INFO in `text` (raw protocol bytes).
+fn last_connect_urls(text: &str) -> Option<HashSet<String>> {
+    let line = text.lines().rev().find(|l| l.starts_with("INFO "))?;
+    let v: serde_json::Value = serde_json::from_str(line[5..].trim()).ok()?;
+    Some(
+        v["connect_urls"]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .filter_map(|u| u.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_urls_follow_nodes_joining_and_leaving() {
+    use crate::nats_support::Raw;
+    let (a, b) = routed_pair().await;
+    let url_of = |s: &liftbridge::nats::NatsServer| s.client_addr().to_string();
+    // A raw client of B sees the first INFO and every async INFO.
+    let mut raw = Raw::connected(&b).await;
+    let mut seen = raw.info.clone();
+    assert_eq!(
+        last_connect_urls(&seen),
+        Some(HashSet::from([url_of(&a), url_of(&b)])),
+        "{seen}"
+    );
+    // A third server joins (seeded with A): B tells its clients.
+    let c = liftbridge::nats::NatsServer::start(liftbridge::config::nats::NatsOptions {
+        host: "127.0.0.1".into(),
+        port: 0,
+        cluster: Some(liftbridge::config::nats::ClusterOptions {
+            name: Some("local".into()),
+            host: "127.0.0.1".into(),
+            port: 0,
+            routes: vec![format!("nats-route://{}", a.cluster_addr().unwrap())],
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let all = HashSet::from([url_of(&a), url_of(&b), url_of(&c)]);
+    let end = tokio::time::Instant::now() + WAIT;
+    while last_connect_urls(&seen).as_ref() != Some(&all) {
+        assert!(tokio::time::Instant::now() < end, "no INFO with C: {seen}");
+        let (more, closed) = raw.read_for(Duration::from_millis(200)).await;
+        assert!(!closed);
+        seen.push_str(&String::from_utf8_lossy(&more));
+    }
+    // A leaves through lame duck mode: B's clients stop hearing of it.
+    a.enter_lame_duck();
+    let rest = HashSet::from([url_of(&b), url_of(&c)]);
+    let end = tokio::time::Instant::now() + WAIT;
+    while last_connect_urls(&seen).as_ref() != Some(&rest) {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "no INFO without A: {seen}"
+        );
+        let (more, closed) = raw.read_for(Duration::from_millis(200)).await;
+        assert!(!closed);
+        seen.push_str(&String::from_utf8_lossy(&more));
+    }
+    b.shutdown().await;
+    c.shutdown().await;
+}
