@@ -227,7 +227,6 @@ struct RouteInfoOut<'a> {
 struct PeerInfo {
     server_id: String,
     server_name: String,
-    host: String,
     port: u16,
     ip: String,
     cluster: String,
@@ -1170,7 +1169,6 @@ impl RouteReader {
             m.insert("ip".into(), serde_json::Value::String(url));
             m.remove("nonce");
         }
-        let _ = info.host;
         match self.register(&gossip) {
             Ok(()) => {
                 self.route.attempt.store(0, Ordering::Relaxed);
