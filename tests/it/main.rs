@@ -16,6 +16,7 @@ mod cluster_crash;
 mod cluster_disk;
 mod cluster_interop;
 mod cluster_meta;
+mod cluster_partition;
 mod cluster_router;
 mod cluster_routes;
 mod cluster_storage;
