@@ -43,7 +43,10 @@
 //! **Bounded memory.** A route's outbound buffer is limited by
 //! `max_pending`; producers wait (bounded) when it passes 75 %, and a route
 //! whose buffer still overflows is closed as a slow route (logged and
-//! counted in `slow_routes`) and reconnected, as nats-server does.
+//! counted in `slow_routes`) and reconnected, as nats-server does. A
+//! peer's interest is capped (`MAX_ROUTE_SUBS`, then the route is closed),
+//! as are gossip-driven dials in flight (`MAX_CONNECTING`, then gossip is
+//! ignored), a routed payload (`MAX_ROUTE_PAYLOAD`) and a control line.
 //!
 //! Must not: block the executor, hold a lock across `.await`, panic on
 //! anything a peer sends, or forward a routed message to another route.
@@ -83,6 +86,13 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_PING_INTERVAL: Duration = Duration::from_secs(30);
 /// Entries of a route reader's private match cache.
 const ROUTE_CACHE_MAX: usize = 256;
+/// Interest entries one peer may hold here. A peer that announces more is
+/// closed with `-ERR 'maximum subscriptions exceeded'` (its interest goes
+/// with it): one bad peer cannot grow our sublist without bound.
+const MAX_ROUTE_SUBS: usize = 1 << 20;
+/// Gossiped servers being dialled at once; further gossip is ignored
+/// until attempts finish (a peer cannot make us dial without bound).
+const MAX_CONNECTING: usize = 1024;
 
 /// Route counters (for `/varz`, `/routez` and `/metrics`).
 #[derive(Debug, Default)]
@@ -987,6 +997,13 @@ impl RouteReader {
                 subject,
                 queue,
             } => {
+                if self.route.client.subs.lock().len() >= MAX_ROUTE_SUBS {
+                    self.reject(
+                        "maximum subscriptions exceeded",
+                        "route peer announced more interest than allowed, closing",
+                    );
+                    return Err(Stop::Close("too many remote subscriptions".into()));
+                }
                 self.remote_sub(&account, &subject, queue);
                 Ok(())
             }
@@ -1265,6 +1282,7 @@ impl RouteReader {
         {
             let mut st = routes.state.lock();
             if st.routes.contains_key(&info.server_id)
+                || st.connecting.len() >= MAX_CONNECTING
                 || !st.connecting.insert(info.server_id.clone())
             {
                 return;
