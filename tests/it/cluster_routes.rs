@@ -627,3 +627,44 @@ async fn connect_urls_follow_nodes_joining_and_leaving() {
     b.shutdown().await;
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advertise_and_no_advertise_options_take_effect() {
+    use liftbridge::config::nats::{ClusterOptions, NatsOptions};
+    use tokio::io::AsyncReadExt;
+    let s = liftbridge::nats::NatsServer::start(NatsOptions {
+        host: "127.0.0.1".into(),
+        port: 0,
+        cluster: Some(ClusterOptions {
+            name: Some("adv".into()),
+            host: "127.0.0.1".into(),
+            port: 0,
+            advertise: Some("10.1.2.3:7777".into()),
+            no_advertise: true,
+            ..ClusterOptions::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // Peers are told the advertised route URL, and no client URLs.
+    let mut peer = tokio::net::TcpStream::connect(s.cluster_addr().unwrap())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(WAIT, peer.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let info = String::from_utf8_lossy(&buf[..n]).into_owned();
+    let v: serde_json::Value = serde_json::from_str(info[5..].trim()).unwrap();
+    assert_eq!(v["ip"], "nats-route://10.1.2.3:7777/", "{info}");
+    assert_eq!(v["cluster"], "adv");
+    assert!(v.get("connect_urls").is_none(), "{info}");
+    assert!(v.get("route_pool_size").is_none() && v.get("compression").is_none());
+    // Clients get no connect_urls either.
+    let raw = crate::nats_support::Raw::connect(&s).await;
+    assert!(!raw.info.contains("connect_urls"), "{}", raw.info);
+    assert!(raw.info.contains("\"cluster\":\"adv\""), "{}", raw.info);
+    s.shutdown().await;
+}
