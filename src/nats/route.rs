@@ -591,11 +591,10 @@ async fn solicit(
     let Some(routes) = server.routes.as_ref() else {
         return;
     };
+    // As nats-server: configured routes retry forever; `connect_retries`
+    // bounds implicit (gossiped) ones.
     let max_attempts = if configured {
-        match routes.opts.connect_retries {
-            0 => u32::MAX,
-            n => n.saturating_add(1),
-        }
+        u32::MAX
     } else {
         routes
             .opts
