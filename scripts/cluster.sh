@@ -30,6 +30,7 @@ stop() {
   echo "stopping the cluster ..."
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  exit 0
 }
 trap stop INT TERM EXIT
 
@@ -72,3 +73,4 @@ echo "Ctrl-C stops the cluster."
 # Exit (and stop the others) as soon as one node exits.
 wait -n "${pids[@]}" || true
 echo "a node exited; see $dir/n*/out.log"
+exit 1

@@ -210,7 +210,12 @@ pub fn generate_dev_certs(dir: &Path, hosts: &[String]) -> Result<DevCertPaths, 
         KeyUsagePurpose::DigitalSignature,
         KeyUsagePurpose::KeyEncipherment,
     ];
-    server_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    // Client auth too: on NATS routes a node presents this certificate
+    // when it dials a peer (mutual TLS between nodes, as nats-server).
+    server_params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
     validity(&mut server_params);
     let server_cert = server_params.signed_by(&server_key, &ca_cert, &ca_key)?;
 

@@ -2,6 +2,7 @@
 
 pub mod lb;
 pub mod nats;
+pub mod routes;
 pub mod store;
 
 use std::path::PathBuf;

@@ -24,6 +24,10 @@ pub enum BenchTarget {
     /// Core NATS pub/sub against the embedded server, side by side with
     /// nats-server (from PATH and every `--peer`), as a ratio table.
     Nats(crate::bench::nats::NatsBenchArgs),
+    /// Routed core NATS throughput (publisher on one server, subscriber on
+    /// another) across three meshed servers, side by side with three
+    /// nats-servers meshed the same way.
+    Routes(crate::bench::routes::RoutesBenchArgs),
     /// Acked durable publish and replay end to end, side by side with
     /// JetStream (file storage, one replica).
     Lb(crate::bench::lb::LbBenchArgs),
@@ -80,5 +84,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         BenchTarget::Nats(a) => crate::bench::nats::run(a),
         BenchTarget::Lb(a) => crate::bench::lb::run(a),
+        BenchTarget::Routes(a) => crate::bench::routes::run(a),
     }
 }

@@ -674,6 +674,40 @@ mod runner;
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn cluster_flags_build_the_cluster_options() {
+        let f = parse(&[
+            "--cluster",
+            "nats://ru:rp@127.0.0.1:6333",
+            "--routes",
+            "nats://127.0.0.1:6222, nats://127.0.0.1:6223",
+            "--cluster_name",
+            "c9",
+            "--connect_retries",
+            "4",
+            "--no_advertise",
+        ])
+        .unwrap();
+        let c = build_config(&f).unwrap().options.cluster.unwrap();
+        assert_eq!((c.host.as_str(), c.port), ("127.0.0.1", 6333));
+        assert_eq!(c.routes.len(), 2);
+        assert_eq!(c.name.as_deref(), Some("c9"));
+        assert_eq!(c.connect_retries, 4);
+        assert!(c.no_advertise);
+        let auth = c.auth.unwrap();
+        assert_eq!((auth.user.as_str(), auth.password.as_str()), ("ru", "rp"));
+        for bad in [
+            &["--cluster", "nonsense"][..],
+            &["--routes", "x"],
+            &["--cluster_name", "a b"],
+            &["--cluster", "nats://h:1", "--connect_retries", "many"],
+        ] {
+            let f = parse(bad).unwrap();
+            assert!(build_config(&f).is_err(), "{bad:?} accepted");
+        }
+    }
+
     use super::*;
 
     fn parse(a: &[&str]) -> Result<Flags, FlagError> {

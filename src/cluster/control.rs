@@ -38,7 +38,16 @@
 //!
 //! Bounds: each handler loop serves at most [`MAX_HANDLERS`] requests at once;
 //! a request arriving while all are busy is dropped and its sender times
-//! out and retries (the same as a lost message).
+//! out and retries (the same as a lost message). The loop itself only
+//! decodes and hands off, so the in-process subscription's queue in front
+//! of it stays short.
+//!
+//! Trust: as in Liftbridge, whoever can publish on `<ns>.raft.>` is treated
+//! as a member (it can join, propose, and speak Raft). Restrict those
+//! subjects with NATS authorization (users, route credentials) on networks
+//! that are not trusted. Requests are still validated: a malformed one is
+//! dropped, a join without a usable server id or Raft id is refused, and
+//! proposals go through the state machine's checks like local ones.
 //!
 //! Must not: propose through `Metadata::propose` from a handler (a handler
 //! runs on the controller and calls Raft directly, so a forwarded request is
@@ -64,8 +73,13 @@ use crate::nats::NatsError;
 /// Requests served at once by one handler loop; more are dropped.
 pub const MAX_HANDLERS: usize = 64;
 
-/// How long a join request waits for the controller (adding a learner waits
-/// for it to catch up).
+/// How long one join request waits for the controller's answer. Short: no
+/// answer at all is the common case while no controller exists yet, and the
+/// controller keeps working on a join whose requester gave up (the next
+/// attempt finds the node added).
+const JOIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the controller works on one join (adding a learner waits for it
+/// to catch up).
 const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one bootstrap info request waits.
 const INFO_TIMEOUT: Duration = Duration::from_secs(1);
@@ -277,14 +291,9 @@ where
     }))
 }
 
-/// Starts the Raft RPC server, the control handlers, the member task, the
-/// controller tick and (with `Peers`) the bootstrap task.
-pub(crate) fn start(
-    md: &Metadata,
-    link: &ClusterLink,
-    bootstrap: &Bootstrap,
-    previous_id: Option<String>,
-) -> Result<(), NatsError> {
+/// Starts the Raft RPC server and the control handlers (before the group
+/// is bootstrapped: peers may call at once).
+pub(crate) fn start_servers(md: &Metadata, link: &ClusterLink) -> Result<(), NatsError> {
     let ns = link.namespace.clone();
     let client = &link.client;
     link.spawn(super::network::serve(
@@ -324,6 +333,18 @@ pub(crate) fn start(
             })
         },
     )?);
+    Ok(())
+}
+
+/// Starts the member task, the controller tick and (with `Peers`) the
+/// bootstrap task. Called after a `Seed` node initialized its group, so
+/// that a seed never asks another group to take it in.
+pub(crate) fn start_tasks(
+    md: &Metadata,
+    link: &ClusterLink,
+    bootstrap: &Bootstrap,
+    previous_id: Option<String>,
+) {
     if let Bootstrap::Peers(peers) = bootstrap {
         let (md2, peers) = (md.clone(), peers.clone());
         link.spawn(tokio::spawn(async move {
@@ -338,7 +359,6 @@ pub(crate) fn start(
     link.spawn(tokio::spawn(async move {
         controller_tick(&md2).await;
     }));
-    Ok(())
 }
 
 /// Whether the node is in the group's membership (as voter or learner).
@@ -381,6 +401,20 @@ fn quorum_has_room(md: &Metadata, max: u32) -> bool {
 async fn handle_join(md: &Metadata, req: JoinRequest) -> Option<JoinReply> {
     if !md.is_leader() {
         return None;
+    }
+    let id = &req.node.id;
+    if req.raft_id == 0
+        || id.is_empty()
+        || id
+            .chars()
+            .any(|c| c.is_whitespace() || c == '.' || c == '*' || c == '>')
+    {
+        return Some(JoinReply::Failed {
+            reason: format!(
+                "invalid join: raft id {} and server id {id:?} (non-empty, no spaces, dots or wildcards)",
+                req.raft_id
+            ),
+        });
     }
     let max = md.link.as_ref().map_or(0, |l| l.max_quorum_size);
     match member_node(md, req.raft_id) {
@@ -558,7 +592,7 @@ async fn member_step(
                 .request(
                     &join_subject(&link.namespace),
                     Bytes::from(body),
-                    JOIN_TIMEOUT,
+                    JOIN_REQUEST_TIMEOUT,
                 )
                 .await
                 .map_err(|e| MetaError::Raft(format!("join: {e}")))?;

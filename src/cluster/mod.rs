@@ -307,19 +307,26 @@ impl Metadata {
             tasks: parking_lot::Mutex::new(Vec::new()),
         });
         md.link = Some(link.clone());
-        if let Err(e) = control::start(&md, &link, &cluster.bootstrap, previous_id.clone()) {
-            link.abort_all();
+        if let Err(e) = control::start_servers(&md, &link) {
             let _ = md.shutdown().await;
             return Err(MetaError::Raft(format!("cluster subjects: {e}")));
         }
-        let initialized = md.initialized().await?;
-        let seed = cluster.bootstrap == Bootstrap::Seed;
-        if seed && !initialized {
-            md.initialize_alone().await?;
+        let started = async {
+            let initialized = md.initialized().await?;
+            let seed = cluster.bootstrap == Bootstrap::Seed;
+            if seed && !initialized {
+                md.initialize_alone().await?;
+            }
+            if seed || (initialized && md.is_sole_voter()) {
+                md.register_self(previous_id.clone()).await?;
+            }
+            Ok::<(), MetaError>(())
+        };
+        if let Err(e) = started.await {
+            let _ = md.shutdown().await;
+            return Err(e);
         }
-        if seed || (initialized && md.is_sole_voter()) {
-            md.register_self(previous_id).await?;
-        }
+        control::start_tasks(&md, &link, &cluster.bootstrap, previous_id);
         Ok(md)
     }
 
@@ -545,9 +552,16 @@ impl Metadata {
             match self.raft_leader() {
                 Some(id) if id == self.raft_id => {
                     // A controller cut off from its quorum does not know it
-                    // yet: its write never commits, hence the timeout.
-                    match tokio::time::timeout(remaining, self.raft.client_write(cmd.clone())).await
-                    {
+                    // yet: its write never commits, hence the timeout. A
+                    // sole voter cannot be cut off: it waits for its disk
+                    // however slow, as a lone node always did.
+                    let write = self.raft.client_write(cmd.clone());
+                    let written = if self.is_sole_voter() {
+                        Ok(write.await)
+                    } else {
+                        tokio::time::timeout(remaining, write).await
+                    };
+                    match written {
                         Err(_) => return Err(MetaError::NoLeader),
                         Ok(Ok(resp)) => return Ok(resp.data),
                         Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))) => {

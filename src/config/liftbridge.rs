@@ -1414,6 +1414,31 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    #[test]
+    fn nats_cluster_keys_nested_and_flat() {
+        let c = yaml(
+            "nats:\n  cluster:\n    name: c1\n    listen: 127.0.0.1:6333\n    routes:\n      - nats-route://a:6222\n      - nats-route://b:6222\n    auth:\n      user: ru\n      password: rp\n",
+        )
+        .unwrap();
+        let cl = &c.nats.cluster;
+        assert_eq!(cl.name.as_deref(), Some("c1"));
+        assert_eq!(cl.listen.as_deref(), Some("127.0.0.1:6333"));
+        assert_eq!(cl.routes.len(), 2);
+        assert_eq!(cl.auth_user.as_deref(), Some("ru"));
+        assert!(cl.enabled());
+        let flat = yaml("nats.cluster.routes: nats-route://a:6222,nats-route://b:6222\n").unwrap();
+        assert_eq!(flat.nats.cluster.routes, cl.routes);
+        for bad in [
+            "nats.cluster.listen: nowhere\n",
+            "nats.cluster.routes: [\"::bad\"]\n",
+            "nats.cluster.name: \"a b\"\n",
+            "nats.cluster.pool: 3\n",
+        ] {
+            let e = yaml(bad).unwrap_err().to_string();
+            assert!(e.contains("nats.cluster"), "{bad}: {e}");
+        }
+    }
+
     fn yaml(text: &str) -> Result<LiftbridgeConfig, ConfigError> {
         from_yaml_str(text, Path::new("test.yaml"))
     }

@@ -167,8 +167,8 @@ pub struct ClusterOptions {
     pub advertise: Option<String>,
     /// Do not add peers' client URLs to our clients' `connect_urls`.
     pub no_advertise: bool,
-    /// Attempts to reconnect an implicit (gossiped) route; configured
-    /// routes retry forever when `0`, else this many times.
+    /// Retries of an implicit (gossiped) route; configured routes retry
+    /// forever (as nats-server).
     pub connect_retries: u32,
     /// Credentials peers must present (and that we present when a route
     /// URL carries none).

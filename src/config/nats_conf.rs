@@ -1107,6 +1107,57 @@ fn rules(key: &str, n: &Node) -> Result<PermissionRules, ConfError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn cluster_block_maps_every_field() {
+        let text = r#"
+            cluster {
+              name: "c1"
+              listen: "127.0.0.1:6333"
+              routes: ["nats-route://a:6222", "nats://u:p@b:6222"]
+              authorization { user: ruser, password: "s3cret", timeout: 3 }
+              advertise: "10.0.0.1:6333"
+              no_advertise: true
+              connect_retries: 5
+              pool_size: -1
+              compression: off
+            }
+        "#;
+        let c = from_str(text, Path::new("c.conf")).unwrap();
+        let cl = c.options.cluster.expect("cluster set");
+        assert_eq!(cl.name.as_deref(), Some("c1"));
+        assert_eq!((cl.host.as_str(), cl.port), ("127.0.0.1", 6333));
+        assert_eq!(cl.routes.len(), 2);
+        let auth = cl.auth.expect("auth");
+        assert_eq!(
+            (auth.user.as_str(), auth.password.as_str()),
+            ("ruser", "s3cret")
+        );
+        assert_eq!(cl.auth_timeout, Duration::from_secs(3));
+        assert_eq!(cl.advertise.as_deref(), Some("10.0.0.1:6333"));
+        assert!(cl.no_advertise);
+        assert_eq!(cl.connect_retries, 5);
+        // host/port spelled apart.
+        let c = from_str("cluster { host: 0.0.0.0, port: -1 }", Path::new("c.conf")).unwrap();
+        let cl = c.options.cluster.unwrap();
+        assert_eq!((cl.host.as_str(), cl.port), ("0.0.0.0", 0));
+    }
+
+    #[test]
+    fn cluster_features_we_lack_are_refused_by_name() {
+        for (text, needle) in [
+            ("cluster { pool_size: 3 }", "pool_size"),
+            ("cluster { compression: s2_fast }", "compression"),
+            ("cluster { pinned_accounts: [A] }", "pinned_accounts"),
+            ("cluster { routes: [\"not a url\"] }", "routes"),
+            ("cluster { name: \"has space\" }", "name"),
+            ("cluster { authorization { token: x } }", "token"),
+        ] {
+            let e = from_str(text, Path::new("c.conf")).unwrap_err().to_string();
+            assert!(e.contains(needle), "{text}: {e}");
+        }
+    }
+
     use super::*;
 
     fn conf(text: &str) -> NatsConf {

@@ -286,6 +286,8 @@ pub(crate) struct FlushList {
     route_targets: Vec<(Arc<ClientShared>, Vec<usize>)>,
     pub rng: u64,
     pub tally: OutTally,
+    /// Messages and bytes sent to routes in this batch.
+    pub routed: OutTally,
 }
 
 impl FlushList {
@@ -299,6 +301,17 @@ impl FlushList {
 
     fn push(&mut self, c: Arc<ClientShared>) {
         self.wake.push(c);
+    }
+
+    /// Adds the batch's routed counts to the server's route counters.
+    pub(crate) fn count_routed(&mut self, server: &ServerInner) {
+        let t = std::mem::take(&mut self.routed);
+        if t.msgs > 0 {
+            if let Some(r) = server.routes.as_ref() {
+                r.stats.out_msgs.fetch_add(t.msgs, Ordering::Relaxed);
+                r.stats.out_bytes.fetch_add(t.bytes, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Clears each receiver's queued flag and wakes its writer once.
@@ -596,10 +609,8 @@ fn send_routed(
             }
         }
         drop(o);
-        if let Some(r) = server.routes.as_ref() {
-            r.stats.out_msgs.fetch_add(1, Ordering::Relaxed);
-            r.stats.out_bytes.fetch_add(size as u64, Ordering::Relaxed);
-        }
+        flush.routed.msgs += 1;
+        flush.routed.bytes += size as u64;
         sent += 1;
     }
     // Keep the allocation for the next message.
@@ -938,6 +949,7 @@ impl Reader {
 
     fn end_batch(&mut self) {
         self.flush.flush();
+        self.flush.count_routed(&self.server);
         let s = &self.server.stats;
         if self.in_msgs > 0 {
             s.in_msgs.fetch_add(self.in_msgs, Ordering::Relaxed);

@@ -140,6 +140,7 @@ impl LocalClient {
             Origin::Client,
         );
         flush.flush();
+        flush.count_routed(server);
         let tally = std::mem::take(&mut flush.tally);
         let c = &self.inner.client.stats;
         c.in_msgs.fetch_add(1, Ordering::Relaxed);

@@ -43,7 +43,10 @@
 //! **Bounded memory.** A route's outbound buffer is limited by
 //! `max_pending`; producers wait (bounded) when it passes 75 %, and a route
 //! whose buffer still overflows is closed as a slow route (logged and
-//! counted in `slow_routes`) and reconnected, as nats-server does.
+//! counted in `slow_routes`) and reconnected, as nats-server does. A
+//! peer's interest is capped (`MAX_ROUTE_SUBS`, then the route is closed),
+//! as are gossip-driven dials in flight (`MAX_CONNECTING`, then gossip is
+//! ignored), a routed payload (`MAX_ROUTE_PAYLOAD`) and a control line.
 //!
 //! Must not: block the executor, hold a lock across `.await`, panic on
 //! anything a peer sends, or forward a routed message to another route.
@@ -83,6 +86,13 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_PING_INTERVAL: Duration = Duration::from_secs(30);
 /// Entries of a route reader's private match cache.
 const ROUTE_CACHE_MAX: usize = 256;
+/// Interest entries one peer may hold here. A peer that announces more is
+/// closed with `-ERR 'maximum subscriptions exceeded'` (its interest goes
+/// with it): one bad peer cannot grow our sublist without bound.
+const MAX_ROUTE_SUBS: usize = 1 << 20;
+/// Gossiped servers being dialled at once; further gossip is ignored
+/// until attempts finish (a peer cannot make us dial without bound).
+const MAX_CONNECTING: usize = 1024;
 
 /// Route counters (for `/varz`, `/routez` and `/metrics`).
 #[derive(Debug, Default)]
@@ -217,6 +227,8 @@ struct RouteInfoOut<'a> {
     cluster_dynamic: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     connect_urls: Vec<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    ldm: bool,
 }
 
 /// The fields of a peer's INFO we use (others are ignored).
@@ -225,7 +237,6 @@ struct RouteInfoOut<'a> {
 struct PeerInfo {
     server_id: String,
     server_name: String,
-    host: String,
     port: u16,
     ip: String,
     cluster: String,
@@ -456,7 +467,21 @@ impl Routes {
         }
     }
 
+    /// Tells every peer we entered lame duck mode, so they stop handing
+    /// our client URLs to their clients.
+    pub(crate) fn announce_lame_duck(&self, server: &ServerInner) {
+        let mut frame = BytesMut::new();
+        proto::encode_info(&mut frame, &self.info_json(server, true));
+        for r in self.state.lock().routes.values() {
+            r.client.send_now(&frame);
+        }
+    }
+
     fn route_info_json(&self, server: &ServerInner) -> String {
+        self.info_json(server, false)
+    }
+
+    fn info_json(&self, server: &ServerInner, ldm: bool) -> String {
         let advertise = self
             .opts
             .advertise
@@ -481,11 +506,12 @@ impl Routes {
             ip: advertise,
             cluster: name,
             cluster_dynamic: self.dynamic.load(Ordering::Relaxed),
-            connect_urls: if self.opts.no_advertise {
+            connect_urls: if self.opts.no_advertise || ldm {
                 Vec::new()
             } else {
                 vec![self.own_client_url.clone()]
             },
+            ldm,
         };
         // Serializing strings and numbers cannot fail.
         serde_json::to_string(&info).unwrap_or_default()
@@ -565,11 +591,10 @@ async fn solicit(
     let Some(routes) = server.routes.as_ref() else {
         return;
     };
+    // As nats-server: configured routes retry forever; `connect_retries`
+    // bounds implicit (gossiped) ones.
     let max_attempts = if configured {
-        match routes.opts.connect_retries {
-            0 => u32::MAX,
-            n => n.saturating_add(1),
-        }
+        u32::MAX
     } else {
         routes
             .opts
@@ -727,9 +752,15 @@ async fn run_route<S>(
         flush: FlushList::new(),
         cache_gen: u64::MAX,
         cache: HashMap::new(),
+        in_msgs: 0,
+        in_bytes: 0,
     };
     let reason = reader.run(r).await;
-    client.close_now();
+    // A connection closed with `-ERR` is already closing: its writer sends
+    // the error, then ends. Anything else ends now.
+    if !client.is_closed() {
+        client.close_now();
+    }
     cleanup(&server, &route, &reason);
 }
 
@@ -812,6 +843,9 @@ struct RouteReader {
     flush: FlushList,
     cache_gen: u64,
     cache: HashMap<Bytes, Arc<MatchResult<Subscription>>>,
+    /// Messages and bytes received in the current read batch.
+    in_msgs: u64,
+    in_bytes: u64,
 }
 
 /// Why a route read loop ended early.
@@ -892,6 +926,18 @@ impl RouteReader {
 
     fn end_batch(&mut self) {
         self.flush.flush();
+        let (m, b) = (
+            std::mem::take(&mut self.in_msgs),
+            std::mem::take(&mut self.in_bytes),
+        );
+        if m > 0 {
+            let routes = self.routes();
+            routes.stats.in_msgs.fetch_add(m, Ordering::Relaxed);
+            routes.stats.in_bytes.fetch_add(b, Ordering::Relaxed);
+            let c = &self.route.client.stats;
+            c.in_msgs.fetch_add(m, Ordering::Relaxed);
+            c.in_bytes.fetch_add(b, Ordering::Relaxed);
+        }
         let tally = std::mem::take(&mut self.flush.tally);
         if tally.msgs > 0 {
             let s = &self.server.stats;
@@ -950,6 +996,13 @@ impl RouteReader {
                 subject,
                 queue,
             } => {
+                if self.route.client.subs.lock().len() >= MAX_ROUTE_SUBS {
+                    self.reject(
+                        "maximum subscriptions exceeded",
+                        "route peer announced more interest than allowed, closing",
+                    );
+                    return Err(Stop::Close("too many remote subscriptions".into()));
+                }
                 self.remote_sub(&account, &subject, queue);
                 Ok(())
             }
@@ -1132,7 +1185,6 @@ impl RouteReader {
             m.insert("ip".into(), serde_json::Value::String(url));
             m.remove("nonce");
         }
-        let _ = info.host;
         match self.register(&gossip) {
             Ok(()) => {
                 self.route.attempt.store(0, Ordering::Relaxed);
@@ -1229,6 +1281,7 @@ impl RouteReader {
         {
             let mut st = routes.state.lock();
             if st.routes.contains_key(&info.server_id)
+                || st.connecting.len() >= MAX_CONNECTING
                 || !st.connecting.insert(info.server_id.clone())
             {
                 return;

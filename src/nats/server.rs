@@ -417,6 +417,9 @@ impl NatsServer {
             for c in &clients {
                 c.send_now(&frame);
             }
+            if let Some(r) = &inner.routes {
+                r.announce_lame_duck(inner);
+            }
             tracing::info!("entering lame duck mode");
             if clients.is_empty() {
                 // Nobody to hand over: stop at once, as nats-server does.

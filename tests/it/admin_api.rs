@@ -54,6 +54,16 @@ async fn admin_info_health_and_nats_views() {
     assert_eq!(v["http_addr"], a.to_string());
     assert_eq!(v["metadata_leader"], node.server_id());
     assert_eq!(v["is_metadata_leader"], true);
+    // A lone node is the whole cluster, registered with its real addresses.
+    assert_eq!(v["cluster"]["role"], "leader");
+    assert_eq!(v["cluster"]["controller"], node.server_id());
+    let members = v["cluster"]["nodes"].as_array().unwrap();
+    assert_eq!(members.len(), 1, "{v}");
+    assert_eq!(members[0]["voter"], true);
+    assert_eq!(members[0]["registered"], true);
+    assert_eq!(members[0]["port"], node.grpc_addr().port());
+    assert_eq!(members[0]["http_addr"], a.to_string());
+    assert_eq!(members[0]["nats_addr"], node.nats_addr().to_string());
     assert_eq!(v["streams"], 1);
     assert_eq!(v["partitions"], 3);
     assert!(v["start_time_ns"].as_i64().unwrap() > 1_600_000_000_000_000_000);

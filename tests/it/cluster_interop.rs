@@ -196,3 +196,50 @@ async fn interop_with_go_nats_server_2_9() {
 async fn interop_with_go_nats_server_2_15() {
     interop(&go_nats_server_2_15()).await;
 }
+
+/// Our node as the only seed of two Go servers: they find each other
+/// through the INFO we forward (gossip), and traffic flows between them
+/// and through us.
+async fn ours_as_seed(go: &Path) {
+    let go = Impl::Go(go.to_path_buf());
+    let l = NatsNode::start(&Impl::Liftbridge, "seeded", &[]).await;
+    let g1 = NatsNode::start(&go, "seeded", &[l.cluster_port]).await;
+    let g2 = NatsNode::start(&go, "seeded", &[l.cluster_port]).await;
+    for n in [&l, &g1, &g2] {
+        n.wait_routes(2).await;
+    }
+    let c1 = connect(&g1.url()).await;
+    let c2 = connect(&g2.url()).await;
+    let cl = connect(&l.url()).await;
+    let mut on_g2 = c2.subscribe("seeded.x").await.unwrap();
+    let mut on_l = cl.subscribe("seeded.x").await.unwrap();
+    c2.flush().await.unwrap();
+    cl.flush().await.unwrap();
+    wait_interest(g1.http_port, "seeded.x", 2).await;
+    for i in 0..50 {
+        c1.publish("seeded.x", Bytes::from(format!("m{i}")))
+            .await
+            .unwrap();
+    }
+    c1.flush().await.unwrap();
+    for i in 0..50 {
+        assert_eq!(
+            &next(&mut on_g2).await.payload[..],
+            format!("m{i}").as_bytes()
+        );
+        assert_eq!(
+            &next(&mut on_l).await.payload[..],
+            format!("m{i}").as_bytes()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_2_9_servers_mesh_through_our_seed() {
+    ours_as_seed(&go_nats_server_2_9()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_2_15_servers_mesh_through_our_seed() {
+    ours_as_seed(&go_nats_server_2_15()).await;
+}

@@ -224,7 +224,10 @@ async fn cluster_nats_wiped_member_rejoins_without_a_stale_voter() {
     let n0 = open(&nats, dirs[0].path(), "w0", Bootstrap::Seed, 0).await;
     let n1 = open(&nats, dirs[1].path(), "w1", Bootstrap::Join, 0).await;
     let n2 = open(&nats, dirs[2].path(), "w2", Bootstrap::Join, 0).await;
-    eventually("three voters", || voters(&n0) == ["w0", "w1", "w2"]).await;
+    eventually("three voters and brokers", || {
+        voters(&n1) == ["w0", "w1", "w2"] && brokers(&n1) == ["w0", "w1", "w2"]
+    })
+    .await;
     let old_raft_id = n2.raft_id();
     n2.shutdown().await.unwrap();
     // Same server id, empty data directory: a new Raft id.
@@ -247,5 +250,62 @@ async fn cluster_nats_wiped_member_rejoins_without_a_stale_voter() {
     for md in [n0, n1, n2] {
         md.shutdown().await.unwrap();
     }
+    nats.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_nats_bad_requests_are_refused_and_change_nothing() {
+    use bytes::Bytes;
+    use liftbridge::cluster::control::{join_subject, propagate_subject, JoinReply, JoinRequest};
+    let nats = nats().await;
+    let dir = tempfile::tempdir().unwrap();
+    let md = open(&nats, dir.path(), "solo", Bootstrap::Seed, 0).await;
+    let c = nats.local_client("intruder");
+    let wait = Duration::from_millis(500);
+    // Garbage on the control subjects gets no answer.
+    for subject in [join_subject(NS), propagate_subject(NS)] {
+        let r = c
+            .request(&subject, Bytes::from_static(b"\xff not json"), wait)
+            .await;
+        assert!(r.is_err(), "{subject}: {r:?}");
+    }
+    // A join without a usable server id is refused.
+    let bad = JoinRequest {
+        raft_id: 7,
+        node: NodeInfo {
+            id: "has space".into(),
+            ..Default::default()
+        },
+    };
+    let r = c
+        .request(
+            &join_subject(NS),
+            Bytes::from(serde_json::to_vec(&bad).unwrap()),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    let reply: JoinReply = serde_json::from_slice(&r.payload).unwrap();
+    assert!(matches!(reply, JoinReply::Failed { .. }), "{reply:?}");
+    // A garbage Raft RPC is answered with a decode error, not a crash.
+    let r = c
+        .request(
+            &format!("{NS}.raft.{}.append", md.raft_id()),
+            Bytes::from_static(b"[1,2"),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert!(
+        std::str::from_utf8(&r.payload)
+            .unwrap()
+            .contains("BadRequest"),
+        "{:?}",
+        r.payload
+    );
+    assert_eq!(voters(&md), ["solo"]);
+    assert_eq!(md.members().len(), 1);
+    md.propose_ok(create("still-fine", 1)).await.unwrap();
+    md.shutdown().await.unwrap();
     nats.shutdown().await;
 }

@@ -337,6 +337,80 @@ async fn cluster_procs_create_failover_and_catch_up() {
         "the two partitions have different leaders"
     );
 
+    // Each node runs only the partitions it leads: partition 0's leader
+    // answers for it, the other replicas refuse. A message published with a
+    // plain NATS client on a node that does not lead reaches the leader over
+    // the routes and is recorded there.
+    let p0_leader = &parts[&0].0;
+    let leader_node = nodes.iter().find(|n| &n.spec.id == p0_leader).unwrap();
+    let other = nodes.iter().find(|n| &n.spec.id != p0_leader).unwrap();
+    let pm = proto::FetchPartitionMetadataRequest {
+        stream: "on-follower".into(),
+        partition: 0,
+    };
+    leader_node
+        .client()
+        .await
+        .fetch_partition_metadata(pm.clone())
+        .await
+        .expect("the partition leader serves it");
+    let err = other
+        .client()
+        .await
+        .fetch_partition_metadata(pm)
+        .await
+        .expect_err("a replica that does not lead does not run it");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    // The stenographer's interest must have reached the other node, or a
+    // plain publish there has no receiver (NATS semantics).
+    wait_until(
+        CLUSTER_TIMEOUT,
+        "the leader's interest on the other node",
+        || async {
+            crate::cluster_routes::routes_with_interest(other.spec.http, "on-follower.subj").await
+                >= 1
+        },
+    )
+    .await;
+    let nc = async_nats::connect(format!("nats://127.0.0.1:{}", other.spec.client))
+        .await
+        .expect("connect NATS");
+    nc.publish("on-follower.subj", "from-a-replica".into())
+        .await
+        .unwrap();
+    nc.flush().await.unwrap();
+    let mut c = leader_node.client().await;
+    let mut sub =
+        crate::api_common::subscribe(&mut c, crate::api_common::from_earliest("on-follower", 0))
+            .await;
+    let got = crate::api_common::take(&mut sub, 1).await;
+    assert_eq!(got[0].value.as_ref(), b"from-a-replica");
+
+    // `liftbridge status --http` prints the cluster as a node sees it.
+    let out = Command::new(env!("CARGO_BIN_EXE_liftbridge"))
+        .args([
+            "status",
+            "--addr",
+            &format!("127.0.0.1:{}", other.spec.grpc),
+            "--http",
+            &format!("127.0.0.1:{}", other.spec.http),
+        ])
+        .output()
+        .expect("run liftbridge status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("controller {controller}")),
+        "status names the controller: {text}"
+    );
+    for s in &specs {
+        assert!(
+            text.contains(&format!("{}  voter", s.id)),
+            "status lists {}: {text}",
+            s.id
+        );
+    }
+
     // kill -9 the controller: the other two elect a new one.
     let ci = nodes.iter().position(|n| n.spec.id == controller).unwrap();
     nodes[ci].proc.kill9();

@@ -55,6 +55,18 @@ pub async fn wait_interest(http_port: u16, subject: &str, n: usize) {
     .await;
 }
 
+/// The `/metrics` text of a node.
+async fn metrics_text(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
 /// Receives `n` messages from `sub` (or fails after `WAIT`).
 async fn recv_n(sub: &mut async_nats::Subscriber, n: usize) -> Vec<async_nats::Message> {
     let mut out = Vec::with_capacity(n);
@@ -510,6 +522,19 @@ async fn full_nodes_record_messages_published_on_other_nodes() {
     assert_eq!(values.len(), 20, "each message recorded once");
     assert!(values.contains(&b"b9"[..]) && values.contains(&b"c0"[..]));
 
+    // The node's /metrics count its routes and the routed traffic.
+    let metrics = metrics_text(b.http_port).await;
+    assert!(metrics.contains("liftbridge_nats_routes 2"), "{metrics}");
+    let routed_out = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("liftbridge_nats_routed_out_messages_total "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .expect("routed out counter");
+    assert!(
+        routed_out >= 10,
+        "B sent its 10 messages to A: {routed_out}"
+    );
+
     // A crashes and returns: its stenographer subscribes again and the
     // interest reaches B over the re-established routes.
     drop(s);
@@ -532,4 +557,114 @@ async fn full_nodes_record_messages_published_on_other_nodes() {
         crate::api_common::subscribe(&mut api, crate::api_common::from_earliest("orders", 0)).await;
     let got = crate::api_common::take(&mut s, 21).await;
     assert_eq!(&got[20].value[..], b"after", "recorded after the restart");
+}
+
+/// The `connect_urls` of the last INFO in `text` (raw protocol bytes).
+fn last_connect_urls(text: &str) -> Option<HashSet<String>> {
+    let line = text.lines().rev().find(|l| l.starts_with("INFO "))?;
+    let v: serde_json::Value = serde_json::from_str(line[5..].trim()).ok()?;
+    Some(
+        v["connect_urls"]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .filter_map(|u| u.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_urls_follow_nodes_joining_and_leaving() {
+    use crate::nats_support::Raw;
+    let (a, b) = routed_pair().await;
+    let url_of = |s: &liftbridge::nats::NatsServer| s.client_addr().to_string();
+    // A raw client of B sees the first INFO and every async INFO.
+    let mut raw = Raw::connected(&b).await;
+    let mut seen = raw.info.clone();
+    assert_eq!(
+        last_connect_urls(&seen),
+        Some(HashSet::from([url_of(&a), url_of(&b)])),
+        "{seen}"
+    );
+    // A third server joins (seeded with A): B tells its clients.
+    let c = liftbridge::nats::NatsServer::start(liftbridge::config::nats::NatsOptions {
+        host: "127.0.0.1".into(),
+        port: 0,
+        cluster: Some(liftbridge::config::nats::ClusterOptions {
+            name: Some("local".into()),
+            host: "127.0.0.1".into(),
+            port: 0,
+            routes: vec![format!("nats-route://{}", a.cluster_addr().unwrap())],
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let all = HashSet::from([url_of(&a), url_of(&b), url_of(&c)]);
+    let end = tokio::time::Instant::now() + WAIT;
+    while last_connect_urls(&seen).as_ref() != Some(&all) {
+        assert!(tokio::time::Instant::now() < end, "no INFO with C: {seen}");
+        let (more, closed) = raw.read_for(Duration::from_millis(200)).await;
+        assert!(!closed);
+        seen.push_str(&String::from_utf8_lossy(&more));
+    }
+    // A leaves through lame duck mode: B's clients stop hearing of it.
+    a.enter_lame_duck();
+    let rest = HashSet::from([url_of(&b), url_of(&c)]);
+    let end = tokio::time::Instant::now() + WAIT;
+    while last_connect_urls(&seen).as_ref() != Some(&rest) {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "no INFO without A: {seen}"
+        );
+        let (more, closed) = raw.read_for(Duration::from_millis(200)).await;
+        assert!(!closed);
+        seen.push_str(&String::from_utf8_lossy(&more));
+    }
+    b.shutdown().await;
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advertise_and_no_advertise_options_take_effect() {
+    use liftbridge::config::nats::{ClusterOptions, NatsOptions};
+    use tokio::io::AsyncReadExt;
+    let s = liftbridge::nats::NatsServer::start(NatsOptions {
+        host: "127.0.0.1".into(),
+        port: 0,
+        cluster: Some(ClusterOptions {
+            name: Some("adv".into()),
+            host: "127.0.0.1".into(),
+            port: 0,
+            advertise: Some("10.1.2.3:7777".into()),
+            no_advertise: true,
+            ..ClusterOptions::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // Peers are told the advertised route URL, and no client URLs.
+    let mut peer = tokio::net::TcpStream::connect(s.cluster_addr().unwrap())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(WAIT, peer.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let info = String::from_utf8_lossy(&buf[..n]).into_owned();
+    let v: serde_json::Value = serde_json::from_str(info[5..].trim()).unwrap();
+    assert_eq!(v["ip"], "nats-route://10.1.2.3:7777/", "{info}");
+    assert_eq!(v["cluster"], "adv");
+    assert!(v.get("connect_urls").is_none(), "{info}");
+    assert!(v.get("route_pool_size").is_none() && v.get("compression").is_none());
+    // Clients get no connect_urls either.
+    let raw = crate::nats_support::Raw::connect(&s).await;
+    assert!(!raw.info.contains("connect_urls"), "{}", raw.info);
+    assert!(raw.info.contains("\"cluster\":\"adv\""), "{}", raw.info);
+    s.shutdown().await;
 }

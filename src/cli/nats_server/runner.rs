@@ -157,6 +157,16 @@ async fn serve(mut conf: NatsConf, flags: Flags, log: Arc<NatsLogger>) -> ExitCo
 
     let client = host_port(&conf.options.host, server.client_addr().port());
     log.info(&format!("Listening for client connections on {client}"));
+    if let (Some(c), Some(addr)) = (&conf.options.cluster, server.cluster_addr()) {
+        // nats-server's lines, in its order after the client listener.
+        if let Some(name) = &c.name {
+            log.info(&format!("Cluster name is {name}"));
+        }
+        log.info(&format!(
+            "Listening for route connections on {}",
+            host_port(&c.host, addr.port())
+        ));
+    }
     if let Some(t) = &conf.options.tls {
         log.info("TLS required for client connections");
         if t.verify {

@@ -4,10 +4,13 @@
 //! - [`procs`]: spawn the built `liftbridge` binary (NATS-server mode or a
 //!   full node from a liftbridge.yaml) or a Go `nats-server`, wait until it
 //!   listens, `kill -9` it and restart it on the same ports;
+//! - [`proxy`]: a TCP proxy that cuts or freezes connections (network
+//!   faults without mocks);
 //! - [`free_port`], [`http_json`], [`wait_until`]: the small helpers those
 //!   tests need.
 
 pub mod procs;
+pub mod proxy;
 
 use std::time::Duration;
 
