@@ -608,7 +608,13 @@ async fn connect_urls_follow_nodes_joining_and_leaving() {
     let all = HashSet::from([url_of(&a), url_of(&b), url_of(&c)]);
     let end = tokio::time::Instant::now() + WAIT;
     while last_connect_urls(&seen).as_ref() != Some(&all) {
-        assert!(tokio::time::Instant::now() < end, "no INFO with C: {seen}");
+        assert!(
+            tokio::time::Instant::now() < end,
+            "no INFO with C: {seen}\nA: {}\nB: {}\nC: {}",
+            a.routez_json(""),
+            b.routez_json(""),
+            c.routez_json("")
+        );
         let (more, closed) = raw.read_for(Duration::from_millis(200)).await;
         assert!(!closed);
         seen.push_str(&String::from_utf8_lossy(&more));
