@@ -840,6 +840,8 @@ pub(crate) struct Reader {
     parser: Parser,
     st: ConnState,
     nonce: Option<String>,
+    /// `connect_urls_gen` when our INFO was sent.
+    urls_gen: u64,
     cache_gen: u64,
     cache: HashMap<Bytes, Arc<MatchResult<Subscription>>>,
     perm_cache: HashMap<Bytes, bool>,
@@ -862,6 +864,7 @@ impl Reader {
         client: Arc<ClientShared>,
         server: Arc<ServerInner>,
         nonce: Option<String>,
+        urls_gen: u64,
     ) -> Reader {
         let o = &server.opts;
         let parser = Parser::new(o.max_control_line, o.max_payload);
@@ -881,6 +884,7 @@ impl Reader {
                 perms: None,
             },
             nonce,
+            urls_gen,
             cache_gen: u64::MAX,
             cache: HashMap::new(),
             perm_cache: HashMap::new(),
@@ -1151,7 +1155,7 @@ impl Reader {
         };
         self.perm_cache.clear();
         self.client.headers.store(co.headers, Ordering::Relaxed);
-        self.client.connected.store(true, Ordering::Release);
+        self.client.connected.store(true, Ordering::SeqCst);
         self.client.connected_notify.notify_one();
         {
             let mut m = self.client.meta.lock();
@@ -1161,6 +1165,12 @@ impl Reader {
             m.authorized_user = who;
         }
         self.ok();
+        // Routes came or went between our INFO and this CONNECT: the
+        // broadcast skipped this client, so it gets the update now.
+        if self.server.connect_urls_gen.load(Ordering::SeqCst) != self.urls_gen {
+            let frame = self.server.async_info_frame();
+            self.send(&frame);
+        }
     }
 
     fn can_publish(&mut self, subject: &Bytes) -> bool {

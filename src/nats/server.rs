@@ -135,6 +135,9 @@ pub(crate) struct ServerInner {
     pub info: Info,
     /// The cluster side (routes); `None` when not clustered.
     pub routes: Option<Routes>,
+    /// Bumped whenever the cluster's client URLs change, so a client whose
+    /// CONNECT arrives after a change it missed gets a fresh INFO.
+    pub connect_urls_gen: AtomicU64,
 }
 
 impl ServerInner {
@@ -198,6 +201,15 @@ impl ServerInner {
             .unwrap_or_default()
     }
 
+    /// The INFO frame for a client that connected with an out-of-date
+    /// `connect_urls` (see `connect_urls_gen`).
+    pub(crate) fn async_info_frame(&self) -> BytesMut {
+        let json = self.info_json(None, None, None, self.lame_duck.load(Ordering::Acquire));
+        let mut frame = BytesMut::new();
+        proto::encode_info(&mut frame, &json);
+        frame
+    }
+
     /// Sends an async INFO with the current `connect_urls` to every TCP
     /// client (after a route came or went), as nats-server does.
     pub(crate) fn send_connect_urls_to_clients(&self) {
@@ -212,7 +224,7 @@ impl ServerInner {
         let mut frame = BytesMut::new();
         proto::encode_info(&mut frame, &json);
         for c in tcp_clients(self) {
-            if c.connected.load(Ordering::Acquire) {
+            if c.connected.load(Ordering::SeqCst) {
                 c.send_now(&frame);
             }
         }
@@ -321,6 +333,7 @@ impl NatsServer {
             start: chrono::Utc::now(),
             info,
             routes,
+            connect_urls_gen: AtomicU64::new(0),
         });
         tokio::spawn(accept_loop(inner.clone(), listener));
         if let Some(l) = route_listener {
@@ -500,6 +513,7 @@ async fn accept_loop(inner: Arc<ServerInner>, listener: TcpListener) {
 
 async fn serve_conn(inner: Arc<ServerInner>, mut stream: TcpStream, addr: SocketAddr) {
     let cid = inner.next_client_id();
+    let urls_gen = inner.connect_urls_gen.load(Ordering::SeqCst);
     let nonce = match &inner.authenticator {
         Some(a) if a.needs_nonce() => Some(new_nonce()),
         _ => None,
@@ -529,7 +543,7 @@ async fn serve_conn(inner: Arc<ServerInner>, mut stream: TcpStream, addr: Socket
     inner.total_connections.fetch_add(1, Ordering::Relaxed);
     let deadline = inner.opts.write_deadline;
     tokio::spawn(client::ping_loop(client.clone(), inner.clone()));
-    let reader = Reader::new(client.clone(), inner.clone(), nonce);
+    let reader = Reader::new(client.clone(), inner.clone(), nonce, urls_gen);
     match inner.tls.clone() {
         None => {
             let (r, w) = stream.into_split();

@@ -30,12 +30,24 @@ async fn next(sub: &mut async_nats::Subscriber) -> async_nats::Message {
         .expect("subscription open")
 }
 
+/// A cluster-name suffix per Go binary, so tests running at the same time
+/// never share a cluster name (a retrying route must not join another
+/// test's mesh through a reused port).
+fn go_version(go: &Path) -> &'static str {
+    if go.starts_with("/usr") {
+        "29"
+    } else {
+        "215"
+    }
+}
+
 /// Go seed G1, our node L and Go node G2 (both seeded with G1), meshed.
 async fn mixed(go: &Path) -> (NatsNode, NatsNode, NatsNode) {
+    let name = format!("mixed-{}", go_version(go));
     let go = Impl::Go(go.to_path_buf());
-    let g1 = NatsNode::start(&go, "mixed", &[]).await;
-    let l = NatsNode::start(&Impl::Liftbridge, "mixed", &[g1.cluster_port]).await;
-    let g2 = NatsNode::start(&go, "mixed", &[g1.cluster_port]).await;
+    let g1 = NatsNode::start(&go, &name, &[]).await;
+    let l = NatsNode::start(&Impl::Liftbridge, &name, &[g1.cluster_port]).await;
+    let g2 = NatsNode::start(&go, &name, &[g1.cluster_port]).await;
     for n in [&g1, &l, &g2] {
         n.wait_routes(2).await;
     }
@@ -201,10 +213,11 @@ async fn interop_with_go_nats_server_2_15() {
 /// through the INFO we forward (gossip), and traffic flows between them
 /// and through us.
 async fn ours_as_seed(go: &Path) {
+    let name = format!("seeded-{}", go_version(go));
     let go = Impl::Go(go.to_path_buf());
-    let l = NatsNode::start(&Impl::Liftbridge, "seeded", &[]).await;
-    let g1 = NatsNode::start(&go, "seeded", &[l.cluster_port]).await;
-    let g2 = NatsNode::start(&go, "seeded", &[l.cluster_port]).await;
+    let l = NatsNode::start(&Impl::Liftbridge, &name, &[]).await;
+    let g1 = NatsNode::start(&go, &name, &[l.cluster_port]).await;
+    let g2 = NatsNode::start(&go, &name, &[l.cluster_port]).await;
     for n in [&l, &g1, &g2] {
         n.wait_routes(2).await;
     }

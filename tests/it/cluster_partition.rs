@@ -16,7 +16,7 @@ use crate::support::wait_until;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn opts(routes: Vec<String>) -> NatsOptions {
+fn opts(cluster: &str, routes: Vec<String>) -> NatsOptions {
     NatsOptions {
         host: "127.0.0.1".into(),
         port: 0,
@@ -24,7 +24,7 @@ fn opts(routes: Vec<String>) -> NatsOptions {
         ping_interval: Duration::from_millis(300),
         ping_max: 2,
         cluster: Some(ClusterOptions {
-            name: Some("faults".into()),
+            name: Some(cluster.into()),
             host: "127.0.0.1".into(),
             port: 0,
             routes,
@@ -35,12 +35,15 @@ fn opts(routes: Vec<String>) -> NatsOptions {
 }
 
 /// A, and B whose only route goes to A through a proxy.
-async fn through_proxy() -> (NatsServer, NatsServer, Proxy) {
-    let a = NatsServer::start(opts(Vec::new())).await.unwrap();
+async fn through_proxy(cluster: &str) -> (NatsServer, NatsServer, Proxy) {
+    let a = NatsServer::start(opts(cluster, Vec::new())).await.unwrap();
     let proxy = Proxy::start(a.cluster_addr().unwrap()).await;
-    let b = NatsServer::start(opts(vec![format!("nats-route://127.0.0.1:{}", proxy.port)]))
-        .await
-        .unwrap();
+    let b = NatsServer::start(opts(
+        cluster,
+        vec![format!("nats-route://127.0.0.1:{}", proxy.port)],
+    ))
+    .await
+    .unwrap();
     routed(&a, &b, 1).await;
     (a, b, proxy)
 }
@@ -94,7 +97,7 @@ async fn interest_on(a: &NatsServer) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_route_reconnects_without_duplicates() {
-    let (a, b, proxy) = through_proxy().await;
+    let (a, b, proxy) = through_proxy("cut").await;
     let lb = b.local_client("sub");
     let mut sub = lb.subscribe("faults.x", None).unwrap();
     interest_on(&a).await;
@@ -137,7 +140,7 @@ async fn a_cut_route_reconnects_without_duplicates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_route_is_closed_by_pings_and_comes_back() {
-    let (a, b, proxy) = through_proxy().await;
+    let (a, b, proxy) = through_proxy("frozen").await;
     let lb = b.local_client("sub");
     let mut sub = lb.subscribe("faults.x", None).unwrap();
     interest_on(&a).await;

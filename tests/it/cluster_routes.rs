@@ -89,7 +89,7 @@ async fn assert_quiet(sub: &mut async_nats::Subscriber, wait: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_on_one_node_reaches_the_others_once() {
-    let nodes = mesh3(&Impl::Liftbridge, "lb").await;
+    let nodes = mesh3(&Impl::Liftbridge, "pubsub").await;
     let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
     let pa = connect(&a.url()).await;
     let sb = connect(&b.url()).await;
@@ -129,13 +129,13 @@ async fn publish_on_one_node_reaches_the_others_once() {
     assert!(out >= 1000, "500 messages to each of two routes: {rz}");
     let varz = http_json(a.http_port, "/varz").await.unwrap();
     assert_eq!(varz["routes"], 2);
-    assert_eq!(varz["cluster"]["name"], "lb");
+    assert_eq!(varz["cluster"]["name"], "pubsub");
     assert_eq!(varz["cluster"]["cluster_port"], a.cluster_port);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_reply_and_headers_cross_routes() {
-    let nodes = mesh3(&Impl::Liftbridge, "lb").await;
+    let nodes = mesh3(&Impl::Liftbridge, "reqrep").await;
     let (a, c) = (&nodes[0], &nodes[2]);
     let responder = connect(&c.url()).await;
     let mut svc = responder.subscribe("svc.echo").await.unwrap();
@@ -187,7 +187,7 @@ async fn request_reply_and_headers_cross_routes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_group_over_three_nodes_gets_each_message_once() {
-    let nodes = mesh3(&Impl::Liftbridge, "lb").await;
+    let nodes = mesh3(&Impl::Liftbridge, "queue").await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, String)>();
     let mut clients = Vec::new();
     for (i, n) in nodes.iter().enumerate() {
@@ -246,7 +246,7 @@ async fn queue_group_over_three_nodes_gets_each_message_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_node_rejoins_without_duplicates() {
-    let mut nodes = mesh3(&Impl::Liftbridge, "lb").await;
+    let mut nodes = mesh3(&Impl::Liftbridge, "crash").await;
     let pa = connect(&nodes[0].url()).await;
     let sb = connect(&nodes[1].url()).await;
     let mut on_b = sb.subscribe("crash.data").await.unwrap();
@@ -296,7 +296,7 @@ async fn killed_node_rejoins_without_duplicates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_learn_connect_urls_and_fail_over() {
-    let mut nodes = mesh3(&Impl::Liftbridge, "lb").await;
+    let mut nodes = mesh3(&Impl::Liftbridge, "failover").await;
     let client = async_nats::ConnectOptions::new()
         .connection_timeout(Duration::from_secs(5))
         .retry_on_initial_connect()
@@ -366,13 +366,15 @@ async fn full_node_and_nats_server_mode_node_mesh() {
 }
 
 /// Two in-process servers with routes on port 0 (cluster port 0 too).
-async fn routed_pair() -> (liftbridge::nats::NatsServer, liftbridge::nats::NatsServer) {
+async fn routed_pair(
+    cluster: &str,
+) -> (liftbridge::nats::NatsServer, liftbridge::nats::NatsServer) {
     use liftbridge::config::nats::ClusterOptions;
     let opts = |routes: Vec<String>| liftbridge::config::nats::NatsOptions {
         host: "127.0.0.1".into(),
         port: 0,
         cluster: Some(ClusterOptions {
-            name: Some("local".into()),
+            name: Some(cluster.into()),
             host: "127.0.0.1".into(),
             port: 0,
             routes,
@@ -397,7 +399,7 @@ async fn routed_pair() -> (liftbridge::nats::NatsServer, liftbridge::nats::NatsS
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_client_subscriptions_and_requests_cross_routes() {
-    let (a, b) = routed_pair().await;
+    let (a, b) = routed_pair("lc").await;
     // The in-process client of A subscribes; its interest reaches B.
     let la = a.local_client("log");
     let mut sub = la.subscribe("lc.events.*", None).unwrap();
@@ -578,7 +580,7 @@ fn last_connect_urls(text: &str) -> Option<HashSet<String>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_urls_follow_nodes_joining_and_leaving() {
     use crate::nats_support::Raw;
-    let (a, b) = routed_pair().await;
+    let (a, b) = routed_pair("urls").await;
     let url_of = |s: &liftbridge::nats::NatsServer| s.client_addr().to_string();
     // A raw client of B sees the first INFO and every async INFO.
     let mut raw = Raw::connected(&b).await;
@@ -593,7 +595,7 @@ async fn connect_urls_follow_nodes_joining_and_leaving() {
         host: "127.0.0.1".into(),
         port: 0,
         cluster: Some(liftbridge::config::nats::ClusterOptions {
-            name: Some("local".into()),
+            name: Some("urls".into()),
             host: "127.0.0.1".into(),
             port: 0,
             routes: vec![format!("nats-route://{}", a.cluster_addr().unwrap())],
@@ -606,7 +608,13 @@ async fn connect_urls_follow_nodes_joining_and_leaving() {
     let all = HashSet::from([url_of(&a), url_of(&b), url_of(&c)]);
     let end = tokio::time::Instant::now() + WAIT;
     while last_connect_urls(&seen).as_ref() != Some(&all) {
-        assert!(tokio::time::Instant::now() < end, "no INFO with C: {seen}");
+        assert!(
+            tokio::time::Instant::now() < end,
+            "no INFO with C: {seen}\nA: {}\nB: {}\nC: {}",
+            a.routez_json(""),
+            b.routez_json(""),
+            c.routez_json("")
+        );
         let (more, closed) = raw.read_for(Duration::from_millis(200)).await;
         assert!(!closed);
         seen.push_str(&String::from_utf8_lossy(&more));
