@@ -884,11 +884,14 @@ impl PartitionLog {
         // the read transaction opened below.
         let tail = self.inner.shared.tail_snapshot();
         let name = &self.inner.name;
+        // `full`: the scan stopped at a budget (not at the end of what redb
+        // holds), so the tail must not add records after a gap.
         let spans = self.with_read(|rtx| {
             let mut spans = Vec::new();
             let mut buf = BytesMut::new();
+            let mut full = false;
             let Some(t) = open_read(rtx, RECORDS)? else {
-                return Ok(Ok((spans, buf)));
+                return Ok(Ok((spans, buf, full)));
             };
             let start = chunk_start(&t, from)?;
             'chunks: for item in t.range(start..)? {
@@ -909,19 +912,21 @@ impl PartitionLog {
                         continue;
                     }
                     if !spans.is_empty() && buf.len() + e.len() > max_bytes {
+                        full = true;
                         break 'chunks;
                     }
                     let start = buf.len();
                     buf.extend_from_slice(&v[e.start..e.end]);
                     spans.push((e.offset, start, buf.len()));
                     if spans.len() >= max_records {
+                        full = true;
                         break 'chunks;
                     }
                 }
             }
-            Ok(Ok((spans, buf)))
+            Ok(Ok((spans, buf, full)))
         })??;
-        let (spans, buf) = spans;
+        let (spans, buf, full) = spans;
         let used = buf.len();
         let buf = buf.freeze();
         let mut out = spans
@@ -934,7 +939,7 @@ impl PartitionLog {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        if out.len() < max_records && (out.is_empty() || used < max_bytes) {
+        if !full {
             let next = out.last().map_or(from, |r| r.offset + 1);
             self.read_tail(&tail, next, max_records, max_bytes, used, &mut out)?;
         }
