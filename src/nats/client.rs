@@ -353,8 +353,12 @@ const STALL_MAX: Duration = Duration::from_millis(50);
 /// Largest single socket write.
 const WRITE_PIECE: usize = 256 * 1024;
 /// A receiver whose last write completed longer ago than this is stuck:
-/// producers do not wait for it (its backlog will hit `max_pending`).
-const STUCK_AFTER_MS: u64 = 1000;
+/// producers do not wait for it (its backlog will hit `max_pending`). Long
+/// enough that a live reader descheduled for a while on a loaded machine is
+/// waited for (at 1 s such readers were cut as slow consumers about one run
+/// in four with two busy loops on two cores); short enough that a dead
+/// receiver holds its publishers up once, for at most this long.
+const STUCK_AFTER_MS: u64 = 2500;
 
 /// Fast-producer stall: waits (bounded) until `c`'s backlog is back under
 /// 75 % of its limit, so a publisher cannot outrun a live receiver into
