@@ -57,6 +57,9 @@ impl From<ReadEnd> for Status {
             ReadEnd::StopReached | ReadEnd::Empty | ReadEnd::ReadonlyEnd => {
                 Status::resource_exhausted(m)
             }
+            // Liftbridge passes its reverse reader's io.EOF through
+            // status.Convert: UNKNOWN "EOF".
+            ReadEnd::ReverseEnd => Status::unknown(m),
             ReadEnd::Deleted => Status::not_found(m),
             ReadEnd::Paused => Status::failed_precondition(m),
             ReadEnd::Shutdown => Status::unavailable(m),
@@ -168,7 +171,7 @@ impl Api for ApiService {
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         let r = request.into_inner();
         let (stream, partition): (Arc<str>, i32) = (r.stream.as_str().into(), r.partition);
-        let sub = self.service.subscribe(convert::subscribe(r)).await?;
+        let sub = self.service.subscribe(convert::subscribe(r)?).await?;
         // The first (empty) message tells the client the subscription is
         // established, as Liftbridge does.
         let handshake = futures::stream::once(async { Ok(proto::Message::default()) });

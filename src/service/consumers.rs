@@ -43,6 +43,14 @@ pub struct GroupAssignments {
     pub assignments: Vec<(String, Vec<i32>)>,
 }
 
+/// INVALID_ARGUMENT with `message` when `v` is empty.
+fn require(v: &str, message: &str) -> Result<(), ServiceError> {
+    if v.is_empty() {
+        return Err(ServiceError::InvalidArgument(message.into()));
+    }
+    Ok(())
+}
+
 fn cursor_key(cursor_id: &str, stream: &str, partition: i32) -> String {
     format!("{cursor_id},{stream},{partition}")
 }
@@ -81,7 +89,7 @@ impl Service {
             expected_offset: -1,
             ..Default::default()
         };
-        let ack = self.publish_one(req, Some(CURSOR_TIMEOUT)).await?;
+        let ack = self.publish_one(req, Some(CURSOR_TIMEOUT), false).await?;
         if ack.is_some_and(|a| a.ack_error != AckError::Ok as i32) {
             return Err(ServiceError::Internal("failed to store cursor".into()));
         }
@@ -179,19 +187,40 @@ impl Service {
         consumer_id: &str,
         streams: Vec<String>,
     ) -> Result<GroupJoined, ServiceError> {
-        if group_id.is_empty() || consumer_id.is_empty() || streams.is_empty() {
-            return Err(ServiceError::InvalidArgument(
-                "group id, consumer id and streams are required".into(),
-            ));
+        require(group_id, "No groupId provided")?;
+        require(consumer_id, "No consumerId provided")?;
+        if streams.is_empty() {
+            return Err(ServiceError::InvalidArgument("No streams provided".into()));
         }
         self.evict_expired(group_id).await?;
+        // Liftbridge's join preconditions, all FAILED_PRECONDITION: joining
+        // twice is refused, and so are streams that do not exist.
+        let state = self.state();
+        if state
+            .group(group_id)
+            .is_some_and(|g| g.members.contains_key(consumer_id))
+        {
+            return Err(ServiceError::FailedPrecondition(
+                "consumer is already a member of the consumer group".into(),
+            ));
+        }
+        if streams.iter().any(|s| state.stream(s).is_none()) {
+            return Err(ServiceError::FailedPrecondition(
+                "stream does not exist".into(),
+            ));
+        }
         self.propose(MetaCommand::JoinConsumerGroup {
             group_id: group_id.to_string(),
             consumer_id: consumer_id.to_string(),
             streams,
             coordinator: self.inner.parts.server_id().to_string(),
         })
-        .await?;
+        .await
+        .map_err(|e| match e {
+            // Deleted between the check and the apply.
+            ServiceError::NotFound(m) => ServiceError::FailedPrecondition(m),
+            e => e,
+        })?;
         self.touch_member(group_id, consumer_id);
         let state = self.state();
         let g = state
@@ -211,11 +240,8 @@ impl Service {
         group_id: &str,
         consumer_id: &str,
     ) -> Result<(), ServiceError> {
-        if group_id.is_empty() || consumer_id.is_empty() {
-            return Err(ServiceError::InvalidArgument(
-                "group id and consumer id are required".into(),
-            ));
-        }
+        require(group_id, "No groupId provided")?;
+        require(consumer_id, "No consumerId provided")?;
         self.propose(MetaCommand::LeaveConsumerGroup {
             group_id: group_id.to_string(),
             consumer_id: consumer_id.to_string(),
@@ -236,6 +262,8 @@ impl Service {
         consumer_id: &str,
         epoch: u64,
     ) -> Result<GroupAssignments, ServiceError> {
+        require(group_id, "No groupId provided")?;
+        require(consumer_id, "No consumerId provided")?;
         self.evict_expired(group_id).await?;
         let state = self.state();
         let g = state
@@ -279,28 +307,34 @@ impl Service {
         coordinator: &str,
         epoch: u64,
     ) -> Result<(), ServiceError> {
+        require(group_id, "No groupId provided")?;
+        require(consumer_id, "No consumerId provided")?;
+        require(coordinator, "No coordinator provided")?;
         let state = self.state();
-        let g = state
-            .group(group_id)
-            .ok_or_else(|| ServiceError::NotFound("No such consumer group".into()))?;
-        if !g.members.contains_key(consumer_id) {
-            return Err(ServiceError::FailedPrecondition(
-                "Consumer is not a member of the group".into(),
-            ));
-        }
+        let g = state.group(group_id).ok_or_else(|| {
+            ServiceError::FailedPrecondition(format!("No such consumer group {group_id}"))
+        })?;
         // A report about a coordinator or epoch that is no longer current
-        // is stale; otherwise, with this node the only possible
-        // coordinator, the group moves to this node (bumping the epoch so
-        // consumers refetch their assignments).
-        if g.coordinator == coordinator && g.epoch == epoch {
-            self.propose(MetaCommand::ChangeGroupCoordinator {
-                group_id: group_id.to_string(),
-                coordinator: self.inner.parts.server_id().to_string(),
-                epoch,
-            })
-            .await?;
+        // is refused, as Liftbridge refuses it.
+        if g.coordinator != coordinator || g.epoch != epoch {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "Coordinator generation mismatch, current coordinator: {} epoch: {}, got coordinator: {} epoch: {}",
+                g.coordinator, g.epoch, coordinator, epoch
+            )));
         }
-        Ok(())
+        if !g.members.contains_key(consumer_id) {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "Consumer {consumer_id} is not a member of consumer group {group_id}"
+            )));
+        }
+        // With this node the only possible new coordinator, the group moves
+        // here (bumping the epoch so consumers refetch their assignments).
+        self.propose(MetaCommand::ChangeGroupCoordinator {
+            group_id: group_id.to_string(),
+            coordinator: self.inner.parts.server_id().to_string(),
+            epoch,
+        })
+        .await
     }
 
     /// Evicts members of `group` this coordinator has not heard from within

@@ -123,12 +123,9 @@ impl Service {
     }
 
     /// Deletes a stream and waits until its partitions stopped here.
+    /// An empty name is a stream that does not exist (NOT_FOUND), as in
+    /// Liftbridge.
     pub async fn delete_stream(&self, name: &str) -> Result<(), ServiceError> {
-        if name.is_empty() {
-            return Err(ServiceError::InvalidArgument(
-                "No stream name provided".into(),
-            ));
-        }
         if name == CURSORS_STREAM || name == ACTIVITY_STREAM {
             return Err(ServiceError::InvalidArgument(format!(
                 "Stream name {name} is reserved"
@@ -264,13 +261,28 @@ impl Service {
     /// [`PartitionStatus`]); the running partition is found by name, as the
     /// gRPC metadata calls always did.
     pub fn partition_status(&self, s: &StreamMeta, id: i32) -> PartitionStatus {
+        let paused = || {
+            self.inner
+                .parts
+                .paused_offsets(&s.name, id, s.creation_timestamp_ns)
+        };
         match self.inner.parts.get(&s.name, id) {
             Some(part) => status_of(&part),
-            None => PartitionStatus {
-                high_watermark: -1,
-                newest_offset: -1,
-                received: (0, 0),
-                local: false,
+            // A paused partition led here reports its closed log's offsets,
+            // as Liftbridge does.
+            None => match paused() {
+                Some(o) => PartitionStatus {
+                    high_watermark: o.high_watermark,
+                    newest_offset: o.newest_offset,
+                    received: o.received,
+                    local: false,
+                },
+                None => PartitionStatus {
+                    high_watermark: -1,
+                    newest_offset: -1,
+                    received: (0, 0),
+                    local: false,
+                },
             },
         }
     }
@@ -289,21 +301,20 @@ impl Service {
             Some(s) if s.partition(partition).is_some() => s.clone(),
             _ => return Err(ServiceError::NotFound("partition not found".into())),
         };
-        let leader = s
+        // A paused partition has no leader running (Liftbridge's steps
+        // down on pause), so it is refused like one led elsewhere.
+        let led_here = s
             .partition(partition)
-            .map(|p| p.leader.as_str())
-            .unwrap_or_default();
-        if leader != self.inner.parts.server_id() {
+            .is_some_and(|p| p.leader == self.inner.parts.server_id() && !p.paused);
+        if !led_here {
             return Err(ServiceError::FailedPrecondition(
-                "Server not partition leader".into(),
+                "The request should be sent to partition leader".into(),
             ));
         }
-        if s.partition(partition).is_some_and(|p| !p.paused) {
-            self.inner
-                .parts
-                .wait_for(stream, partition, START_WAIT)
-                .await;
-        }
+        self.inner
+            .parts
+            .wait_for(stream, partition, START_WAIT)
+            .await;
         Ok(s)
     }
 }

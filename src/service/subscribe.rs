@@ -54,6 +54,14 @@ pub struct Subscription {
 impl Service {
     /// Starts a subscription; errors are for requests that cannot start.
     pub async fn subscribe(&self, r: SubscribeRequest) -> Result<Subscription, ServiceError> {
+        if r.consumer
+            .as_ref()
+            .is_some_and(|c| c.consumer_id.is_empty())
+        {
+            return Err(ServiceError::InvalidArgument(
+                "Consumer id cannot be empty when group id is provided".into(),
+            ));
+        }
         let state = self.state();
         if let Some(c) = &r.consumer {
             // A group member may only read what is assigned to it, under the
@@ -105,21 +113,27 @@ impl Service {
             })?;
         let start = reader::resolve_start(&p, r.start).await?;
         let mut stop = reader::resolve_stop(&p, r.stop).await?;
-        if stop.is_none() && p.is_readonly() {
-            // A readonly partition ends at its newest message.
-            stop = p.newest_committed();
-            if stop.is_none() {
-                return Err(ReadEnd::ReadonlyEnd.into());
+        // A readonly partition ends at its newest message: -1 when empty,
+        // which is before any start (Liftbridge's rule, in either
+        // direction).
+        let stop_offset = match stop {
+            Some(st) => Some(st as i64),
+            None if p.is_readonly() => Some(p.newest_committed().map_or(-1, |n| n as i64)),
+            None => None,
+        };
+        if let Some(st) = stop_offset {
+            if st < start as i64 {
+                return Err(ServiceError::InvalidArgument(format!(
+                    "Stop offset is before start offset: {st} < {start}"
+                )));
             }
+            stop = Some(st as u64);
         }
-        if !r.reverse {
-            if let Some(st) = stop {
-                if st < start {
-                    return Err(ServiceError::InvalidArgument(
-                        "Stop position is before start position".into(),
-                    ));
-                }
-            }
+        if r.reverse && p.newest_committed().is_none() {
+            // Liftbridge cannot open a reverse reader on an empty log.
+            return Err(ServiceError::Internal(
+                "Failed to create stream reader: segment not found".into(),
+            ));
         }
         let (tx, rx) = mpsc::channel(BATCHES_BUFFERED);
         if r.reverse {

@@ -11,6 +11,7 @@ mod api_cli;
 mod api_common;
 mod api_flow;
 mod api_lifecycle;
+mod api_parity;
 mod api_positions;
 mod cluster_crash;
 mod cluster_disk;
