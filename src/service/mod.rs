@@ -175,13 +175,33 @@ pub struct Service {
     inner: Arc<Inner>,
 }
 
-/// Names that cannot be used as a directory name are rejected up front.
-fn valid_stream_name(name: &str) -> bool {
-    !name.is_empty()
+/// Longest stream name, in bytes: the name is the stream's directory name
+/// (`<data dir>/streams/<name>`), and Linux file systems refuse names over
+/// NAME_MAX (255 bytes) with ENAMETOOLONG.
+pub const MAX_STREAM_NAME_BYTES: usize = 255;
+
+/// Refuses, before anything is committed, a stream name that cannot be its
+/// directory name: empty, `.`/`..`, a path separator, NUL or whitespace,
+/// or longer than [`MAX_STREAM_NAME_BYTES`]. A name accepted here can
+/// always be stored, so no stream is ever listed without a directory.
+fn check_stream_name(name: &str) -> Result<(), ServiceError> {
+    if name.len() > MAX_STREAM_NAME_BYTES {
+        return Err(ServiceError::InvalidArgument(format!(
+            "Stream name is {} bytes long, longer than the {MAX_STREAM_NAME_BYTES} bytes a directory name may have",
+            name.len()
+        )));
+    }
+    let valid = !name.is_empty()
         && name != "."
         && name != ".."
         && !name.contains(['/', '\\', '\0'])
-        && !name.chars().any(char::is_whitespace)
+        && !name.chars().any(char::is_whitespace);
+    if !valid {
+        return Err(ServiceError::InvalidArgument(format!(
+            "Invalid stream name {name:?}: it must be usable as a directory name (no '/', '\\', NUL or whitespace, not '.' or '..')"
+        )));
+    }
+    Ok(())
 }
 
 impl Service {
@@ -288,10 +308,20 @@ mod tests {
 
     #[test]
     fn stream_names() {
-        assert!(valid_stream_name("orders"));
-        assert!(!valid_stream_name(".."));
-        assert!(!valid_stream_name("a/b"));
-        assert!(!valid_stream_name("a b"));
-        assert!(!valid_stream_name(""));
+        assert!(check_stream_name("orders").is_ok());
+        for bad in ["..", ".", "a/b", "a\\b", "a b", "", "a\0b"] {
+            assert!(
+                matches!(
+                    check_stream_name(bad),
+                    Err(ServiceError::InvalidArgument(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        // The limit is in bytes, as the file system counts.
+        assert!(check_stream_name(&"x".repeat(MAX_STREAM_NAME_BYTES)).is_ok());
+        assert!(check_stream_name(&"x".repeat(MAX_STREAM_NAME_BYTES + 1)).is_err());
+        assert!(check_stream_name(&"é".repeat(128)).is_err(), "256 bytes");
+        assert!(check_stream_name(&"x".repeat(10_000)).is_err());
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    valid_stream_name, Service, ServiceError, ACTIVITY_STREAM, CURSORS_STREAM, START_WAIT,
+    check_stream_name, Service, ServiceError, ACTIVITY_STREAM, CURSORS_STREAM, START_WAIT,
 };
 use crate::cluster::{MetaCommand, MetadataState, StreamConfig, StreamMeta};
 use crate::partition::Partition;
@@ -63,12 +63,7 @@ impl Service {
                 r.name
             )));
         }
-        if !valid_stream_name(&r.name) {
-            return Err(ServiceError::InvalidArgument(format!(
-                "Invalid stream name {:?}",
-                r.name
-            )));
-        }
+        check_stream_name(&r.name)?;
         if r.subject.is_empty() || !crate::nats::subject::is_valid_subject(&r.subject) {
             return Err(ServiceError::InvalidArgument(format!(
                 "Invalid subject {:?}",

@@ -13,6 +13,7 @@ mod api_flow;
 mod api_lifecycle;
 mod api_parity;
 mod api_positions;
+mod api_stream_names;
 mod cluster_crash;
 mod cluster_disk;
 mod cluster_meta;
