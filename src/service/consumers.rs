@@ -6,8 +6,11 @@
 //! in memory (filled by SetCursor and by a scan on the first FetchCursor).
 //!
 //! Consumer groups live in the metadata; this node, as a group's
-//! coordinator, tracks when each member was last heard from and evicts the
-//! silent ones whenever the group is used (no background task needed).
+//! coordinator, tracks when each member was last heard from (join and
+//! FetchConsumerGroupAssignments) and evicts the silent ones: whenever the
+//! group is used, and from a timer task ([`member_timers`]) that checks
+//! every group coordinated here a few times per `groups.consumer.timeout`,
+//! so a member expires even when no other member calls.
 
 use std::time::Duration;
 
@@ -41,6 +44,50 @@ pub struct GroupAssignments {
     pub epoch: u64,
     /// Partitions by stream.
     pub assignments: Vec<(String, Vec<i32>)>,
+}
+
+/// How often the member timers look for expired members: a quarter of the
+/// consumer timeout, between 20 ms and 1 s, so a member is evicted at most
+/// that long after its timeout.
+fn timer_tick(consumer_timeout: Duration) -> Duration {
+    (consumer_timeout / 4).clamp(Duration::from_millis(20), Duration::from_secs(1))
+}
+
+/// The member timers of one service: evicts silent members of the groups
+/// this node coordinates. Ends when the service is dropped.
+pub(super) async fn member_timers(inner: std::sync::Weak<super::Inner>) {
+    let tick = match inner.upgrade() {
+        Some(i) => timer_tick(i.opts.consumer_timeout),
+        None => return,
+    };
+    let mut every = tokio::time::interval(tick);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let svc = Service { inner };
+        let me = svc.server_id().to_string();
+        let groups: Vec<String> = svc
+            .state()
+            .groups
+            .values()
+            .filter(|g| g.coordinator == me)
+            .map(|g| g.id.clone())
+            .collect();
+        for g in groups {
+            if let Err(e) = svc.evict_expired(&g).await {
+                tracing::warn!(group = %g, error = %e, "expiring consumer group members");
+            }
+        }
+        // Forget members that left or moved away: the map stays bounded by
+        // the members of groups coordinated here.
+        let state = svc.state();
+        svc.inner.group_seen.lock().retain(|(g, c), _| {
+            state
+                .group(g)
+                .is_some_and(|g| g.coordinator == me && g.members.contains_key(c))
+        });
+    }
 }
 
 /// INVALID_ARGUMENT with `message` when `v` is empty.
@@ -335,6 +382,38 @@ impl Service {
             epoch,
         })
         .await
+    }
+
+    /// Bumps the epoch of every group with a member reading `stream` (just
+    /// deleted), as Liftbridge does, so members refetch assignments that no
+    /// longer name it. The coordinator stays; a group whose epoch moved
+    /// meanwhile already made its members refetch, so a stale-epoch refusal
+    /// is fine. Best effort: a failure is logged, the deletion stands.
+    pub(super) async fn bump_groups_consuming(&self, stream: &str) {
+        let state = self.state();
+        let groups: Vec<(String, String, u64)> = state
+            .groups
+            .values()
+            .filter(|g| g.members.values().any(|ss| ss.iter().any(|s| s == stream)))
+            .map(|g| (g.id.clone(), g.coordinator.clone(), g.epoch))
+            .collect();
+        for (group_id, coordinator, epoch) in groups {
+            let r = self
+                .propose(MetaCommand::ChangeGroupCoordinator {
+                    group_id: group_id.clone(),
+                    coordinator,
+                    epoch,
+                })
+                .await;
+            match r {
+                Ok(())
+                | Err(ServiceError::FailedPrecondition(_))
+                | Err(ServiceError::NotFound(_)) => {}
+                Err(e) => {
+                    tracing::warn!(group = %group_id, stream, error = %e, "bumping the epoch of a group after a stream deletion");
+                }
+            }
+        }
     }
 
     /// Evicts members of `group` this coordinator has not heard from within

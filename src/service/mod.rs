@@ -23,8 +23,10 @@
 //! `partition`, `cluster` (metadata), `wire`, `store` and `nats`.
 //!
 //! Tasks: one ack-routing task per service (spawned on the first acked
-//! publish, ends with the service or the NATS server); the readers spawned
-//! by [`Service::subscribe`] belong to their subscription.
+//! publish, ends with the service or the NATS server); one member-timer
+//! task per service (spawned with it, ends when the service is dropped)
+//! that expires silent consumer-group members; the readers spawned by
+//! [`Service::subscribe`] belong to their subscription.
 
 pub mod acks;
 pub mod consumers;
@@ -167,6 +169,12 @@ struct Inner {
     /// Last time each (group, consumer) joined or fetched its assignments,
     /// on the coordinator (this node): the liveness that eviction checks.
     group_seen: Mutex<HashMap<(String, String), tokio::time::Instant>>,
+    /// The group member subscribed to each partition here, by (stream,
+    /// partition, group): one entry per live group subscription, removed
+    /// when it ends.
+    group_subs: Mutex<HashMap<(String, i32, String), subscribe::GroupSub>>,
+    /// Ids telling a group subscription from the one that replaced it.
+    next_sub_id: std::sync::atomic::AtomicU64,
 }
 
 /// The use cases of this node. Cheap to clone.
@@ -213,7 +221,7 @@ impl Service {
         opts: ServiceOptions,
     ) -> Service {
         let acks = acks::AckRouter::new(nats.clone(), &opts.namespace);
-        Service {
+        let svc = Service {
             inner: Arc::new(Inner {
                 meta,
                 parts,
@@ -222,8 +230,16 @@ impl Service {
                 acks,
                 cursors: Mutex::new(HashMap::new()),
                 group_seen: Mutex::new(HashMap::new()),
+                group_subs: Mutex::new(HashMap::new()),
+                next_sub_id: std::sync::atomic::AtomicU64::new(1),
             }),
+        };
+        // Without a runtime (never the case in a node) members expire only
+        // when their group is used.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            tokio::spawn(consumers::member_timers(Arc::downgrade(&svc.inner)));
         }
+        svc
     }
 
     /// The replicated metadata as this node last applied it.

@@ -135,6 +135,7 @@ impl Service {
             name: name.to_string(),
         })
         .await?;
+        self.bump_groups_consuming(name).await;
         for id in parts {
             self.inner.parts.wait_gone(name, id, START_WAIT).await;
         }

@@ -10,6 +10,7 @@ mod api_acks;
 mod api_cli;
 mod api_common;
 mod api_flow;
+mod api_groups;
 mod api_lifecycle;
 mod api_parity;
 mod api_positions;
