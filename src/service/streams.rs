@@ -144,16 +144,21 @@ impl Service {
 
     /// The partitions a pause or readonly request applies to: the ones
     /// named, or all of the stream's when none are. NOT_FOUND for an unknown
-    /// stream or partition.
+    /// stream or partition, as Liftbridge's metadata.go maps its
+    /// ErrStreamNotFound / ErrPartitionNotFound preconditions.
     fn target_partitions(&self, name: &str, partitions: &[i32]) -> Result<Vec<i32>, ServiceError> {
         let state = self.state();
-        let s = state
-            .stream(name)
-            .ok_or_else(|| ServiceError::NotFound("No such stream".into()))?;
-        for p in partitions {
-            if s.partition(*p).is_none() {
-                return Err(ServiceError::NotFound(format!("No such partition {p}")));
-            }
+        // Liftbridge's words: its API checks the stream itself when no
+        // partition is named, its metadata precondition otherwise.
+        let s = state.stream(name).ok_or_else(|| {
+            ServiceError::NotFound(if partitions.is_empty() {
+                "stream not found".into()
+            } else {
+                "stream does not exist".into()
+            })
+        })?;
+        if partitions.iter().any(|p| s.partition(*p).is_none()) {
+            return Err(ServiceError::NotFound("partition does not exist".into()));
         }
         Ok(if partitions.is_empty() {
             s.partitions.iter().map(|p| p.id).collect()

@@ -209,7 +209,10 @@ async fn parity_stream_and_subscribe_codes() {
         })
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    assert_eq!(
+        (e.code(), e.message()),
+        (Code::NotFound, "partition does not exist")
+    );
     let e = c
         .set_stream_readonly(proto::SetStreamReadonlyRequest {
             name: "s".into(),
@@ -218,7 +221,21 @@ async fn parity_stream_and_subscribe_codes() {
         })
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    assert_eq!(
+        (e.code(), e.message()),
+        (Code::NotFound, "partition does not exist")
+    );
+    let e = c
+        .pause_stream(proto::PauseStreamRequest {
+            name: "ghost".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.code(), e.message()),
+        (Code::NotFound, "stream not found")
+    );
     let pm = partition_metadata(&mut c, "s", 0).await;
     assert!(!pm.paused && !pm.readonly);
 
