@@ -548,6 +548,29 @@ async fn forward_acks(
 mod tests {
     use super::*;
 
+    /// A session's failed resume (INTERNAL from the service) is the async
+    /// error code INTERNAL, not READONLY, which is for FAILED_PRECONDITION.
+    #[test]
+    fn async_error_codes() {
+        use proto::publish_async_error::Code;
+        let code = |e: ServiceError| async_error_code(&e);
+        assert_eq!(
+            code(ServiceError::Internal("failed to resume stream: x".into())),
+            Code::Internal
+        );
+        assert_eq!(
+            code(ServiceError::FailedPrecondition(
+                "Partition is readonly".into()
+            )),
+            Code::Readonly
+        );
+        assert_eq!(code(ServiceError::NotFound("x".into())), Code::NotFound);
+        assert_eq!(
+            code(ServiceError::InvalidArgument("x".into())),
+            Code::BadRequest
+        );
+    }
+
     #[test]
     fn grpc_timeout_units() {
         assert_eq!(parse_grpc_timeout("5S"), Some(Duration::from_secs(5)));

@@ -72,6 +72,17 @@ pub struct PublishSession {
     pub window: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
+/// A failed resume as the caller sees it: as is for Publish, INTERNAL
+/// "failed to resume stream: …" in a PublishAsync session (Liftbridge's
+/// publishLoop reports it with code INTERNAL whatever the cause).
+fn resume_failed(e: ServiceError, in_session: bool) -> ServiceError {
+    if in_session {
+        ServiceError::Internal(format!("failed to resume stream: {e}"))
+    } else {
+        e
+    }
+}
+
 impl Service {
     /// Publishes to a stream partition and, when `wait` is given (and the
     /// policy is not NONE), waits that long for the ack. An ack that
@@ -127,11 +138,7 @@ impl Service {
             ));
         }
         if let Err(e) = self.ensure_resumed(s, r.partition).await {
-            return Err(if in_session {
-                ServiceError::Internal(format!("failed to resume stream: {e}"))
-            } else {
-                e
-            });
+            return Err(resume_failed(e, in_session));
         }
         let subject = s.partition_subject(r.partition);
         let wait = wait.filter(|_| r.ack_policy != AckPolicy::None);
@@ -248,5 +255,29 @@ impl Service {
             Ok(None) => Err(ServiceError::Internal("server shutting down".into())),
             Err(_) => Err(ServiceError::Timeout("timed out waiting for ack".into())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_resume_is_internal_only_in_a_session() {
+        let e = || ServiceError::NotFound("partition does not exist".into());
+        assert!(matches!(
+            resume_failed(e(), true),
+            ServiceError::Internal(m) if m == "failed to resume stream: partition does not exist"
+        ));
+        assert!(matches!(
+            resume_failed(e(), false),
+            ServiceError::NotFound(_)
+        ));
+        // Whatever the cause, a session reports INTERNAL.
+        let pre = ServiceError::FailedPrecondition("x".into());
+        assert!(matches!(
+            resume_failed(pre, true),
+            ServiceError::Internal(_)
+        ));
     }
 }
