@@ -437,7 +437,17 @@ impl PartitionManager {
                         self.inner.paused.lock().insert(key, o);
                     }
                     Err(e) => {
+                        // Reported once: unknown offsets (-1) stand until
+                        // the partition resumes, rather than a retry and a
+                        // log line on every reconciliation.
                         tracing::warn!(stream = %s.name, partition = p.id, error = %e, "reading a paused partition's offsets");
+                        let unknown = PausedOffsets {
+                            creation_ns: s.creation_timestamp_ns,
+                            high_watermark: -1,
+                            newest_offset: -1,
+                            received: (0, 0),
+                        };
+                        self.inner.paused.lock().insert(key, unknown);
                     }
                 }
             }
