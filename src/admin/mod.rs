@@ -122,9 +122,10 @@ impl From<ServiceError> for AdminError {
             ServiceError::Read(end) => {
                 let m = end.to_string();
                 match end {
-                    ReadEnd::StopReached | ReadEnd::Empty | ReadEnd::ReadonlyEnd => {
-                        AdminError::TooManyRequests(m)
-                    }
+                    ReadEnd::StopReached
+                    | ReadEnd::Empty
+                    | ReadEnd::ReadonlyEnd
+                    | ReadEnd::ReverseEnd => AdminError::TooManyRequests(m),
                     ReadEnd::Deleted => AdminError::NotFound(m),
                     ReadEnd::Paused => AdminError::Conflict(m),
                     ReadEnd::Shutdown => AdminError::Unavailable(m),

@@ -11,7 +11,9 @@ use bytes::Bytes;
 use super::proto;
 use crate::cluster::{StreamConfig, StreamMeta};
 use crate::partition::reader::{StartPosition, StopPosition};
-use crate::service::{self, ConsumerRef, CreateStream, Publish, PublishToSubject, Service};
+use crate::service::{
+    self, ConsumerRef, CreateStream, Publish, PublishToSubject, Service, ServiceError,
+};
 use crate::store::Record;
 use crate::wire::AckPolicy;
 
@@ -75,21 +77,26 @@ pub fn publish_to_subject(r: proto::PublishToSubjectRequest) -> PublishToSubject
     }
 }
 
-/// A Subscribe request in the domain's terms.
-pub fn subscribe(r: proto::SubscribeRequest) -> service::SubscribeRequest {
-    service::SubscribeRequest {
-        start: start_position(&r),
-        stop: stop_position(&r),
+/// A Subscribe request in the domain's terms; INVALID_ARGUMENT for a start
+/// or stop position this server does not know. A consumer without a group
+/// id is no group member, as in Liftbridge.
+pub fn subscribe(r: proto::SubscribeRequest) -> Result<service::SubscribeRequest, ServiceError> {
+    Ok(service::SubscribeRequest {
+        start: start_position(&r)?,
+        stop: stop_position(&r)?,
         stream: r.stream,
         partition: r.partition,
         resume: r.resume,
         reverse: r.reverse,
-        consumer: r.consumer.map(|c| ConsumerRef {
-            group_id: c.group_id,
-            group_epoch: c.group_epoch,
-            consumer_id: c.consumer_id,
-        }),
-    }
+        consumer: r
+            .consumer
+            .filter(|c| !c.group_id.is_empty())
+            .map(|c| ConsumerRef {
+                group_id: c.group_id,
+                group_epoch: c.group_epoch,
+                consumer_id: c.consumer_id,
+            }),
+    })
 }
 
 /// A partition's metadata as FetchMetadata/FetchPartitionMetadata report
@@ -138,31 +145,33 @@ pub fn stream_metadata(svc: &Service, s: &StreamMeta) -> proto::StreamMetadata {
     }
 }
 
-/// The start position a subscribe request asks for (unknown values read as
-/// NEW_ONLY, as Liftbridge does).
-pub fn start_position(req: &proto::SubscribeRequest) -> StartPosition {
-    match proto::StartPosition::try_from(req.start_position)
-        .unwrap_or(proto::StartPosition::NewOnly)
-    {
+/// The start position a subscribe request asks for (INVALID_ARGUMENT
+/// "Unknown StartPosition <n>" for a value outside the enum, as Liftbridge).
+pub fn start_position(req: &proto::SubscribeRequest) -> Result<StartPosition, ServiceError> {
+    let pos = proto::StartPosition::try_from(req.start_position).map_err(|_| {
+        ServiceError::InvalidArgument(format!("Unknown StartPosition {}", req.start_position))
+    })?;
+    Ok(match pos {
         proto::StartPosition::NewOnly => StartPosition::NewOnly,
         proto::StartPosition::Offset => StartPosition::Offset(req.start_offset),
         proto::StartPosition::Earliest => StartPosition::Earliest,
         proto::StartPosition::Latest => StartPosition::Latest,
         proto::StartPosition::Timestamp => StartPosition::Timestamp(req.start_timestamp),
-    }
+    })
 }
 
-/// The stop position a subscribe request asks for (unknown values read as
-/// STOP_ON_CANCEL).
-pub fn stop_position(req: &proto::SubscribeRequest) -> StopPosition {
-    match proto::StopPosition::try_from(req.stop_position)
-        .unwrap_or(proto::StopPosition::StopOnCancel)
-    {
+/// The stop position a subscribe request asks for (INVALID_ARGUMENT
+/// "Unknown StopPosition <n>" for a value outside the enum).
+pub fn stop_position(req: &proto::SubscribeRequest) -> Result<StopPosition, ServiceError> {
+    let pos = proto::StopPosition::try_from(req.stop_position).map_err(|_| {
+        ServiceError::InvalidArgument(format!("Unknown StopPosition {}", req.stop_position))
+    })?;
+    Ok(match pos {
         proto::StopPosition::StopOnCancel => StopPosition::OnCancel,
         proto::StopPosition::StopOffset => StopPosition::Offset(req.stop_offset),
         proto::StopPosition::StopLatest => StopPosition::Latest,
         proto::StopPosition::StopTimestamp => StopPosition::Timestamp(req.stop_timestamp),
-    }
+    })
 }
 
 /// Converts a stored record into the API's `Message`, with the `subject`

@@ -57,6 +57,9 @@ impl From<ReadEnd> for Status {
             ReadEnd::StopReached | ReadEnd::Empty | ReadEnd::ReadonlyEnd => {
                 Status::resource_exhausted(m)
             }
+            // Liftbridge passes its reverse reader's io.EOF through
+            // status.Convert: UNKNOWN "EOF".
+            ReadEnd::ReverseEnd => Status::unknown(m),
             ReadEnd::Deleted => Status::not_found(m),
             ReadEnd::Paused => Status::failed_precondition(m),
             ReadEnd::Shutdown => Status::unavailable(m),
@@ -168,7 +171,7 @@ impl Api for ApiService {
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         let r = request.into_inner();
         let (stream, partition): (Arc<str>, i32) = (r.stream.as_str().into(), r.partition);
-        let sub = self.service.subscribe(convert::subscribe(r)).await?;
+        let sub = self.service.subscribe(convert::subscribe(r)?).await?;
         // The first (empty) message tells the client the subscription is
         // established, as Liftbridge does.
         let handshake = futures::stream::once(async { Ok(proto::Message::default()) });
@@ -544,6 +547,29 @@ async fn forward_acks(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A session's failed resume (INTERNAL from the service) is the async
+    /// error code INTERNAL, not READONLY, which is for FAILED_PRECONDITION.
+    #[test]
+    fn async_error_codes() {
+        use proto::publish_async_error::Code;
+        let code = |e: ServiceError| async_error_code(&e);
+        assert_eq!(
+            code(ServiceError::Internal("failed to resume stream: x".into())),
+            Code::Internal
+        );
+        assert_eq!(
+            code(ServiceError::FailedPrecondition(
+                "Partition is readonly".into()
+            )),
+            Code::Readonly
+        );
+        assert_eq!(code(ServiceError::NotFound("x".into())), Code::NotFound);
+        assert_eq!(
+            code(ServiceError::InvalidArgument("x".into())),
+            Code::BadRequest
+        );
+    }
 
     #[test]
     fn grpc_timeout_units() {

@@ -403,7 +403,7 @@ impl Partition {
         let mut kept = Vec::with_capacity(pendings.len());
         for (r, p) in records.into_iter().zip(pendings) {
             if p.too_large {
-                self.send_ack(&p, -1, AckError::TooLarge);
+                self.send_ack(&p, 0, AckError::TooLarge);
             } else {
                 kept_records.push(r);
                 kept.push(p);
@@ -432,7 +432,7 @@ impl Partition {
                         self.send_ack(&p, a.first_offset as i64, AckError::Ok);
                     }
                     Err(StoreError::OffsetMismatch { .. }) => {
-                        self.send_ack(&p, -1, AckError::IncorrectOffset);
+                        self.send_ack(&p, 0, AckError::IncorrectOffset);
                     }
                     Err(e) => return Err(e),
                 }
@@ -527,10 +527,22 @@ impl Partition {
         }
     }
 
+    /// Sends the ack of a message, as Liftbridge does: a success only when
+    /// the message asked for one (policy not NONE); an error (TOO_LARGE,
+    /// INCORRECT_OFFSET) whenever there is an inbox, with offset 0, and a
+    /// TOO_LARGE nack without a commit timestamp (it was never committed).
     fn send_ack(&self, p: &Pending, offset: i64, err: AckError) {
-        if p.ack_inbox.is_empty() || p.ack_policy == AckPolicy::None as i32 {
+        if p.ack_inbox.is_empty() {
             return;
         }
+        if err == AckError::Ok && p.ack_policy == AckPolicy::None as i32 {
+            return;
+        }
+        let commit_timestamp = if err == AckError::TooLarge {
+            0
+        } else {
+            now_ns()
+        };
         let ack = Ack {
             stream: self.stream.clone(),
             partition_subject: self.stream_subject.clone(),
@@ -540,7 +552,7 @@ impl Partition {
             correlation_id: p.correlation_id.clone(),
             ack_policy: p.ack_policy,
             reception_timestamp: p.reception_ns,
-            commit_timestamp: now_ns(),
+            commit_timestamp,
             ack_error: err as i32,
         };
         if let Err(e) = self

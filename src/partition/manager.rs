@@ -139,6 +139,19 @@ pub enum PartitionError {
 
 type Key = (String, i32);
 
+/// What a paused partition's closed log holds, as metadata reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PausedOffsets {
+    /// Creation time of the stream incarnation these offsets belong to.
+    pub creation_ns: i64,
+    /// High watermark when the partition stopped, -1 for none.
+    pub high_watermark: i64,
+    /// Newest stored offset, -1 for none.
+    pub newest_offset: i64,
+    /// First and latest reception time of a recorded message (ns, 0 = none).
+    pub received: (i64, i64),
+}
+
 struct Inner {
     data_dir: PathBuf,
     me: String,
@@ -149,6 +162,11 @@ struct Inner {
     /// Streams seen in the metadata (name → creation time), to tell a
     /// deletion from a state that is not loaded yet.
     seen: Mutex<HashMap<String, i64>>,
+    /// The offsets of partitions led here that are paused (their log is
+    /// closed): taken when they stop, or read once from the closed log
+    /// after a restart, so metadata reports them as Liftbridge does.
+    /// Bounded by the partitions led here; removed on resume or delete.
+    paused: Mutex<HashMap<Key, PausedOffsets>>,
     /// Bumped after every reconciliation (waiters re-check the map).
     generation: watch::Sender<u64>,
 }
@@ -183,6 +201,7 @@ impl PartitionManager {
                 defaults,
                 running: Mutex::new(HashMap::new()),
                 seen: Mutex::new(HashMap::new()),
+                paused: Mutex::new(HashMap::new()),
                 generation: watch::channel(0).0,
             }),
         };
@@ -225,6 +244,17 @@ impl PartitionManager {
             .lock()
             .get(&(stream.to_string(), id))
             .cloned()
+    }
+
+    /// The offsets of a paused partition led here (same stream
+    /// incarnation), if known.
+    pub fn paused_offsets(&self, stream: &str, id: i32, creation_ns: i64) -> Option<PausedOffsets> {
+        self.inner
+            .paused
+            .lock()
+            .get(&(stream.to_string(), id))
+            .copied()
+            .filter(|o| o.creation_ns == creation_ns)
     }
 
     /// The partitions running here, copied out so the lock is not held
@@ -328,6 +358,19 @@ impl PartitionManager {
             }
             self.inner.running.lock().remove(&key);
             let deleted = !same_stream;
+            let paused = same_stream
+                && stream
+                    .and_then(|s| s.partition(key.1))
+                    .is_some_and(|p| p.paused && p.leader == *me);
+            if paused {
+                let offsets = PausedOffsets {
+                    creation_ns: part.creation_ns,
+                    high_watermark: part.high_watermark().map_or(-1, |o| o as i64),
+                    newest_offset: part.log().newest_offset().map_or(-1, |o| o as i64),
+                    received: part.received_timestamps(),
+                };
+                self.inner.paused.lock().insert(key.clone(), offsets);
+            }
             part.stop(if deleted {
                 Closed::Deleted
             } else {
@@ -372,6 +415,43 @@ impl PartitionManager {
             }
             self.remove_stream_dir(&name).await;
         }
+        // Paused offsets: forget those of partitions no longer paused here
+        // (resumed, deleted, recreated, led elsewhere); read those of
+        // paused partitions not known yet (after a restart) from their
+        // closed log.
+        self.inner.paused.lock().retain(|key, o| {
+            state.streams.get(&key.0).is_some_and(|s| {
+                s.creation_timestamp_ns == o.creation_ns
+                    && s.partition(key.1)
+                        .is_some_and(|p| p.paused && p.leader == *me)
+            })
+        });
+        for s in state.streams.values() {
+            for p in s.partitions.iter().filter(|p| p.paused && p.leader == *me) {
+                let key = (s.name.clone(), p.id);
+                if self.inner.paused.lock().contains_key(&key) {
+                    continue;
+                }
+                match self.read_closed_offsets(s, p.id).await {
+                    Ok(o) => {
+                        self.inner.paused.lock().insert(key, o);
+                    }
+                    Err(e) => {
+                        // Reported once: unknown offsets (-1) stand until
+                        // the partition resumes, rather than a retry and a
+                        // log line on every reconciliation.
+                        tracing::warn!(stream = %s.name, partition = p.id, error = %e, "reading a paused partition's offsets");
+                        let unknown = PausedOffsets {
+                            creation_ns: s.creation_timestamp_ns,
+                            high_watermark: -1,
+                            newest_offset: -1,
+                            received: (0, 0),
+                        };
+                        self.inner.paused.lock().insert(key, unknown);
+                    }
+                }
+            }
+        }
         // Start or update what is wanted.
         for (key, (s, id)) in wanted {
             let Some(pm) = s.partition(id) else { continue };
@@ -398,6 +478,45 @@ impl PartitionManager {
             }
         }
         self.inner.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Opens a paused partition's log just long enough to read its
+    /// offsets; alone on this node, its newest offset is its high
+    /// watermark. A partition never written has no directory: -1s.
+    async fn read_closed_offsets(
+        &self,
+        s: &StreamMeta,
+        id: i32,
+    ) -> Result<PausedOffsets, PartitionError> {
+        let dir = self.partition_dir(&s.name, id);
+        let mut o = PausedOffsets {
+            creation_ns: s.creation_timestamp_ns,
+            high_watermark: -1,
+            newest_offset: -1,
+            received: (0, 0),
+        };
+        if !tokio::fs::try_exists(&dir).await.unwrap_or(false) {
+            return Ok(o);
+        }
+        let cfg = self.inner.defaults.log_config(s);
+        let d = dir.clone();
+        let log = tokio::task::spawn_blocking(move || PartitionLog::open(&d, "log", cfg))
+            .await
+            .map_err(|e| PartitionError::Io {
+                path: dir,
+                source: std::io::Error::other(e.to_string()),
+            })??;
+        let stamp = |r: Vec<crate::store::Record>| r.first().map_or(0, |r| r.timestamp_ns);
+        if let (Some(old), Some(new)) = (log.oldest_offset(), log.newest_offset()) {
+            o.newest_offset = new as i64;
+            o.high_watermark = new as i64;
+            o.received = (
+                stamp(log.read(old, 1, usize::MAX).await?),
+                stamp(log.read(new, 1, usize::MAX).await?),
+            );
+        }
+        log.close().await?;
+        Ok(o)
     }
 
     async fn open_partition(

@@ -18,4 +18,6 @@ pub mod manager;
 pub mod reader;
 
 pub use leader::{Closed, Partition, PartitionSettings};
-pub use manager::{ManagerTasks, PartitionDefaults, PartitionError, PartitionManager};
+pub use manager::{
+    ManagerTasks, PartitionDefaults, PartitionError, PartitionManager, PausedOffsets,
+};

@@ -81,6 +81,10 @@ pub enum ReadEnd {
     /// The server is shutting down.
     #[error("Server shutting down")]
     Shutdown,
+    /// A reverse subscription read down to the oldest record (Liftbridge's
+    /// reverse reader reports its end of file, "EOF").
+    #[error("EOF")]
+    ReverseEnd,
     /// Invalid positions (stop before start).
     #[error("{0}")]
     Invalid(String),
@@ -213,8 +217,11 @@ pub async fn run(
     let _ = tx.send(Err(end)).await;
 }
 
-/// Streams records from `start` down to the oldest (reverse subscription),
-/// then ends normally.
+/// Streams records from `start` (at most the newest committed) down to the
+/// oldest (reverse subscription), as Liftbridge's reverse reader does: the
+/// stop offset ends the subscription only when it is delivered
+/// ([`ReadEnd::StopReached`]; the caller refused a stop below the start),
+/// and reaching the oldest record ends it with [`ReadEnd::ReverseEnd`].
 pub async fn run_reverse(
     p: Arc<Partition>,
     start: u64,
@@ -224,32 +231,37 @@ pub async fn run_reverse(
     let _guard = p.subscriber_guard();
     let log = p.log().clone();
     let Some(newest) = p.newest_committed() else {
+        let _ = tx.send(Err(ReadEnd::ReverseEnd)).await;
         return;
     };
-    let oldest = log.oldest_offset().unwrap_or(0);
-    let low = stop.unwrap_or(oldest).max(oldest);
+    let low = log.oldest_offset().unwrap_or(0);
     let mut hi = start.min(newest);
-    loop {
+    let end = loop {
         if hi < low {
-            return;
+            break ReadEnd::ReverseEnd;
         }
         let from = hi.saturating_sub(READ_BATCH as u64 - 1).max(low);
         let recs = match log.read(from, (hi - from + 1) as usize, usize::MAX).await {
             Ok(r) => r,
-            Err(e) => {
-                let _ = tx.send(Err(ReadEnd::Store(e))).await;
-                return;
-            }
+            Err(e) => break ReadEnd::Store(e),
         };
-        let batch: Batch = recs.into_iter().rev().filter(|r| r.offset <= hi).collect();
+        let mut batch: Batch = recs.into_iter().rev().filter(|r| r.offset <= hi).collect();
+        let stop_at = stop.and_then(|st| batch.iter().position(|r| r.offset == st));
+        if let Some(i) = stop_at {
+            batch.truncate(i + 1);
+        }
         if !batch.is_empty() && tx.send(Ok(batch)).await.is_err() {
             return;
         }
+        if stop_at.is_some() {
+            break ReadEnd::StopReached;
+        }
         if from == 0 || from <= low {
-            return;
+            break ReadEnd::ReverseEnd;
         }
         hi = from - 1;
-    }
+    };
+    let _ = tx.send(Err(end)).await;
 }
 
 fn closed_end(why: Closed) -> ReadEnd {

@@ -6,8 +6,11 @@
 //! in memory (filled by SetCursor and by a scan on the first FetchCursor).
 //!
 //! Consumer groups live in the metadata; this node, as a group's
-//! coordinator, tracks when each member was last heard from and evicts the
-//! silent ones whenever the group is used (no background task needed).
+//! coordinator, tracks when each member was last heard from (join and
+//! FetchConsumerGroupAssignments) and evicts the silent ones: whenever the
+//! group is used, and from a timer task ([`member_timers`]) that checks
+//! every group coordinated here a few times per `groups.consumer.timeout`,
+//! so a member expires even when no other member calls.
 
 use std::time::Duration;
 
@@ -41,6 +44,58 @@ pub struct GroupAssignments {
     pub epoch: u64,
     /// Partitions by stream.
     pub assignments: Vec<(String, Vec<i32>)>,
+}
+
+/// How often the member timers look for expired members: a quarter of the
+/// consumer timeout, between 20 ms and 1 s, so a member is evicted at most
+/// that long after its timeout.
+fn timer_tick(consumer_timeout: Duration) -> Duration {
+    (consumer_timeout / 4).clamp(Duration::from_millis(20), Duration::from_secs(1))
+}
+
+/// The member timers of one service: evicts silent members of the groups
+/// this node coordinates. Ends when the service is dropped.
+pub(super) async fn member_timers(inner: std::sync::Weak<super::Inner>) {
+    let tick = match inner.upgrade() {
+        Some(i) => timer_tick(i.opts.consumer_timeout),
+        None => return,
+    };
+    let mut every = tokio::time::interval(tick);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let svc = Service { inner };
+        let me = svc.server_id().to_string();
+        let groups: Vec<String> = svc
+            .state()
+            .groups
+            .values()
+            .filter(|g| g.coordinator == me)
+            .map(|g| g.id.clone())
+            .collect();
+        for g in groups {
+            if let Err(e) = svc.evict_expired(&g).await {
+                tracing::warn!(group = %g, error = %e, "expiring consumer group members");
+            }
+        }
+        // Forget members that left or moved away: the map stays bounded by
+        // the members of groups coordinated here.
+        let state = svc.state();
+        svc.inner.group_seen.lock().retain(|(g, c), _| {
+            state
+                .group(g)
+                .is_some_and(|g| g.coordinator == me && g.members.contains_key(c))
+        });
+    }
+}
+
+/// INVALID_ARGUMENT with `message` when `v` is empty.
+fn require(v: &str, message: &str) -> Result<(), ServiceError> {
+    if v.is_empty() {
+        return Err(ServiceError::InvalidArgument(message.into()));
+    }
+    Ok(())
 }
 
 fn cursor_key(cursor_id: &str, stream: &str, partition: i32) -> String {
@@ -81,7 +136,7 @@ impl Service {
             expected_offset: -1,
             ..Default::default()
         };
-        let ack = self.publish_one(req, Some(CURSOR_TIMEOUT)).await?;
+        let ack = self.publish_one(req, Some(CURSOR_TIMEOUT), false).await?;
         if ack.is_some_and(|a| a.ack_error != AckError::Ok as i32) {
             return Err(ServiceError::Internal("failed to store cursor".into()));
         }
@@ -179,19 +234,40 @@ impl Service {
         consumer_id: &str,
         streams: Vec<String>,
     ) -> Result<GroupJoined, ServiceError> {
-        if group_id.is_empty() || consumer_id.is_empty() || streams.is_empty() {
-            return Err(ServiceError::InvalidArgument(
-                "group id, consumer id and streams are required".into(),
-            ));
+        require(group_id, "No groupId provided")?;
+        require(consumer_id, "No consumerId provided")?;
+        if streams.is_empty() {
+            return Err(ServiceError::InvalidArgument("No streams provided".into()));
         }
         self.evict_expired(group_id).await?;
+        // Liftbridge's join preconditions, all FAILED_PRECONDITION: joining
+        // twice is refused, and so are streams that do not exist.
+        let state = self.state();
+        if state
+            .group(group_id)
+            .is_some_and(|g| g.members.contains_key(consumer_id))
+        {
+            return Err(ServiceError::FailedPrecondition(
+                "consumer is already a member of the consumer group".into(),
+            ));
+        }
+        if streams.iter().any(|s| state.stream(s).is_none()) {
+            return Err(ServiceError::FailedPrecondition(
+                "stream does not exist".into(),
+            ));
+        }
         self.propose(MetaCommand::JoinConsumerGroup {
             group_id: group_id.to_string(),
             consumer_id: consumer_id.to_string(),
             streams,
             coordinator: self.inner.parts.server_id().to_string(),
         })
-        .await?;
+        .await
+        .map_err(|e| match e {
+            // Deleted between the check and the apply.
+            ServiceError::NotFound(m) => ServiceError::FailedPrecondition(m),
+            e => e,
+        })?;
         self.touch_member(group_id, consumer_id);
         let state = self.state();
         let g = state
@@ -211,11 +287,8 @@ impl Service {
         group_id: &str,
         consumer_id: &str,
     ) -> Result<(), ServiceError> {
-        if group_id.is_empty() || consumer_id.is_empty() {
-            return Err(ServiceError::InvalidArgument(
-                "group id and consumer id are required".into(),
-            ));
-        }
+        require(group_id, "No groupId provided")?;
+        require(consumer_id, "No consumerId provided")?;
         self.propose(MetaCommand::LeaveConsumerGroup {
             group_id: group_id.to_string(),
             consumer_id: consumer_id.to_string(),
@@ -236,6 +309,8 @@ impl Service {
         consumer_id: &str,
         epoch: u64,
     ) -> Result<GroupAssignments, ServiceError> {
+        require(group_id, "No groupId provided")?;
+        require(consumer_id, "No consumerId provided")?;
         self.evict_expired(group_id).await?;
         let state = self.state();
         let g = state
@@ -279,28 +354,66 @@ impl Service {
         coordinator: &str,
         epoch: u64,
     ) -> Result<(), ServiceError> {
+        require(group_id, "No groupId provided")?;
+        require(consumer_id, "No consumerId provided")?;
+        require(coordinator, "No coordinator provided")?;
         let state = self.state();
-        let g = state
-            .group(group_id)
-            .ok_or_else(|| ServiceError::NotFound("No such consumer group".into()))?;
-        if !g.members.contains_key(consumer_id) {
-            return Err(ServiceError::FailedPrecondition(
-                "Consumer is not a member of the group".into(),
-            ));
-        }
+        let g = state.group(group_id).ok_or_else(|| {
+            ServiceError::FailedPrecondition(format!("No such consumer group {group_id}"))
+        })?;
         // A report about a coordinator or epoch that is no longer current
-        // is stale; otherwise, with this node the only possible
-        // coordinator, the group moves to this node (bumping the epoch so
-        // consumers refetch their assignments).
-        if g.coordinator == coordinator && g.epoch == epoch {
-            self.propose(MetaCommand::ChangeGroupCoordinator {
-                group_id: group_id.to_string(),
-                coordinator: self.inner.parts.server_id().to_string(),
-                epoch,
-            })
-            .await?;
+        // is refused, as Liftbridge refuses it.
+        if g.coordinator != coordinator || g.epoch != epoch {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "Coordinator generation mismatch, current coordinator: {} epoch: {}, got coordinator: {} epoch: {}",
+                g.coordinator, g.epoch, coordinator, epoch
+            )));
         }
-        Ok(())
+        if !g.members.contains_key(consumer_id) {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "Consumer {consumer_id} is not a member of consumer group {group_id}"
+            )));
+        }
+        // With this node the only possible new coordinator, the group moves
+        // here (bumping the epoch so consumers refetch their assignments).
+        self.propose(MetaCommand::ChangeGroupCoordinator {
+            group_id: group_id.to_string(),
+            coordinator: self.inner.parts.server_id().to_string(),
+            epoch,
+        })
+        .await
+    }
+
+    /// Bumps the epoch of every group with a member reading `stream` (just
+    /// deleted), as Liftbridge does, so members refetch assignments that no
+    /// longer name it. The coordinator stays; a group whose epoch moved
+    /// meanwhile already made its members refetch, so a stale-epoch refusal
+    /// is fine. Best effort: a failure is logged, the deletion stands.
+    pub(super) async fn bump_groups_consuming(&self, stream: &str) {
+        let state = self.state();
+        let groups: Vec<(String, String, u64)> = state
+            .groups
+            .values()
+            .filter(|g| g.members.values().any(|ss| ss.iter().any(|s| s == stream)))
+            .map(|g| (g.id.clone(), g.coordinator.clone(), g.epoch))
+            .collect();
+        for (group_id, coordinator, epoch) in groups {
+            let r = self
+                .propose(MetaCommand::ChangeGroupCoordinator {
+                    group_id: group_id.clone(),
+                    coordinator,
+                    epoch,
+                })
+                .await;
+            match r {
+                Ok(())
+                | Err(ServiceError::FailedPrecondition(_))
+                | Err(ServiceError::NotFound(_)) => {}
+                Err(e) => {
+                    tracing::warn!(group = %group_id, stream, error = %e, "bumping the epoch of a group after a stream deletion");
+                }
+            }
+        }
     }
 
     /// Evicts members of `group` this coordinator has not heard from within

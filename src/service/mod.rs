@@ -23,8 +23,10 @@
 //! `partition`, `cluster` (metadata), `wire`, `store` and `nats`.
 //!
 //! Tasks: one ack-routing task per service (spawned on the first acked
-//! publish, ends with the service or the NATS server); the readers spawned
-//! by [`Service::subscribe`] belong to their subscription.
+//! publish, ends with the service or the NATS server); one member-timer
+//! task per service (spawned with it, ends when the service is dropped)
+//! that expires silent consumer-group members; the readers spawned by
+//! [`Service::subscribe`] belong to their subscription.
 
 pub mod acks;
 pub mod consumers;
@@ -167,6 +169,12 @@ struct Inner {
     /// Last time each (group, consumer) joined or fetched its assignments,
     /// on the coordinator (this node): the liveness that eviction checks.
     group_seen: Mutex<HashMap<(String, String), tokio::time::Instant>>,
+    /// The group member subscribed to each partition here, by (stream,
+    /// partition, group): one entry per live group subscription, removed
+    /// when it ends.
+    group_subs: Mutex<HashMap<(String, i32, String), subscribe::GroupSub>>,
+    /// Ids telling a group subscription from the one that replaced it.
+    next_sub_id: std::sync::atomic::AtomicU64,
 }
 
 /// The use cases of this node. Cheap to clone.
@@ -175,13 +183,33 @@ pub struct Service {
     inner: Arc<Inner>,
 }
 
-/// Names that cannot be used as a directory name are rejected up front.
-fn valid_stream_name(name: &str) -> bool {
-    !name.is_empty()
+/// Longest stream name, in bytes: the name is the stream's directory name
+/// (`<data dir>/streams/<name>`), and Linux file systems refuse names over
+/// NAME_MAX (255 bytes) with ENAMETOOLONG.
+pub const MAX_STREAM_NAME_BYTES: usize = 255;
+
+/// Refuses, before anything is committed, a stream name that cannot be its
+/// directory name: empty, `.`/`..`, a path separator, NUL or whitespace,
+/// or longer than [`MAX_STREAM_NAME_BYTES`]. A name accepted here can
+/// always be stored, so no stream is ever listed without a directory.
+fn check_stream_name(name: &str) -> Result<(), ServiceError> {
+    if name.len() > MAX_STREAM_NAME_BYTES {
+        return Err(ServiceError::InvalidArgument(format!(
+            "Stream name is {} bytes long, longer than the {MAX_STREAM_NAME_BYTES} bytes a directory name may have",
+            name.len()
+        )));
+    }
+    let valid = !name.is_empty()
         && name != "."
         && name != ".."
         && !name.contains(['/', '\\', '\0'])
-        && !name.chars().any(char::is_whitespace)
+        && !name.chars().any(char::is_whitespace);
+    if !valid {
+        return Err(ServiceError::InvalidArgument(format!(
+            "Invalid stream name {name:?}: it must be usable as a directory name (no '/', '\\', NUL or whitespace, not '.' or '..')"
+        )));
+    }
+    Ok(())
 }
 
 impl Service {
@@ -193,7 +221,7 @@ impl Service {
         opts: ServiceOptions,
     ) -> Service {
         let acks = acks::AckRouter::new(nats.clone(), &opts.namespace);
-        Service {
+        let svc = Service {
             inner: Arc::new(Inner {
                 meta,
                 parts,
@@ -202,8 +230,16 @@ impl Service {
                 acks,
                 cursors: Mutex::new(HashMap::new()),
                 group_seen: Mutex::new(HashMap::new()),
+                group_subs: Mutex::new(HashMap::new()),
+                next_sub_id: std::sync::atomic::AtomicU64::new(1),
             }),
+        };
+        // Without a runtime (never the case in a node) members expire only
+        // when their group is used.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            tokio::spawn(consumers::member_timers(Arc::downgrade(&svc.inner)));
         }
+        svc
     }
 
     /// The replicated metadata as this node last applied it.
@@ -288,10 +324,20 @@ mod tests {
 
     #[test]
     fn stream_names() {
-        assert!(valid_stream_name("orders"));
-        assert!(!valid_stream_name(".."));
-        assert!(!valid_stream_name("a/b"));
-        assert!(!valid_stream_name("a b"));
-        assert!(!valid_stream_name(""));
+        assert!(check_stream_name("orders").is_ok());
+        for bad in ["..", ".", "a/b", "a\\b", "a b", "", "a\0b"] {
+            assert!(
+                matches!(
+                    check_stream_name(bad),
+                    Err(ServiceError::InvalidArgument(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        // The limit is in bytes, as the file system counts.
+        assert!(check_stream_name(&"x".repeat(MAX_STREAM_NAME_BYTES)).is_ok());
+        assert!(check_stream_name(&"x".repeat(MAX_STREAM_NAME_BYTES + 1)).is_err());
+        assert!(check_stream_name(&"é".repeat(128)).is_err(), "256 bytes");
+        assert!(check_stream_name(&"x".repeat(10_000)).is_err());
     }
 }

@@ -72,6 +72,17 @@ pub struct PublishSession {
     pub window: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
+/// A failed resume as the caller sees it: as is for Publish, INTERNAL
+/// "failed to resume stream: …" in a PublishAsync session (Liftbridge's
+/// publishLoop reports it with code INTERNAL whatever the cause).
+fn resume_failed(e: ServiceError, in_session: bool) -> ServiceError {
+    if in_session {
+        ServiceError::Internal(format!("failed to resume stream: {e}"))
+    } else {
+        e
+    }
+}
+
 impl Service {
     /// Publishes to a stream partition and, when `wait` is given (and the
     /// policy is not NONE), waits that long for the ack. An ack that
@@ -81,7 +92,7 @@ impl Service {
         r: Publish,
         wait: Option<Duration>,
     ) -> Result<Option<Ack>, ServiceError> {
-        let ack = self.publish_one(r, wait).await?;
+        let ack = self.publish_one(r, wait, false).await?;
         if let Some(a) = &ack {
             match AckError::try_from(a.ack_error).unwrap_or(AckError::Unknown) {
                 AckError::Ok => {}
@@ -101,11 +112,14 @@ impl Service {
 
     /// The shared publish path: validate, resume, envelope, publish into
     /// NATS, and wait for the ack when `wait` is given. Ack errors are
-    /// returned in the ack.
+    /// returned in the ack. In a PublishAsync session (`in_session`) a
+    /// failed resume is INTERNAL "failed to resume stream: …", as
+    /// Liftbridge reports it there; Publish returns the resume error as is.
     pub(super) async fn publish_one(
         &self,
         r: Publish,
         wait: Option<Duration>,
+        in_session: bool,
     ) -> Result<Option<Ack>, ServiceError> {
         if r.stream.is_empty() {
             return Err(ServiceError::InvalidArgument("No stream provided".into()));
@@ -123,10 +137,16 @@ impl Service {
                 "BAD_REQUEST: optimistic concurrency control requires an ack policy other than NONE".into(),
             ));
         }
-        self.ensure_resumed(s, r.partition).await?;
+        if let Err(e) = self.ensure_resumed(s, r.partition).await {
+            return Err(resume_failed(e, in_session));
+        }
         let subject = s.partition_subject(r.partition);
         let wait = wait.filter(|_| r.ack_policy != AckPolicy::None);
+        // The envelope names the stream and the subject it is published
+        // on, as Liftbridge's server-built envelopes do.
         let msg = Message {
+            stream: r.stream,
+            subject: subject.clone(),
             offset: r.expected_offset,
             key: r.key,
             value: r.value,
@@ -150,8 +170,11 @@ impl Service {
             return Err(ServiceError::InvalidArgument("Invalid subject".into()));
         }
         let wait = wait.filter(|_| r.ack_policy != AckPolicy::None);
+        // No expected offset: the field stays 0, as Liftbridge leaves it
+        // (an OCC stream recording this subject checks it against 0).
         let msg = Message {
-            offset: -1,
+            subject: r.subject.clone(),
+            offset: 0,
             key: r.key,
             value: r.value,
             headers: r.headers,
@@ -176,7 +199,7 @@ impl Service {
     /// Publishes one request of a session without waiting for its ack
     /// (which arrives on the session's queue). Ack errors come in the ack.
     pub async fn publish_in_session(&self, r: Publish) -> Result<(), ServiceError> {
-        self.publish_one(r, None).await.map(|_| ())
+        self.publish_one(r, None, true).await.map(|_| ())
     }
 
     async fn publish_and_wait(
@@ -232,5 +255,29 @@ impl Service {
             Ok(None) => Err(ServiceError::Internal("server shutting down".into())),
             Err(_) => Err(ServiceError::Timeout("timed out waiting for ack".into())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_resume_is_internal_only_in_a_session() {
+        let e = || ServiceError::NotFound("partition does not exist".into());
+        assert!(matches!(
+            resume_failed(e(), true),
+            ServiceError::Internal(m) if m == "failed to resume stream: partition does not exist"
+        ));
+        assert!(matches!(
+            resume_failed(e(), false),
+            ServiceError::NotFound(_)
+        ));
+        // Whatever the cause, a session reports INTERNAL.
+        let pre = ServiceError::FailedPrecondition("x".into());
+        assert!(matches!(
+            resume_failed(pre, true),
+            ServiceError::Internal(_)
+        ));
     }
 }

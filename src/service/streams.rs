@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    valid_stream_name, Service, ServiceError, ACTIVITY_STREAM, CURSORS_STREAM, START_WAIT,
+    check_stream_name, Service, ServiceError, ACTIVITY_STREAM, CURSORS_STREAM, START_WAIT,
 };
 use crate::cluster::{MetaCommand, MetadataState, StreamConfig, StreamMeta};
 use crate::partition::Partition;
@@ -63,12 +63,7 @@ impl Service {
                 r.name
             )));
         }
-        if !valid_stream_name(&r.name) {
-            return Err(ServiceError::InvalidArgument(format!(
-                "Invalid stream name {:?}",
-                r.name
-            )));
-        }
+        check_stream_name(&r.name)?;
         if r.subject.is_empty() || !crate::nats::subject::is_valid_subject(&r.subject) {
             return Err(ServiceError::InvalidArgument(format!(
                 "Invalid subject {:?}",
@@ -123,12 +118,9 @@ impl Service {
     }
 
     /// Deletes a stream and waits until its partitions stopped here.
+    /// An empty name is a stream that does not exist (NOT_FOUND), as in
+    /// Liftbridge.
     pub async fn delete_stream(&self, name: &str) -> Result<(), ServiceError> {
-        if name.is_empty() {
-            return Err(ServiceError::InvalidArgument(
-                "No stream name provided".into(),
-            ));
-        }
         if name == CURSORS_STREAM || name == ACTIVITY_STREAM {
             return Err(ServiceError::InvalidArgument(format!(
                 "Stream name {name} is reserved"
@@ -143,6 +135,7 @@ impl Service {
             name: name.to_string(),
         })
         .await?;
+        self.bump_groups_consuming(name).await;
         for id in parts {
             self.inner.parts.wait_gone(name, id, START_WAIT).await;
         }
@@ -151,16 +144,21 @@ impl Service {
 
     /// The partitions a pause or readonly request applies to: the ones
     /// named, or all of the stream's when none are. NOT_FOUND for an unknown
-    /// stream or partition.
+    /// stream or partition, as Liftbridge's metadata.go maps its
+    /// ErrStreamNotFound / ErrPartitionNotFound preconditions.
     fn target_partitions(&self, name: &str, partitions: &[i32]) -> Result<Vec<i32>, ServiceError> {
         let state = self.state();
-        let s = state
-            .stream(name)
-            .ok_or_else(|| ServiceError::NotFound("No such stream".into()))?;
-        for p in partitions {
-            if s.partition(*p).is_none() {
-                return Err(ServiceError::NotFound(format!("No such partition {p}")));
-            }
+        // Liftbridge's words: its API checks the stream itself when no
+        // partition is named, its metadata precondition otherwise.
+        let s = state.stream(name).ok_or_else(|| {
+            ServiceError::NotFound(if partitions.is_empty() {
+                "stream not found".into()
+            } else {
+                "stream does not exist".into()
+            })
+        })?;
+        if partitions.iter().any(|p| s.partition(*p).is_none()) {
+            return Err(ServiceError::NotFound("partition does not exist".into()));
         }
         Ok(if partitions.is_empty() {
             s.partitions.iter().map(|p| p.id).collect()
@@ -264,13 +262,28 @@ impl Service {
     /// [`PartitionStatus`]); the running partition is found by name, as the
     /// gRPC metadata calls always did.
     pub fn partition_status(&self, s: &StreamMeta, id: i32) -> PartitionStatus {
+        let paused = || {
+            self.inner
+                .parts
+                .paused_offsets(&s.name, id, s.creation_timestamp_ns)
+        };
         match self.inner.parts.get(&s.name, id) {
             Some(part) => status_of(&part),
-            None => PartitionStatus {
-                high_watermark: -1,
-                newest_offset: -1,
-                received: (0, 0),
-                local: false,
+            // A paused partition led here reports its closed log's offsets,
+            // as Liftbridge does.
+            None => match paused() {
+                Some(o) => PartitionStatus {
+                    high_watermark: o.high_watermark,
+                    newest_offset: o.newest_offset,
+                    received: o.received,
+                    local: false,
+                },
+                None => PartitionStatus {
+                    high_watermark: -1,
+                    newest_offset: -1,
+                    received: (0, 0),
+                    local: false,
+                },
             },
         }
     }
@@ -289,21 +302,20 @@ impl Service {
             Some(s) if s.partition(partition).is_some() => s.clone(),
             _ => return Err(ServiceError::NotFound("partition not found".into())),
         };
-        let leader = s
+        // A paused partition has no leader running (Liftbridge's steps
+        // down on pause), so it is refused like one led elsewhere.
+        let led_here = s
             .partition(partition)
-            .map(|p| p.leader.as_str())
-            .unwrap_or_default();
-        if leader != self.inner.parts.server_id() {
+            .is_some_and(|p| p.leader == self.inner.parts.server_id() && !p.paused);
+        if !led_here {
             return Err(ServiceError::FailedPrecondition(
-                "Server not partition leader".into(),
+                "The request should be sent to partition leader".into(),
             ));
         }
-        if s.partition(partition).is_some_and(|p| !p.paused) {
-            self.inner
-                .parts
-                .wait_for(stream, partition, START_WAIT)
-                .await;
-        }
+        self.inner
+            .parts
+            .wait_for(stream, partition, START_WAIT)
+            .await;
         Ok(s)
     }
 }

@@ -1,12 +1,21 @@
-//! The subscribe use case: check the request against the metadata (group
-//! assignment, leadership, paused), resolve the positions and start a
-//! partition reader.
+//! The subscribe use case: check the request against the metadata
+//! (leadership, paused), resolve the positions and start a partition
+//! reader.
+//!
+//! Consumer-group members follow Liftbridge's rule: one member of a group
+//! reads a partition at a time; a new member's subscription replaces (and
+//! closes) the previous one unless that one holds a newer group epoch, in
+//! which case the new one is refused. Assignments themselves are not
+//! checked here (the member asked the coordinator for them).
 //!
 //! The reader runs as its own task and hands out one store read per item on
 //! a small bounded channel ([`Subscription::batches`]); it ends when the
 //! subscriber drops the channel or the partition stops.
 
+use std::sync::atomic::Ordering;
+
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::{Service, ServiceError, START_WAIT};
 use crate::partition::reader::{self, Batch, ReadEnd, StartPosition, StopPosition};
@@ -45,6 +54,21 @@ pub struct SubscribeRequest {
     pub consumer: Option<ConsumerRef>,
 }
 
+/// (stream, partition, group) of a group member's subscription.
+type GroupKey = (String, i32, String);
+
+/// The group member subscribed to a partition here.
+pub(super) struct GroupSub {
+    /// The member.
+    consumer_id: String,
+    /// The group epoch it subscribed under.
+    epoch: u64,
+    /// Tells this subscription from the one that replaces it.
+    id: u64,
+    /// Closes the subscription when another member replaces it.
+    cancel: CancellationToken,
+}
+
 /// A running subscription.
 pub struct Subscription {
     /// One item per store read, then the reason the subscription ended.
@@ -54,28 +78,21 @@ pub struct Subscription {
 impl Service {
     /// Starts a subscription; errors are for requests that cannot start.
     pub async fn subscribe(&self, r: SubscribeRequest) -> Result<Subscription, ServiceError> {
+        if r.consumer
+            .as_ref()
+            .is_some_and(|c| c.consumer_id.is_empty())
+        {
+            return Err(ServiceError::InvalidArgument(
+                "Consumer id cannot be empty when group id is provided".into(),
+            ));
+        }
         let state = self.state();
-        if let Some(c) = &r.consumer {
-            // A group member may only read what is assigned to it, under the
-            // current group epoch.
-            let g = state
-                .group(&c.group_id)
-                .ok_or_else(|| ServiceError::NotFound("No such consumer group".into()))?;
-            if g.epoch != c.group_epoch {
-                return Err(ServiceError::FailedPrecondition(
-                    "Consumer group epoch is stale".into(),
-                ));
-            }
-            let assigned = g
-                .assignments(&state)
-                .get(&c.consumer_id)
-                .and_then(|a| a.get(&r.stream))
-                .is_some_and(|ps| ps.contains(&r.partition));
-            if !assigned {
-                return Err(ServiceError::FailedPrecondition(
-                    "Partition not assigned to this consumer".into(),
-                ));
-            }
+        let group_key = r
+            .consumer
+            .as_ref()
+            .map(|c| (r.stream.clone(), r.partition, c.group_id.clone()));
+        if let (Some(key), Some(c)) = (&group_key, &r.consumer) {
+            self.check_group_fence(key, c.group_epoch)?;
         }
         let s = match state.stream(&r.stream) {
             Some(s) if s.partition(r.partition).is_some() => s.clone(),
@@ -105,28 +122,101 @@ impl Service {
             })?;
         let start = reader::resolve_start(&p, r.start).await?;
         let mut stop = reader::resolve_stop(&p, r.stop).await?;
-        if stop.is_none() && p.is_readonly() {
-            // A readonly partition ends at its newest message.
-            stop = p.newest_committed();
-            if stop.is_none() {
-                return Err(ReadEnd::ReadonlyEnd.into());
+        // A readonly partition ends at its newest message: -1 when empty,
+        // which is before any start (Liftbridge's rule, in either
+        // direction).
+        let stop_offset = match stop {
+            Some(st) => Some(st as i64),
+            None if p.is_readonly() => Some(p.newest_committed().map_or(-1, |n| n as i64)),
+            None => None,
+        };
+        if let Some(st) = stop_offset {
+            if st < start as i64 {
+                return Err(ServiceError::InvalidArgument(format!(
+                    "Stop offset is before start offset: {st} < {start}"
+                )));
             }
+            stop = Some(st as u64);
         }
-        if !r.reverse {
-            if let Some(st) = stop {
-                if st < start {
-                    return Err(ServiceError::InvalidArgument(
-                        "Stop position is before start position".into(),
-                    ));
-                }
-            }
+        if r.reverse && p.newest_committed().is_none() {
+            // Liftbridge cannot open a reverse reader on an empty log.
+            return Err(ServiceError::Internal(
+                "Failed to create stream reader: segment not found".into(),
+            ));
         }
         let (tx, rx) = mpsc::channel(BATCHES_BUFFERED);
-        if r.reverse {
-            tokio::spawn(reader::run_reverse(p, start, stop, tx));
-        } else {
-            tokio::spawn(reader::run(p, start, stop, tx));
-        }
+        let read = async move {
+            if r.reverse {
+                reader::run_reverse(p, start, stop, tx).await
+            } else {
+                reader::run(p, start, stop, tx).await
+            }
+        };
+        let (Some(key), Some(c)) = (group_key, r.consumer) else {
+            tokio::spawn(read);
+            return Ok(Subscription { batches: rx });
+        };
+        // A group member: replace (and close) the member subscribed here
+        // before, unless it holds a newer epoch; the reader ends when it is
+        // replaced in turn, and only then leaves the map if it is still the
+        // one registered.
+        let cancel = CancellationToken::new();
+        let id = self.register_group_sub(&key, &c, cancel.clone())?;
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = read => {}
+                _ = cancel.cancelled() => {}
+            }
+            let mut subs = inner.group_subs.lock();
+            if subs.get(&key).is_some_and(|g| g.id == id) {
+                subs.remove(&key);
+            }
+        });
         Ok(Subscription { batches: rx })
+    }
+
+    /// Liftbridge's only check on a group member's subscription: another
+    /// member of the same group subscribed to this partition with a newer
+    /// epoch fences it (FAILED_PRECONDITION).
+    fn check_group_fence(&self, key: &GroupKey, epoch: u64) -> Result<(), ServiceError> {
+        match self.inner.group_subs.lock().get(key) {
+            Some(g) if g.epoch > epoch => Err(ServiceError::FailedPrecondition(
+                "Consumer is not currently assigned this partition".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Registers a group member's subscription, closing the one it
+    /// replaces; checks the fence again under the lock (another member may
+    /// have subscribed since the first check). Returns the new entry's id.
+    fn register_group_sub(
+        &self,
+        key: &GroupKey,
+        c: &ConsumerRef,
+        cancel: CancellationToken,
+    ) -> Result<u64, ServiceError> {
+        let id = self.inner.next_sub_id.fetch_add(1, Ordering::Relaxed);
+        let mut subs = self.inner.group_subs.lock();
+        if let Some(prev) = subs.get(key) {
+            if prev.epoch > c.group_epoch {
+                return Err(ServiceError::FailedPrecondition(
+                    "Consumer is not currently assigned this partition".into(),
+                ));
+            }
+            tracing::debug!(stream = %key.0, partition = key.1, group = %key.2, from = %prev.consumer_id, to = %c.consumer_id, "replacing group subscriber");
+            prev.cancel.cancel();
+        }
+        subs.insert(
+            key.clone(),
+            GroupSub {
+                consumer_id: c.consumer_id.clone(),
+                epoch: c.group_epoch,
+                id,
+                cancel,
+            },
+        );
+        Ok(id)
     }
 }

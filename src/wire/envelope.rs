@@ -94,8 +94,10 @@ pub fn decode_raw(data: &[u8], want: MsgType) -> Result<&[u8], EnvelopeError> {
     let hl = data[5];
     let flags = data[6];
     let crc = flags & FLAG_CRC != 0;
-    let expected_hl = if crc { HEADER_LEN_CRC } else { HEADER_LEN };
-    if hl as usize != expected_hl || data.len() < expected_hl {
+    // Liftbridge slices the payload at the header length it is given and
+    // only insists on the exact length when a CRC is flagged; a length past
+    // the data is an error here (Liftbridge would fail on it too).
+    if (crc && hl as usize != HEADER_LEN_CRC) || data.len() < hl as usize {
         return Err(EnvelopeError::BadHeaderLen(hl));
     }
     if data[7] != want as u8 {
@@ -104,7 +106,7 @@ pub fn decode_raw(data: &[u8], want: MsgType) -> Result<&[u8], EnvelopeError> {
             want: want as u8,
         });
     }
-    let payload = &data[expected_hl..];
+    let payload = &data[hl as usize..];
     if crc {
         let stored = u32::from_be_bytes([data[8], data[9], data[10], data[11]]);
         if crc32c::crc32c(payload) != stored {
@@ -196,13 +198,36 @@ mod tests {
         let mut c = encode_raw(MsgType::Publish, &[8, 1], true).to_vec();
         c[8] ^= 0xFF;
         assert_eq!(decode_message(&c).unwrap_err(), EnvelopeError::BadCrc);
-        // header length says CRC but flags do not
-        let mut h = encode_message(&m).to_vec();
-        h[5] = 12;
+        // CRC flagged with a header too short for it
+        let mut h = encode_raw(MsgType::Publish, &[8, 1], true).to_vec();
+        h[5] = 8;
         assert!(matches!(
             decode_message(&h),
-            Err(EnvelopeError::BadHeaderLen(12))
+            Err(EnvelopeError::BadHeaderLen(8))
         ));
+        // a header length past the data
+        let mut h = encode_message(&m).to_vec();
+        h[5] = 200;
+        assert!(matches!(
+            decode_message(&h),
+            Err(EnvelopeError::BadHeaderLen(200))
+        ));
+    }
+
+    /// Without a CRC flag, the header length slices the payload, whatever
+    /// it is (Liftbridge's rule): padding after the fixed header is skipped.
+    #[test]
+    fn header_length_without_crc_slices_the_payload() {
+        let m = pb::Message {
+            value: Bytes::from_static(b"padded"),
+            ..Default::default()
+        };
+        let body = m.encode_to_vec();
+        let mut h = encode_raw(MsgType::Publish, &[], false).to_vec();
+        h[5] = 12;
+        h.extend_from_slice(&[0xAA; 4]);
+        h.extend_from_slice(&body);
+        assert_eq!(decode_message(&h).unwrap(), m);
     }
 
     #[test]
