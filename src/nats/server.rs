@@ -220,6 +220,11 @@ impl ServerInner {
         {
             return;
         }
+        // A client between its INFO and its CONNECT is skipped below; the
+        // new generation tells its reader to send the update after CONNECT
+        // (it marks itself connected before comparing, so one of the two
+        // always reaches it).
+        self.connect_urls_gen.fetch_add(1, Ordering::SeqCst);
         let json = self.info_json(None, None, None, self.lame_duck.load(Ordering::Acquire));
         let mut frame = BytesMut::new();
         proto::encode_info(&mut frame, &json);
