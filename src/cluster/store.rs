@@ -808,3 +808,53 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn check_not_lost_passes_fresh_and_empty_stream_dirs() {
+        let dir = tempfile::tempdir().unwrap();
+        check_not_lost(dir.path()).await.unwrap();
+        // Directories of streams with no partition left: nothing to lose.
+        std::fs::create_dir_all(dir.path().join("streams/a")).unwrap();
+        check_not_lost(dir.path()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn check_not_lost_refuses_missing_or_empty_db_over_stream_data() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("streams/a/0")).unwrap();
+        let err = check_not_lost(dir.path()).await.unwrap_err();
+        let StoreError::MetadataLost { db, streams } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(*db, dir.path().join("raft/raft.redb"));
+        assert_eq!(*streams, dir.path().join("streams"));
+
+        std::fs::create_dir_all(dir.path().join("raft")).unwrap();
+        std::fs::write(dir.path().join("raft/raft.redb"), b"").unwrap();
+        let err = check_not_lost(dir.path()).await.unwrap_err();
+        assert!(matches!(err, StoreError::MetadataLost { .. }), "{err:?}");
+
+        // A non-empty file is for redb to judge.
+        std::fs::write(dir.path().join("raft/raft.redb"), b"x").unwrap();
+        check_not_lost(dir.path()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn open_truncated_file_is_damaged_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = RaftDb::open(dir.path()).await.unwrap();
+        db.close().await;
+        let path = dir.path().join("raft.redb");
+        let full = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &full[..full.len() / 2]).unwrap();
+        let err = RaftDb::open(dir.path()).await.err().expect("must not open");
+        assert!(
+            matches!(&err, StoreError::Damaged { path: p, .. } if *p == path),
+            "{err:?}"
+        );
+    }
+}
