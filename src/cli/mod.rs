@@ -86,8 +86,47 @@ pub fn main(argv: Vec<OsString>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("liftbridge: {e:#}");
+            eprintln!("liftbridge: {}", error_text(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes joined by `: `, skipping a cause whose text the
+/// message already carries (our error types often show their source in
+/// their own text; printing it again would repeat it once per level).
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+
+    #[derive(Debug, thiserror::Error)]
+    enum Outer {
+        #[error("outer: {0}")]
+        Wraps(#[from] std::io::Error),
+    }
+
+    #[test]
+    fn error_text_joins_causes_once() {
+        let plain = anyhow::Error::new(std::io::Error::other("disk")).context("reading x");
+        assert_eq!(error_text(&plain), "reading x: disk");
+        let wrapped = anyhow::Error::new(Outer::from(std::io::Error::other("disk")));
+        assert_eq!(error_text(&wrapped), "outer: disk");
+        let both = wrapped.context("starting");
+        assert_eq!(error_text(&both), "starting: outer: disk");
     }
 }

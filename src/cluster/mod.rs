@@ -366,6 +366,7 @@ impl Metadata {
     where
         N: openraft::RaftNetworkFactory<TypeConfig>,
     {
+        store::check_not_lost(data_dir).await?;
         let dir = data_dir.join("raft");
         let db = RaftDb::open(&dir).await?;
         let mut previous_id = None;

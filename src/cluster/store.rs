@@ -22,13 +22,23 @@
 //!   clusters grow to many thousands of streams.
 //!
 //! Data read back from disk is decoded with serde; a corrupt value becomes a
-//! storage error, never a panic.
+//! storage error, never a panic. A damaged file (truncated, garbage) is
+//! reported as `StoreError::Damaged` naming it: redb asserts on some
+//! malformed headers, so every redb call here runs under `catch_quiet`,
+//! which turns such a panic into an error without printing it.
+//!
+//! Missing metadata must never look like a fresh start: `check_not_lost`
+//! refuses to open when `raft.redb` is missing or empty while the data
+//! directory still holds stream data, since starting would silently drop
+//! every stream (their files would stay on disk, unknown to the metadata).
 
+use std::cell::{Cell, RefCell};
 use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::{Bound, RangeBounds};
-use std::path::Path;
-use std::sync::Arc;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Once};
 
 use openraft::storage::{LogFlushed, RaftLogStorage, RaftStateMachine};
 use openraft::{
@@ -85,6 +95,145 @@ pub enum StoreError {
     /// The blocking task was cancelled or panicked.
     #[error("storage task failed: {0}")]
     Join(String),
+    /// The database file exists but is not a readable redb database
+    /// (truncated, overwritten, or corrupt).
+    #[error(
+        "raft database {path} is damaged ({reason}); restore it from a backup, \
+         or move the data directory away to start empty"
+    )]
+    Damaged {
+        /// The database file.
+        path: PathBuf,
+        /// What redb reported.
+        reason: String,
+    },
+    /// The database file is missing or empty while stream data exists:
+    /// opening would create empty metadata and silently drop the streams.
+    #[error(
+        "raft database {db} is missing or empty but {streams} holds stream data; \
+         refusing to start, as those streams would be silently dropped: restore {db} \
+         from a backup, or move {streams} away to start with no streams"
+    )]
+    MetadataLost {
+        /// The missing or empty database file.
+        db: PathBuf,
+        /// The directory holding stream data.
+        streams: PathBuf,
+    },
+}
+
+thread_local! {
+    /// Set while `catch_quiet` runs on this thread: the panic hook stays silent.
+    static QUIET: Cell<bool> = const { Cell::new(false) };
+    /// Where the last silenced panic happened (for the error message).
+    static QUIET_AT: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+static QUIET_HOOK: Once = Once::new();
+
+/// Runs `f`, turning a panic into `Err(message)` without printing it.
+///
+/// redb 2 asserts on some malformed files instead of returning an error; a
+/// damaged file on disk must give a clear error, not a panic report. The
+/// hook installed once here only silences panics on a thread inside
+/// `catch_quiet`; every other panic goes to the previous hook unchanged.
+fn catch_quiet<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    QUIET_HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if QUIET.with(Cell::get) {
+                let at = info
+                    .location()
+                    .map(|l| format!("{}:{}", l.file(), l.line()));
+                QUIET_AT.with(|a| *a.borrow_mut() = at);
+            } else {
+                previous(info);
+            }
+        }));
+    });
+    let was = QUIET.with(|q| q.replace(true));
+    let res = std::panic::catch_unwind(AssertUnwindSafe(f));
+    QUIET.with(|q| q.set(was));
+    res.map_err(|payload| {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        match QUIET_AT.with(|a| a.borrow_mut().take()) {
+            Some(at) => format!("redb failed a check reading it: {msg} at {at}"),
+            None => format!("redb failed a check reading it: {msg}"),
+        }
+    })
+}
+
+fn boxed<E: Into<redb::Error>>(e: E) -> Box<redb::Error> {
+    Box::new(e.into())
+}
+
+/// Whether a redb error means the file content is bad (as opposed to, say,
+/// the file being locked by another process or a permission problem).
+fn is_damage(e: &redb::Error) -> bool {
+    use std::io::ErrorKind;
+    match e {
+        redb::Error::Corrupted(_) => true,
+        redb::Error::Io(io) => {
+            matches!(io.kind(), ErrorKind::InvalidData | ErrorKind::UnexpectedEof)
+        }
+        _ => false,
+    }
+}
+
+/// Refuses to open over lost metadata: fails with
+/// `StoreError::MetadataLost` when `<data_dir>/raft/raft.redb` is missing or
+/// empty but `<data_dir>/streams` holds stream data (a file, or a stream
+/// directory with anything in it; the layout of `partition::manager`).
+/// A fresh data directory, or one with only empty stream directories, passes.
+pub async fn check_not_lost(data_dir: &Path) -> Result<(), StoreError> {
+    let data_dir = data_dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let db = data_dir.join("raft").join("raft.redb");
+        match std::fs::metadata(&db) {
+            Ok(m) if m.len() > 0 => return Ok(()),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // Unreadable for another reason: opening reports it.
+            Err(_) => return Ok(()),
+        }
+        let streams = data_dir.join("streams");
+        if holds_stream_data(&streams) {
+            Err(StoreError::MetadataLost { db, streams })
+        } else {
+            Ok(())
+        }
+    })
+    .await
+    .map_err(|e| StoreError::Join(e.to_string()))?
+}
+
+/// Whether `streams` holds anything of a stream. An entry that cannot be
+/// read counts as data: refusing is safer than dropping streams unseen.
+fn holds_stream_data(streams: &Path) -> bool {
+    let entries = match std::fs::read_dir(streams) {
+        Ok(entries) => entries,
+        Err(e) => return e.kind() != std::io::ErrorKind::NotFound,
+    };
+    for entry in entries {
+        let Ok(entry) = entry else { return true };
+        let path = entry.path();
+        if !path.is_dir() {
+            return true;
+        }
+        match std::fs::read_dir(&path) {
+            Ok(mut inner) => {
+                if inner.next().is_some() {
+                    return true;
+                }
+            }
+            Err(_) => return true,
+        }
+    }
+    false
 }
 
 macro_rules! redb_err {
@@ -133,17 +282,32 @@ pub struct RaftDb {
 
 impl RaftDb {
     /// Opens (creating if needed) `<dir>/raft.redb` on the blocking pool.
+    /// A file redb cannot read gives `StoreError::Damaged`; a lock held by
+    /// another open stays `StoreError::Redb(DatabaseAlreadyOpen)`, which
+    /// the node start retries.
     pub async fn open(dir: &Path) -> Result<RaftDb, StoreError> {
         let dir = dir.to_path_buf();
         let db = tokio::task::spawn_blocking(move || -> Result<Database, StoreError> {
             std::fs::create_dir_all(&dir).map_err(|e| StoreError::Redb(Box::new(e.into())))?;
-            let db = redb_err!(Database::create(dir.join("raft.redb")))?;
-            // Create both tables so that readers never meet a missing table.
-            let tx = redb_err!(db.begin_write())?;
-            redb_err!(tx.open_table(LOG))?;
-            redb_err!(tx.open_table(META))?;
-            redb_err!(tx.commit())?;
-            Ok(db)
+            let path = dir.join("raft.redb");
+            let opened = catch_quiet(|| -> Result<Database, Box<redb::Error>> {
+                let db = Database::create(&path).map_err(boxed)?;
+                // Create both tables so that readers never meet a missing table.
+                let tx = db.begin_write().map_err(boxed)?;
+                tx.open_table(LOG).map_err(boxed)?;
+                tx.open_table(META).map_err(boxed)?;
+                tx.commit().map_err(boxed)?;
+                Ok(db)
+            });
+            match opened {
+                Ok(Ok(db)) => Ok(db),
+                Ok(Err(e)) if is_damage(&e) => Err(StoreError::Damaged {
+                    path,
+                    reason: e.to_string(),
+                }),
+                Ok(Err(e)) => Err(StoreError::Redb(e)),
+                Err(reason) => Err(StoreError::Damaged { path, reason }),
+            }
         })
         .await
         .map_err(|e| StoreError::Join(e.to_string()))??;
@@ -188,9 +352,11 @@ impl RaftDb {
         F: FnOnce(&Database) -> Result<T, StoreError> + Send + 'static,
     {
         let db = self.db.read().clone().ok_or(StoreError::Closed)?;
-        tokio::task::spawn_blocking(move || f(&db))
+        // A damaged page met after open may make redb panic too.
+        tokio::task::spawn_blocking(move || catch_quiet(|| f(&db)))
             .await
             .map_err(|e| StoreError::Join(e.to_string()))?
+            .map_err(StoreError::Join)?
     }
 
     async fn get_meta<T: DeserializeOwned + Send + 'static>(
@@ -640,5 +806,55 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             meta: s.meta,
             snapshot: Box::new(Cursor::new(s.data)),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn check_not_lost_passes_fresh_and_empty_stream_dirs() {
+        let dir = tempfile::tempdir().unwrap();
+        check_not_lost(dir.path()).await.unwrap();
+        // Directories of streams with no partition left: nothing to lose.
+        std::fs::create_dir_all(dir.path().join("streams/a")).unwrap();
+        check_not_lost(dir.path()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn check_not_lost_refuses_missing_or_empty_db_over_stream_data() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("streams/a/0")).unwrap();
+        let err = check_not_lost(dir.path()).await.unwrap_err();
+        let StoreError::MetadataLost { db, streams } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(*db, dir.path().join("raft/raft.redb"));
+        assert_eq!(*streams, dir.path().join("streams"));
+
+        std::fs::create_dir_all(dir.path().join("raft")).unwrap();
+        std::fs::write(dir.path().join("raft/raft.redb"), b"").unwrap();
+        let err = check_not_lost(dir.path()).await.unwrap_err();
+        assert!(matches!(err, StoreError::MetadataLost { .. }), "{err:?}");
+
+        // A non-empty file is for redb to judge.
+        std::fs::write(dir.path().join("raft/raft.redb"), b"x").unwrap();
+        check_not_lost(dir.path()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn open_truncated_file_is_damaged_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = RaftDb::open(dir.path()).await.unwrap();
+        db.close().await;
+        let path = dir.path().join("raft.redb");
+        let full = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &full[..full.len() / 2]).unwrap();
+        let err = RaftDb::open(dir.path()).await.err().expect("must not open");
+        assert!(
+            matches!(&err, StoreError::Damaged { path: p, .. } if *p == path),
+            "{err:?}"
+        );
     }
 }

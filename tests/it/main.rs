@@ -20,6 +20,7 @@ mod cluster_crash;
 mod cluster_disk;
 mod cluster_interop;
 mod cluster_meta;
+mod cluster_metafiles;
 mod cluster_nats;
 mod cluster_partition;
 mod cluster_procs;
