@@ -293,6 +293,18 @@ pub enum StoreError {
         /// Expected file.
         path: PathBuf,
     },
+    /// The log existed (its journal is there) but its database file is
+    /// missing or empty: it is refused rather than recreated empty, which
+    /// would reuse offsets already handed out.
+    #[error("partition {partition}: database file {} was lost ({detail}); refusing to start an empty log in its place", path.display())]
+    Lost {
+        /// Partition name.
+        partition: String,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
     /// Another process (or handle) holds the database open.
     #[error("partition {partition}: database file {} is locked by another process or handle", path.display())]
     Locked {
