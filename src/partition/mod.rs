@@ -19,5 +19,6 @@ pub mod reader;
 
 pub use leader::{Closed, Partition, PartitionSettings};
 pub use manager::{
-    ManagerTasks, PartitionDefaults, PartitionError, PartitionManager, PausedOffsets,
+    ManagerTasks, PartitionDefaults, PartitionError, PartitionFailure, PartitionManager,
+    PausedOffsets,
 };
