@@ -497,6 +497,14 @@ impl PartitionLog {
                 partition: name.to_owned(),
                 path: path.clone(),
             },
+            // The engine reports a file that is not a database (bad magic
+            // or header) as invalid data: that is corruption, not an I/O
+            // failure worth retrying.
+            DatabaseError::Storage(RedbIo::Io(source))
+                if source.kind() == std::io::ErrorKind::InvalidData =>
+            {
+                corrupt(format!("not a valid database file: {source}"))
+            }
             DatabaseError::Storage(RedbIo::Io(source)) => io(source),
             DatabaseError::Storage(RedbIo::Corrupted(d)) => corrupt(d),
             DatabaseError::UpgradeRequired(v) => {

@@ -128,6 +128,12 @@ async fn damaged_partition_is_refused(how: Damage) {
     let v: serde_json::Value = serde_json::from_str(json).expect("admin JSON");
     let failed = v["failed"].as_str().unwrap_or_default();
     assert!(failed.contains("log.redb"), "{how:?}: {body}");
+    let cause = match how {
+        Damage::Delete => "missing",
+        Damage::Empty => "empty",
+        Damage::Truncate | Damage::Overwrite => "corrupt",
+    };
+    assert!(failed.contains(cause), "{how:?}: {failed}");
     let metrics = http_get(http, "/metrics").await;
     assert!(
         metrics.contains("liftbridge_partition_failed{stream=\"hurt\",partition=\"0\"} 1"),
