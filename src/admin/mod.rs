@@ -127,7 +127,7 @@ impl From<ServiceError> for AdminError {
                     | ReadEnd::ReadonlyEnd
                     | ReadEnd::ReverseEnd => AdminError::TooManyRequests(m),
                     ReadEnd::Deleted => AdminError::NotFound(m),
-                    ReadEnd::Paused => AdminError::Conflict(m),
+                    ReadEnd::Paused | ReadEnd::Failed => AdminError::Conflict(m),
                     ReadEnd::Shutdown => AdminError::Unavailable(m),
                     ReadEnd::Invalid(_) => AdminError::BadRequest(m),
                     ReadEnd::Store(_) => AdminError::Internal(m),

@@ -666,6 +666,32 @@ impl PartitionManager {
         Ok(p)
     }
 
+    /// Stops a running partition whose log was found damaged and keeps it
+    /// failed (refused) until the node restarts.
+    async fn fail_running(&self, key: &Key, p: &Arc<Partition>, reason: String) {
+        let removed = {
+            let mut running = self.inner.running.lock();
+            let same = running.get(key).is_some_and(|r| Arc::ptr_eq(r, p));
+            if same {
+                running.remove(key);
+            }
+            same
+        };
+        if !removed {
+            return;
+        }
+        self.inner.failed.lock().insert(
+            key.clone(),
+            PartitionFailure {
+                creation_ns: p.creation_ns,
+                reason,
+                permanent: true,
+            },
+        );
+        p.stop(Closed::Failed).await;
+        self.inner.generation.send_modify(|g| *g += 1);
+    }
+
     async fn remove_files(&self, stream: &str, id: i32) {
         let dir = self.partition_dir(stream, id);
         let stream_dir = self.inner.data_dir.join("streams").join(stream);
@@ -710,6 +736,15 @@ impl PartitionManager {
             let running = self.running_snapshot();
             since.retain(|k, _| running.iter().any(|(r, _)| r == k));
             let now = now_ns();
+            for (key, p) in &running {
+                if let Some(reason) = p.failure() {
+                    self.fail_running(key, p, reason).await;
+                }
+            }
+            let running: Vec<_> = running
+                .into_iter()
+                .filter(|(_, p)| p.failure().is_none())
+                .collect();
             for (key, p) in running {
                 let Some(s) = state.stream(&key.0) else {
                     continue;

@@ -396,6 +396,41 @@ pub enum StoreError {
     Closed(String),
 }
 
+impl StoreError {
+    /// Whether the error shows that the partition's files are lost or
+    /// damaged (as opposed to a closed log, bad input or a passing I/O
+    /// failure): such a partition must stop being served.
+    pub fn is_corruption(&self) -> bool {
+        match self {
+            StoreError::Lost { .. }
+            | StoreError::Corrupt { .. }
+            | StoreError::CorruptRecord { .. } => true,
+            StoreError::Storage { source, .. } => source.is_corruption(),
+            _ => false,
+        }
+    }
+}
+
+impl EngineError {
+    /// Whether the engine found a damaged page (or panicked on one).
+    pub fn is_corruption(&self) -> bool {
+        match self {
+            EngineError::Storage(e) => matches!(**e, redb::StorageError::Corrupted(_)),
+            EngineError::Transaction(e) => matches!(
+                **e,
+                redb::TransactionError::Storage(redb::StorageError::Corrupted(_))
+            ),
+            EngineError::Table(e) => matches!(
+                **e,
+                redb::TableError::Storage(redb::StorageError::Corrupted(_))
+            ),
+            EngineError::Panicked(_) | EngineError::LeoBehindRecords { .. } => true,
+            EngineError::Stopped(e) => e.is_corruption(),
+            _ => false,
+        }
+    }
+}
+
 /// A failure below the log: the storage engine, the journal file, or a
 /// helper thread.
 #[derive(Debug, Error)]

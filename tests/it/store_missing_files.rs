@@ -6,6 +6,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use liftbridge::api::proto;
 
 use crate::api_common::{
@@ -173,4 +175,96 @@ async fn store_missing_files_truncated_log_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_missing_files_overwritten_log_is_refused() {
     damaged_partition_is_refused(Damage::Overwrite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_missing_files_flipped_bytes_fail_the_partition_when_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let node = start(cfg.clone()).await;
+    let mut c = client(&node).await;
+    create(&mut c, "hurt", "hurt", 1).await;
+    create(&mut c, "fine", "fine", 1).await;
+    const MARK: &[u8] = b"record-value-that-will-be-damaged";
+    for i in 0..3 {
+        let ack = publish_acked(&mut c, "hurt", 0, b"", MARK).await;
+        assert_eq!(ack.offset, i);
+        publish_acked(&mut c, "fine", 0, b"", b"ok").await;
+    }
+    node.shutdown().await;
+
+    // Flip a byte inside every stored copy of the value: the file still
+    // opens, but the records fail their checksum when read.
+    let file = dir.path().join("streams/hurt/0/log.redb");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let mut flipped = 0;
+    let mut i = 0;
+    while i + MARK.len() <= bytes.len() {
+        if &bytes[i..i + MARK.len()] == MARK {
+            bytes[i + 3] ^= 0xFF;
+            flipped += 1;
+            i += MARK.len();
+        } else {
+            i += 1;
+        }
+    }
+    assert!(flipped >= 1, "the value is stored in the database file");
+    std::fs::write(&file, &bytes).unwrap();
+
+    let node = start(cfg).await;
+    let mut c = client(&node).await;
+    // The reader that meets the damage ends with an error, never with the
+    // damaged bytes.
+    let res = c.subscribe(from_earliest("hurt", 0)).await;
+    if let Ok(resp) = res {
+        let mut s = resp.into_inner();
+        let mut delivered = 0;
+        let end = loop {
+            match tokio::time::timeout(Duration::from_secs(5), s.next())
+                .await
+                .expect("the subscription ends in time")
+            {
+                Some(Ok(m)) => {
+                    assert_ne!(m.value, {
+                        let mut v = MARK.to_vec();
+                        v[3] ^= 0xFF;
+                        v
+                    });
+                    delivered += 1;
+                }
+                Some(Err(st)) => break st,
+                None => panic!("stream ended without a status"),
+            }
+        };
+        assert!(delivered <= 1, "only the handshake before the damage");
+        assert!(end.message().contains("corrupt"), "{end:?}");
+    }
+
+    // The partition is then marked failed: publishes are refused (never
+    // acked on a log that cannot be read), metadata and metrics say why.
+    let http = node.http_addr().expect("http enabled");
+    crate::api_common::eventually("the partition is reported failed", || async {
+        http_get(http, "/metrics")
+            .await
+            .contains("liftbridge_partition_failed{stream=\"hurt\",partition=\"0\"} 1")
+    })
+    .await;
+    let err = publish_with_deadline(&mut c, "hurt", b"after")
+        .await
+        .expect_err("a publish to a failed partition is refused");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("corrupt"), "{}", err.message());
+    let err = c
+        .fetch_partition_metadata(proto::FetchPartitionMetadataRequest {
+            stream: "hurt".into(),
+            partition: 0,
+        })
+        .await
+        .expect_err("a failed partition has no healthy metadata");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+
+    // The other stream is untouched.
+    let ack = publish_acked(&mut c, "fine", 0, b"", b"more").await;
+    assert_eq!(ack.offset, 3);
+    node.shutdown().await;
 }
