@@ -68,6 +68,13 @@
 //! never a torn record, and never an acknowledged offset given to another
 //! record.
 //!
+//! A log that existed is never silently recreated: the journal is created
+//! only after the database file, so a journal next to a missing or empty
+//! database file means the file was lost, and [`PartitionLog::open`]
+//! refuses it ([`StoreError::Lost`]) instead of starting over at offset 0.
+//! A damaged file gives [`StoreError::Corrupt`] (never a panic);
+//! [`StoreError::is_corruption`] tells callers to stop serving the log.
+//!
 //! # API in short
 //!
 //! - open: [`PartitionLog::open`] (creates), [`PartitionLog::open_existing`],
