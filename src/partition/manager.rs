@@ -696,6 +696,7 @@ impl PartitionManager {
         let dir = self.partition_dir(stream, id);
         let stream_dir = self.inner.data_dir.join("streams").join(stream);
         let res = tokio::task::spawn_blocking(move || {
+            forget_journal(&dir);
             match std::fs::remove_dir_all(&dir) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -713,10 +714,17 @@ impl PartitionManager {
 
     async fn remove_stream_dir(&self, name: &str) {
         let dir = self.inner.data_dir.join("streams").join(name);
-        let res = tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
+        let res = tokio::task::spawn_blocking(move || {
+            if let Ok(parts) = std::fs::read_dir(&dir) {
+                for p in parts.flatten() {
+                    forget_journal(&p.path());
+                }
+            }
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            }
         })
         .await;
         if let Ok(Err(e)) = res {
@@ -788,6 +796,15 @@ impl PartitionManager {
         }
         self.inner.generation.send_modify(|g| *g += 1);
     }
+}
+
+/// Removes a partition's journal before the rest of its files: the journal
+/// is what proves a log existed, so a removal cut short (crash) must not
+/// leave a journal without its database, which would make a stream later
+/// created under the same name refuse its partition as lost. Best effort:
+/// the directory removal that follows reports failures.
+fn forget_journal(partition_dir: &Path) {
+    let _ = std::fs::remove_file(crate::store::journal::path(partition_dir, "log"));
 }
 
 #[cfg(test)]
