@@ -119,7 +119,16 @@ pub(super) async fn read(
             }
         }
     };
-    let records = log.read(start, limit, PAGE_BYTES).await?;
+    let records = match log.read(start, limit, PAGE_BYTES).await {
+        Ok(r) => r,
+        Err(e) => {
+            // A damaged log fails the partition, as a subscriber's read does.
+            if e.is_corruption() {
+                part.mark_failed(e.to_string());
+            }
+            return Err(e.into());
+        }
+    };
     let next = records
         .last()
         .map_or(start.min(leo), |r| r.offset.saturating_add(1));

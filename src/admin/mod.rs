@@ -127,7 +127,7 @@ impl From<ServiceError> for AdminError {
                     | ReadEnd::ReadonlyEnd
                     | ReadEnd::ReverseEnd => AdminError::TooManyRequests(m),
                     ReadEnd::Deleted => AdminError::NotFound(m),
-                    ReadEnd::Paused => AdminError::Conflict(m),
+                    ReadEnd::Paused | ReadEnd::Failed => AdminError::Conflict(m),
                     ReadEnd::Shutdown => AdminError::Unavailable(m),
                     ReadEnd::Invalid(_) => AdminError::BadRequest(m),
                     ReadEnd::Store(_) => AdminError::Internal(m),
@@ -436,6 +436,10 @@ impl AdminContext {
             }
             None => (-1, -1, -1, 0, 0),
         };
+        let failed = self
+            .parts
+            .failure(&s.name, p.id, s.creation_timestamp_ns)
+            .map(|f| f.reason);
         json!({
             "id": p.id,
             "leader": p.leader,
@@ -451,6 +455,9 @@ impl AdminContext {
             "messages": messages,
             "bytes": bytes,
             "local": local.is_some(),
+            // Why the partition's log could not be opened here (null when
+            // it runs or is not led here).
+            "failed": failed,
         })
     }
 

@@ -61,7 +61,7 @@ impl From<ReadEnd> for Status {
             // status.Convert: UNKNOWN "EOF".
             ReadEnd::ReverseEnd => Status::unknown(m),
             ReadEnd::Deleted => Status::not_found(m),
-            ReadEnd::Paused => Status::failed_precondition(m),
+            ReadEnd::Paused | ReadEnd::Failed => Status::failed_precondition(m),
             ReadEnd::Shutdown => Status::unavailable(m),
             ReadEnd::Invalid(_) => Status::invalid_argument(m),
             ReadEnd::Store(_) => Status::internal(m),

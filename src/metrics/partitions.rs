@@ -2,7 +2,8 @@
 //! scrape time from the metadata and from the logs of the partitions this
 //! node leads: messages and bytes appended since the log was opened here,
 //! high watermark, log end, newest and oldest offsets, messages and bytes
-//! stored, bytes on disk, paused, readonly, ISR size and subscribers.
+//! stored, bytes on disk, paused, readonly, failed (the log could not be
+//! opened here), ISR size and subscribers.
 //!
 //! Offsets follow Liftbridge's convention: -1 when there is none. Paused
 //! partitions have no open log here, so only their metadata series
@@ -50,6 +51,8 @@ struct Row {
     labels: [(&'static str, String); 2],
     paused: bool,
     readonly: bool,
+    /// The partition's log failed to open here (lost or corrupt files).
+    failed: bool,
     isr: usize,
     log: Option<LogRow>,
 }
@@ -162,6 +165,10 @@ impl Collector for PartitionCollector {
                     ],
                     paused: p.paused,
                     readonly: p.readonly,
+                    failed: self
+                        .parts
+                        .failure(&s.name, p.id, s.creation_timestamp_ns)
+                        .is_some(),
                     isr: p.isr.len(),
                     log: self.parts.get(&s.name, p.id).map(|p| log_row(&p)),
                 });
@@ -274,6 +281,14 @@ impl Collector for PartitionCollector {
             "1 when the partition is paused.",
             None,
             |r| Some(r.paused as i64),
+        )?;
+        family_gauge(
+            &mut enc,
+            &rows,
+            "liftbridge_partition_failed",
+            "1 when the partition's log could not be opened here (lost or corrupt files); it is refused.",
+            None,
+            |r| Some(r.failed as i64),
         )?;
         family_gauge(
             &mut enc,

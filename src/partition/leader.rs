@@ -55,6 +55,8 @@ pub enum Closed {
     Paused,
     /// The node is shutting down.
     Shutdown,
+    /// The log was found damaged (subscribers get FAILED_PRECONDITION).
+    Failed,
 }
 
 /// Settings of one partition that the stenographer needs.
@@ -92,6 +94,9 @@ pub struct Partition {
     subscribers: AtomicUsize,
     readonly: watch::Sender<bool>,
     closed: watch::Sender<Option<Closed>>,
+    /// Set when a read found the log damaged: the manager then stops the
+    /// partition and reports it failed (see `PartitionManager`).
+    failure: Mutex<Option<String>>,
     /// Committed end: every offset below it is committed (the high
     /// watermark is this minus one). Set by the leader after each append
     /// (on one node the log end; with replicas, what the ISR has), never
@@ -158,8 +163,24 @@ impl Partition {
             readonly: watch::channel(readonly).0,
             hw: watch::channel(committed_end).0,
             closed: watch::channel(None).0,
+            failure: Mutex::new(None),
             steno: Mutex::new(None),
         })
+    }
+
+    /// Records that the log was found damaged (the first reason is kept);
+    /// the manager stops the partition at its next check.
+    pub fn mark_failed(&self, reason: String) {
+        let mut f = self.failure.lock();
+        if f.is_none() {
+            tracing::error!(stream = %self.stream, partition = self.id, error = %reason, "partition log is damaged; the partition stops");
+            *f = Some(reason);
+        }
+    }
+
+    /// Why the log was found damaged, if it was.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().clone()
     }
 
     /// The partition's log.

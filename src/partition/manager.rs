@@ -152,6 +152,19 @@ pub struct PausedOffsets {
     pub received: (i64, i64),
 }
 
+/// Why a partition led here does not run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionFailure {
+    /// Creation time of the stream incarnation that failed.
+    pub creation_ns: i64,
+    /// The error that stopped it, as logged.
+    pub reason: String,
+    /// Whether the cause is in the files (lost or corrupt log): such a
+    /// partition is not reopened until the node restarts. Other causes
+    /// (I/O, a lock still held) are retried at the next reconciliation.
+    pub permanent: bool,
+}
+
 struct Inner {
     data_dir: PathBuf,
     me: String,
@@ -167,6 +180,13 @@ struct Inner {
     /// after a restart, so metadata reports them as Liftbridge does.
     /// Bounded by the partitions led here; removed on resume or delete.
     paused: Mutex<HashMap<Key, PausedOffsets>>,
+    /// Partitions led here whose log could not be opened (lost, corrupt,
+    /// unreadable): why, for the stream incarnation it happened to. They
+    /// are not retried until the node restarts (the cause is on disk and
+    /// needs an operator), and they are refused rather than recreated
+    /// empty. Bounded by the partitions led here; removed when the
+    /// partition is deleted, paused or led elsewhere.
+    failed: Mutex<HashMap<Key, PartitionFailure>>,
     /// Bumped after every reconciliation (waiters re-check the map).
     generation: watch::Sender<u64>,
 }
@@ -202,6 +222,7 @@ impl PartitionManager {
                 running: Mutex::new(HashMap::new()),
                 seen: Mutex::new(HashMap::new()),
                 paused: Mutex::new(HashMap::new()),
+                failed: Mutex::new(HashMap::new()),
                 generation: watch::channel(0).0,
             }),
         };
@@ -257,6 +278,30 @@ impl PartitionManager {
             .filter(|o| o.creation_ns == creation_ns)
     }
 
+    /// Why the partition (same stream incarnation) failed to start here,
+    /// if it did.
+    pub fn failure(&self, stream: &str, id: i32, creation_ns: i64) -> Option<PartitionFailure> {
+        self.inner
+            .failed
+            .lock()
+            .get(&(stream.to_string(), id))
+            .filter(|f| f.creation_ns == creation_ns)
+            .cloned()
+    }
+
+    /// Every partition that failed to start here, ordered by stream and id.
+    pub fn failures(&self) -> Vec<(String, i32, PartitionFailure)> {
+        let mut v: Vec<_> = self
+            .inner
+            .failed
+            .lock()
+            .iter()
+            .map(|((s, id), f)| (s.clone(), *id, f.clone()))
+            .collect();
+        v.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        v
+    }
+
     /// The partitions running here, copied out so the lock is not held
     /// while they are looked at.
     fn running_snapshot(&self) -> Vec<(Key, Arc<Partition>)> {
@@ -299,6 +344,18 @@ impl PartitionManager {
                 rx.borrow_and_update();
                 if let Some(p) = self.get(stream, id) {
                     return Some(p);
+                }
+                // A partition that failed to start will not start: do not
+                // make the caller wait the whole timeout for it.
+                let key = (stream.to_string(), id);
+                if self
+                    .inner
+                    .failed
+                    .lock()
+                    .get(&key)
+                    .is_some_and(|f| f.permanent)
+                {
+                    return None;
                 }
                 if rx.changed().await.is_err() {
                     return None;
@@ -452,6 +509,11 @@ impl PartitionManager {
                 }
             }
         }
+        self.inner.failed.lock().retain(|key, f| {
+            wanted
+                .get(key)
+                .is_some_and(|(s, _)| s.creation_timestamp_ns == f.creation_ns)
+        });
         // Start or update what is wanted.
         for (key, (s, id)) in wanted {
             let Some(pm) = s.partition(id) else { continue };
@@ -468,12 +530,43 @@ impl PartitionManager {
                 }
                 continue;
             }
+            if self
+                .inner
+                .failed
+                .lock()
+                .get(&key)
+                .is_some_and(|f| f.permanent)
+            {
+                continue;
+            }
             match self.open_partition(s, id, settings, pm.readonly).await {
                 Ok(p) => {
+                    self.inner.failed.lock().remove(&key);
                     self.inner.running.lock().insert(key, p);
                 }
                 Err(e) => {
-                    tracing::error!(stream = %key.0, partition = key.1, error = %e, "starting partition");
+                    let permanent = matches!(
+                        e,
+                        PartitionError::Store(
+                            StoreError::Lost { .. }
+                                | StoreError::Corrupt { .. }
+                                | StoreError::CorruptRecord { .. }
+                        )
+                    );
+                    // A lost or corrupt log is logged once and stays
+                    // failed (refused, never recreated empty) until the
+                    // node restarts.
+                    if permanent {
+                        tracing::error!(stream = %key.0, partition = key.1, error = %e, "partition failed: its log is lost or corrupt; refused until the files are repaired and the node restarts");
+                    } else {
+                        tracing::error!(stream = %key.0, partition = key.1, error = %e, "starting partition");
+                    }
+                    let failure = PartitionFailure {
+                        creation_ns: s.creation_timestamp_ns,
+                        reason: e.to_string(),
+                        permanent,
+                    };
+                    self.inner.failed.lock().insert(key, failure);
                 }
             }
         }
@@ -573,10 +666,37 @@ impl PartitionManager {
         Ok(p)
     }
 
+    /// Stops a running partition whose log was found damaged and keeps it
+    /// failed (refused) until the node restarts.
+    async fn fail_running(&self, key: &Key, p: &Arc<Partition>, reason: String) {
+        let removed = {
+            let mut running = self.inner.running.lock();
+            let same = running.get(key).is_some_and(|r| Arc::ptr_eq(r, p));
+            if same {
+                running.remove(key);
+            }
+            same
+        };
+        if !removed {
+            return;
+        }
+        self.inner.failed.lock().insert(
+            key.clone(),
+            PartitionFailure {
+                creation_ns: p.creation_ns,
+                reason,
+                permanent: true,
+            },
+        );
+        p.stop(Closed::Failed).await;
+        self.inner.generation.send_modify(|g| *g += 1);
+    }
+
     async fn remove_files(&self, stream: &str, id: i32) {
         let dir = self.partition_dir(stream, id);
         let stream_dir = self.inner.data_dir.join("streams").join(stream);
         let res = tokio::task::spawn_blocking(move || {
+            forget_journal(&dir);
             match std::fs::remove_dir_all(&dir) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -594,10 +714,17 @@ impl PartitionManager {
 
     async fn remove_stream_dir(&self, name: &str) {
         let dir = self.inner.data_dir.join("streams").join(name);
-        let res = tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
+        let res = tokio::task::spawn_blocking(move || {
+            if let Ok(parts) = std::fs::read_dir(&dir) {
+                for p in parts.flatten() {
+                    forget_journal(&p.path());
+                }
+            }
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            }
         })
         .await;
         if let Ok(Err(e)) = res {
@@ -617,6 +744,15 @@ impl PartitionManager {
             let running = self.running_snapshot();
             since.retain(|k, _| running.iter().any(|(r, _)| r == k));
             let now = now_ns();
+            for (key, p) in &running {
+                if let Some(reason) = p.failure() {
+                    self.fail_running(key, p, reason).await;
+                }
+            }
+            let running: Vec<_> = running
+                .into_iter()
+                .filter(|(_, p)| p.failure().is_none())
+                .collect();
             for (key, p) in running {
                 let Some(s) = state.stream(&key.0) else {
                     continue;
@@ -660,6 +796,15 @@ impl PartitionManager {
         }
         self.inner.generation.send_modify(|g| *g += 1);
     }
+}
+
+/// Removes a partition's journal before the rest of its files: the journal
+/// is what proves a log existed, so a removal cut short (crash) must not
+/// leave a journal without its database, which would make a stream later
+/// created under the same name refuse its partition as lost. Best effort:
+/// the directory removal that follows reports failures.
+fn forget_journal(partition_dir: &Path) {
+    let _ = std::fs::remove_file(crate::store::journal::path(partition_dir, "log"));
 }
 
 #[cfg(test)]

@@ -91,6 +91,9 @@ pub enum ReadEnd {
     /// A storage error.
     #[error("storage: {0}")]
     Store(#[from] StoreError),
+    /// The partition's log was found damaged and it stopped.
+    #[error("Partition failed: its log is damaged")]
+    Failed,
 }
 
 /// The first offset a subscription starting at `pos` delivers.
@@ -174,7 +177,7 @@ pub async fn run(
             let recs = match log.read(next, max, READ_BYTES).await {
                 Ok(r) => r,
                 Err(StoreError::Closed(_)) => continue,
-                Err(e) => break ReadEnd::Store(e),
+                Err(e) => break store_end(&p, e),
             };
             if recs.is_empty() {
                 // Everything from `next` up to the committed end was
@@ -243,7 +246,7 @@ pub async fn run_reverse(
         let from = hi.saturating_sub(READ_BATCH as u64 - 1).max(low);
         let recs = match log.read(from, (hi - from + 1) as usize, usize::MAX).await {
             Ok(r) => r,
-            Err(e) => break ReadEnd::Store(e),
+            Err(e) => break store_end(&p, e),
         };
         let mut batch: Batch = recs.into_iter().rev().filter(|r| r.offset <= hi).collect();
         let stop_at = stop.and_then(|st| batch.iter().position(|r| r.offset == st));
@@ -264,11 +267,22 @@ pub async fn run_reverse(
     let _ = tx.send(Err(end)).await;
 }
 
+/// A read error ends the subscription; a damaged log also fails the
+/// partition, so that appends stop rather than continue on a log that can
+/// no longer be read.
+fn store_end(p: &Partition, e: StoreError) -> ReadEnd {
+    if e.is_corruption() {
+        p.mark_failed(e.to_string());
+    }
+    ReadEnd::Store(e)
+}
+
 fn closed_end(why: Closed) -> ReadEnd {
     match why {
         Closed::Deleted => ReadEnd::Deleted,
         Closed::Paused => ReadEnd::Paused,
         Closed::Shutdown => ReadEnd::Shutdown,
+        Closed::Failed => ReadEnd::Failed,
     }
 }
 

@@ -287,6 +287,23 @@ impl Service {
         Ok(s)
     }
 
+    /// Refuses a partition led here whose log failed to open (lost or
+    /// corrupt files): FAILED_PRECONDITION naming the cause, instead of a
+    /// wait that times out or a log recreated empty.
+    pub fn check_not_failed(&self, s: &StreamMeta, partition: i32) -> Result<(), ServiceError> {
+        match self
+            .inner
+            .parts
+            .failure(&s.name, partition, s.creation_timestamp_ns)
+        {
+            Some(f) => Err(ServiceError::FailedPrecondition(format!(
+                "partition {partition} of stream {} failed: {}",
+                s.name, f.reason
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Resumes a paused partition (all partitions when the stream was paused
     /// with resumeAll) and waits for it to run here if this node leads it.
     async fn ensure_resumed(&self, s: &StreamMeta, partition: i32) -> Result<(), ServiceError> {

@@ -137,6 +137,8 @@ impl Service {
                 "BAD_REQUEST: optimistic concurrency control requires an ack policy other than NONE".into(),
             ));
         }
+        // Before any wait for the partition to start: a failed one will not.
+        self.check_not_failed(s, r.partition)?;
         if let Err(e) = self.ensure_resumed(s, r.partition).await {
             return Err(resume_failed(e, in_session));
         }

@@ -312,10 +312,13 @@ impl Service {
                 "The request should be sent to partition leader".into(),
             ));
         }
+        self.check_not_failed(&s, partition)?;
         self.inner
             .parts
             .wait_for(stream, partition, START_WAIT)
             .await;
+        // It may have failed while it was being opened.
+        self.check_not_failed(&s, partition)?;
         Ok(s)
     }
 }

@@ -112,6 +112,7 @@ impl Service {
             }
             self.ensure_resumed(&s, r.partition).await?;
         }
+        self.check_not_failed(&s, r.partition)?;
         let p = self
             .inner
             .parts

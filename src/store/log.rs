@@ -440,6 +440,26 @@ impl PartitionLog {
         };
         if create {
             std::fs::create_dir_all(dir).map_err(io)?;
+            // The journal is created only after the database file was
+            // created in full, so a journal next to a missing or empty
+            // database file proves the log existed and lost its file:
+            // creating an empty one would hand out offset 0 again.
+            let db_len = match std::fs::metadata(&path) {
+                Ok(m) => Some(m.len()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(io(e)),
+            };
+            if db_len.is_none_or(|l| l == 0) && journal::path(dir, name).exists() {
+                return Err(StoreError::Lost {
+                    partition: name.to_owned(),
+                    path,
+                    detail: if db_len.is_none() {
+                        "the file is missing".into()
+                    } else {
+                        "the file is empty".into()
+                    },
+                });
+            }
         } else {
             match std::fs::metadata(&path) {
                 Ok(_) => {}
@@ -477,6 +497,14 @@ impl PartitionLog {
                 partition: name.to_owned(),
                 path: path.clone(),
             },
+            // The engine reports a file that is not a database (bad magic
+            // or header) as invalid data: that is corruption, not an I/O
+            // failure worth retrying.
+            DatabaseError::Storage(RedbIo::Io(source))
+                if source.kind() == std::io::ErrorKind::InvalidData =>
+            {
+                corrupt(format!("not a valid database file: {source}"))
+            }
             DatabaseError::Storage(RedbIo::Io(source)) => io(source),
             DatabaseError::Storage(RedbIo::Corrupted(d)) => corrupt(d),
             DatabaseError::UpgradeRequired(v) => {

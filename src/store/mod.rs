@@ -68,6 +68,13 @@
 //! never a torn record, and never an acknowledged offset given to another
 //! record.
 //!
+//! A log that existed is never silently recreated: the journal is created
+//! only after the database file, so a journal next to a missing or empty
+//! database file means the file was lost, and [`PartitionLog::open`]
+//! refuses it ([`StoreError::Lost`]) instead of starting over at offset 0.
+//! A damaged file gives [`StoreError::Corrupt`] (never a panic);
+//! [`StoreError::is_corruption`] tells callers to stop serving the log.
+//!
 //! # API in short
 //!
 //! - open: [`PartitionLog::open`] (creates), [`PartitionLog::open_existing`],
@@ -293,6 +300,18 @@ pub enum StoreError {
         /// Expected file.
         path: PathBuf,
     },
+    /// The log existed (its journal is there) but its database file is
+    /// missing or empty: it is refused rather than recreated empty, which
+    /// would reuse offsets already handed out.
+    #[error("partition {partition}: database file {} was lost ({detail}); refusing to start an empty log in its place", path.display())]
+    Lost {
+        /// Partition name.
+        partition: String,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
     /// Another process (or handle) holds the database open.
     #[error("partition {partition}: database file {} is locked by another process or handle", path.display())]
     Locked {
@@ -382,6 +401,41 @@ pub enum StoreError {
     /// The log has been closed (or its writer stopped after an error).
     #[error("partition {0}: log is closed")]
     Closed(String),
+}
+
+impl StoreError {
+    /// Whether the error shows that the partition's files are lost or
+    /// damaged (as opposed to a closed log, bad input or a passing I/O
+    /// failure): such a partition must stop being served.
+    pub fn is_corruption(&self) -> bool {
+        match self {
+            StoreError::Lost { .. }
+            | StoreError::Corrupt { .. }
+            | StoreError::CorruptRecord { .. } => true,
+            StoreError::Storage { source, .. } => source.is_corruption(),
+            _ => false,
+        }
+    }
+}
+
+impl EngineError {
+    /// Whether the engine found a damaged page (or panicked on one).
+    pub fn is_corruption(&self) -> bool {
+        match self {
+            EngineError::Storage(e) => matches!(**e, redb::StorageError::Corrupted(_)),
+            EngineError::Transaction(e) => matches!(
+                **e,
+                redb::TransactionError::Storage(redb::StorageError::Corrupted(_))
+            ),
+            EngineError::Table(e) => matches!(
+                **e,
+                redb::TableError::Storage(redb::StorageError::Corrupted(_))
+            ),
+            EngineError::Panicked(_) | EngineError::LeoBehindRecords { .. } => true,
+            EngineError::Stopped(e) => e.is_corruption(),
+            _ => false,
+        }
+    }
 }
 
 /// A failure below the log: the storage engine, the journal file, or a

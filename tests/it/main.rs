@@ -39,6 +39,7 @@ mod nats_support;
 mod packaging;
 mod store_basic;
 mod store_crash;
+mod store_missing_files;
 mod store_model;
 mod support;
 mod ui_assets;

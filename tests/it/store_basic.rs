@@ -454,3 +454,65 @@ async fn store_bad_disk_corrupt_file_and_others_still_open() {
         }
     }
 }
+
+#[tokio::test]
+async fn store_lost_or_truncated_file_is_refused_not_recreated() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.redb");
+    let write_three = || async {
+        let log = open(dir.path(), "p", LogConfig::default()).await.unwrap();
+        let next = log.log_end_offset();
+        log.append(0, (0..3).map(|i| rec(i, None, "v")).collect())
+            .await
+            .unwrap();
+        log.close().await.unwrap();
+        next
+    };
+    assert_eq!(write_three().await, 0);
+
+    // Deleted: the journal proves the log existed, so no empty log is made.
+    std::fs::remove_file(&db).unwrap();
+    let e = open(dir.path(), "p", LogConfig::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Lost { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains("p.redb") && e.to_string().contains("missing"),
+        "{e}"
+    );
+    assert!(!db.exists(), "the refused open must not create the file");
+
+    // Emptied: the same.
+    std::fs::write(&db, b"").unwrap();
+    let e = open(dir.path(), "p", LogConfig::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Lost { .. }), "{e:?}");
+    assert!(e.to_string().contains("empty"), "{e}");
+    assert_eq!(std::fs::metadata(&db).unwrap().len(), 0, "left as found");
+
+    // A brand-new partition (no journal yet) is still created.
+    let fresh = open(dir.path(), "q", LogConfig::default()).await.unwrap();
+    assert_eq!(fresh.log_end_offset(), 0);
+    fresh.close().await.unwrap();
+
+    // Truncated to half: a typed error or the records intact, never an
+    // empty log that reuses offset 0.
+    std::fs::remove_file(&db).unwrap();
+    std::fs::remove_file(dir.path().join("p.journal")).unwrap();
+    assert_eq!(write_three().await, 0);
+    let len = std::fs::metadata(&db).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&db).unwrap();
+    f.set_len(len / 2).unwrap();
+    drop(f);
+    match open(dir.path(), "p", LogConfig::default()).await {
+        Err(e) => assert!(
+            matches!(e, StoreError::Corrupt { .. } | StoreError::Io { .. }),
+            "{e:?}"
+        ),
+        Ok(log) => {
+            assert_eq!(log.log_end_offset(), 3, "a truncated log reopened short");
+            log.close().await.unwrap();
+        }
+    }
+}
