@@ -147,18 +147,26 @@ impl Node {
     }
 
     async fn client(&self) -> ApiClient<Channel> {
+        self.try_client().await.expect("connect gRPC")
+    }
+
+    /// A client, or `None` while the node cannot be reached (just after a
+    /// link comes back up the neighbour entry may still be failing).
+    async fn try_client(&self) -> Option<ApiClient<Channel>> {
         let ch = Channel::from_shared(format!("http://{}:{}", self.spec.ip, self.spec.grpc))
             .unwrap()
             .connect_timeout(Duration::from_secs(2))
             .timeout(Duration::from_secs(15))
             .connect()
             .await
-            .expect("connect gRPC");
-        ApiClient::new(ch)
+            .ok()?;
+        Some(ApiClient::new(ch))
     }
 
+    /// The node's metadata; `None` when it cannot be reached or answered
+    /// with an error (callers poll).
     async fn metadata(&self) -> Option<Meta> {
-        let mut c = self.client().await;
+        let mut c = self.try_client().await?;
         let md = c
             .fetch_metadata(proto::FetchMetadataRequest::default())
             .await
