@@ -136,7 +136,7 @@ impl Node {
     }
 
     async fn info(&self) -> Option<Value> {
-        http_json(&self.spec.ip, self.spec.http, "/api/v1/info").await
+        crate::support::http_json_at(&self.spec.ip, self.spec.http, "/api/v1/info").await
     }
 
     /// The controller this node reports, if any.
@@ -174,26 +174,6 @@ impl Node {
             .into_inner();
         Some(Meta::from(md))
     }
-}
-
-/// GET over HTTP/1.0 and parse the JSON body; `None` when there is no answer.
-async fn http_json(ip: &str, port: u16, path: &str) -> Option<Value> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let fut = async {
-        let mut s = tokio::net::TcpStream::connect((ip, port)).await.ok()?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").as_bytes())
-            .await
-            .ok()?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await.ok()?;
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        let (_, body) = text.split_once("\r\n\r\n")?;
-        serde_json::from_str(body).ok()
-    };
-    tokio::time::timeout(Duration::from_secs(5), fut)
-        .await
-        .ok()
-        .flatten()
 }
 
 /// The replicated part of FetchMetadata (offsets are per node, not metadata).

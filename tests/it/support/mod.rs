@@ -25,12 +25,16 @@ pub fn free_port() -> u16 {
 /// GET `path` from `127.0.0.1:port` over HTTP/1.0 (no chunking) and parse
 /// the body as JSON; `None` when the server does not answer (yet).
 pub async fn http_json(port: u16, path: &str) -> Option<serde_json::Value> {
+    http_json_at("127.0.0.1", port, path).await
+}
+
+/// [`http_json`] against `ip:port` (nodes in network namespaces have other
+/// addresses than loopback).
+pub async fn http_json_at(ip: &str, port: u16, path: &str) -> Option<serde_json::Value> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let fut = async {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .ok()?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        let mut s = tokio::net::TcpStream::connect((ip, port)).await.ok()?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").as_bytes())
             .await
             .ok()?;
         let mut buf = Vec::new();
