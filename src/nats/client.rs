@@ -36,6 +36,50 @@ use super::sublist::MatchResult;
 const READ_CHUNK: usize = 64 * 1024;
 /// Maximum entries of a connection's private match cache.
 const CONN_CACHE_MAX: usize = 128;
+/// A reader's private cache of sublist matches, in front of the shared
+/// sublist cache: cleared whenever the sublist changes (its generation) and
+/// when it reaches `max` entries. Keys are copies, so a cached subject never
+/// keeps a read buffer alive.
+pub(crate) struct MatchCache {
+    gen: u64,
+    max: usize,
+    map: HashMap<Bytes, Arc<MatchResult<Subscription>>>,
+}
+
+impl MatchCache {
+    /// An empty cache of at most `max` subjects.
+    pub(crate) fn new(max: usize) -> MatchCache {
+        MatchCache {
+            gen: u64::MAX,
+            max,
+            map: HashMap::new(),
+        }
+    }
+
+    /// The receivers of `subject` (`None` for a subject that is not UTF-8).
+    pub(crate) fn lookup(
+        &mut self,
+        server: &ServerInner,
+        subject: &[u8],
+    ) -> Option<Arc<MatchResult<Subscription>>> {
+        let gen = server.sublist.genid();
+        if gen != self.gen {
+            self.map.clear();
+            self.gen = gen;
+        }
+        if let Some(r) = self.map.get(subject) {
+            return Some(r.clone());
+        }
+        let s = std::str::from_utf8(subject).ok()?;
+        let r = server.sublist.match_subject(s);
+        if self.map.len() >= self.max {
+            self.map.clear();
+        }
+        self.map.insert(Bytes::copy_from_slice(subject), r.clone());
+        Some(r)
+    }
+}
+
 /// Maximum entries of a connection's publish-permission cache.
 const PERM_CACHE_MAX: usize = 256;
 
@@ -846,8 +890,7 @@ pub(crate) struct Reader {
     nonce: Option<String>,
     /// `connect_urls_gen` when our INFO was sent.
     urls_gen: u64,
-    cache_gen: u64,
-    cache: HashMap<Bytes, Arc<MatchResult<Subscription>>>,
+    cache: MatchCache,
     perm_cache: HashMap<Bytes, bool>,
     flush: FlushList,
     in_msgs: u64,
@@ -889,8 +932,7 @@ impl Reader {
             },
             nonce,
             urls_gen,
-            cache_gen: u64::MAX,
-            cache: HashMap::new(),
+            cache: MatchCache::new(CONN_CACHE_MAX),
             perm_cache: HashMap::new(),
             flush: FlushList::new(),
             in_msgs: 0,
@@ -1192,25 +1234,6 @@ impl Reader {
         ok
     }
 
-    fn lookup(&mut self, subject: &Bytes) -> Option<Arc<MatchResult<Subscription>>> {
-        let gen = self.server.sublist.genid();
-        if gen != self.cache_gen {
-            self.cache.clear();
-            self.cache_gen = gen;
-        }
-        if let Some(r) = self.cache.get(&subject[..]) {
-            return Some(r.clone());
-        }
-        let s = std::str::from_utf8(subject).ok()?;
-        let r = self.server.sublist.match_subject(s);
-        if self.cache.len() >= CONN_CACHE_MAX {
-            self.cache.clear();
-        }
-        self.cache
-            .insert(Bytes::copy_from_slice(subject), r.clone());
-        Some(r)
-    }
-
     fn publish(
         &mut self,
         subject: Bytes,
@@ -1235,7 +1258,7 @@ impl Reader {
             self.send_err(&text);
             return Flow::Continue;
         }
-        let Some(result) = self.lookup(&subject) else {
+        let Some(result) = self.cache.lookup(&self.server, &subject) else {
             return Flow::Continue;
         };
         let msg = MsgRef {

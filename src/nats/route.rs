@@ -68,7 +68,6 @@ use super::client::{self, ClientKind, ClientShared, FlushList, MsgRef, Origin, S
 use super::proto::route::{encode_rs_minus, encode_rs_plus, RouteOp, RouteParsed, RouteParser};
 use super::proto::{self};
 use super::server::{ServerInner, SERVER_VERSION};
-use super::sublist::MatchResult;
 use crate::config::nats::{ClusterOptions, NatsOptions};
 
 /// The only account we carry.
@@ -750,8 +749,7 @@ async fn run_route<S>(
         parser: RouteParser::new(server.opts.max_control_line.max(16 * 1024)),
         connected: solicited.is_some(),
         flush: FlushList::new(),
-        cache_gen: u64::MAX,
-        cache: HashMap::new(),
+        cache: client::MatchCache::new(ROUTE_CACHE_MAX),
         in_msgs: 0,
         in_bytes: 0,
     };
@@ -841,8 +839,7 @@ struct RouteReader {
     /// CONNECT received (accepted side) or sent (solicited side).
     connected: bool,
     flush: FlushList,
-    cache_gen: u64,
-    cache: HashMap<Bytes, Arc<MatchResult<Subscription>>>,
+    cache: client::MatchCache,
     /// Messages and bytes received in the current read batch.
     in_msgs: u64,
     in_bytes: u64,
@@ -1362,24 +1359,6 @@ impl RouteReader {
         }
     }
 
-    fn lookup(&mut self, subject: &Bytes) -> Option<Arc<MatchResult<Subscription>>> {
-        let gen = self.server.sublist.genid();
-        if gen != self.cache_gen {
-            self.cache.clear();
-            self.cache_gen = gen;
-        }
-        if let Some(r) = self.cache.get(&subject[..]) {
-            return Some(r.clone());
-        }
-        let s = std::str::from_utf8(subject).ok()?;
-        let r = self.server.sublist.match_subject(s);
-        if self.cache.len() >= ROUTE_CACHE_MAX {
-            self.cache.clear();
-        }
-        self.cache.insert(subject.clone(), r.clone());
-        Some(r)
-    }
-
     fn routed_msg(
         &mut self,
         account: &[u8],
@@ -1402,7 +1381,7 @@ impl RouteReader {
         if account != GLOBAL_ACCOUNT.as_bytes() {
             return;
         }
-        let Some(result) = self.lookup(&subject) else {
+        let Some(result) = self.cache.lookup(&self.server, &subject) else {
             return;
         };
         let msg = MsgRef {
