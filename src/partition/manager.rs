@@ -233,6 +233,12 @@ struct Inner {
     generation: watch::Sender<u64>,
     /// Identity and replication settings handed to every partition.
     ctx: ReplicaContext,
+    /// The leader epoch of each partition replicated here when this
+    /// process first saw it, and when (see `hold_leadership`). Bounded by
+    /// the partitions of this node; forgotten when they are deleted.
+    first_led: Mutex<HashMap<Key, (u64, std::time::Instant)>>,
+    /// Some leadership is held back: reconcile again every second.
+    holding: std::sync::atomic::AtomicBool,
 }
 
 /// Starts, stops and finds the partitions this node leads.
@@ -275,6 +281,8 @@ impl PartitionManager {
                 nats,
                 meta: meta.clone(),
                 ctx,
+                first_led: Mutex::new(HashMap::new()),
+                holding: std::sync::atomic::AtomicBool::new(false),
                 defaults,
                 running: Mutex::new(HashMap::new()),
                 seen: Mutex::new(HashMap::new()),
@@ -289,8 +297,14 @@ impl PartitionManager {
             loop {
                 let state = rx.borrow_and_update().clone();
                 m.reconcile(&state).await;
-                if rx.changed().await.is_err() {
-                    break;
+                let holding = m.inner.holding.load(std::sync::atomic::Ordering::Relaxed);
+                tokio::select! {
+                    changed = rx.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                    }
+                    _ = tokio::time::sleep(Duration::from_secs(1)), if holding => {}
                 }
             }
         });
@@ -658,6 +672,11 @@ impl PartitionManager {
                 .get(key)
                 .is_some_and(|(s, _, _)| s.creation_timestamp_ns == f.creation_ns)
         });
+        self.inner
+            .first_led
+            .lock()
+            .retain(|k, _| wanted.contains_key(k));
+        let mut holding = false;
         // Start or update what is wanted.
         for (key, (s, id, role)) in wanted {
             let Some(pm) = s.partition(id) else { continue };
@@ -667,6 +686,11 @@ impl PartitionManager {
                 leader_epoch: pm.leader_epoch,
             };
             let membership = self.inner.defaults.membership(s, pm);
+            self.inner
+                .first_led
+                .lock()
+                .entry(key.clone())
+                .or_insert((pm.leader_epoch, std::time::Instant::now()));
             let existing = self.get_replica(&key.0, key.1);
             if let Some(p) = existing {
                 p.update_settings(settings);
@@ -683,6 +707,10 @@ impl PartitionManager {
                 .get(&key)
                 .is_some_and(|f| f.permanent)
             {
+                continue;
+            }
+            if role == Role::Leader && self.hold_leadership(&key, pm) {
+                holding = true;
                 continue;
             }
             match self
@@ -722,7 +750,40 @@ impl PartitionManager {
                 }
             }
         }
+        self.inner
+            .holding
+            .store(holding, std::sync::atomic::Ordering::Relaxed);
         self.inner.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Whether not to lead a partition yet. With `store.sync: interval` a
+    /// node that restarts may have lost writes it had not synced, which
+    /// its followers have (and may have acknowledged as ALL): if it led
+    /// again in the same leader epoch it would hand out those offsets a
+    /// second time. So a process that finds itself leading, in the epoch
+    /// it first saw, a partition it holds data of and whose ISR has other
+    /// members, does not lead: its followers cannot fetch, report it, and
+    /// elect one of themselves; it then follows and truncates. If no
+    /// election comes within twice `replica.max.leader.timeout` (the
+    /// followers are down too), it leads anyway.
+    fn hold_leadership(&self, key: &Key, pm: &PartitionMeta) -> bool {
+        let Some((epoch, since)) = self.inner.first_led.lock().get(key).copied() else {
+            return false;
+        };
+        if !matches!(self.inner.defaults.sync, SyncPolicy::Interval(_))
+            || epoch != pm.leader_epoch
+            || !pm.isr.iter().any(|r| *r != self.inner.me)
+            || !crate::store::journal::path(&self.partition_dir(&key.0, key.1), "log").exists()
+        {
+            return false;
+        }
+        let limit = self.inner.defaults.replica_max_leader_timeout * 2;
+        if since.elapsed() >= limit {
+            tracing::warn!(stream = %key.0, partition = key.1, "no new leader was elected; leading with the data this node has");
+            return false;
+        }
+        tracing::debug!(stream = %key.0, partition = key.1, "restarted leader waits for its followers to elect a new leader");
+        true
     }
 
     /// Opens a paused partition's log just long enough to read its
