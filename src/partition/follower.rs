@@ -115,6 +115,10 @@ impl Health {
         if self.last_report.is_some_and(|t| t.elapsed() < timeout) {
             return;
         }
+        if p.rebuilding.load(std::sync::atomic::Ordering::Relaxed) {
+            tracing::debug!(stream = %p.stream, partition = p.id, "leader unreachable, but this copy is still being rebuilt: not reporting it");
+            return;
+        }
         self.last_report = Some(Instant::now());
         let Some(meta) = p.ctx.meta.clone() else {
             return;
@@ -299,7 +303,14 @@ async fn fetch_loop(
                 }
             }
         }
-        p.follower_committed((r.hw + 1).max(0) as u64);
+        let hw_end = (r.hw + 1).max(0) as u64;
+        p.follower_committed(hw_end);
+        if p.log().log_end_offset() >= hw_end
+            && p.rebuilding
+                .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::info!(stream = %p.stream, partition = p.id, "rebuilt copy reached the leader's commit point");
+        }
         if !got {
             tokio::select! {
                 _ = cancel.cancelled() => return RoundEnd::Stop,

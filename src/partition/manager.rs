@@ -239,6 +239,9 @@ struct Inner {
     first_led: Mutex<HashMap<Key, (u64, std::time::Instant)>>,
     /// Some leadership is held back: reconcile again every second.
     holding: std::sync::atomic::AtomicBool,
+    /// When this process started (Unix ns): a follower whose files are
+    /// missing for a stream older than that is rebuilding a lost copy.
+    started_ns: i64,
 }
 
 /// Starts, stops and finds the partitions this node leads.
@@ -283,6 +286,7 @@ impl PartitionManager {
                 ctx,
                 first_led: Mutex::new(HashMap::new()),
                 holding: std::sync::atomic::AtomicBool::new(false),
+                started_ns: now_ns(),
                 defaults,
                 running: Mutex::new(HashMap::new()),
                 seen: Mutex::new(HashMap::new()),
@@ -835,6 +839,11 @@ impl PartitionManager {
         role: Role,
         membership: Membership,
     ) -> Result<Arc<Partition>, PartitionError> {
+        // A follower without files for a stream that existed before this
+        // process started lost its copy (its data directory was wiped).
+        let existed = crate::store::journal::path(&self.partition_dir(&s.name, id), "log").exists();
+        let mut rebuilding =
+            role != Role::Leader && !existed && s.creation_timestamp_ns < self.inner.started_ns;
         let log = match self.open_log(s, id).await {
             Ok(log) => log,
             // A follower's lost or damaged copy is rebuilt from the leader,
@@ -846,6 +855,7 @@ impl PartitionManager {
             )) if role != Role::Leader => {
                 tracing::error!(stream = %s.name, partition = id, error = %e, "follower copy lost or damaged; rebuilding it from the leader");
                 self.remove_files(&s.name, id).await;
+                rebuilding = true;
                 self.open_log(s, id).await?
             }
             Err(e) => return Err(e),
@@ -884,6 +894,11 @@ impl PartitionManager {
         // A leader whose ISR is itself alone commits what it holds now.
         p.set_membership(&membership);
         p.seed_received(first.unwrap_or(0), latest.unwrap_or(0));
+        if rebuilding {
+            tracing::warn!(stream = %s.name, partition = id, "no local copy of a partition this node replicates; rebuilding it from the leader");
+            p.rebuilding
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let started = match &role {
             Role::Leader => super::fetch_server::start(&p).and_then(|()| p.start_stenographer()),
             Role::Follower { leader } => {
