@@ -147,6 +147,20 @@ impl Health {
     }
 }
 
+/// A request to the leader that gives up when the partition stops
+/// (`None`), so stopping never waits for a fetch timeout.
+async fn request(
+    p: &Partition,
+    subject: &str,
+    body: bytes::Bytes,
+    cancel: &CancellationToken,
+) -> Option<Result<crate::nats::handle::LocalMsg, NatsError>> {
+    tokio::select! {
+        _ = cancel.cancelled() => None,
+        r = p.nats().request(subject, body, p.ctx.fetch_timeout) => Some(r),
+    }
+}
+
 /// Sleeps `d` unless cancelled; false when cancelled.
 async fn pause(d: Duration, cancel: &CancellationToken) -> bool {
     tokio::select! {
@@ -170,10 +184,9 @@ async fn truncate(p: &Arc<Partition>, health: &mut Health, cancel: &Cancellation
         if cancel.is_cancelled() {
             return false;
         }
-        let sent = p
-            .nats()
-            .request(&subject, body.clone(), p.ctx.fetch_timeout)
-            .await;
+        let Some(sent) = request(p, &subject, body.clone(), cancel).await else {
+            return false;
+        };
         let gone = matches!(sent, Err(NatsError::NoResponders));
         let answer = sent
             .ok()
@@ -254,7 +267,10 @@ async fn fetch_loop(
             leader_epoch: epoch,
         });
         let mut gone = false;
-        let answer = match p.nats().request(&subject, body, p.ctx.fetch_timeout).await {
+        let Some(sent) = request(p, &subject, body, cancel).await else {
+            return RoundEnd::Stop;
+        };
+        let answer = match sent {
             Ok(m) => rw::decode_response(m.payload).map_err(|e| e.to_string()),
             Err(NatsError::Stopped) => return RoundEnd::Stop,
             Err(e) => {
