@@ -271,7 +271,31 @@ async fn fetch_loop(
             return RoundEnd::Stop;
         };
         let answer = match sent {
-            Ok(m) => rw::decode_response(m.payload).map_err(|e| e.to_string()),
+            Ok(m) => match rw::decode_response(m.payload.clone()) {
+                Ok(r) => Ok(r),
+                Err(e) => match rw::decode_epoch_response(&m.payload) {
+                    // The leader has less than this replica: truncate to
+                    // its end and fetch from there.
+                    Ok(end) if end.leader_epoch == epoch => {
+                        let leo = p.log().log_end_offset();
+                        let to = end.end_offset.max(0) as u64;
+                        if to < leo {
+                            tracing::info!(stream = %p.stream, partition = p.id, from = leo, to, "leader has less than this replica; truncating");
+                            match p.log().truncate(to).await {
+                                Ok(()) => {}
+                                Err(StoreError::Closed(_)) => return RoundEnd::Stop,
+                                Err(e) => {
+                                    tracing::error!(stream = %p.stream, partition = p.id, error = %e, "truncating");
+                                    return RoundEnd::Again;
+                                }
+                            }
+                        }
+                        health.ok();
+                        continue;
+                    }
+                    _ => Err(e.to_string()),
+                },
+            },
             Err(NatsError::Stopped) => return RoundEnd::Stop,
             Err(e) => {
                 gone = matches!(e, NatsError::NoResponders);

@@ -760,11 +760,12 @@ impl PartitionManager {
         self.inner.generation.send_modify(|g| *g += 1);
     }
 
-    /// Whether not to lead a partition yet. With `store.sync: interval` a
-    /// node that restarts may have lost writes it had not synced, which
-    /// its followers have (and may have acknowledged as ALL): if it led
-    /// again in the same leader epoch it would hand out those offsets a
-    /// second time. So a process that finds itself leading, in the epoch
+    /// Whether not to lead a partition yet. A node that restarts may have
+    /// lost writes its followers have: under `store.sync: interval` writes
+    /// it had not synced (they may have been acknowledged as ALL), under
+    /// either policy records it had staged for its followers before its own
+    /// write. If it led again in the same leader epoch it would hand out
+    /// those offsets a second time. So a process that finds itself leading, in the epoch
     /// it first saw, a partition it holds data of and whose ISR has other
     /// members, does not lead: its followers cannot fetch, report it, and
     /// elect one of themselves; it then follows and truncates. If no
@@ -774,8 +775,7 @@ impl PartitionManager {
         let Some((epoch, since)) = self.inner.first_led.lock().get(key).copied() else {
             return false;
         };
-        if !matches!(self.inner.defaults.sync, SyncPolicy::Interval(_))
-            || epoch != pm.leader_epoch
+        if epoch != pm.leader_epoch
             || !pm.isr.iter().any(|r| *r != self.inner.me)
             || !crate::store::journal::path(&self.partition_dir(&key.0, key.1), "log").exists()
         {
