@@ -603,6 +603,13 @@ impl Node {
             http_addr: http_addr.map_or(String::new(), |a| host_port(&advertise, a.port())),
         };
         let meta = open_metadata(&cfg, node, &nats).await?;
+        // A node restarted into a running cluster starts from the state it
+        // had: before serving, catch up with the controller, so it never
+        // answers "no such stream" for a stream created while it was down.
+        // A cluster without a controller (all restarting) is served as is.
+        if meta.members().len() > 1 && !meta.catch_up(Duration::from_secs(10)).await {
+            tracing::warn!("metadata not confirmed current within 10s (no controller yet); serving the local state");
+        }
 
         let local = nats.local_client("LIFT.streams");
         let (parts, tasks) = PartitionManager::start(
@@ -626,10 +633,11 @@ impl Node {
             },
         );
 
-        // `__cursors`: created before serving on the controller (a lone
-        // node), so a client's first cursor call finds it; a member that
-        // does not lead (yet) keeps trying in the background until the
-        // stream exists, created by whichever node gets there first.
+        // `__cursors`: created before serving on a lone node, so a client's
+        // first cursor call finds it; in a cluster (where the brokers may
+        // not all be registered yet) every member keeps trying in the
+        // background until the stream exists, created by whichever node
+        // gets there first.
         let mut cursors_task = None;
         if cfg.cursor_partitions > 0 && meta.state().stream(CURSORS_STREAM).is_none() {
             let req = CreateStream {
@@ -645,7 +653,7 @@ impl Node {
                 },
                 ..Default::default()
             };
-            if meta.is_leader() {
+            if meta.is_leader() && meta.members().len() <= 1 {
                 match service.create_stream(req, true).await {
                     Ok(()) | Err(ServiceError::AlreadyExists(_)) => {}
                     Err(e) => return Err(NodeError::Cursors(e)),

@@ -473,6 +473,17 @@ impl Metadata {
     /// (`previous_id`), that broker is replaced instead (the state machine
     /// rejects the replacement when the old id is unknown: then a plain
     /// registration follows, so a lagging local state cannot mislead it).
+    /// Waits up to `within` until this node's state holds everything the
+    /// controller had committed when this was called (a `Barrier` through
+    /// the controller, applied here). False when that could not be shown
+    /// in time (no controller, or this node is not a member yet).
+    pub async fn catch_up(&self, within: Duration) -> bool {
+        matches!(
+            tokio::time::timeout(within, self.propose(MetaCommand::Barrier)).await,
+            Ok(Ok(MetaResponse::Ok))
+        )
+    }
+
     pub(crate) async fn register_broker(&self, previous_id: Option<&str>) -> Result<(), MetaError> {
         if let Some(old) = previous_id {
             if old != self.node.id {

@@ -302,6 +302,10 @@ pub enum MetaCommand {
         /// The reporting replica.
         reporter: String,
     },
+    /// Changes nothing. A node proposes it to learn that its state is
+    /// current: once the barrier is applied here, so is everything the
+    /// controller committed before it.
+    Barrier,
     /// Moves a group to a new coordinator, fenced by the epoch the reporters saw.
     ChangeGroupCoordinator {
         /// Group id.
@@ -510,6 +514,7 @@ impl MetadataState {
 
     fn try_apply(&mut self, cmd: &MetaCommand) -> Result<(), ApplyError> {
         match cmd {
+            MetaCommand::Barrier => Ok(()),
             MetaCommand::RegisterBroker(b) => {
                 self.brokers.insert(b.id.clone(), b.clone());
                 Ok(())
