@@ -610,3 +610,30 @@ impl Cluster {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The proxies really carry every route: cutting off the controller
+    /// makes the other two elect another one, and healing reunites all.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cluster_proxied_isolate_and_heal() {
+        let mut o = ClusterOptions::three("pxy");
+        o.proxied = true;
+        let c = Cluster::start(&o).await;
+        let controller = c.wait_formed().await;
+        let i = c.index_of(&controller);
+        let others: Vec<usize> = (0..3).filter(|j| *j != i).collect();
+        c.isolate(i);
+        super::super::wait_until(CLUSTER_TIMEOUT, "a controller on the majority side", || async {
+            c.controller_among(&others)
+                .await
+                .is_some_and(|n| n != controller)
+        })
+        .await;
+        c.heal();
+        let after = c.wait_formed().await;
+        assert_ne!(after, "", "a controller after healing");
+    }
+}
