@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use liftbridge::api::proto;
 
-use crate::support::cluster::{Cluster, ClusterOptions, CLUSTER_TIMEOUT};
+use crate::support::cluster::{Cluster, ClusterOptions, Spec, CLUSTER_TIMEOUT};
 use crate::support::history::{self, History, Load, LoadOptions, Target};
 
 /// One scenario at a time in this binary.
@@ -373,20 +373,38 @@ impl Round {
 }
 
 async fn create_via(cluster: &Cluster, via: usize, name: &str) -> Result<(), tonic::Status> {
-    let mut c = cluster.nodes[via]
-        .try_client()
+    create_at(&cluster.nodes[via].spec, name).await
+}
+
+/// CreateStream `name` (RF 3, minIsr 2, one partition) on the node at
+/// `spec`.
+async fn create_at(spec: &Spec, name: &str) -> Result<(), tonic::Status> {
+    let ch = tonic::transport::Channel::from_shared(format!("http://{}:{}", spec.ip, spec.grpc))
+        .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(10))
+        .connect()
         .await
-        .ok_or_else(|| tonic::Status::unavailable("connect"))?;
-    c.create_stream(proto::CreateStreamRequest {
-        subject: format!("{name}.subj"),
-        name: name.into(),
-        replication_factor: 3,
-        partitions: 1,
-        min_isr: Some(proto::NullableInt32 { value: 2 }),
-        ..Default::default()
-    })
-    .await
-    .map(|_| ())
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    proto::api_client::ApiClient::new(ch)
+        .create_stream(proto::CreateStreamRequest {
+            subject: format!("{name}.subj"),
+            name: name.into(),
+            replication_factor: 3,
+            partitions: 1,
+            min_isr: Some(proto::NullableInt32 { value: 2 }),
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+}
+
+/// No fault: the harness itself (load, convergence, offline read, check).
+async fn baseline_round(policy: &'static str, r: usize) -> RoundStats {
+    let mut round = Round::start("base", policy, r, true).await;
+    round.start_load();
+    round.progress(PROGRESS * 2, "without faults").await;
+    round.finish(None).await
 }
 
 /// kill -9 of the partition leader under ALL load with min ISR 2; the
@@ -567,31 +585,7 @@ async fn controller_kill_round(policy: &'static str, r: usize) -> RoundStats {
                 let spec = &cluster_specs[k % cluster_specs.len()];
                 let name = format!("new{k}");
                 k += 1;
-                let ok = async {
-                    let ch = tonic::transport::Channel::from_shared(format!(
-                        "http://{}:{}",
-                        spec.ip, spec.grpc
-                    ))
-                    .ok()?
-                    .connect_timeout(Duration::from_secs(1))
-                    .timeout(Duration::from_secs(10))
-                    .connect()
-                    .await
-                    .ok()?;
-                    proto::api_client::ApiClient::new(ch)
-                        .create_stream(proto::CreateStreamRequest {
-                            subject: format!("{name}.subj"),
-                            name: name.clone(),
-                            replication_factor: 3,
-                            partitions: 1,
-                            min_isr: Some(proto::NullableInt32 { value: 2 }),
-                            ..Default::default()
-                        })
-                        .await
-                        .ok()
-                }
-                .await
-                .is_some();
+                let ok = create_at(spec, &name).await.is_ok();
                 if ok {
                     created.push(name);
                 }
@@ -650,6 +644,11 @@ where
         stats.iter().map(|s| s.acked).sum::<usize>(),
         failover_summary(&stats)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_replication_baseline() {
+    scenario("baseline", baseline_round).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

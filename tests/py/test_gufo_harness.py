@@ -34,7 +34,10 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 20.0) -> None:
 class Server:
     """A liftbridge process with its gRPC and NATS ports."""
 
-    def __init__(self, tmpdir: str, extra_config: str = "") -> None:
+    def __init__(self, tmpdir: str, extra_config: str = "", seed: bool = True) -> None:
+        # `seed`: bootstrap a one-node metadata group (gufo's own harness
+        # does); cluster members name their peers in `extra_config` instead.
+        self.seed = seed
         self.tmpdir = tmpdir
         self.data = os.path.join(tmpdir, "data")
         self.grpc_port = free_port()
@@ -56,8 +59,11 @@ class Server:
         binary = os.environ.get("LIFTBRIDGE_BIN", "target/debug/liftbridge")
         self._starts += 1
         self.log = open(os.path.join(self.tmpdir, "server.log"), "ab")
+        args = [binary, "-c", self.config, "-d", self.data, "--embedded-nats"]
+        if self.seed:
+            args.append("--raft-bootstrap-seed")
         self.proc = subprocess.Popen(
-            [binary, "-c", self.config, "-d", self.data, "--embedded-nats", "--raft-bootstrap-seed"],
+            args,
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )

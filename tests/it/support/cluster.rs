@@ -626,11 +626,15 @@ mod tests {
         let i = c.index_of(&controller);
         let others: Vec<usize> = (0..3).filter(|j| *j != i).collect();
         c.isolate(i);
-        super::super::wait_until(CLUSTER_TIMEOUT, "a controller on the majority side", || async {
-            c.controller_among(&others)
-                .await
-                .is_some_and(|n| n != controller)
-        })
+        super::super::wait_until(
+            CLUSTER_TIMEOUT,
+            "a controller on the majority side",
+            || async {
+                c.controller_among(&others)
+                    .await
+                    .is_some_and(|n| n != controller)
+            },
+        )
         .await;
         c.heal();
         let after = c.wait_formed().await;
