@@ -41,10 +41,16 @@ def start_cluster(tmp_path):
         )
         d = tmp_path / node_id
         d.mkdir()
-        nodes.append(Server(str(d), extra_config=extra, seed=False))
+        # No cursors stream: a member that wins the first election creates
+        # it before any broker has registered and exits ("creating the
+        # cursors stream: no brokers registered"); cursors are not what
+        # this test is about.
+        nodes.append(Server(str(d), extra_config=extra, seed=False, cursors=False))
     try:
         for n in nodes:
-            n.start()
+            n.launch()
+        for n in nodes:
+            n.wait_ready()
     except Exception:
         stop_cluster(nodes)
         raise
