@@ -51,6 +51,8 @@ const ACK_TIMEOUT: Duration = Duration::from_secs(2);
 const PUBLISHERS: usize = 3;
 /// Acks a phase waits for to call the cluster "making progress".
 const PROGRESS: usize = 20;
+/// Streams created during a controller kill, at most.
+const MAX_CREATED: usize = 24;
 
 fn rounds() -> usize {
     std::env::var("LB_FAULT_ROUNDS")
@@ -581,7 +583,8 @@ async fn controller_kill_round(policy: &'static str, r: usize) -> RoundStats {
         tokio::spawn(async move {
             let mut created = Vec::new();
             let mut k = 0usize;
-            while !stop.is_cancelled() {
+            // Bounded: every stream adds replication work to the nodes.
+            while !stop.is_cancelled() && k < MAX_CREATED {
                 let spec = &cluster_specs[k % cluster_specs.len()];
                 let name = format!("new{k}");
                 k += 1;
@@ -589,7 +592,7 @@ async fn controller_kill_round(policy: &'static str, r: usize) -> RoundStats {
                 if ok {
                     created.push(name);
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(Duration::from_millis(250)).await;
             }
             created
         })

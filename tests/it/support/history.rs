@@ -16,6 +16,7 @@
 //!   message stored before one whose ack the publisher had already received
 //!   when it sent it (real-time order);
 //! - a hole: offsets of a replica's log not dense from its first record;
+//! - a leader epoch lower than the one of the record before it;
 //! - ISR replicas whose logs differ in any (offset, leader epoch, value);
 //! - an unacknowledged message present more than once, or a record whose
 //!   payload no publisher sent.
@@ -238,6 +239,14 @@ pub enum Violation {
         reference: String,
         detail: String,
     },
+    /// A record's leader epoch is lower than the one before it (epochs
+    /// only grow along a log).
+    EpochRegress {
+        node: String,
+        offset: u64,
+        epoch: u64,
+        previous: u64,
+    },
     /// A record whose payload was never sent.
     Unknown { node: String, offset: u64 },
     /// No replica was in the ISR, so nothing could be checked.
@@ -313,10 +322,21 @@ pub fn check(attempts: &[Attempt], replicas: &[ReplicaLog]) -> Report {
     let sent: HashMap<&[u8], &Attempt> =
         attempts.iter().map(|a| (a.payload.as_slice(), a)).collect();
 
-    // Every replica: dense offsets, only payloads that were sent.
+    // Every replica: dense offsets, growing epochs, only payloads that
+    // were sent.
     for r in replicas {
         let mut prev: Option<u64> = None;
+        let mut epoch = 0;
         for s in &r.records {
+            if s.leader_epoch < epoch {
+                v.push(Violation::EpochRegress {
+                    node: r.node.clone(),
+                    offset: s.offset,
+                    epoch: s.leader_epoch,
+                    previous: epoch,
+                });
+            }
+            epoch = epoch.max(s.leader_epoch);
             let expected = prev.map_or(s.offset, |p| p + 1);
             if s.offset != expected || (prev.is_none() && s.offset != 0) {
                 v.push(Violation::Hole {
@@ -899,6 +919,22 @@ mod tests {
         let r = check(&h, &logs);
         assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
         assert!(matches!(&r.violations[0], Violation::Divergent { node, .. } if node == "b"));
+    }
+
+    #[test]
+    fn history_catches_an_epoch_regress() {
+        let h = hist(&[("m0", Some(0)), ("m1", Some(1)), ("m2", Some(2))], true);
+        let r = check(&h, &three(&[(0, 2, "m0"), (1, 1, "m1"), (2, 3, "m2")]));
+        assert_eq!(r.violations.len(), 3, "{:?}", r.violations);
+        assert!(r.violations.iter().all(|v| matches!(
+            v,
+            Violation::EpochRegress {
+                offset: 1,
+                epoch: 1,
+                previous: 2,
+                ..
+            }
+        )));
     }
 
     #[test]
