@@ -328,7 +328,15 @@ impl Round {
         let replicas = history::read_replicas(&dirs, &view.2).await;
         let attempts = history.attempts();
         let report = history::check(&attempts, &replicas);
-        println!("{}: {:?}", self.name, report.counts);
+        // Which errors the publishers saw, by kind.
+        let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+        for a in &attempts {
+            if let history::Outcome::Failed { error } = &a.outcome {
+                let kind: String = error.chars().take(60).collect();
+                *kinds.entry(kind).or_default() += 1;
+            }
+        }
+        println!("{}: {:?} errors {kinds:?}", self.name, report.counts);
         report.assert_ok(&self.name);
         assert!(
             report.counts.acked > 0,
@@ -565,9 +573,9 @@ async fn controller_kill_round(policy: &'static str, r: usize) -> RoundStats {
             break;
         }
     }
-    if let Some(name) = led {
-        round.stream = name;
-    }
+    let name = led.unwrap_or_else(|| panic!("no stream placed on the controller {controller}"));
+    println!("{}: controller {controller} leads {name}", round.name);
+    round.stream = name;
     round.start_load();
     round.progress(PROGRESS, "before the kill").await;
     let ci = round.cluster.index_of(&controller);
@@ -618,6 +626,11 @@ async fn controller_kill_round(policy: &'static str, r: usize) -> RoundStats {
     stop.cancel();
     let created = creator.await.expect("creator task");
     assert!(!created.is_empty(), "no CreateStream succeeded");
+    println!(
+        "{}: {} stream(s) created around the kill",
+        round.name,
+        created.len()
+    );
     // Every acknowledged creation exists on every node with a leader.
     for name in &created {
         round.wait_full_isr(name, CLUSTER_TIMEOUT).await;
