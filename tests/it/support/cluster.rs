@@ -175,6 +175,14 @@ impl Node {
 
     /// Waits until the gRPC and HTTP ports accept connections.
     pub async fn wait_ready(&mut self) {
+        if let Err(e) = self.try_wait_ready().await {
+            panic!("{e}");
+        }
+    }
+
+    /// [`Node::wait_ready`], with the failure (the node exited, or the
+    /// deadline passed; with the node's log) as an error.
+    pub async fn try_wait_ready(&mut self) -> Result<(), String> {
         let end = Instant::now() + START_TIMEOUT;
         for port in [self.spec.grpc, self.spec.http] {
             loop {
@@ -182,21 +190,24 @@ impl Node {
                 if tokio::net::TcpStream::connect(addr).await.is_ok() {
                     break;
                 }
-                assert!(
-                    self.proc.is_running(),
-                    "node {} exited; log:\n{}",
-                    self.spec.id,
-                    self.proc.log_text()
-                );
-                assert!(
-                    Instant::now() < end,
-                    "node {} not listening on {port}; log:\n{}",
-                    self.spec.id,
-                    self.proc.log_text()
-                );
+                if !self.proc.is_running() {
+                    return Err(format!(
+                        "node {} exited; log:\n{}",
+                        self.spec.id,
+                        self.proc.log_text()
+                    ));
+                }
+                if Instant::now() >= end {
+                    return Err(format!(
+                        "node {} not listening on {port}; log:\n{}",
+                        self.spec.id,
+                        self.proc.log_text()
+                    ));
+                }
                 tokio::time::sleep(Duration::from_millis(25)).await;
             }
         }
+        Ok(())
     }
 
     /// `kill -9`.
@@ -449,6 +460,24 @@ impl Cluster {
     /// Starts the nodes, waits until each listens and the metadata group
     /// has formed (one controller, every member registered).
     pub async fn start(opts: &ClusterOptions) -> Cluster {
+        // A port picked by `free_port` can be taken before its node binds
+        // it (by a proxy of this cluster binding port 0, or anyone else):
+        // start again on fresh ports then.
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Self::try_start(opts).await {
+                Ok(c) => {
+                    c.wait_formed().await;
+                    return c;
+                }
+                Err(e) if e.contains("Address already in use") => last = e,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        panic!("cluster did not start three times; last: {last}");
+    }
+
+    async fn try_start(opts: &ClusterOptions) -> Result<Cluster, String> {
         let specs: Vec<Spec> = opts
             .ids
             .iter()
@@ -488,15 +517,13 @@ impl Cluster {
             nodes.push(Node::start(spec, &y, None));
         }
         for n in &mut nodes {
-            n.wait_ready().await;
+            n.try_wait_ready().await?;
         }
-        let c = Cluster {
+        Ok(Cluster {
             nodes,
             links,
             _blackhole: blackhole,
-        };
-        c.wait_formed().await;
-        c
+        })
     }
 
     /// Index of the node with server id `id`.
