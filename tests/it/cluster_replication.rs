@@ -154,6 +154,8 @@ struct Round {
     history: Arc<History>,
     /// The kept logs' name on failure.
     name: String,
+    /// A node whose truncations `finish` reports (the cut-off leader).
+    watch_truncation: Option<usize>,
 }
 
 impl Drop for Round {
@@ -195,6 +197,7 @@ impl Round {
             load: None,
             history: History::new(),
             name,
+            watch_truncation: None,
         };
         round.create("s").await.expect("CreateStream");
         round.wait_full_isr("s", CLUSTER_TIMEOUT).await;
@@ -319,6 +322,24 @@ impl Round {
             .await
             .expect("final metadata");
         self.cluster.stop_all().await;
+        if let Some(i) = self.watch_truncation {
+            // Evidence that the old leader's uncommitted tail was cut
+            // (the checker proves the logs ended up identical).
+            let n = &self.cluster.nodes[i];
+            let cuts: Vec<String> = n
+                .proc
+                .log_text()
+                .lines()
+                .filter(|l| l.contains("truncating to the leader's log"))
+                .map(|l| l.chars().take(200).collect())
+                .collect();
+            println!(
+                "{}: {} truncated {} time(s): {cuts:?}",
+                self.name,
+                n.spec.id,
+                cuts.len()
+            );
+        }
         let dirs: BTreeMap<String, std::path::PathBuf> = self
             .cluster
             .nodes
@@ -446,6 +467,7 @@ async fn leader_isolated_round(policy: &'static str, r: usize) -> RoundStats {
     let old = round.leader(&round.all(), "s").await;
     let i = round.cluster.index_of(&old);
     round.cluster.isolate(i);
+    round.watch_truncation = Some(i);
     let t0 = Instant::now();
     let failover = round.failover_since(t0).await;
     let majority: Vec<usize> = round.all().into_iter().filter(|j| *j != i).collect();
