@@ -198,6 +198,11 @@ pub struct Partition {
     /// Replication tasks (fetch server, ISR check, follower loop),
     /// cancelled when the partition stops.
     tasks: Mutex<Vec<(CancellationToken, JoinHandle<()>)>>,
+    /// As follower: this copy is being rebuilt from nothing (its files
+    /// were lost) and has not reached the leader's commit point yet; until
+    /// it has, it must not help elect a leader (it could be chosen with
+    /// less than what was committed).
+    pub(super) rebuilding: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Partition {
@@ -282,6 +287,7 @@ impl Partition {
             waiting: Mutex::new(WaitingAcks::default()),
             wake: tokio::sync::Notify::new(),
             tasks: Mutex::new(Vec::new()),
+            rebuilding: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

@@ -7,9 +7,11 @@
 //!   ISR (the leader's own log end included), and does not move while the
 //!   ISR has fewer than the minimum in-sync replicas;
 //! - a follower is caught up when its log end reaches the leader's; an ISR
-//!   follower that has not been caught up for `replica.max.lag.time` is
-//!   lagging (the leader asks the controller to remove it); a replica out of
-//!   the ISR whose log end reaches the committed end may join it again;
+//!   follower that has not been caught up, or has not fetched at all, for
+//!   `replica.max.lag.time` is lagging (the leader asks the controller to
+//!   remove it; idle followers fetch every `replica.max.idle.wait`, which
+//!   must be shorter); a replica out of the ISR whose log end reaches the
+//!   committed end may join it again;
 //! - ALL acks wait in offset order until the committed end passes them.
 //!
 //! Pure bookkeeping: times come in as arguments, nothing here does I/O;
@@ -31,6 +33,8 @@ struct Progress {
     leo: u64,
     /// When its log end last reached the leader's.
     caught_up: Instant,
+    /// When it last fetched.
+    fetched: Instant,
     /// It was answered "nothing new" and waits for a notification.
     idle: bool,
 }
@@ -73,6 +77,7 @@ impl IsrState {
                     Progress {
                         leo: 0,
                         caught_up: now,
+                        fetched: now,
                         idle: false,
                     },
                 )
@@ -100,6 +105,7 @@ impl IsrState {
             self.followers.entry(r.clone()).or_insert(Progress {
                 leo: 0,
                 caught_up: now,
+                fetched: now,
                 idle: false,
             });
         }
@@ -109,6 +115,7 @@ impl IsrState {
             if !self.isr.contains(r) {
                 if let Some(p) = self.followers.get_mut(r) {
                     p.caught_up = now;
+                    p.fetched = now;
                 }
             }
         }
@@ -159,6 +166,7 @@ impl IsrState {
             return FetchOutcome::default();
         };
         p.leo = offset;
+        p.fetched = now;
         p.idle = offset >= leader_leo;
         if offset >= leader_leo {
             p.caught_up = now;
@@ -185,14 +193,16 @@ impl IsrState {
         Some(end)
     }
 
-    /// ISR followers not caught up for longer than `max_lag`.
+    /// ISR followers not caught up, or silent, for longer than `max_lag`.
     pub fn lagging(&self, now: Instant, max_lag: Duration) -> Vec<String> {
         self.isr
             .iter()
             .filter(|r| **r != self.me)
             .filter(|r| {
                 self.followers.get(*r).is_some_and(|p| {
-                    p.leo < self.leader_leo && now.saturating_duration_since(p.caught_up) > max_lag
+                    let behind = p.leo < self.leader_leo
+                        && now.saturating_duration_since(p.caught_up) > max_lag;
+                    behind || now.saturating_duration_since(p.fetched) > max_lag
                 })
             })
             .cloned()
@@ -315,8 +325,11 @@ mod tests {
         assert!(s.lagging(t1, lag).is_empty());
         let t3 = t0 + Duration::from_secs(3);
         assert_eq!(s.lagging(t3, lag), ids(&["c"]), "c last caught up at t0");
-        // An idle but caught-up follower never lags.
-        assert!(!s.lagging(t3 + lag * 10, lag).contains(&"b".to_string()));
+        // A caught-up follower that keeps fetching (idle) does not lag; one
+        // that stops fetching does.
+        fetch(&mut s, "b", 8, t3);
+        assert!(!s.lagging(t3 + lag, lag).contains(&"b".to_string()));
+        assert!(s.lagging(t3 + lag * 2, lag).contains(&"b".to_string()));
         s.set_membership(&all, &ids(&["a", "b"]), 1, t3);
         let o = fetch(&mut s, "c", 7, t3);
         assert!(!o.rejoin, "not caught up yet");
