@@ -13,207 +13,19 @@
 //!   "no known metadata leader"), the majority can; after the link is back
 //!   every node's metadata is identical.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use liftbridge::api::proto::{self, api_client::ApiClient};
-use serde_json::Value;
-use tonic::transport::Channel;
+use liftbridge::api::proto;
 
-use crate::support::procs::{Proc, START_TIMEOUT};
-use crate::support::{free_port, wait_until};
+use crate::support::cluster::{
+    wait_formed, wait_identical, Meta, Node, NodeYaml, Spec, CLUSTER_TIMEOUT,
+};
+use crate::support::wait_until;
 
-/// Deadline for cluster-wide conditions (elections, catch-up) on a loaded
-/// machine.
-const CLUSTER_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Where one node listens; kept across restarts.
-#[derive(Debug, Clone)]
-struct Spec {
-    id: String,
-    ip: String,
-    grpc: u16,
-    client: u16,
-    cluster: u16,
-    http: u16,
-}
-
-impl Spec {
-    fn new(id: &str, ip: &str) -> Spec {
-        Spec {
-            id: id.into(),
-            ip: ip.into(),
-            grpc: free_port(),
-            client: free_port(),
-            cluster: free_port(),
-            http: free_port(),
-        }
-    }
-}
-
-/// The liftbridge.yaml of `me` in a cluster of `all`: routes to every other
-/// node's cluster port, Raft bootstrapped from the list of all server ids.
-fn yaml(me: &Spec, all: &[Spec], data: &Path, namespace: &str) -> String {
-    let routes: String = all
-        .iter()
-        .filter(|s| s.id != me.id)
-        .map(|s| format!("      - nats-route://{}:{}\n", s.ip, s.cluster))
-        .collect();
-    let peers: Vec<&str> = all.iter().map(|s| s.id.as_str()).collect();
-    format!(
-        "listen: {ip}:{grpc}\n\
-         data.dir: {data}\n\
-         logging.level: debug\n\
-         http.listen: {ip}:{http}\n\
-         clustering:\n  server.id: {id}\n  namespace: {namespace}\n  raft.bootstrap.peers: [{peers}]\n\
-         nats:\n  listen: {ip}:{client}\n  cluster:\n    name: lbraft\n    listen: {ip}:{cluster}\n    routes:\n{routes}",
-        ip = me.ip,
-        grpc = me.grpc,
-        http = me.http,
-        client = me.client,
-        cluster = me.cluster,
-        id = me.id,
-        data = data.display(),
-        peers = peers.join(", "),
-    )
-}
-
-/// One node process, optionally inside a network namespace.
-struct Node {
-    spec: Spec,
-    proc: Proc,
-}
-
-impl Node {
-    fn start(spec: &Spec, all: &[Spec], namespace: &str, netns: Option<&str>) -> Node {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let cfg = dir.path().join("liftbridge.yaml");
-        std::fs::write(&cfg, yaml(spec, all, &dir.path().join("data"), namespace))
-            .expect("write liftbridge.yaml");
-        let bin = PathBuf::from(env!("CARGO_BIN_EXE_liftbridge"));
-        let args = vec!["-c".to_string(), cfg.display().to_string()];
-        let proc = match netns {
-            None => Proc::spawn(&bin, args, dir),
-            Some(ns) => {
-                let mut full = vec!["netns".into(), "exec".into(), ns.into()];
-                full.push(bin.display().to_string());
-                full.extend(args);
-                Proc::spawn(Path::new("/usr/sbin/ip"), full, dir)
-            }
-        };
-        Node {
-            spec: spec.clone(),
-            proc,
-        }
-    }
-
-    /// Waits until the gRPC and HTTP ports accept connections.
-    async fn wait_ready(&mut self) {
-        let end = Instant::now() + START_TIMEOUT;
-        for port in [self.spec.grpc, self.spec.http] {
-            loop {
-                let addr = (self.spec.ip.as_str(), port);
-                if tokio::net::TcpStream::connect(addr).await.is_ok() {
-                    break;
-                }
-                assert!(
-                    self.proc.is_running(),
-                    "node {} exited; log:\n{}",
-                    self.spec.id,
-                    self.proc.log_text()
-                );
-                assert!(
-                    Instant::now() < end,
-                    "node {} not listening on {port}; log:\n{}",
-                    self.spec.id,
-                    self.proc.log_text()
-                );
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
-        }
-    }
-
-    async fn info(&self) -> Option<Value> {
-        crate::support::http_json_at(&self.spec.ip, self.spec.http, "/api/v1/info").await
-    }
-
-    /// The controller this node reports, if any.
-    async fn controller(&self) -> Option<String> {
-        self.info().await?["cluster"]["controller"]
-            .as_str()
-            .map(str::to_string)
-    }
-
-    async fn client(&self) -> ApiClient<Channel> {
-        self.try_client().await.expect("connect gRPC")
-    }
-
-    /// A client, or `None` while the node cannot be reached (just after a
-    /// link comes back up the neighbour entry may still be failing).
-    async fn try_client(&self) -> Option<ApiClient<Channel>> {
-        let ch = Channel::from_shared(format!("http://{}:{}", self.spec.ip, self.spec.grpc))
-            .unwrap()
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(Duration::from_secs(15))
-            .connect()
-            .await
-            .ok()?;
-        Some(ApiClient::new(ch))
-    }
-
-    /// The node's metadata; `None` when it cannot be reached or answered
-    /// with an error (callers poll).
-    async fn metadata(&self) -> Option<Meta> {
-        let mut c = self.try_client().await?;
-        let md = c
-            .fetch_metadata(proto::FetchMetadataRequest::default())
-            .await
-            .ok()?
-            .into_inner();
-        Some(Meta::from(md))
-    }
-}
-
-/// The replicated part of FetchMetadata (offsets are per node, not metadata).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Meta {
-    /// id → (host, port, partitions, leading).
-    brokers: BTreeMap<String, (String, i32, i32, i32)>,
-    /// stream → partition → (leader, replicas, isr, paused, readonly).
-    streams: BTreeMap<String, BTreeMap<i32, PartitionView>>,
-}
-
-type PartitionView = (String, Vec<String>, Vec<String>, bool, bool);
-
-impl From<proto::FetchMetadataResponse> for Meta {
-    fn from(md: proto::FetchMetadataResponse) -> Meta {
-        let brokers = md
-            .brokers
-            .into_iter()
-            .map(|b| (b.id, (b.host, b.port, b.partition_count, b.leader_count)))
-            .collect();
-        let streams = md
-            .stream_metadata
-            .into_iter()
-            .map(|s| {
-                let parts = s
-                    .partitions
-                    .into_iter()
-                    .map(|(id, p)| {
-                        let mut replicas = p.replicas;
-                        replicas.sort();
-                        let mut isr = p.isr;
-                        isr.sort();
-                        (id, (p.leader, replicas, isr, p.paused, p.readonly))
-                    })
-                    .collect();
-                (s.name, parts)
-            })
-            .collect();
-        Meta { brokers, streams }
-    }
+/// Starts `spec` in a cluster of `all` with direct routes.
+fn start_node(spec: &Spec, all: &[Spec], namespace: &str, netns: Option<&str>) -> Node {
+    Node::start(spec, &NodeYaml::direct(spec, all, namespace), netns)
 }
 
 fn create_req(name: &str, rf: i32) -> proto::CreateStreamRequest {
@@ -223,56 +35,6 @@ fn create_req(name: &str, rf: i32) -> proto::CreateStreamRequest {
         replication_factor: rf,
         partitions: 2,
         ..Default::default()
-    }
-}
-
-/// Waits until every node in `nodes` reports the same controller and
-/// three registered voters; returns the controller's server id.
-async fn wait_formed(nodes: &[&Node]) -> String {
-    let end = Instant::now() + CLUSTER_TIMEOUT;
-    loop {
-        let mut seen = Vec::new();
-        for n in nodes {
-            let info = n.info().await.unwrap_or(Value::Null);
-            let c = &info["cluster"];
-            let members = c["nodes"].as_array().cloned().unwrap_or_default();
-            // Every node also shows its NATS routes to the other two.
-            let routes = info["nats"]["routes"].as_array().map_or(0, Vec::len);
-            let ok = members.len() == 3
-                && routes >= 2
-                && members
-                    .iter()
-                    .all(|m| m["voter"] == true && m["registered"] == true);
-            seen.push(c["controller"].as_str().filter(|_| ok).map(str::to_string));
-        }
-        if let Some(Some(first)) = seen.first() {
-            if seen.iter().all(|s| s.as_deref() == Some(first.as_str())) {
-                return first.clone();
-            }
-        }
-        assert!(
-            Instant::now() < end,
-            "cluster not formed in {CLUSTER_TIMEOUT:?}: controllers {seen:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Waits until every node returns the same metadata; returns it.
-async fn wait_identical(nodes: &[&Node], what: &str) -> Meta {
-    let end = Instant::now() + CLUSTER_TIMEOUT;
-    loop {
-        let mut all = Vec::new();
-        for n in nodes {
-            all.push(n.metadata().await);
-        }
-        if let Some(Some(first)) = all.first() {
-            if all.iter().all(|m| m.as_ref() == Some(first)) {
-                return first.clone();
-            }
-        }
-        assert!(Instant::now() < end, "{what}: metadata differs: {all:#?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -293,7 +55,7 @@ async fn cluster_procs_create_failover_and_catch_up() {
         .collect();
     let mut nodes: Vec<Node> = specs
         .iter()
-        .map(|s| Node::start(s, &specs, "lbprocs", None))
+        .map(|s| start_node(s, &specs, "lbprocs", None))
         .collect();
     for n in &mut nodes {
         n.wait_ready().await;
@@ -538,9 +300,9 @@ async fn cluster_procs_isolated_node_cannot_commit() {
         Spec::new("iso-c", &net.host_ip),
     ];
     let mut nodes = vec![
-        Node::start(&specs[0], &specs, "lbiso", Some(&net.name)),
-        Node::start(&specs[1], &specs, "lbiso", None),
-        Node::start(&specs[2], &specs, "lbiso", None),
+        start_node(&specs[0], &specs, "lbiso", Some(&net.name)),
+        start_node(&specs[1], &specs, "lbiso", None),
+        start_node(&specs[2], &specs, "lbiso", None),
     ];
     for n in &mut nodes {
         n.wait_ready().await;

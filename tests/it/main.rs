@@ -24,6 +24,7 @@ mod cluster_metafiles;
 mod cluster_nats;
 mod cluster_partition;
 mod cluster_procs;
+mod cluster_replication;
 mod cluster_router;
 mod cluster_routes;
 mod cluster_storage;

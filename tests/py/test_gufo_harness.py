@@ -34,7 +34,11 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 20.0) -> None:
 class Server:
     """A liftbridge process with its gRPC and NATS ports."""
 
-    def __init__(self, tmpdir: str, extra_config: str = "") -> None:
+    def __init__(self, tmpdir: str, extra_config: str = "", seed: bool = True, cursors: bool = True) -> None:
+        # `seed`: bootstrap a one-node metadata group (gufo's own harness
+        # does); cluster members name their peers in `extra_config` instead.
+        # `cursors`: gufo's cursors stream settings (one partition).
+        self.seed = seed
         self.tmpdir = tmpdir
         self.data = os.path.join(tmpdir, "data")
         self.grpc_port = free_port()
@@ -45,22 +49,32 @@ class Server:
                 f"listen: 127.0.0.1:{self.grpc_port}\n"
                 f"nats.listen: 127.0.0.1:{self.nats_port}\n"
                 "http.listen: 127.0.0.1:0\n"
-                "cursors:\n"
-                "    stream.auto.pause.time: 0\n"
-                "    stream.partitions: 1\n" + extra_config
+                + ("cursors:\n    stream.auto.pause.time: 0\n    stream.partitions: 1\n" if cursors else "")
+                + extra_config
             )
         self.proc = None
         self._starts = 0
 
     def start(self) -> "Server":
+        return self.launch().wait_ready()
+
+    def launch(self) -> "Server":
+        """Starts the process without waiting (cluster members wait for
+        each other before they serve)."""
         binary = os.environ.get("LIFTBRIDGE_BIN", "target/debug/liftbridge")
         self._starts += 1
         self.log = open(os.path.join(self.tmpdir, "server.log"), "ab")
+        args = [binary, "-c", self.config, "-d", self.data, "--embedded-nats"]
+        if self.seed:
+            args.append("--raft-bootstrap-seed")
         self.proc = subprocess.Popen(
-            [binary, "-c", self.config, "-d", self.data, "--embedded-nats", "--raft-bootstrap-seed"],
+            args,
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
+        return self
+
+    def wait_ready(self) -> "Server":
         # Ready once the server says so (after the gRPC server runs); a bare
         # TCP connect could be fooled by a self-connect on ephemeral ports.
         deadline = time.time() + 30

@@ -1,6 +1,10 @@
 //! Test support shared by the cluster tests: real processes on free
 //! loopback ports, each in its own temp dir, cleaned up on drop.
 //!
+//! - [`cluster`]: a cluster of full liftbridge nodes (yaml per node,
+//!   optional proxies on every route, kill/stop/restart, metadata helpers);
+//! - [`history`]: concurrent publishers recording every attempt, and the
+//!   checker of replicated logs against that history;
 //! - [`procs`]: spawn the built `liftbridge` binary (NATS-server mode or a
 //!   full node from a liftbridge.yaml) or a Go `nats-server`, wait until it
 //!   listens, `kill -9` it and restart it on the same ports;
@@ -9,6 +13,8 @@
 //! - [`free_port`], [`http_json`], [`wait_until`]: the small helpers those
 //!   tests need.
 
+pub mod cluster;
+pub mod history;
 pub mod procs;
 pub mod proxy;
 

@@ -95,6 +95,28 @@ impl Proc {
         }
     }
 
+    /// SIGTERM (a clean shutdown), then `kill -9` when the process has not
+    /// exited within `grace`; reaps it either way.
+    pub async fn stop(&mut self, grace: Duration) {
+        let Some(c) = self.child.as_mut() else { return };
+        if let Ok(pid) = libc::pid_t::try_from(c.id()) {
+            // SAFETY: kill(2) on our own child's pid; it has not been reaped
+            // (we hold the Child), so the pid cannot have been reused.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        let end = tokio::time::Instant::now() + grace;
+        while tokio::time::Instant::now() < end {
+            if matches!(c.try_wait(), Ok(Some(_)) | Err(_)) {
+                self.child = None;
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        self.kill9();
+    }
+
     /// Starts again with the same arguments (after [`Proc::kill9`]).
     pub fn restart(&mut self) {
         self.kill9();
