@@ -19,6 +19,7 @@ mod cluster_bad_peers;
 mod cluster_crash;
 mod cluster_disk;
 mod cluster_interop;
+mod cluster_isr;
 mod cluster_meta;
 mod cluster_metafiles;
 mod cluster_nats;

@@ -1,0 +1,273 @@
+//! Contract of the in-sync replica set, on three real node processes:
+//! - every replica holds the partition; a follower serves `Subscribe` only
+//!   with `readISRReplica` (FAILED_PRECONDITION "Server not partition
+//!   leader" otherwise) and then delivers up to the high watermark;
+//! - with `minIsr` 3 and a follower down: the follower leaves the ISR after
+//!   `replica.max.lag.time`, the partition is under-replicated (admin API
+//!   and metric), an ALL publish is not acknowledged while a LEADER publish
+//!   is; once the follower is back it rejoins the ISR, the partition is no
+//!   longer under-replicated and ALL publishes are acknowledged again.
+
+use std::time::Duration;
+
+use liftbridge::api::proto;
+use tokio_stream::StreamExt;
+
+use crate::support::cluster::{Cluster, ClusterOptions, CLUSTER_TIMEOUT};
+use crate::support::{http_json_at, wait_until};
+
+/// Fast replica timings so the test waits seconds, not Liftbridge's 15 s.
+const TIMINGS: &str = "clustering.replica.max.lag.time: 2s\n\
+                       clustering.replica.max.leader.timeout: 2s\n\
+                       clustering.replica.max.idle.wait: 500ms\n\
+                       clustering.replica.fetch.timeout: 500ms\n";
+
+async fn create(c: &Cluster, name: &str, min_isr: Option<i32>) {
+    let mut client = c.nodes[0].client().await;
+    client
+        .create_stream(proto::CreateStreamRequest {
+            subject: name.into(),
+            name: name.into(),
+            replication_factor: 3,
+            partitions: 1,
+            min_isr: min_isr.map(|v| proto::NullableInt32 { value: v }),
+            ..Default::default()
+        })
+        .await
+        .expect("create stream");
+}
+
+async fn publish(
+    c: &Cluster,
+    via: usize,
+    stream: &str,
+    value: &str,
+    policy: proto::AckPolicy,
+    within: Duration,
+) -> Result<proto::Ack, String> {
+    let mut client = c.nodes[via].client().await;
+    // The server waits for the ack as long as the call's deadline.
+    let mut req = tonic::Request::new(proto::PublishRequest {
+        stream: stream.into(),
+        value: value.as_bytes().to_vec().into(),
+        ack_policy: policy as i32,
+        expected_offset: -1,
+        ..Default::default()
+    });
+    req.set_timeout(within);
+    match tokio::time::timeout(within + Duration::from_secs(5), client.publish(req)).await {
+        Ok(Ok(r)) => r.into_inner().ack.ok_or_else(|| "no ack".to_string()),
+        Ok(Err(s)) => Err(format!("{:?}: {}", s.code(), s.message())),
+        Err(_) => Err("timed out".into()),
+    }
+}
+
+/// The partition as node `i`'s admin API reports it.
+async fn partition_json(c: &Cluster, i: usize, stream: &str) -> Option<serde_json::Value> {
+    let n = &c.nodes[i].spec;
+    let v = http_json_at(&n.ip, n.http, &format!("/api/v1/streams/{stream}")).await?;
+    Some(v["partitions"][0].clone())
+}
+
+/// Index of the partition's leader, once every node agrees on one.
+async fn leader_index(c: &Cluster, stream: &str) -> usize {
+    let end = std::time::Instant::now() + CLUSTER_TIMEOUT;
+    loop {
+        if let Some(l) = c.leader_among(&[0, 1, 2], stream, 0).await {
+            return c.index_of(&l);
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "no leader all nodes agree on"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_isr_followers_serve_read_isr_replica_subscriptions() {
+    let mut opts = ClusterOptions::three("isrread");
+    opts.extra_yaml = TIMINGS.into();
+    let c = Cluster::start(&opts).await;
+    create(&c, "reads", None).await;
+    let leader = leader_index(&c, "reads").await;
+    for i in 0..10 {
+        let ack = publish(
+            &c,
+            leader,
+            "reads",
+            &format!("m{i}"),
+            proto::AckPolicy::All,
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("ALL ack");
+        assert_eq!(ack.offset, i);
+    }
+    let follower = (leader + 1) % 3;
+    let mut client = c.nodes[follower].client().await;
+    let req = |read_isr_replica| proto::SubscribeRequest {
+        stream: "reads".into(),
+        start_position: proto::StartPosition::Earliest as i32,
+        read_isr_replica,
+        ..Default::default()
+    };
+    // Without readISRReplica a follower refuses, as Liftbridge does.
+    let refused = match client.subscribe(req(false)).await {
+        Err(s) => s,
+        Ok(r) => r
+            .into_inner()
+            .next()
+            .await
+            .expect("an item")
+            .expect_err("a follower must refuse"),
+    };
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(refused.message(), "Server not partition leader");
+    // With it, the follower's copy is read up to the high watermark.
+    let mut stream = client
+        .subscribe(req(true))
+        .await
+        .expect("subscribe on an ISR follower")
+        .into_inner();
+    // The first item is the empty message that confirms the subscription
+    // (as Liftbridge sends it).
+    let first = tokio::time::timeout(Duration::from_secs(20), stream.next())
+        .await
+        .expect("confirmation within 20 s")
+        .expect("stream open")
+        .expect("confirmation");
+    assert!(first.value.is_empty(), "{first:?}");
+    let mut got = Vec::new();
+    while got.len() < 10 {
+        let m = tokio::time::timeout(Duration::from_secs(20), stream.next())
+            .await
+            .expect("messages within 20 s")
+            .expect("stream open")
+            .expect("message");
+        got.push((m.offset, String::from_utf8_lossy(&m.value).into_owned()));
+    }
+    let want: Vec<(i64, String)> = (0..10).map(|i| (i, format!("m{i}"))).collect();
+    assert_eq!(got, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_isr_below_min_isr_nothing_commits_until_the_follower_returns() {
+    let mut opts = ClusterOptions::three("isrmin");
+    opts.extra_yaml = TIMINGS.into();
+    let mut c = Cluster::start(&opts).await;
+    create(&c, "strict", Some(3)).await;
+    let leader = leader_index(&c, "strict").await;
+    publish(
+        &c,
+        leader,
+        "strict",
+        "before",
+        proto::AckPolicy::All,
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("ALL ack with the full ISR");
+    let p = partition_json(&c, leader, "strict")
+        .await
+        .expect("partition");
+    assert_eq!(p["under_replicated"], false, "{p}");
+    assert_eq!(p["isr"].as_array().map(Vec::len), Some(3), "{p}");
+
+    // A follower goes down: after the lag time it leaves the ISR.
+    let down = (leader + 1) % 3;
+    let down_id = c.nodes[down].spec.id.clone();
+    c.nodes[down].kill9();
+    wait_until(
+        CLUSTER_TIMEOUT,
+        "the dead follower leaves the ISR",
+        || async {
+            partition_json(&c, leader, "strict").await.is_some_and(|p| {
+                p["under_replicated"] == true
+                    && p["isr"]
+                        .as_array()
+                        .is_some_and(|isr| isr.len() == 2 && !isr.iter().any(|r| r == &down_id))
+            })
+        },
+    )
+    .await;
+    let n = &c.nodes[leader].spec;
+    let addr = format!("{}:{}", n.ip, n.http).parse().expect("address");
+    let metrics = crate::api_common::http_get(addr, "/metrics").await;
+    assert!(
+        metrics
+            .contains("liftbridge_partition_under_replicated{stream=\"strict\",partition=\"0\"} 1"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("under_replicated"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // Below the minimum: ALL is not acknowledged, LEADER is.
+    let all = publish(
+        &c,
+        leader,
+        "strict",
+        "all-while-down",
+        proto::AckPolicy::All,
+        Duration::from_secs(3),
+    )
+    .await;
+    assert!(
+        all.is_err(),
+        "an ALL publish was acknowledged below min ISR: {all:?}"
+    );
+    let ack = publish(
+        &c,
+        leader,
+        "strict",
+        "leader-while-down",
+        proto::AckPolicy::Leader,
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("LEADER ack below min ISR");
+    assert_eq!(
+        ack.offset, 2,
+        "offsets 1 and 2 were written, only not committed"
+    );
+    let hw = partition_json(&c, leader, "strict")
+        .await
+        .expect("partition")["high_watermark"]
+        .clone();
+    assert_eq!(hw, 0, "nothing past the first message is committed");
+
+    // The follower comes back, catches up and rejoins: commits resume.
+    c.nodes[down].restart().await;
+    wait_until(CLUSTER_TIMEOUT, "the follower rejoins the ISR", || async {
+        partition_json(&c, leader, "strict")
+            .await
+            .is_some_and(|p| p["under_replicated"] == false && p["high_watermark"] == 2)
+    })
+    .await;
+    let ack = publish(
+        &c,
+        leader,
+        "strict",
+        "after",
+        proto::AckPolicy::All,
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("ALL ack after the follower rejoined");
+    assert_eq!(ack.offset, 3);
+    // Every replica holds the same four messages.
+    for i in 0..3 {
+        wait_until(
+            CLUSTER_TIMEOUT,
+            "every replica has the four messages",
+            || async {
+                partition_json(&c, i, "strict")
+                    .await
+                    .is_some_and(|p| p["newest_offset"] == 3)
+            },
+        )
+        .await;
+    }
+}
