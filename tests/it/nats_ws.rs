@@ -675,3 +675,64 @@ async fn nats_ws_same_auth_as_tcp() {
     assert_eq!(conns[0]["type"], "websocket");
     assert_eq!(conns[0]["authorized_user"], "alice");
 }
+
+#[tokio::test]
+async fn nats_ws_async_nats_client_pub_sub_request() {
+    let mut o = ws_opts();
+    o.compression = true;
+    let srv = start(opts_with(o)).await;
+    let ws = async_nats::connect(format!("ws://{}", ws_addr(&srv)))
+        .await
+        .unwrap();
+    let tcp = async_nats::connect(url(&srv)).await.unwrap();
+    // A responder on TCP, a requester on WebSocket, and the other way round.
+    let mut svc = tcp.subscribe("svc.tcp").await.unwrap();
+    let tcp2 = tcp.clone();
+    tokio::spawn(async move {
+        while let Some(m) = svc.next().await {
+            if let Some(r) = m.reply {
+                let mut body = b"tcp:".to_vec();
+                body.extend_from_slice(&m.payload);
+                tcp2.publish(r, body.into()).await.unwrap();
+            }
+        }
+    });
+    // async-nats's flush is no round trip: a request on the same
+    // connection is, and it comes after the SUB.
+    tcp.request("svc.tcp", "sync".into()).await.unwrap();
+    let r = tokio::time::timeout(WAIT, ws.request("svc.tcp", "q1".into()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&r.payload[..], b"tcp:q1");
+    let mut wsvc = ws.subscribe("svc.ws").await.unwrap();
+    let ws2 = ws.clone();
+    tokio::spawn(async move {
+        while let Some(m) = wsvc.next().await {
+            if let Some(r) = m.reply {
+                ws2.publish(r, m.payload).await.unwrap();
+            }
+        }
+    });
+    ws.request("svc.ws", "sync".into()).await.unwrap();
+    let big = bytes::Bytes::from(vec![7u8; 300 * 1024]);
+    let r = tokio::time::timeout(WAIT, tcp.request("svc.ws", big.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.payload, big);
+    // Many messages through one WebSocket subscriber, in order.
+    let mut sub = ws.subscribe("count").await.unwrap();
+    ws.request("svc.tcp", "sync".into()).await.unwrap();
+    for i in 0..2000u32 {
+        tcp.publish("count", i.to_string().into()).await.unwrap();
+    }
+    tcp.flush().await.unwrap();
+    for i in 0..2000u32 {
+        let m = tokio::time::timeout(WAIT, sub.next())
+            .await
+            .unwrap_or_else(|_| panic!("message {i} in time"))
+            .unwrap();
+        assert_eq!(m.payload, i.to_string());
+    }
+}
