@@ -736,3 +736,34 @@ async fn nats_ws_async_nats_client_pub_sub_request() {
         assert_eq!(m.payload, i.to_string());
     }
 }
+
+/// `nats.websocket.*` in liftbridge.yaml: the node's embedded server serves
+/// WebSocket clients next to TCP ones.
+#[tokio::test]
+async fn nats_ws_liftbridge_yaml_node() {
+    use super::support::procs::LiftbridgeNode;
+    let ws_port = super::support::free_port();
+    let extra = format!(
+        "  websocket:\n    listen: 127.0.0.1:{ws_port}\n    no_tls: true\n    compression: true\n"
+    );
+    let mut node = LiftbridgeNode::start("wsc", &[], &extra).await;
+    node.proc.try_wait_port(ws_port).await.unwrap();
+    let ws = async_nats::connect(format!("ws://127.0.0.1:{ws_port}"))
+        .await
+        .unwrap();
+    let tcp = async_nats::connect(node.url()).await.unwrap();
+    let mut sub = tcp.subscribe("yaml.ws").await.unwrap();
+    tcp.request("nobody", "x".into()).await.unwrap_err(); // round trip: SUB is in
+    ws.publish("yaml.ws", "from ws".into()).await.unwrap();
+    ws.flush().await.unwrap();
+    let m = tokio::time::timeout(WAIT, sub.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&m.payload[..], b"from ws");
+    let varz = super::support::http_json(node.http_port, "/varz")
+        .await
+        .expect("varz");
+    assert_eq!(varz["websocket"]["port"], ws_port);
+    assert_eq!(varz["websocket"]["compression"], true);
+}
