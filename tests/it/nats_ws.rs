@@ -767,3 +767,64 @@ async fn nats_ws_liftbridge_yaml_node() {
     assert_eq!(varz["websocket"]["port"], ws_port);
     assert_eq!(varz["websocket"]["compression"], true);
 }
+
+/// `wss://`: TLS first, then the upgrade, then NATS; the origin policy sees
+/// the https scheme; /connz shows the TLS version.
+#[tokio::test]
+async fn nats_ws_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = liftbridge::tls::generate_dev_certs(dir.path(), &[]).unwrap();
+    let mut o = ws_opts();
+    o.tls = Some(liftbridge::config::nats::TlsFiles {
+        cert: certs.server_cert.clone(),
+        key: certs.server_key.clone(),
+        ca: None,
+        verify: false,
+    });
+    o.same_origin = true;
+    let srv = start(opts_with(o)).await;
+    let port = ws_addr(&srv).port();
+    let connector = tokio_rustls::TlsConnector::from(
+        liftbridge::tls::client_config(&certs.ca_cert, None).unwrap(),
+    );
+    let tcp = TcpStream::connect(ws_addr(&srv)).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = connector.connect(name, tcp).await.unwrap();
+    let req = tokio_tungstenite::tungstenite::http::Request::builder()
+        .uri(format!("wss://localhost:{port}/"))
+        .header("Host", format!("localhost:{port}"))
+        .header("Origin", format!("https://localhost:{port}"))
+        .header("Connection", "Upgrade")
+        .header("Upgrade", "websocket")
+        .header("Sec-WebSocket-Version", "13")
+        .header("Sec-WebSocket-Key", KEY)
+        .body(())
+        .unwrap();
+    let (mut ws, resp) = tokio_tungstenite::client_async(req, tls).await.unwrap();
+    assert_eq!(resp.status(), 101);
+    let Some(Ok(Message::Binary(info))) = ws.next().await else {
+        panic!("INFO")
+    };
+    assert!(info.starts_with(b"INFO {"));
+    ws.send(Message::Binary(
+        b"CONNECT {\"verbose\":false,\"name\":\"tls-ws\"}\r\nPING\r\n".to_vec(),
+    ))
+    .await
+    .unwrap();
+    let Some(Ok(Message::Binary(pong))) = ws.next().await else {
+        panic!("PONG")
+    };
+    assert_eq!(pong, b"PONG\r\n");
+    let connz = srv.connz_json("").unwrap();
+    let c = &connz["connections"][0];
+    assert_eq!(c["type"], "websocket");
+    assert!(
+        c["tls_version"].as_str().is_some_and(|v| v.contains("TLS")),
+        "{c}"
+    );
+    assert!(srv.varz_json()["websocket"].get("no_tls").is_none());
+    // A plain-text client is refused by the TLS layer, nothing else.
+    let (r, _) = http_exchange(&srv, &request("localhost", "")).await;
+    assert!(!r.contains("101"), "{r}");
+    tcp_client_works(&srv).await;
+}
