@@ -1233,7 +1233,9 @@ impl Reader {
         self.ok();
         // Routes came or went between our INFO and this CONNECT: the
         // broadcast skipped this client, so it gets the update now.
-        if self.server.connect_urls_gen.load(Ordering::SeqCst) != self.urls_gen {
+        if self.server.connect_urls_gen.load(Ordering::SeqCst) != self.urls_gen
+            && !self.client.meta.lock().websocket
+        {
             let frame = self.server.async_info_frame();
             self.send(&frame);
         }

@@ -166,17 +166,19 @@ impl ServerInner {
         self.listener_cancel.clone()
     }
 
-    /// Admits a client connection from `addr` (TCP or WebSocket): its INFO
-    /// (with a nonce when nkeys are configured), the connection limit, and
-    /// registration in `clients`.
-    pub(crate) fn start_client(&self, addr: SocketAddr) -> ClientStart {
+    /// Admits a client connection from `addr` (TCP, or WebSocket when
+    /// `websocket`): its INFO (with a nonce when nkeys are configured), the
+    /// connection limit, and registration in `clients`. WebSocket clients
+    /// get no `connect_urls` (the cluster's are TCP addresses).
+    pub(crate) fn start_client(&self, addr: SocketAddr, websocket: bool) -> ClientStart {
         let cid = self.next_client_id();
         let urls_gen = self.connect_urls_gen.load(Ordering::SeqCst);
         let nonce = match &self.authenticator {
             Some(a) if a.needs_nonce() => Some(new_nonce()),
             _ => None,
         };
-        let json = self.info_json(Some(cid), Some(addr.ip().to_string()), nonce.clone(), false);
+        let ip = Some(addr.ip().to_string());
+        let json = self.info_json_for(Some(cid), ip, nonce.clone(), false, !websocket);
         let mut info = BytesMut::new();
         proto::encode_info(&mut info, &json);
         let over_limit = self
@@ -191,6 +193,7 @@ impl ServerInner {
             return ClientStart::Refused(info);
         }
         let client = ClientShared::new(cid, ClientKind::Tcp, Some(addr), self.opts.max_pending);
+        client.meta.lock().websocket = websocket;
         self.clients.lock().insert(cid, client.clone());
         self.total_connections.fetch_add(1, Ordering::Relaxed);
         ClientStart::Accepted {
@@ -285,7 +288,7 @@ impl ServerInner {
         let mut frame = BytesMut::new();
         proto::encode_info(&mut frame, &json);
         for c in tcp_clients(self) {
-            if c.connected.load(Ordering::SeqCst) {
+            if c.connected.load(Ordering::SeqCst) && !c.meta.lock().websocket {
                 c.send_now(&frame);
             }
         }
@@ -298,13 +301,28 @@ impl ServerInner {
         nonce: Option<String>,
         ldm: bool,
     ) -> String {
+        self.info_json_for(cid, ip, nonce, ldm, true)
+    }
+
+    /// INFO as [`Self::info_json`]; without the cluster's (TCP) client
+    /// URLs when `with_urls` is false: a WebSocket client cannot use them.
+    fn info_json_for(
+        &self,
+        cid: Option<u64>,
+        ip: Option<String>,
+        nonce: Option<String>,
+        ldm: bool,
+        with_urls: bool,
+    ) -> String {
         let mut info = self.info.clone();
         info.client_id = cid;
         info.client_ip = ip;
         info.nonce = nonce;
         info.ldm = ldm;
         info.cluster = self.routes.as_ref().map(Routes::cluster_name);
-        info.connect_urls = self.connect_urls();
+        if with_urls {
+            info.connect_urls = self.connect_urls();
+        }
         // Serializing a struct of strings and numbers cannot fail.
         serde_json::to_string(&info).unwrap_or_default()
     }
@@ -589,7 +607,7 @@ async fn accept_loop(inner: Arc<ServerInner>, listener: TcpListener) {
 }
 
 async fn serve_conn(inner: Arc<ServerInner>, mut stream: TcpStream, addr: SocketAddr) {
-    let (client, nonce, urls_gen) = match inner.start_client(addr) {
+    let (client, nonce, urls_gen) = match inner.start_client(addr, false) {
         ClientStart::Refused(frames) => {
             let _ = stream.write_all(&frames).await;
             let _ = stream.shutdown().await;

@@ -828,3 +828,48 @@ async fn nats_ws_over_tls() {
     assert!(!r.contains("101"), "{r}");
     tcp_client_works(&srv).await;
 }
+
+/// In a cluster, WebSocket clients get no `connect_urls` (they are the
+/// peers' TCP addresses, useless to a WebSocket client), at connect time
+/// or when a route comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_ws_no_tcp_connect_urls_in_cluster() {
+    use liftbridge::config::nats::ClusterOptions;
+    let cluster = |routes: Vec<String>| ClusterOptions {
+        name: Some("wsc".into()),
+        host: "127.0.0.1".into(),
+        port: 0,
+        routes,
+        ..Default::default()
+    };
+    let a = start(NatsOptions {
+        cluster: Some(cluster(vec![])),
+        ..opts_with(ws_opts())
+    })
+    .await;
+    let mut ws = RawWs::connected(&a).await;
+    let b = start(NatsOptions {
+        cluster: Some(cluster(vec![format!(
+            "nats-route://{}",
+            a.cluster_addr().unwrap()
+        )])),
+        ..test_opts()
+    })
+    .await;
+    super::support::wait_until(WAIT, "route up", || async { a.num_routes() == 1 }).await;
+    // A TCP client now hears of B; the WebSocket client gets nothing.
+    let mut tcp = super::nats_support::Raw::connect(&a).await;
+    assert!(tcp.info.contains("connect_urls"), "{}", tcp.info);
+    tcp.send(b"CONNECT {\"verbose\":false}\r\n").await;
+    ws.send_frame(true, 2, b"PING\r\n", true).await;
+    // Exactly PONG: no async INFO came before it.
+    assert_eq!(ws.read_data_until(b"PONG\r\n").await, b"PONG\r\n");
+    let mut fresh = RawWs::connect(&a, "").await.0;
+    let first = fresh.read_data_until(b"\r\n").await;
+    let first = String::from_utf8_lossy(&first);
+    assert!(
+        first.starts_with("INFO ") && !first.contains("connect_urls"),
+        "{first}"
+    );
+    b.shutdown().await;
+}

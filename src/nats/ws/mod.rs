@@ -304,7 +304,7 @@ async fn run<R, W>(
     };
     let shared = Arc::new(WsShared::default());
     let mut writer = WsWrite::new(w, shared.clone(), up.compress);
-    match inner.start_client(addr) {
+    match inner.start_client(addr, true) {
         ClientStart::Refused(frames) => {
             let _ = writer.write_all(&frames).await;
             let _ =
@@ -316,13 +316,10 @@ async fn run<R, W>(
             nonce,
             urls_gen,
         } => {
-            {
+            if let Some((v, c)) = tls_info {
                 let mut m = client.meta.lock();
-                m.websocket = true;
-                if let Some((v, c)) = tls_info {
-                    m.tls_version = v;
-                    m.tls_cipher = c;
-                }
+                m.tls_version = v;
+                m.tls_cipher = c;
             }
             client.send_now(&info);
             shared.set_client(&client);
