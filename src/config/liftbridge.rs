@@ -1864,6 +1864,7 @@ mod tests {
                 "always",
                 "all",
                 "info",
+                "https://a.example.com",
             ];
             let ok = samples.iter().any(|v| {
                 load_with_env(&LiftbridgeFlags::default(), |k| {
