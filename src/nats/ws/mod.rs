@@ -540,20 +540,30 @@ const TOO_BIG: FrameError = FrameError {
 };
 
 impl<R: AsyncRead + Unpin> AsyncRead for WsRead<R> {
+    /// Hands over the payload of every frame already buffered (not just
+    /// one frame's), so a burst of small frames reaches the NATS reader as
+    /// one batch: one parse pass and one flush to the receivers, as over
+    /// TCP. The socket is read only when nothing has been produced yet.
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         dst: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = &mut *self;
+        let start_len = dst.filled().len();
         loop {
+            let produced = dst.filled().len() > start_len;
+            if dst.remaining() == 0 {
+                return Poll::Ready(Ok(()));
+            }
             if !me.out.is_empty() {
                 let n = me.out.len().min(dst.remaining());
                 dst.put_slice(&me.out[..n]);
                 me.out.advance(n);
-                return Poll::Ready(Ok(()));
+                continue;
             }
             match &mut me.state {
+                // End of stream (after any data produced in this call).
                 RState::Done => return Poll::Ready(Ok(())),
                 RState::Data {
                     remaining,
@@ -568,9 +578,6 @@ impl<R: AsyncRead + Unpin> AsyncRead for WsRead<R> {
                         let n = (*remaining)
                             .min(me.raw.len() as u64)
                             .min(dst.remaining() as u64) as usize;
-                        if n == 0 {
-                            return Poll::Ready(Ok(()));
-                        }
                         let start = dst.filled().len();
                         dst.put_slice(&me.raw[..n]);
                         me.raw.advance(n);
@@ -581,7 +588,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for WsRead<R> {
                         if *remaining == 0 {
                             me.state = RState::Header;
                         }
-                        return Poll::Ready(Ok(()));
+                        continue;
                     }
                 }
                 RState::Compressed {
@@ -607,25 +614,36 @@ impl<R: AsyncRead + Unpin> AsyncRead for WsRead<R> {
                             let z = std::mem::take(&mut me.zbuf);
                             if let Err(e) = proto::inflate_message(&z, me.max_payload, &mut me.out)
                             {
-                                return Poll::Ready(Err(me.fail(e)));
+                                // Data already produced goes first; the
+                                // next call sees Done (end of stream).
+                                let err = me.fail(e);
+                                return Poll::Ready(if produced { Ok(()) } else { Err(err) });
                             }
                         }
                         continue;
                     }
                 }
                 RState::Header => {
-                    match proto::parse_header(&me.raw, me.compression, me.mask_required) {
-                        Err(e) => return Poll::Ready(Err(me.fail(e))),
-                        Ok(Some(h)) => match me.start_frame(h) {
-                            Err(e) => return Poll::Ready(Err(me.fail(e))),
-                            Ok(true) => continue,
-                            Ok(false) => {}
-                        },
-                        Ok(None) => {}
+                    let step = match proto::parse_header(&me.raw, me.compression, me.mask_required)
+                    {
+                        Err(e) => Err(e),
+                        Ok(Some(h)) => me.start_frame(h),
+                        Ok(None) => Ok(false),
+                    };
+                    match step {
+                        Err(e) => {
+                            let err = me.fail(e);
+                            return Poll::Ready(if produced { Ok(()) } else { Err(err) });
+                        }
+                        Ok(true) => continue,
+                        Ok(false) => {}
                     }
                 }
             }
-            // More raw bytes are needed.
+            // More raw bytes are needed: hand over what we have first.
+            if produced {
+                return Poll::Ready(Ok(()));
+            }
             if me.raw.capacity() - me.raw.len() < 4096 {
                 me.raw.reserve(READ_CHUNK);
             }
@@ -772,5 +790,75 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for WsWrite<W> {
         ready!(me.poll_drain(cx))?;
         ready!(Pin::new(&mut me.inner).poll_flush(cx))?;
         Pin::new(&mut me.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn masked(opcode: u8, fin: bool, payload: &[u8]) -> Vec<u8> {
+        let key = [0x37, 0xfa, 0x21, 0x3d];
+        let mut f = vec![
+            if fin { 0x80 } else { 0 } | opcode,
+            0x80 | payload.len() as u8,
+        ];
+        f.extend_from_slice(&key);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+        f
+    }
+
+    async fn read_once(input: Vec<u8>) -> (io::Result<Vec<u8>>, Arc<WsShared>) {
+        let shared = Arc::new(WsShared::default());
+        let mut r = WsRead::new(&input[..], shared.clone(), false, true, 1024);
+        let mut buf = vec![0u8; 4096];
+        let res = r.read(&mut buf).await.map(|n| buf[..n].to_vec());
+        (res, shared)
+    }
+
+    #[tokio::test]
+    async fn buffered_frames_come_out_in_one_read() {
+        let mut input = Vec::new();
+        for i in 0..50 {
+            input.extend(masked(
+                2,
+                true,
+                format!("PUB a 1\r\n{}\r\n", i % 10).as_bytes(),
+            ));
+        }
+        input.extend(masked(9, true, b"p"));
+        input.extend(masked(2, false, b"PI"));
+        input.extend(masked(0, true, b"NG\r\n"));
+        let (out, shared) = read_once(input).await;
+        let out = out.unwrap();
+        assert!(out.starts_with(b"PUB a 1\r\n0\r\n") && out.ends_with(b"9\r\nPING\r\n"));
+        assert_eq!(out.len(), 50 * 12 + 6);
+        let q = shared.ctl.lock();
+        assert_eq!(&q.frames[..], &[0x8a, 1, b'p'], "the ping's pong is queued");
+    }
+
+    #[tokio::test]
+    async fn data_before_a_violation_is_delivered_then_the_stream_ends() {
+        let mut input = masked(2, true, b"PING\r\n");
+        input.extend_from_slice(&[0x82, 0x01, b'x']); // unmasked
+        let shared = Arc::new(WsShared::default());
+        let mut r = WsRead::new(&input[..], shared.clone(), false, true, 1024);
+        let mut buf = vec![0u8; 64];
+        let n = r.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"PING\r\n");
+        assert_eq!(r.read(&mut buf).await.unwrap(), 0, "then end of stream");
+        let q = shared.ctl.lock();
+        assert!(q.close_queued);
+        assert_eq!(&q.frames[2..4], &1002u16.to_be_bytes());
+    }
+
+    #[tokio::test]
+    async fn oversized_frame_is_refused_from_its_header() {
+        let mut input = vec![0x82, 0xff];
+        input.extend_from_slice(&(1024 + FRAME_OVERHEAD + 1).to_be_bytes());
+        input.extend_from_slice(&[0; 4]);
+        let (out, shared) = read_once(input).await;
+        assert!(out.is_err());
+        assert_eq!(&shared.ctl.lock().frames[2..4], &1009u16.to_be_bytes());
     }
 }
