@@ -758,8 +758,29 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for WsWrite<W> {
                 me.pending.extend_from_slice(z);
             }
             _ => {
-                proto::encode_header(&mut me.pending, proto::OP_BINARY, false, buf.len());
-                me.pending.extend_from_slice(buf);
+                // Header and payload in one vectored write, without copying
+                // the payload; only what the socket did not take is kept.
+                let mut hdr = [0u8; 10];
+                let hlen = {
+                    let mut h = &mut hdr[..];
+                    let before = h.len();
+                    proto::encode_header_into(&mut h, proto::OP_BINARY, false, buf.len());
+                    before - h.len()
+                };
+                let bufs = [io::IoSlice::new(&hdr[..hlen]), io::IoSlice::new(buf)];
+                let written = match Pin::new(&mut me.inner).poll_write_vectored(cx, &bufs) {
+                    Poll::Ready(Ok(n)) => n,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => 0,
+                };
+                if written < hlen {
+                    me.pending.extend_from_slice(&hdr[written..hlen]);
+                    me.pending.extend_from_slice(buf);
+                } else {
+                    me.pending
+                        .extend_from_slice(&buf[(written - hlen).min(buf.len())..]);
+                }
+                return Poll::Ready(Ok(buf.len()));
             }
         }
         // Start writing now; the bytes are ours either way (a failure shows
@@ -796,6 +817,7 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for WsWrite<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn masked(opcode: u8, fin: bool, payload: &[u8]) -> Vec<u8> {
         let key = [0x37, 0xfa, 0x21, 0x3d];
@@ -850,6 +872,42 @@ mod tests {
         let q = shared.ctl.lock();
         assert!(q.close_queued);
         assert_eq!(&q.frames[2..4], &1002u16.to_be_bytes());
+    }
+
+    #[tokio::test]
+    async fn frames_survive_short_writes() {
+        // A pipe that takes a few bytes at a time: header and payload are
+        // split at every kind of boundary.
+        let (a, mut b) = tokio::io::duplex(7);
+        let shared = Arc::new(WsShared::default());
+        let mut w = WsWrite::new(a, shared, false);
+        let payloads: Vec<Vec<u8>> = [3usize, 125, 126, 300, 70_000]
+            .iter()
+            .map(|&n| (0..n).map(|i| (i % 251) as u8).collect())
+            .collect();
+        let expect = payloads.clone();
+        let writer = tokio::spawn(async move {
+            for p in &payloads {
+                w.write_all(p).await.unwrap();
+            }
+            w.flush().await.unwrap();
+            drop(w);
+        });
+        let mut all = Vec::new();
+        b.read_to_end(&mut all).await.unwrap();
+        writer.await.unwrap();
+        let mut pos = 0;
+        for p in expect {
+            let h = proto::parse_header(&all[pos..], false, false)
+                .unwrap()
+                .unwrap();
+            assert!(h.fin && h.opcode == proto::OP_BINARY && h.mask.is_none());
+            assert_eq!(h.len as usize, p.len());
+            pos += h.header_len;
+            assert_eq!(&all[pos..pos + p.len()], &p[..]);
+            pos += p.len();
+        }
+        assert_eq!(pos, all.len());
     }
 
     #[tokio::test]

@@ -434,6 +434,11 @@ pub fn unmask(data: &mut [u8], mask: [u8; 4], pos: usize) -> usize {
 
 /// Appends a server frame header (FIN set, unmasked).
 pub fn encode_header(out: &mut BytesMut, opcode: u8, rsv1: bool, len: usize) {
+    encode_header_into(out, opcode, rsv1, len);
+}
+
+/// Writes a server frame header (at most 10 bytes) into any buffer.
+pub fn encode_header_into<B: BufMut>(out: &mut B, opcode: u8, rsv1: bool, len: usize) {
     let b0 = 0x80 | if rsv1 { 0x40 } else { 0 } | (opcode & 0x0f);
     out.put_u8(b0);
     if len < 126 {
