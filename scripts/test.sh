@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh Debian machine of this project's kind.
 # Installs what the tests need (Debian packages, a Python venv, the npm
-# packages of the browser test), builds the crate, runs the Rust tests, then
-# the Python interop tests and the web UI test in headless Chromium against
-# the built binary.
+# packages of the browser and WebSocket tests), builds the crate, runs the
+# Rust tests, then the Python interop tests, the Node WebSocket test and the
+# web UI test in headless Chromium against the built binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -38,6 +38,11 @@ RUST_TEST_THREADS=2 cargo test --lib --bins --tests
 
 export LIFTBRIDGE_BIN="$root/target/debug/liftbridge"
 "$venv/bin/python" -m pytest -q tests/py
+
+# NATS over WebSocket with the official nats.ws client, against the built
+# binary and Go nats-server 2.15.1 from the venv.
+npm ci --prefix tests/ws --no-audit --no-fund --loglevel=error
+node --test tests/ws/ws.test.mjs
 
 # The web UI in headless Chromium against the built binary.
 npm ci --prefix tests/ui --no-audit --no-fund --loglevel=error

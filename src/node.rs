@@ -137,6 +137,83 @@ impl Default for NodeConfig {
     }
 }
 
+/// Maps `nats.websocket.*` over the embedded server's options (over a
+/// `websocket {}` block of `nats.embedded.config`, key by key).
+fn apply_websocket(
+    c: &crate::config::liftbridge::NatsWebsocketConfig,
+    nats: &mut NatsOptions,
+) -> Result<(), NodeError> {
+    use crate::config::nats::{parse_cluster_listen, parse_ws_origin, TlsFiles, WebsocketOptions};
+    if !c.any() {
+        return Ok(());
+    }
+    if nats.websocket.is_none() && c.listen.is_none() {
+        return Err(NodeError::Config(
+            "nats.websocket.* needs nats.websocket.listen".into(),
+        ));
+    }
+    // A block from the file was validated there (TLS or no_tls); one made
+    // here must say which.
+    let created = nats.websocket.is_none();
+    let o = nats.websocket.get_or_insert_with(WebsocketOptions::default);
+    if let Some(l) = &c.listen {
+        let (h, p) = parse_cluster_listen(l).ok_or_else(|| {
+            NodeError::Config(format!("nats.websocket.listen: bad address {l:?}"))
+        })?;
+        o.host = h;
+        o.port = p;
+    }
+    match (&c.tls_cert, &c.tls_key) {
+        (Some(cert), Some(key)) => {
+            o.tls = Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ..TlsFiles::default()
+            })
+        }
+        (None, None) => {}
+        _ => {
+            return Err(NodeError::Config(
+                "nats.websocket.tls needs both nats.websocket.tls.cert and nats.websocket.tls.key"
+                    .into(),
+            ))
+        }
+    }
+    if c.no_tls == Some(true) && o.tls.is_some() {
+        return Err(NodeError::Config(
+            "nats.websocket.no_tls: true contradicts a websocket TLS certificate".into(),
+        ));
+    }
+    if created && o.tls.is_none() && c.no_tls != Some(true) {
+        return Err(NodeError::Config(
+            "nats.websocket requires TLS (nats.websocket.tls.cert/key) or nats.websocket.no_tls: true"
+                .into(),
+        ));
+    }
+    if let Some(v) = c.compression {
+        o.compression = v;
+    }
+    if let Some(v) = c.same_origin {
+        o.same_origin = v;
+    }
+    if let Some(list) = &c.allowed_origins {
+        o.allowed_origins = list
+            .iter()
+            .map(|s| {
+                parse_ws_origin(s).map_err(|why| {
+                    NodeError::Config(format!(
+                        "nats.websocket.allowed_origins: unable to parse allowed origin {s:?}: {why}"
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    if let Some(d) = c.handshake_timeout.filter(|d| !d.is_zero()) {
+        o.handshake_timeout = d;
+    }
+    Ok(())
+}
+
 /// Maps `nats.cluster.*` over the embedded server's options (over a
 /// `cluster {}` block of `nats.embedded.config`, key by key).
 fn apply_cluster(
@@ -262,6 +339,7 @@ impl NodeConfig {
             nats.port = p;
         }
         apply_cluster(&c.nats.cluster, &mut nats)?;
+        apply_websocket(&c.nats.websocket, &mut nats)?;
         // The node serves HTTP itself (one listener for NATS monitoring and
         // the liftbridge endpoints); a monitoring port from the NATS file
         // takes precedence over the default `http.listen`, an explicit one

@@ -12,6 +12,10 @@
 //! (e) request/reply round trips, p50/p99/p99.9; plus server RSS idle and
 //! after the runs. Each workload runs `--rounds` times per target,
 //! interleaved between targets, and the median is reported.
+//!
+//! With `--websocket`, every started server gets a config file with
+//! `websocket { no_tls: true }` on a free port and the clients connect over
+//! `ws://` (async-nats's WebSocket transport) instead of TCP.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -53,6 +57,9 @@ pub struct NatsBenchArgs {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Connect over WebSocket (`ws://`) to the servers this command starts.
+    #[arg(long)]
+    pub websocket: bool,
 }
 
 /// One server under test.
@@ -61,6 +68,8 @@ struct Target {
     url: String,
     child: Option<Child>,
     version: String,
+    /// Holds the started server's config file (`--websocket`).
+    _conf: Option<tempfile::TempDir>,
 }
 
 impl Drop for Target {
@@ -203,15 +212,25 @@ fn start_targets(args: &NatsBenchArgs) -> anyhow::Result<Vec<Target>> {
     let mut targets = Vec::new();
     if !args.no_self {
         let exe = std::env::current_exe().context("locating this binary")?;
-        targets.push(spawn_server("liftbridge", &exe, &["nats-server"])?);
+        targets.push(spawn_server(
+            "liftbridge",
+            &exe,
+            &["nats-server"],
+            args.websocket,
+        )?);
     }
     for peer in &args.peers {
         let (label, path) = split_label(peer)?;
-        targets.push(spawn_server(label, &PathBuf::from(path), &[])?);
+        targets.push(spawn_server(
+            label,
+            &PathBuf::from(path),
+            &[],
+            args.websocket,
+        )?);
     }
     if !args.no_path_peer {
         if let Some(path) = find_on_path("nats-server") {
-            targets.push(spawn_server("nats-server", &path, &[])?);
+            targets.push(spawn_server("nats-server", &path, &[], args.websocket)?);
         }
     }
     for url in &args.urls {
@@ -221,6 +240,7 @@ fn start_targets(args: &NatsBenchArgs) -> anyhow::Result<Vec<Target>> {
             url: url.to_string(),
             child: None,
             version: String::new(),
+            _conf: None,
         });
     }
     Ok(targets)
@@ -231,19 +251,40 @@ fn split_label(s: &str) -> anyhow::Result<(&str, &str)> {
         .ok_or_else(|| anyhow!("expected LABEL=VALUE, got {s:?}"))
 }
 
-fn spawn_server(label: &str, exe: &PathBuf, pre: &[&str]) -> anyhow::Result<Target> {
+fn spawn_server(
+    label: &str,
+    exe: &PathBuf,
+    pre: &[&str],
+    websocket: bool,
+) -> anyhow::Result<Target> {
     let port = free_port()?;
-    let child = Command::new(exe)
-        .args(pre)
-        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+    let mut cmd = Command::new(exe);
+    cmd.args(pre)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()]);
+    let (mut url, mut wait_port) = (format!("nats://127.0.0.1:{port}"), port);
+    let mut conf_dir = None;
+    if websocket {
+        let ws_port = free_port()?;
+        let dir = tempfile::tempdir().context("config dir")?;
+        let conf = dir.path().join("ws.conf");
+        std::fs::write(
+            &conf,
+            format!("websocket {{\n  listen: \"127.0.0.1:{ws_port}\"\n  no_tls: true\n}}\n"),
+        )
+        .context("writing the websocket config")?;
+        cmd.arg("-c").arg(&conf);
+        url = format!("ws://127.0.0.1:{ws_port}");
+        wait_port = ws_port;
+        conf_dir = Some(dir);
+    }
+    let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .with_context(|| format!("starting {}", exe.display()))?;
-    let url = format!("nats://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+    while std::net::TcpStream::connect(("127.0.0.1", wait_port)).is_err() {
         if Instant::now() > deadline {
             bail!("{} did not listen on {url} within 10 s", exe.display());
         }
@@ -254,6 +295,7 @@ fn spawn_server(label: &str, exe: &PathBuf, pre: &[&str]) -> anyhow::Result<Targ
         url,
         child: Some(child),
         version: String::new(),
+        _conf: conf_dir,
     })
 }
 

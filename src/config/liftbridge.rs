@@ -3,7 +3,8 @@
 //!
 //! Precedence: defaults (in code) < file (`--config/-c`) < environment <
 //! flags. Every key of Liftbridge's configuration is known here (see `KEYS`),
-//! plus our own: `nats.listen`, `http.listen`, `http.auth.*`, `http.tls.*`,
+//! plus our own: `nats.listen`, `nats.cluster.*`, `nats.websocket.*`,
+//! `http.listen`, `http.auth.*`, `http.tls.*`,
 //! `store.sync`, `store.sync.interval`, `store.cache.size`.
 //!
 //! File syntax: keys may be written flat (`streams.retention.max.age: 24h`),
@@ -71,6 +72,14 @@ pub const KEYS: &[&str] = &[
     "nats.cluster.tls.cert",
     "nats.cluster.tls.key",
     "nats.cluster.tls.ca",
+    "nats.websocket.listen",
+    "nats.websocket.no_tls",
+    "nats.websocket.tls.cert",
+    "nats.websocket.tls.key",
+    "nats.websocket.compression",
+    "nats.websocket.same_origin",
+    "nats.websocket.allowed_origins",
+    "nats.websocket.handshake_timeout",
     "http.listen",
     "http.auth.token",
     "http.auth.username",
@@ -342,6 +351,38 @@ pub struct NatsConfig {
     pub listen_explicit: bool,
     /// `nats.cluster.*`: routes of the embedded server to other nodes.
     pub cluster: NatsClusterConfig,
+    /// `nats.websocket.*`: NATS clients over WebSocket.
+    pub websocket: NatsWebsocketConfig,
+}
+
+/// `nats.websocket.*`: the embedded server's WebSocket listener, enabled by
+/// `nats.websocket.listen`. Each key set here overrides the same field of a
+/// `websocket {}` block of `nats.embedded.config`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NatsWebsocketConfig {
+    /// `nats.websocket.listen`: `host:port` (port 0 = any free port).
+    pub listen: Option<String>,
+    /// `nats.websocket.no_tls`: plain `ws://` (required without TLS).
+    pub no_tls: Option<bool>,
+    /// `nats.websocket.tls.cert`: certificate (PEM) for `wss://`.
+    pub tls_cert: Option<PathBuf>,
+    /// `nats.websocket.tls.key`: key (PEM) for `wss://`.
+    pub tls_key: Option<PathBuf>,
+    /// `nats.websocket.compression`: offer permessage-deflate.
+    pub compression: Option<bool>,
+    /// `nats.websocket.same_origin`: refuse other origins.
+    pub same_origin: Option<bool>,
+    /// `nats.websocket.allowed_origins`: origins accepted (http/https URLs).
+    pub allowed_origins: Option<Vec<String>>,
+    /// `nats.websocket.handshake_timeout`: bound on the HTTP upgrade.
+    pub handshake_timeout: Option<Duration>,
+}
+
+impl NatsWebsocketConfig {
+    /// Whether any key is set.
+    pub fn any(&self) -> bool {
+        *self != NatsWebsocketConfig::default()
+    }
 }
 
 /// `nats.cluster.*`: the embedded server's cluster (routes). Routes are
@@ -635,6 +676,7 @@ impl Default for LiftbridgeConfig {
                 listen: "0.0.0.0:4222".into(),
                 listen_explicit: false,
                 cluster: NatsClusterConfig::default(),
+                websocket: NatsWebsocketConfig::default(),
             },
             http: HttpConfig {
                 listen: "0.0.0.0:8222".into(),
@@ -1031,6 +1073,30 @@ impl Builder {
             "nats.cluster.tls.cert" => c.nats.cluster.tls_cert = path(raw)?,
             "nats.cluster.tls.key" => c.nats.cluster.tls_key = path(raw)?,
             "nats.cluster.tls.ca" => c.nats.cluster.tls_ca = path(raw)?,
+            "nats.websocket.listen" => {
+                let l = scalar(raw)?;
+                if crate::config::nats::parse_cluster_listen(&l).is_none() {
+                    return Err("expected host:port".into());
+                }
+                c.nats.websocket.listen = Some(l);
+            }
+            "nats.websocket.no_tls" => c.nats.websocket.no_tls = Some(boolean(raw)?),
+            "nats.websocket.tls.cert" => c.nats.websocket.tls_cert = path(raw)?,
+            "nats.websocket.tls.key" => c.nats.websocket.tls_key = path(raw)?,
+            "nats.websocket.compression" => c.nats.websocket.compression = Some(boolean(raw)?),
+            "nats.websocket.same_origin" => c.nats.websocket.same_origin = Some(boolean(raw)?),
+            "nats.websocket.allowed_origins" => {
+                let origins = list(raw);
+                for o in &origins {
+                    if let Err(why) = crate::config::nats::parse_ws_origin(o) {
+                        return Err(format!("unable to parse allowed origin {o:?}: {why}"));
+                    }
+                }
+                c.nats.websocket.allowed_origins = Some(origins);
+            }
+            "nats.websocket.handshake_timeout" => {
+                c.nats.websocket.handshake_timeout = Some(duration(raw)?)
+            }
             "http.listen" => c.http.listen = parse_listen(&scalar(raw)?)?,
             "http.auth.token" => c.http.auth_token = opt_string(raw)?,
             "http.auth.username" => {
@@ -1439,6 +1505,34 @@ mod tests {
         }
     }
 
+    #[test]
+    fn nats_websocket_keys() {
+        let c = yaml(
+            "nats:\n  websocket:\n    listen: 127.0.0.1:8443\n    no_tls: true\n    compression: true\n    same_origin: true\n    allowed_origins: [https://app.example.com]\n    handshake_timeout: 5s\n",
+        )
+        .unwrap();
+        let w = &c.nats.websocket;
+        assert_eq!(w.listen.as_deref(), Some("127.0.0.1:8443"));
+        assert_eq!(
+            (w.no_tls, w.compression, w.same_origin),
+            (Some(true), Some(true), Some(true))
+        );
+        assert_eq!(
+            w.allowed_origins.as_deref(),
+            Some(&["https://app.example.com".to_string()][..])
+        );
+        assert_eq!(w.handshake_timeout, Some(Duration::from_secs(5)));
+        for bad in [
+            "nats.websocket.listen: nowhere\n",
+            "nats.websocket.allowed_origins: app.example.com\n",
+            "nats.websocket.compression: maybe\n",
+            "nats.websocket.headers: x\n",
+        ] {
+            let e = yaml(bad).unwrap_err().to_string();
+            assert!(e.contains("nats.websocket"), "{bad}: {e}");
+        }
+    }
+
     fn yaml(text: &str) -> Result<LiftbridgeConfig, ConfigError> {
         from_yaml_str(text, Path::new("test.yaml"))
     }
@@ -1770,6 +1864,7 @@ mod tests {
                 "always",
                 "all",
                 "info",
+                "https://a.example.com",
             ];
             let ok = samples.iter().any(|v| {
                 load_with_env(&LiftbridgeFlags::default(), |k| {

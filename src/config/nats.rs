@@ -52,6 +52,9 @@ pub struct NatsOptions {
     pub debug: bool,
     /// The cluster (route) listener and routes; `None` = not clustered.
     pub cluster: Option<ClusterOptions>,
+    /// The WebSocket client listener; `None` = no WebSocket (there is no
+    /// default port, as in nats-server).
+    pub websocket: Option<WebsocketOptions>,
 }
 
 impl Default for NatsOptions {
@@ -77,6 +80,7 @@ impl Default for NatsOptions {
             trace: false,
             debug: false,
             cluster: None,
+            websocket: None,
         }
     }
 }
@@ -145,6 +149,105 @@ pub struct TlsFiles {
     pub ca: Option<PathBuf>,
     /// Require and verify client certificates (mTLS).
     pub verify: bool,
+}
+
+/// The `websocket { … }` block: NATS clients over WebSocket
+/// (`spec/nats-parity.md` §4).
+#[derive(Debug, Clone)]
+pub struct WebsocketOptions {
+    /// Interface of the WebSocket listener (`0.0.0.0` by default).
+    pub host: String,
+    /// Port; `0` picks a free port (`-1` in the file).
+    pub port: u16,
+    /// `host:port` advertised instead of the listener address.
+    pub advertise: Option<String>,
+    /// TLS (`wss://`); `None` only with `no_tls: true`.
+    pub tls: Option<TlsFiles>,
+    /// Offer permessage-deflate to clients that ask for it.
+    pub compression: bool,
+    /// Refuse an `Origin` whose scheme, host and port differ from the
+    /// request's `Host` (a missing `Origin` passes).
+    pub same_origin: bool,
+    /// Origins accepted (a missing `Origin` passes); empty = any.
+    pub allowed_origins: Vec<WsOrigin>,
+    /// Time a client has to complete the HTTP upgrade. nats-server has no
+    /// default; we bound it (10 s) so a socket that never sends its request
+    /// cannot be held open forever.
+    pub handshake_timeout: Duration,
+}
+
+/// Default bound on the WebSocket HTTP upgrade.
+pub const DEFAULT_WS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Default for WebsocketOptions {
+    fn default() -> Self {
+        WebsocketOptions {
+            host: "0.0.0.0".into(),
+            port: 0,
+            advertise: None,
+            tls: None,
+            compression: false,
+            same_origin: false,
+            allowed_origins: Vec::new(),
+            handshake_timeout: DEFAULT_WS_HANDSHAKE_TIMEOUT,
+        }
+    }
+}
+
+/// One allowed origin: scheme, lower-cased host and port (the scheme's
+/// default when the URL has none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WsOrigin {
+    /// `http` or `https`.
+    pub scheme: String,
+    /// Host, lower-cased, without brackets for IPv6.
+    pub host: String,
+    /// Port (80/443 when not written).
+    pub port: u16,
+    /// The text as configured (for `/varz`).
+    pub text: String,
+}
+
+/// Parses an origin URL (`https://app.example.com[:port][/…]`); the error
+/// is the reason nats-server gives after `unable to parse allowed origin`.
+pub fn parse_ws_origin(s: &str) -> Result<WsOrigin, &'static str> {
+    let (scheme, rest) = s
+        .split_once("://")
+        .ok_or("allowed origins must be absolute URLs with http or https scheme")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return Err("allowed origins must be absolute URLs with http or https scheme"),
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = split_host_port(authority).ok_or("invalid port")?;
+    if host.is_empty() {
+        return Err("host is required");
+    }
+    Ok(WsOrigin {
+        scheme,
+        host: host.to_ascii_lowercase(),
+        port: port.unwrap_or(default_port),
+        text: s.to_string(),
+    })
+}
+
+/// Splits `host`, `host:port`, `[v6]` or `[v6]:port`.
+pub fn split_host_port(s: &str) -> Option<(&str, Option<u16>)> {
+    if let Some(rest) = s.strip_prefix('[') {
+        let (h, after) = rest.split_once(']')?;
+        return match after.strip_prefix(':') {
+            Some(p) => Some((h, Some(p.parse().ok()?))),
+            None if after.is_empty() => Some((h, None)),
+            None => None,
+        };
+    }
+    match s.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') => Some((h, Some(p.parse().ok()?))),
+        _ => Some((s, None)),
+    }
 }
 
 /// Default cluster (route) port.

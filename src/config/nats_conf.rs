@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use crate::config::nats::{
     AuthConfig, ClusterAuth, ClusterOptions, NatsOptions, NkeyUser, PermissionRules, Permissions,
-    TlsFiles, User,
+    TlsFiles, User, WebsocketOptions,
 };
 
 /// Errors of reading, parsing or interpreting a config file.
@@ -794,8 +794,9 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
                 );
             }
             "cluster" => o.cluster = Some(cluster_block(key, n, &mut c.warnings)?),
-            "gateway" | "leafnodes" | "leaf" | "websocket" | "mqtt" | "accounts"
-            | "resolver_preload" | "system_account" => c.warnings.push(format!(
+            "websocket" | "ws" => o.websocket = websocket_block(key, n, &mut c.warnings)?,
+            "gateway" | "leafnodes" | "leaf" | "mqtt" | "accounts" | "resolver_preload"
+            | "system_account" => c.warnings.push(format!(
                 "{}:{}: {key:?} is not supported; ignored",
                 n.file, n.line
             )),
@@ -936,6 +937,123 @@ fn cluster_block(
         }
     }
     Ok(c)
+}
+
+/// `websocket { listen | host/port, advertise, no_tls, tls, compression,
+/// same_origin, allowed_origins, handshake_timeout }`. Without a port the
+/// block enables nothing (as in nats-server: there is no default port);
+/// port `-1` picks a free one. Keys for features we do not provide (a
+/// separate WebSocket authorization, cookies, custom headers) are refused
+/// by name: each changes who may connect or what they see.
+fn websocket_block(
+    key: &str,
+    n: &Node,
+    warnings: &mut Vec<String>,
+) -> Result<Option<WebsocketOptions>, ConfError> {
+    let mut w = WebsocketOptions::default();
+    let mut port: Option<i64> = None;
+    let mut no_tls = false;
+    for (k, v) in want_map(key, n)? {
+        match k.to_ascii_lowercase().as_str() {
+            "listen" => {
+                let (h, _) = host_port(k, v)?;
+                if let Some(h) = h {
+                    w.host = h;
+                }
+                let text = match &v.value {
+                    Value::Int(p) => p.to_string(),
+                    _ => want_str(k, v)?.rsplit_once(':').map_or("", |(_, p)| p).to_string(),
+                };
+                match text.parse::<i64>() {
+                    Ok(p) if port_value(p).is_some() => port = Some(p),
+                    _ => return invalid(k, v, "expected host:port or a port"),
+                }
+            }
+            "host" | "net" => w.host = want_str(k, v)?.to_string(),
+            "port" => {
+                let p = want_int(k, v)?;
+                if port_value(p).is_none() {
+                    return invalid(k, v, format!("not a port: {p}"));
+                }
+                port = Some(p);
+            }
+            "advertise" => w.advertise = Some(want_str(k, v)?.to_string()),
+            "no_tls" => no_tls = want_bool(k, v)?,
+            "tls" => {
+                let (files, timeout) = tls_block(k, v, warnings)?;
+                if timeout.is_some() {
+                    warnings.push(format!(
+                        "{}:{}: websocket tls \"timeout\" ignored (the handshake_timeout bounds the TLS handshake too)",
+                        v.file, v.line
+                    ));
+                }
+                w.tls = Some(files);
+            }
+            "compression" | "compress" => w.compression = want_bool(k, v)?,
+            "same_origin" => w.same_origin = want_bool(k, v)?,
+            "allowed_origins" | "allowed_origin" | "allow_origins" | "allow_origin"
+            | "origins" | "origin" => {
+                let items: Vec<&Node> = match &v.value {
+                    Value::Array(items) => items.iter().collect(),
+                    _ => vec![v],
+                };
+                for item in items {
+                    let text = want_str(k, item)?;
+                    match crate::config::nats::parse_ws_origin(text) {
+                        Ok(o) => w.allowed_origins.push(o),
+                        Err(why) => {
+                            return invalid(
+                                k,
+                                item,
+                                format!("unable to parse allowed origin {text:?}: {why}"),
+                            )
+                        }
+                    }
+                }
+            }
+            "handshake_timeout" => {
+                let d = want_duration(k, v)?;
+                if !d.is_zero() {
+                    w.handshake_timeout = d;
+                }
+            }
+            "authorization" | "authentication" | "no_auth_user" | "jwt_cookie" | "user_cookie"
+            | "pass_cookie" | "token_cookie" | "headers" | "ping_interval" => {
+                return invalid(
+                    key,
+                    v,
+                    format!(
+                        "websocket {k:?} is not supported (WebSocket clients use the server's own authorization)"
+                    ),
+                )
+            }
+            other => return invalid(key, v, format!("unsupported websocket field {other:?}")),
+        }
+    }
+    let port = match port {
+        None | Some(0) => {
+            warnings.push(format!(
+                "{}:{}: websocket has no port: WebSocket clients are not served",
+                n.file, n.line
+            ));
+            return Ok(None);
+        }
+        Some(p) => port_value(p).unwrap_or(0),
+    };
+    w.port = port;
+    if w.tls.is_none() && !no_tls {
+        return invalid(
+            key,
+            n,
+            "websocket requires TLS configuration (or no_tls: true)",
+        );
+    }
+    if no_tls && w.tls.is_some() {
+        // Either answer (plain text, or TLS despite no_tls) would surprise
+        // someone: refuse the contradiction instead of picking one.
+        return invalid(key, n, "websocket has both no_tls: true and a tls block");
+    }
+    Ok(Some(w))
 }
 
 fn tls_block(
@@ -1431,9 +1549,67 @@ no_auth_user: bob
             let e = from_str(text, Path::new("t.conf")).unwrap_err().to_string();
             assert!(e.contains("not supported"), "{text}: {e}");
         }
-        let c =
-            conf("accounts { A { jetstream: enabled } }\nwebsocket { port: 8444, no_tls: true }\n");
+        let c = conf("accounts { A { jetstream: enabled } }\nmqtt { port: 1883 }\n");
         assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn websocket_block_maps_every_field() {
+        let c = conf(
+            "websocket {\n  listen: \"127.0.0.1:-1\"\n  no_tls: true\n  compression: true\n  same_origin: true\n  allowed_origins: [\"https://app.example.com\", \"http://Other:8080/x\"]\n  handshake_timeout: \"3s\"\n  advertise: \"ws.example.com:443\"\n}\n",
+        );
+        let w = c.options.websocket.expect("websocket set");
+        assert_eq!((w.host.as_str(), w.port), ("127.0.0.1", 0));
+        assert!(w.tls.is_none() && w.compression && w.same_origin);
+        assert_eq!(w.handshake_timeout, Duration::from_secs(3));
+        assert_eq!(w.advertise.as_deref(), Some("ws.example.com:443"));
+        let o: Vec<_> = w
+            .allowed_origins
+            .iter()
+            .map(|o| (o.scheme.as_str(), o.host.as_str(), o.port))
+            .collect();
+        assert_eq!(
+            o,
+            [("https", "app.example.com", 443), ("http", "other", 8080)]
+        );
+        let w = conf("ws { port: 8080, tls { cert_file: a, key_file: b }, compress: false }\n")
+            .options
+            .websocket
+            .unwrap();
+        assert_eq!(w.port, 8080);
+        assert_eq!(w.tls.unwrap().cert, PathBuf::from("a"));
+        // No port: nothing is served (nats-server has no default port).
+        let c = conf("websocket { no_tls: true }\n");
+        assert!(c.options.websocket.is_none() && c.warnings.len() == 1);
+    }
+
+    #[test]
+    fn websocket_refusals_name_the_key() {
+        for (text, want) in [
+            ("websocket { port: 1 }", "requires TLS"),
+            ("websocket { port: 1, no_tls: true, tls { cert_file: a, key_file: b } }", "both"),
+            ("websocket { port: 1, no_tls: true, authorization { token: x } }", "authorization"),
+            ("websocket { port: 1, no_tls: true, no_auth_user: u }", "no_auth_user"),
+            ("websocket { port: 1, no_tls: true, jwt_cookie: j }", "jwt_cookie"),
+            ("websocket { port: 1, no_tls: true, headers { a: b } }", "headers"),
+            ("websocket { port: 1, no_tls: true, bogus: 1 }", "bogus"),
+            ("websocket { port: 99999, no_tls: true }", "not a port"),
+            (
+                "websocket { port: 1, no_tls: true, allowed_origins: [\"app.example.com\"] }",
+                "unable to parse allowed origin \"app.example.com\": allowed origins must be absolute URLs with http or https scheme",
+            ),
+            (
+                "websocket { port: 1, no_tls: true, allowed_origins: \"ftp://x\" }",
+                "http or https",
+            ),
+            (
+                "websocket { port: 1, no_tls: true, allowed_origins: \"http://\" }",
+                "host is required",
+            ),
+        ] {
+            let e = from_str(text, Path::new("t.conf")).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -126,6 +126,8 @@ pub struct ConnMeta {
     pub tls_cipher: String,
     /// Last measured round-trip time, if any.
     pub rtt: Option<Duration>,
+    /// The client came in over WebSocket.
+    pub websocket: bool,
 }
 
 /// Outbound state guarded by the connection's mutex.
@@ -282,6 +284,12 @@ impl ClientShared {
         let mut fl = FlushList::default();
         self.send_raw(data, &mut fl);
         fl.flush();
+    }
+
+    /// Wakes the writer task: a transport with frames of its own to send
+    /// (WebSocket pong/close) writes them when the writer flushes it.
+    pub(crate) fn wake_writer(&self) {
+        self.notify.notify_one();
     }
 
     /// Sends `-ERR '<text>'` and closes the connection once it is written.
@@ -793,8 +801,20 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
                     _ = client.notify.notified() => {}
                     _ = client.cancel.cancelled() => {}
                 }
-                let flushing = client.out.lock().close_after_flush;
+                let (flushing, idle) = {
+                    let o = client.out.lock();
+                    (o.close_after_flush, o.buf.is_empty())
+                };
                 if client.cancel.is_cancelled() && !flushing {
+                    break;
+                }
+                // Woken with nothing to write: the transport may have
+                // frames of its own (see `wake_writer`).
+                if idle
+                    && tokio::time::timeout(deadline, w.flush())
+                        .await
+                        .map_or(true, |r| r.is_err())
+                {
                     break;
                 }
                 // Progress is measured from when new work arrives, so an
@@ -1213,7 +1233,9 @@ impl Reader {
         self.ok();
         // Routes came or went between our INFO and this CONNECT: the
         // broadcast skipped this client, so it gets the update now.
-        if self.server.connect_urls_gen.load(Ordering::SeqCst) != self.urls_gen {
+        if self.server.connect_urls_gen.load(Ordering::SeqCst) != self.urls_gen
+            && !self.client.meta.lock().websocket
+        {
             let frame = self.server.async_info_frame();
             self.send(&frame);
         }

@@ -8,6 +8,7 @@
 //! - [`client`]: one connection (reader, writer, delivery);
 //! - [`server`]: listener, INFO/TLS/auth, lame duck, shutdown ([`NatsServer`]);
 //! - [`route`]: the cluster mesh (routes to our nodes and Go nats-server);
+//! - [`ws`]: NATS clients over WebSocket (a second client listener);
 //! - [`handle`]: the in-process client used by the log layer ([`LocalClient`]);
 //! - [`monitor`]: `/varz`, `/connz`, `/subsz`, `/healthz` bodies.
 
@@ -20,6 +21,7 @@ pub mod route;
 pub mod server;
 pub mod subject;
 pub mod sublist;
+pub mod ws;
 
 pub use handle::{LocalClient, LocalMsg, LocalSubscription};
 pub use server::{NatsError, NatsServer};

@@ -146,6 +146,7 @@ impl NatsServer {
                 "gateways": 0, "leafs": 0
             },
             "cluster": super::route::varz_cluster(i),
+            "websocket": super::ws::varz_websocket(i),
             "http_req_stats": {},
             "config_load_time": rfc3339(i.start),
         });
@@ -302,6 +303,8 @@ fn conn_info(
         "type".into(),
         json!(if c.kind == ClientKind::Local {
             "internal"
+        } else if meta.websocket {
+            "websocket"
         } else {
             "nats"
         }),

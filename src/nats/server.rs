@@ -1,6 +1,7 @@
 //! The NATS server: listener, accept loop, INFO, TLS, connection limits,
 //! lame duck mode and shutdown; with `cluster` configured, also the route
-//! listener and solicited routes (`route.rs`).
+//! listener and solicited routes (`route.rs`); with `websocket`
+//! configured, the WebSocket client listener (`ws/`).
 //!
 //! [`NatsServer`] is a cheap handle (an `Arc`) shared by the CLI, the HTTP
 //! layer and the log layer. Each accepted connection gets INFO first, then
@@ -138,11 +139,69 @@ pub(crate) struct ServerInner {
     /// Bumped whenever the cluster's client URLs change, so a client whose
     /// CONNECT arrives after a change it missed gets a fresh INFO.
     pub connect_urls_gen: AtomicU64,
+    /// The WebSocket listener; `None` when not configured.
+    pub(crate) ws: Option<super::ws::WsListener>,
+}
+
+/// Outcome of admitting a new client connection.
+pub(crate) enum ClientStart {
+    /// Over `max_connections`: INFO and the `-ERR` to send before closing.
+    Refused(BytesMut),
+    /// Registered: send `info` first, then run the connection.
+    Accepted {
+        client: Arc<ClientShared>,
+        info: BytesMut,
+        nonce: Option<String>,
+        urls_gen: u64,
+    },
 }
 
 impl ServerInner {
     pub(crate) fn auth_required(&self) -> bool {
         self.authenticator.as_ref().is_some_and(|a| a.required())
+    }
+
+    /// Cancelled when the server stops accepting (lame duck, shutdown).
+    pub(crate) fn listener_cancel(&self) -> CancellationToken {
+        self.listener_cancel.clone()
+    }
+
+    /// Admits a client connection from `addr` (TCP, or WebSocket when
+    /// `websocket`): its INFO (with a nonce when nkeys are configured), the
+    /// connection limit, and registration in `clients`. WebSocket clients
+    /// get no `connect_urls` (the cluster's are TCP addresses).
+    pub(crate) fn start_client(&self, addr: SocketAddr, websocket: bool) -> ClientStart {
+        let cid = self.next_client_id();
+        let urls_gen = self.connect_urls_gen.load(Ordering::SeqCst);
+        let nonce = match &self.authenticator {
+            Some(a) if a.needs_nonce() => Some(new_nonce()),
+            _ => None,
+        };
+        let ip = Some(addr.ip().to_string());
+        let json = self.info_json_for(Some(cid), ip, nonce.clone(), false, !websocket);
+        let mut info = BytesMut::new();
+        proto::encode_info(&mut info, &json);
+        let over_limit = self
+            .clients
+            .lock()
+            .values()
+            .filter(|c| c.kind == ClientKind::Tcp)
+            .count()
+            >= self.opts.max_connections;
+        if over_limit {
+            proto::encode_err(&mut info, "maximum connections exceeded");
+            return ClientStart::Refused(info);
+        }
+        let client = ClientShared::new(cid, ClientKind::Tcp, Some(addr), self.opts.max_pending);
+        client.meta.lock().websocket = websocket;
+        self.clients.lock().insert(cid, client.clone());
+        self.total_connections.fetch_add(1, Ordering::Relaxed);
+        ClientStart::Accepted {
+            client,
+            info,
+            nonce,
+            urls_gen,
+        }
     }
 
     pub(crate) fn next_client_id(&self) -> u64 {
@@ -229,7 +288,7 @@ impl ServerInner {
         let mut frame = BytesMut::new();
         proto::encode_info(&mut frame, &json);
         for c in tcp_clients(self) {
-            if c.connected.load(Ordering::SeqCst) {
+            if c.connected.load(Ordering::SeqCst) && !c.meta.lock().websocket {
                 c.send_now(&frame);
             }
         }
@@ -242,13 +301,28 @@ impl ServerInner {
         nonce: Option<String>,
         ldm: bool,
     ) -> String {
+        self.info_json_for(cid, ip, nonce, ldm, true)
+    }
+
+    /// INFO as [`Self::info_json`]; without the cluster's (TCP) client
+    /// URLs when `with_urls` is false: a WebSocket client cannot use them.
+    fn info_json_for(
+        &self,
+        cid: Option<u64>,
+        ip: Option<String>,
+        nonce: Option<String>,
+        ldm: bool,
+        with_urls: bool,
+    ) -> String {
         let mut info = self.info.clone();
         info.client_id = cid;
         info.client_ip = ip;
         info.nonce = nonce;
         info.ldm = ldm;
         info.cluster = self.routes.as_ref().map(Routes::cluster_name);
-        info.connect_urls = self.connect_urls();
+        if with_urls {
+            info.connect_urls = self.connect_urls();
+        }
         // Serializing a struct of strings and numbers cannot fail.
         serde_json::to_string(&info).unwrap_or_default()
     }
@@ -310,6 +384,13 @@ impl NatsServer {
             connect_urls: Vec::new(),
             ldm: false,
         };
+        let (ws, ws_listener) = match &opts.websocket {
+            Some(w) => {
+                let (ws, l) = super::ws::bind(w).await?;
+                (Some(ws), Some(l))
+            }
+            None => (None, None),
+        };
         let (routes, route_listener) = match &opts.cluster {
             Some(c) => {
                 let (r, l) = Routes::bind(&opts, c, addr.port()).await?;
@@ -339,10 +420,14 @@ impl NatsServer {
             info,
             routes,
             connect_urls_gen: AtomicU64::new(0),
+            ws,
         });
         tokio::spawn(accept_loop(inner.clone(), listener));
         if let Some(l) = route_listener {
             super::route::spawn(inner.clone(), l);
+        }
+        if let Some(l) = ws_listener {
+            super::ws::spawn(inner.clone(), l);
         }
         tracing::info!(%addr, "listening for client connections");
         Ok(NatsServer { inner })
@@ -376,6 +461,11 @@ impl NatsServer {
     /// Number of current client connections (TCP and in-process).
     pub fn num_connections(&self) -> usize {
         self.inner.clients.lock().len()
+    }
+
+    /// The bound WebSocket address, when `websocket` is configured.
+    pub fn websocket_addr(&self) -> Option<SocketAddr> {
+        self.inner.ws.as_ref().map(|w| w.addr)
     }
 
     /// The bound route (cluster) address, when clustered.
@@ -517,35 +607,25 @@ async fn accept_loop(inner: Arc<ServerInner>, listener: TcpListener) {
 }
 
 async fn serve_conn(inner: Arc<ServerInner>, mut stream: TcpStream, addr: SocketAddr) {
-    let cid = inner.next_client_id();
-    let urls_gen = inner.connect_urls_gen.load(Ordering::SeqCst);
-    let nonce = match &inner.authenticator {
-        Some(a) if a.needs_nonce() => Some(new_nonce()),
-        _ => None,
+    let (client, nonce, urls_gen) = match inner.start_client(addr, false) {
+        ClientStart::Refused(frames) => {
+            let _ = stream.write_all(&frames).await;
+            let _ = stream.shutdown().await;
+            return;
+        }
+        ClientStart::Accepted {
+            client,
+            info,
+            nonce,
+            urls_gen,
+        } => {
+            if stream.write_all(&info).await.is_err() {
+                inner.remove_client(&client);
+                return;
+            }
+            (client, nonce, urls_gen)
+        }
     };
-    let json = inner.info_json(Some(cid), Some(addr.ip().to_string()), nonce.clone(), false);
-    let mut frame = BytesMut::new();
-    proto::encode_info(&mut frame, &json);
-    if stream.write_all(&frame).await.is_err() {
-        return;
-    }
-    let over_limit = inner
-        .clients
-        .lock()
-        .values()
-        .filter(|c| c.kind == ClientKind::Tcp)
-        .count()
-        >= inner.opts.max_connections;
-    if over_limit {
-        let mut b = BytesMut::new();
-        proto::encode_err(&mut b, "maximum connections exceeded");
-        let _ = stream.write_all(&b).await;
-        let _ = stream.shutdown().await;
-        return;
-    }
-    let client = ClientShared::new(cid, ClientKind::Tcp, Some(addr), inner.opts.max_pending);
-    inner.clients.lock().insert(cid, client.clone());
-    inner.total_connections.fetch_add(1, Ordering::Relaxed);
     let deadline = inner.opts.write_deadline;
     tokio::spawn(client::ping_loop(client.clone(), inner.clone()));
     let reader = Reader::new(client.clone(), inner.clone(), nonce, urls_gen);
@@ -569,13 +649,13 @@ async fn serve_conn(inner: Arc<ServerInner>, mut stream: TcpStream, addr: Socket
             let tls = match hs {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
-                    tracing::debug!(cid, error = %e, "TLS handshake failed");
+                    tracing::debug!(cid = client.id, error = %e, "TLS handshake failed");
                     client.close_now();
                     inner.remove_client(&client);
                     return;
                 }
                 Err(_) => {
-                    tracing::debug!(cid, "TLS handshake timed out");
+                    tracing::debug!(cid = client.id, "TLS handshake timed out");
                     client.close_now();
                     inner.remove_client(&client);
                     return;
@@ -606,7 +686,7 @@ async fn serve_conn(inner: Arc<ServerInner>, mut stream: TcpStream, addr: Socket
 }
 
 /// A random nonce for nkey challenges (base64url, as nats-server).
-fn new_nonce() -> String {
+pub(crate) fn new_nonce() -> String {
     use base64::Engine;
     let bytes: [u8; 11] = rand::random();
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)

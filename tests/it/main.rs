@@ -38,6 +38,7 @@ mod nats_auth;
 mod nats_core;
 mod nats_raw;
 mod nats_support;
+mod nats_ws;
 mod packaging;
 mod store_basic;
 mod store_crash;

@@ -155,6 +155,13 @@ async fn serve(mut conf: NatsConf, flags: Flags, log: Arc<NatsLogger>) -> ExitCo
         }
     }
 
+    if let (Some(w), Some(addr)) = (&conf.options.websocket, server.websocket_addr()) {
+        let scheme = if w.tls.is_some() { "wss" } else { "ws" };
+        log.info(&format!(
+            "Listening for websocket clients on {scheme}://{}",
+            host_port(&w.host, addr.port())
+        ));
+    }
     let client = host_port(&conf.options.host, server.client_addr().port());
     log.info(&format!("Listening for client connections on {client}"));
     if let (Some(c), Some(addr)) = (&conf.options.cluster, server.cluster_addr()) {
