@@ -409,6 +409,98 @@ async fn nats_leaf_loop_between_ours_is_detected() {
     loop_between(Impl::Liftbridge, "lb").await;
 }
 
+/// A leaf attached to one server of a cluster reaches the other servers:
+/// messages and interest cross leaf → hub → route and back, queue groups
+/// included, as nats-server does. Our hub is routed to a Go 2.15 server;
+/// the leaf is a Go 2.9 server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_leaf_messages_cross_routes_and_leaf() {
+    let (ca, cb) = (free_port(), free_port());
+    let hub = ConfNode::start_with(
+        &Impl::Liftbridge,
+        "lr-a",
+        true,
+        None,
+        &format!("cluster {{ name: lrc, listen: 127.0.0.1:{ca} }}"),
+    )
+    .await;
+    let other = ConfNode::start_with(
+        &Impl::Go(go_nats_server_2_15()),
+        "lr-b",
+        false,
+        None,
+        &format!(
+            "cluster {{ name: lrc, listen: 127.0.0.1:{cb}, routes: [\"nats-route://127.0.0.1:{ca}\"] }}"
+        ),
+    )
+    .await;
+    let leaf = ConfNode::start(
+        &Impl::Go(go_nats_server_2_9()),
+        "lr-leaf",
+        false,
+        Some(&remote_to(&hub)),
+    )
+    .await;
+    hub.wait_leafs(1).await;
+    let routed = |port: u16, subject: &'static str| async move {
+        crate::cluster_routes::routes_with_interest(port, subject).await > 0
+    };
+    wait_until(WAIT, "route between the hub and the Go server", || async {
+        http_json(hub.http_port, "/routez")
+            .await
+            .is_some_and(|v| v["num_routes"].as_u64() == Some(1))
+    })
+    .await;
+    let cl = connect(&leaf.url()).await;
+    let cb_client = connect(&other.url()).await;
+
+    // Leaf interest reaches the routed server; its messages reach the leaf.
+    let mut on_leaf = cl.subscribe("lr.down").await.unwrap();
+    cl.flush().await.unwrap();
+    wait_until(WAIT, "leaf interest on the route", || {
+        routed(other.http_port, "lr.down")
+    })
+    .await;
+    for i in 0..20 {
+        cb_client
+            .publish("lr.down", format!("d{i}").into())
+            .await
+            .unwrap();
+    }
+    cb_client.flush().await.unwrap();
+    for i in 0..20 {
+        assert_eq!(
+            next(&mut on_leaf).await.payload,
+            Bytes::from(format!("d{i}"))
+        );
+    }
+
+    // Routed interest reaches the leaf; its messages reach the routed server.
+    let mut on_other = cb_client.subscribe("lr.up").await.unwrap();
+    let mut q_other = cb_client
+        .queue_subscribe("lr.q", "g".to_string())
+        .await
+        .unwrap();
+    cb_client.flush().await.unwrap();
+    leaf.wait_leaf_interest("lr.up").await;
+    leaf.wait_leaf_interest("lr.q").await;
+    for i in 0..20 {
+        cl.publish("lr.up", format!("u{i}").into()).await.unwrap();
+        cl.publish("lr.q", format!("q{i}").into()).await.unwrap();
+    }
+    cl.flush().await.unwrap();
+    for i in 0..20 {
+        assert_eq!(
+            next(&mut on_other).await.payload,
+            Bytes::from(format!("u{i}"))
+        );
+        assert_eq!(
+            next(&mut q_other).await.payload,
+            Bytes::from(format!("q{i}"))
+        );
+    }
+}
+
 /// Sends `line` to a fresh connection on the leaf port (after its INFO)
 /// and returns the next line the server sends.
 async fn answer_to(port: u16, line: &[u8]) -> String {

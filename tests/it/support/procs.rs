@@ -437,9 +437,21 @@ impl ConfNode {
     /// more of the `leafnodes {}` block (`None`: no block at all unless
     /// `hub`). Waits until it listens.
     pub async fn start(imp: &Impl, name: &str, hub: bool, leaf_body: Option<&str>) -> ConfNode {
+        Self::start_with(imp, name, hub, leaf_body, "").await
+    }
+
+    /// As [`ConfNode::start`], with `top` added at the top level of the
+    /// file (e.g. a `cluster {}` block).
+    pub async fn start_with(
+        imp: &Impl,
+        name: &str,
+        hub: bool,
+        leaf_body: Option<&str>,
+        top: &str,
+    ) -> ConfNode {
         let mut last = String::new();
         for _ in 0..3 {
-            match Self::try_start(imp, name, hub, leaf_body).await {
+            match Self::try_start(imp, name, hub, leaf_body, top).await {
                 Ok(n) => return n,
                 Err(e) => last = e,
             }
@@ -452,11 +464,12 @@ impl ConfNode {
         name: &str,
         hub: bool,
         leaf_body: Option<&str>,
+        top: &str,
     ) -> Result<ConfNode, String> {
         let (client_port, http_port) = (free_port(), free_port());
         let leaf_port = hub.then(free_port);
         let mut conf = format!(
-            "server_name: {name}\nlisten: 127.0.0.1:{client_port}\nhttp: 127.0.0.1:{http_port}\n"
+            "server_name: {name}\nlisten: 127.0.0.1:{client_port}\nhttp: 127.0.0.1:{http_port}\n{top}\n"
         );
         if hub || leaf_body.is_some() {
             conf.push_str("leafnodes {\n");
