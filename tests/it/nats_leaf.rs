@@ -501,6 +501,64 @@ async fn nats_leaf_messages_cross_routes_and_leaf() {
     }
 }
 
+/// A dev CA and a server certificate for 127.0.0.1 (`liftbridge cert init`).
+fn dev_certs() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_liftbridge"))
+        .args(["cert", "init", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    dir
+}
+
+/// One message each way across a leaf connection that is up.
+async fn one_each_way(hub: &ConfNode, leaf: &ConfNode) {
+    hub.wait_leafs(1).await;
+    let ch = connect(&hub.url()).await;
+    let cl = connect(&leaf.url()).await;
+    let mut on_leaf = sub_seen(&cl, "tls.down", hub).await;
+    let mut on_hub = sub_seen(&ch, "tls.up", leaf).await;
+    ch.publish("tls.down", "d".into()).await.unwrap();
+    ch.flush().await.unwrap();
+    cl.publish("tls.up", "u".into()).await.unwrap();
+    cl.flush().await.unwrap();
+    assert_eq!(next(&mut on_leaf).await.payload, Bytes::from("d"));
+    assert_eq!(next(&mut on_hub).await.payload, Bytes::from("u"));
+}
+
+/// TLS on the leaf link, both roles, against Go 2.15: the hub sends INFO
+/// in the clear, then both sides switch to TLS (as nats-server does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_leaf_tls_both_roles() {
+    let certs = dev_certs();
+    let p = |f: &str| certs.path().join(f).display().to_string();
+    let server_tls = format!(
+        "tls {{ cert_file: \"{}\", key_file: \"{}\" }}",
+        p("server.pem"),
+        p("server-key.pem")
+    );
+    let remote = |port: u16| {
+        format!(
+            "remotes [ {{ url: \"tls://127.0.0.1:{port}\", tls {{ ca_file: \"{}\" }} }} ]",
+            p("ca.pem")
+        )
+    };
+    let go = Impl::Go(go_nats_server_2_15());
+    for (hub_imp, leaf_imp) in [(&go, &Impl::Liftbridge), (&Impl::Liftbridge, &go)] {
+        let hub = ConfNode::start(hub_imp, "tls-hub", true, Some(&server_tls)).await;
+        let leaf = ConfNode::start(
+            leaf_imp,
+            "tls-leaf",
+            false,
+            Some(&remote(hub.leaf_port.unwrap())),
+        )
+        .await;
+        one_each_way(&hub, &leaf).await;
+    }
+}
+
 /// Sends `line` to a fresh connection on the leaf port (after its INFO)
 /// and returns the next line the server sends.
 async fn answer_to(port: u16, line: &[u8]) -> String {
