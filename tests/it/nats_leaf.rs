@@ -690,6 +690,13 @@ async fn nats_leaf_edge_node_records_through_hub_outage() {
     );
     let node = LiftbridgeNode::start("edge-node", &[], &extra).await;
     hub.wait_leafs(1).await;
+    wait_until(WAIT, "the leaf connection in /metrics", || async {
+        crate::cluster_routes::metrics_text(node.http_port)
+            .await
+            .lines()
+            .any(|l| l == "liftbridge_nats_leafnodes 1")
+    })
+    .await;
     let ch = tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{}", node.grpc_port))
         .unwrap()
         .connect()
