@@ -74,10 +74,10 @@ use super::proto::route::{
 };
 use super::proto::{self};
 use super::route::{
-    add_peer_interest, host_of, is_wildcard_host, peer_ping_loop, primary_ip, read_peer,
-    remove_peer_interest, PeerReader, GLOBAL_ACCOUNT, MAX_ROUTE_SUBS,
+    accept_peers, add_peer_interest, host_of, is_wildcard_host, peer_ping_loop, primary_ip,
+    read_peer, remove_peer_interest, PeerReader, GLOBAL_ACCOUNT, MAX_ROUTE_SUBS,
 };
-use super::server::{ServerInner, SERVER_VERSION};
+use super::server::{new_nonce, ServerInner, SERVER_VERSION};
 use crate::config::nats::{
     parse_leaf_url, AuthConfig, LeafUrl, LeafnodeOptions, NatsOptions, User,
 };
@@ -563,29 +563,10 @@ async fn accept_loop(server: Arc<ServerInner>, listener: TcpListener) {
         return;
     };
     let cancel = leafs.cancel.clone();
-    loop {
-        let accepted = tokio::select! {
-            _ = cancel.cancelled() => break,
-            a = listener.accept() => a,
-        };
-        match accepted {
-            Ok((stream, addr)) => {
-                let _ = stream.set_nodelay(true);
-                tokio::spawn(accept_one(server.clone(), stream, addr));
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "leafnode accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
-}
-
-/// A random nonce (base64url), as nats-server always sends to leaves.
-fn new_nonce() -> String {
-    use base64::Engine;
-    let bytes: [u8; 11] = rand::random();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    accept_peers(listener, cancel, "leafnode", move |stream, addr| {
+        tokio::spawn(accept_one(server.clone(), stream, addr));
+    })
+    .await;
 }
 
 /// Reads until one whole operation is parsed (bounded by `timeout` and
@@ -635,6 +616,7 @@ async fn accept_one(server: Arc<ServerInner>, mut stream: TcpStream, addr: Socke
         return;
     };
     let cid = server.next_client_id();
+    // As nats-server, the accepting side always sends a nonce to leaves.
     let nonce = new_nonce();
     let info = LeafInfoOut {
         server_id: &server.server_id,

@@ -536,6 +536,21 @@ async fn accept_loop(server: Arc<ServerInner>, listener: TcpListener) {
         return;
     };
     let cancel = routes.cancel.clone();
+    accept_peers(listener, cancel, "route", move |stream, addr| {
+        tokio::spawn(accept_one(server.clone(), stream, addr));
+    })
+    .await;
+}
+
+/// Accepts connections on a peer listener (routes, leaf nodes) until
+/// `cancel`, handing each to `on_conn`; a failing accept (EMFILE) backs
+/// off instead of spinning.
+pub(crate) async fn accept_peers(
+    listener: TcpListener,
+    cancel: CancellationToken,
+    what: &'static str,
+    mut on_conn: impl FnMut(TcpStream, SocketAddr),
+) {
     loop {
         let accepted = tokio::select! {
             _ = cancel.cancelled() => break,
@@ -544,10 +559,10 @@ async fn accept_loop(server: Arc<ServerInner>, listener: TcpListener) {
         match accepted {
             Ok((stream, addr)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(accept_one(server.clone(), stream, addr));
+                on_conn(stream, addr);
             }
             Err(e) => {
-                tracing::warn!(error = %e, "route accept failed");
+                tracing::warn!(error = %e, kind = what, "accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }

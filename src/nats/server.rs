@@ -663,7 +663,7 @@ async fn serve_conn(inner: Arc<ServerInner>, mut stream: TcpStream, addr: Socket
 }
 
 /// A random nonce for nkey challenges (base64url, as nats-server).
-fn new_nonce() -> String {
+pub(crate) fn new_nonce() -> String {
     use base64::Engine;
     let bytes: [u8; 11] = rand::random();
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
