@@ -4,8 +4,8 @@
 //! For every target a hub and a leaf are started on loopback from config
 //! files (the leaf's only remote is the hub's leaf port): this binary as
 //! hub and leaf, every `--peer LABEL=PATH` (and `nats-server` from PATH)
-//! as hub and leaf, and that peer as hub with this binary as its leaf
-//! (our leaf role against theirs under the same hub). One publisher on the
+//! as hub and leaf, and each mix of the two (our leaf role against theirs
+//! under the same hub, and our hub role against theirs with the same leaf). One publisher on the
 //! hub sends to one subscriber on the leaf (every message crosses the leaf
 //! connection once), 128 B and 1 KiB. Each workload runs `--rounds` times
 //! per target, interleaved; the medians are printed as a ratio table. All
@@ -197,6 +197,8 @@ async fn run_async(args: LeafBenchArgs) -> anyhow::Result<()> {
         labels.push(format!("{label} hub+leaf"));
         pairs.push(start_pair(&theirs, &ours).await?);
         labels.push(format!("{label} hub, liftbridge leaf"));
+        pairs.push(start_pair(&ours, &theirs).await?);
+        labels.push(format!("liftbridge hub, {label} leaf"));
     }
     println!(
         "1 pub (hub) → 1 sub (leaf) across one leaf connection; {} msgs per run, \
