@@ -720,11 +720,17 @@ fn send_routed(
             } else if let Some(r) = server.routes.as_ref() {
                 r.stats.slow_routes.fetch_add(1, Ordering::Relaxed);
             }
-            tracing::warn!(
-                cid = route.id,
-                leaf,
-                "slow route or leaf: outbound buffer over max_pending, closing"
-            );
+            if leaf {
+                tracing::warn!(
+                    cid = route.id,
+                    "slow leafnode: outbound buffer over max_pending, closing"
+                );
+            } else {
+                tracing::warn!(
+                    rid = route.id,
+                    "slow route: outbound buffer over max_pending, closing (it reconnects)"
+                );
+            }
             route.cancel.cancel();
             route.notify.notify_one();
             continue;

@@ -1134,6 +1134,8 @@ impl LeafReader {
 }
 
 impl PeerReader for LeafReader {
+    const KIND: &'static str = "leafnode";
+
     fn peer(&self) -> &Arc<ClientShared> {
         &self.leaf.client
     }

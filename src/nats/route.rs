@@ -562,7 +562,7 @@ pub(crate) async fn accept_peers(
                 on_conn(stream, addr);
             }
             Err(e) => {
-                tracing::warn!(error = %e, kind = what, "accept failed");
+                tracing::warn!(error = %e, "{what} accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -840,7 +840,12 @@ pub(crate) async fn peer_ping_loop(client: Arc<ClientShared>, server: Arc<Server
         }
         let out = outstanding.load(Ordering::Relaxed);
         if out + 1 > u64::from(server.opts.ping_max) {
-            tracing::warn!(cid = client.id, kind = ?client.kind, "peer stale: no PONG, closing");
+            let kind = if client.kind == ClientKind::Route {
+                "route"
+            } else {
+                "leafnode"
+            };
+            tracing::warn!(cid = client.id, "{kind} stale: no PONG, closing");
             client.close_with_err(Some("Stale Connection"));
             return;
         }
@@ -853,6 +858,8 @@ pub(crate) async fn peer_ping_loop(client: Arc<ClientShared>, server: Arc<Server
 /// with each operation, and when a batch of reads ends. [`read_peer`] is
 /// the shared loop (buffering, parsing, batching, producer stalls).
 pub(crate) trait PeerReader {
+    /// What the connection is, for log lines ("route", "leafnode").
+    const KIND: &'static str;
     /// The connection.
     fn peer(&self) -> &Arc<ClientShared>;
     /// The connection's parser.
@@ -923,7 +930,7 @@ pub(crate) async fn read_peer<P: PeerReader, R: AsyncRead + Unpin>(
                         _ => "Unknown Protocol Operation",
                     };
                     let c = p.peer();
-                    tracing::warn!(cid = c.id, kind = ?c.kind, error = %e, "peer protocol error, closing");
+                    tracing::warn!(cid = c.id, error = %e, "{} protocol error, closing", P::KIND);
                     p.count_rejected();
                     p.peer().close_with_err(Some(text));
                     return format!("protocol error: {e}");
@@ -1019,6 +1026,8 @@ enum Stop {
 }
 
 impl PeerReader for RouteReader {
+    const KIND: &'static str = "route";
+
     fn peer(&self) -> &Arc<ClientShared> {
         &self.route.client
     }
