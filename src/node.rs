@@ -289,6 +289,87 @@ fn apply_cluster(
     Ok(())
 }
 
+/// Maps `nats.leafnodes.*` over the embedded server's options (over a
+/// `leafnodes {}` block of `nats.embedded.config`, key by key).
+fn apply_leafnodes(
+    c: &crate::config::liftbridge::NatsLeafConfig,
+    nats: &mut NatsOptions,
+) -> Result<(), NodeError> {
+    use crate::config::nats::{
+        parse_cluster_listen, ClusterAuth, LeafRemote, LeafnodeOptions, TlsFiles,
+    };
+    if *c == crate::config::liftbridge::NatsLeafConfig::default() {
+        return Ok(());
+    }
+    if nats.leafnodes.is_none() && c.listen.is_none() && c.remotes.is_empty() {
+        return Err(NodeError::Config(
+            "nats.leafnodes.* needs nats.leafnodes.listen or nats.leafnodes.remotes".into(),
+        ));
+    }
+    let o = nats.leafnodes.get_or_insert_with(LeafnodeOptions::default);
+    if let Some(l) = &c.listen {
+        let (h, p) = parse_cluster_listen(l).ok_or_else(|| {
+            NodeError::Config(format!("nats.leafnodes.listen: bad address {l:?}"))
+        })?;
+        o.host = h;
+        o.port = Some(p);
+    }
+    if let Some(a) = &c.advertise {
+        o.advertise = Some(a.clone());
+    }
+    if let Some(r) = c.reconnect {
+        o.reconnect = r;
+    }
+    let remote_tls = c.remote_tls_ca.as_ref().map(|ca| TlsFiles {
+        ca: Some(ca.clone()),
+        ..TlsFiles::default()
+    });
+    if !c.remotes.is_empty() {
+        o.remotes = c
+            .remotes
+            .iter()
+            .map(|u| LeafRemote {
+                urls: vec![u.clone()],
+                tls: remote_tls.clone(),
+            })
+            .collect();
+    } else if remote_tls.is_some() {
+        return Err(NodeError::Config(
+            "nats.leafnodes.remote.tls.ca needs nats.leafnodes.remotes".into(),
+        ));
+    }
+    match (&c.auth_user, &c.auth_password) {
+        (Some(u), p) => {
+            o.users = vec![ClusterAuth {
+                user: u.clone(),
+                password: p.clone().unwrap_or_default(),
+            }]
+        }
+        (None, Some(_)) => {
+            return Err(NodeError::Config(
+                "nats.leafnodes.auth.password needs nats.leafnodes.auth.user".into(),
+            ))
+        }
+        (None, None) => {}
+    }
+    match (&c.tls_cert, &c.tls_key) {
+        (Some(cert), Some(key)) => {
+            o.tls = Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: c.tls_ca.clone(),
+                verify: c.tls_ca.is_some(),
+            });
+        }
+        (None, None) if c.tls_ca.is_none() => {}
+        _ => return Err(NodeError::Config(
+            "nats.leafnodes.tls.cert and nats.leafnodes.tls.key go together (tls.ca needs both)"
+                .into(),
+        )),
+    }
+    Ok(())
+}
+
 /// Splits `host:port` (IPv6 in brackets allowed); a bare port means all
 /// interfaces.
 fn split_listen(s: &str, default_port: u16) -> (String, u16) {
@@ -340,6 +421,7 @@ impl NodeConfig {
         }
         apply_cluster(&c.nats.cluster, &mut nats)?;
         apply_websocket(&c.nats.websocket, &mut nats)?;
+        apply_leafnodes(&c.nats.leafnodes, &mut nats)?;
         // The node serves HTTP itself (one listener for NATS monitoring and
         // the liftbridge endpoints); a monitoring port from the NATS file
         // takes precedence over the default `http.listen`, an explicit one
@@ -518,6 +600,9 @@ impl crate::http::MonitorSource for NatsMonitor {
     }
     fn routez(&self, query: &str) -> serde_json::Value {
         self.0.routez_json(query)
+    }
+    fn leafz(&self, query: &str) -> serde_json::Value {
+        self.0.leafz_json(query)
     }
 }
 

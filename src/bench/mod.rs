@@ -1,6 +1,7 @@
 //! Load generators and side-by-side benchmarks.
 
 pub mod lb;
+pub mod leaf;
 pub mod nats;
 pub mod routes;
 pub mod store;

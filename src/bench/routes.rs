@@ -39,11 +39,11 @@ pub struct RoutesBenchArgs {
     pub rounds: usize,
 }
 
-/// One server process of a mesh.
-struct Server {
-    child: Child,
-    client_port: u16,
-    http_port: u16,
+/// One server process (killed on drop).
+pub(crate) struct Server {
+    pub(crate) child: Child,
+    pub(crate) client_port: u16,
+    pub(crate) http_port: u16,
 }
 
 impl Drop for Server {
@@ -88,8 +88,14 @@ fn spawn(exe: &PathBuf, pre: &[&str], seed: Option<u16>) -> anyhow::Result<(Serv
         client_port: client,
         http_port: http,
     };
+    wait_listening(exe, &[client, cluster, http])?;
+    Ok((server, cluster))
+}
+
+/// Waits (up to 10 s) until every port of `ports` accepts connections.
+pub(crate) fn wait_listening(exe: &std::path::Path, ports: &[u16]) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
-    for p in [client, cluster, http] {
+    for &p in ports {
         while std::net::TcpStream::connect(("127.0.0.1", p)).is_err() {
             if Instant::now() > deadline {
                 bail!("{} did not listen on port {p} within 10 s", exe.display());
@@ -97,11 +103,11 @@ fn spawn(exe: &PathBuf, pre: &[&str], seed: Option<u16>) -> anyhow::Result<(Serv
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    Ok((server, cluster))
+    Ok(())
 }
 
 /// GET `path` (HTTP/1.0) from a loopback port and parse the JSON body.
-async fn http_json(port: u16, path: &str) -> Option<serde_json::Value> {
+pub(crate) async fn http_json(port: u16, path: &str) -> Option<serde_json::Value> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -164,7 +170,7 @@ async fn start_mesh(label: &str, exe: &PathBuf, pre: &[&str]) -> anyhow::Result<
     })
 }
 
-async fn connect(port: u16) -> anyhow::Result<async_nats::Client> {
+pub(crate) async fn connect(port: u16) -> anyhow::Result<async_nats::Client> {
     let url = format!("nats://127.0.0.1:{port}");
     async_nats::ConnectOptions::new()
         .subscription_capacity(1 << 20)
@@ -179,7 +185,7 @@ async fn routed_run(mesh: &Mesh, size: usize, msgs: u64) -> anyhow::Result<f64> 
     let (a, b) = (&mesh.servers[0], &mesh.servers[1]);
     let subject = format!("bench.routes.{}", rand::random::<u32>());
     let sub_client = connect(b.client_port).await?;
-    let mut sub = sub_client.subscribe(subject.clone()).await?;
+    let sub = sub_client.subscribe(subject.clone()).await?;
     sub_client.flush().await?;
     // The publisher's server must know B's interest before the clock runs.
     let s = subject.clone();
@@ -198,6 +204,20 @@ async fn routed_run(mesh: &Mesh, size: usize, msgs: u64) -> anyhow::Result<f64> 
         },
     )
     .await?;
+    timed_flow(sub, a.client_port, &subject, size, msgs, "the route").await
+}
+
+/// Publishes `msgs` messages of `size` bytes on `subject` from a client of
+/// `pub_port` and waits until `sub` has them all: delivered messages per
+/// second. `path` names what they cross, for the error.
+pub(crate) async fn timed_flow(
+    mut sub: async_nats::Subscriber,
+    pub_port: u16,
+    subject: &str,
+    size: usize,
+    msgs: u64,
+    path: &str,
+) -> anyhow::Result<f64> {
     let received = Arc::new(AtomicU64::new(0));
     let counter = received.clone();
     let reader = tokio::spawn(async move {
@@ -207,8 +227,9 @@ async fn routed_run(mesh: &Mesh, size: usize, msgs: u64) -> anyhow::Result<f64> 
             }
         }
     });
-    let publisher = connect(a.client_port).await?;
+    let publisher = connect(pub_port).await?;
     let payload = Bytes::from(vec![b'x'; size]);
+    let subject = subject.to_string();
     let start = Instant::now();
     for i in 0..msgs {
         publisher.publish(subject.clone(), payload.clone()).await?;
@@ -222,11 +243,64 @@ async fn routed_run(mesh: &Mesh, size: usize, msgs: u64) -> anyhow::Result<f64> 
         .is_err()
     {
         bail!(
-            "only {} of {msgs} messages crossed the route within 60 s",
+            "only {} of {msgs} messages crossed {path} within 60 s",
             received.load(Ordering::Relaxed)
         );
     }
     Ok(msgs as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Runs `run(target index, size)` `rounds` times per target (one per
+/// label) and size, targets interleaved, and prints the medians as a
+/// table with ratios of the first target against each other one.
+pub(crate) async fn ratio_table<F, Fut>(
+    labels: &[String],
+    sizes: &[usize],
+    rounds: usize,
+    mut run: F,
+) -> anyhow::Result<()>
+where
+    F: FnMut(usize, usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<f64>>,
+{
+    let mut header = String::from("| payload |");
+    let mut rule = String::from("|---|");
+    for l in labels {
+        header.push_str(&format!(" {l} msgs/s |"));
+        rule.push_str("---:|");
+    }
+    for l in labels.iter().skip(1) {
+        header.push_str(&format!(" ratio vs {l} |"));
+        rule.push_str("---:|");
+    }
+    println!("{header}\n{rule}");
+    for &size in sizes {
+        let mut runs: Vec<Vec<f64>> = vec![Vec::new(); labels.len()];
+        for round in 0..rounds.max(1) {
+            for i in 0..labels.len() {
+                let r = run(i, size)
+                    .await
+                    .with_context(|| format!("{size} B on {} (round {})", labels[i], round + 1))?;
+                runs[i].push(r);
+            }
+        }
+        let medians: Vec<f64> = runs
+            .into_iter()
+            .map(|mut v| {
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            })
+            .collect();
+        let mut line = format!("| {size} B |");
+        for m in &medians {
+            line.push_str(&format!(" {m:.0} |"));
+        }
+        for m in medians.iter().skip(1) {
+            line.push_str(&format!(" {:.2} |", medians[0] / m));
+        }
+        println!("{line}");
+    }
+    Ok(())
 }
 
 /// Runs the benchmark and prints the table.
@@ -252,48 +326,15 @@ async fn run_async(args: RoutesBenchArgs) -> anyhow::Result<()> {
             meshes.push(start_mesh("nats-server", &path, &[]).await?);
         }
     }
-    let sizes = [128usize, 1024];
     println!(
         "routed 1 pub (server A) → 1 sub (server B), three servers meshed from one seed; \
          {} msgs per run, {} rounds (median)\n",
         args.msgs, args.rounds
     );
-    let mut header = String::from("| payload |");
-    let mut rule = String::from("|---|");
-    for m in &meshes {
-        header.push_str(&format!(" {} msgs/s |", m.label));
-        rule.push_str("---:|");
-    }
-    for m in meshes.iter().skip(1) {
-        header.push_str(&format!(" ratio vs {} |", m.label));
-        rule.push_str("---:|");
-    }
-    println!("{header}\n{rule}");
-    for size in sizes {
-        let mut runs: Vec<Vec<f64>> = vec![Vec::new(); meshes.len()];
-        for round in 0..args.rounds.max(1) {
-            for (i, m) in meshes.iter().enumerate() {
-                let r = routed_run(m, size, args.msgs)
-                    .await
-                    .with_context(|| format!("{size} B on {} (round {})", m.label, round + 1))?;
-                runs[i].push(r);
-            }
-        }
-        let medians: Vec<f64> = runs
-            .into_iter()
-            .map(|mut v| {
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
-            })
-            .collect();
-        let mut line = format!("| {size} B |");
-        for m in &medians {
-            line.push_str(&format!(" {m:.0} |"));
-        }
-        for m in medians.iter().skip(1) {
-            line.push_str(&format!(" {:.2} |", medians[0] / m));
-        }
-        println!("{line}");
-    }
-    Ok(())
+    let labels: Vec<String> = meshes.iter().map(|m| m.label.clone()).collect();
+    let meshes = &meshes;
+    ratio_table(&labels, &[128, 1024], args.rounds, |i, size| {
+        routed_run(&meshes[i], size, args.msgs)
+    })
+    .await
 }

@@ -28,6 +28,10 @@ pub enum BenchTarget {
     /// another) across three meshed servers, side by side with three
     /// nats-servers meshed the same way.
     Routes(crate::bench::routes::RoutesBenchArgs),
+    /// Core NATS throughput through a leaf-node connection (publisher on
+    /// the hub, subscriber on the leaf), side by side with nats-servers
+    /// connected the same way.
+    Leaf(crate::bench::leaf::LeafBenchArgs),
     /// Acked durable publish and replay end to end, side by side with
     /// JetStream (file storage, one replica).
     Lb(crate::bench::lb::LbBenchArgs),
@@ -85,5 +89,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchTarget::Nats(a) => crate::bench::nats::run(a),
         BenchTarget::Lb(a) => crate::bench::lb::run(a),
         BenchTarget::Routes(a) => crate::bench::routes::run(a),
+        BenchTarget::Leaf(a) => crate::bench::leaf::run(a),
     }
 }

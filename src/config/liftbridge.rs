@@ -80,6 +80,16 @@ pub const KEYS: &[&str] = &[
     "nats.websocket.same_origin",
     "nats.websocket.allowed_origins",
     "nats.websocket.handshake_timeout",
+    "nats.leafnodes.listen",
+    "nats.leafnodes.advertise",
+    "nats.leafnodes.remotes",
+    "nats.leafnodes.reconnect",
+    "nats.leafnodes.auth.user",
+    "nats.leafnodes.auth.password",
+    "nats.leafnodes.tls.cert",
+    "nats.leafnodes.tls.key",
+    "nats.leafnodes.tls.ca",
+    "nats.leafnodes.remote.tls.ca",
     "http.listen",
     "http.auth.token",
     "http.auth.username",
@@ -353,6 +363,8 @@ pub struct NatsConfig {
     pub cluster: NatsClusterConfig,
     /// `nats.websocket.*`: NATS clients over WebSocket.
     pub websocket: NatsWebsocketConfig,
+    /// `nats.leafnodes.*`: leaf-node listener and hubs to connect to.
+    pub leafnodes: NatsLeafConfig,
 }
 
 /// `nats.websocket.*`: the embedded server's WebSocket listener, enabled by
@@ -382,6 +394,64 @@ impl NatsWebsocketConfig {
     /// Whether any key is set.
     pub fn any(&self) -> bool {
         *self != NatsWebsocketConfig::default()
+    }
+}
+
+/// `nats.leafnodes.*`: the embedded server's leaf nodes. `listen` accepts
+/// leaves (this node is their hub); each URL of `remotes` is a hub this
+/// node connects to as a leaf (the edge pattern: local clients and
+/// streams keep working while the link to the hub is down).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct NatsLeafConfig {
+    /// `nats.leafnodes.listen`: leaf listener (`host:port`).
+    pub listen: Option<String>,
+    /// `nats.leafnodes.advertise`: `host:port` leaves should use for us.
+    pub advertise: Option<String>,
+    /// `nats.leafnodes.remotes`: hub URLs (`nats-leaf://[user:pass@]host:port`).
+    pub remotes: Vec<String>,
+    /// `nats.leafnodes.reconnect`: delay before reconnecting to a hub (1s).
+    pub reconnect: Option<Duration>,
+    /// `nats.leafnodes.auth.user`: the user leaves must present.
+    pub auth_user: Option<String>,
+    /// `nats.leafnodes.auth.password`.
+    pub auth_password: Option<String>,
+    /// `nats.leafnodes.tls.cert`: leaf listener certificate (PEM).
+    pub tls_cert: Option<PathBuf>,
+    /// `nats.leafnodes.tls.key`: leaf listener key (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// `nats.leafnodes.tls.ca`: CA that verifies leaves' certificates.
+    pub tls_ca: Option<PathBuf>,
+    /// `nats.leafnodes.remote.tls.ca`: CA that verifies the hubs (turns
+    /// TLS on toward them).
+    pub remote_tls_ca: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for NatsLeafConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Passwords (also inside remote URLs) stay out of logs.
+        let remotes: Vec<String> = self
+            .remotes
+            .iter()
+            .map(|u| match u.rsplit_once('@') {
+                Some((_, hp)) => format!("<credentials>@{hp}"),
+                None => u.clone(),
+            })
+            .collect();
+        f.debug_struct("NatsLeafConfig")
+            .field("listen", &self.listen)
+            .field("advertise", &self.advertise)
+            .field("remotes", &remotes)
+            .field("reconnect", &self.reconnect)
+            .field("auth_user", &self.auth_user)
+            .field(
+                "auth_password",
+                &self.auth_password.as_ref().map(|_| "<hidden>"),
+            )
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
+            .field("tls_ca", &self.tls_ca)
+            .field("remote_tls_ca", &self.remote_tls_ca)
+            .finish()
     }
 }
 
@@ -677,6 +747,7 @@ impl Default for LiftbridgeConfig {
                 listen_explicit: false,
                 cluster: NatsClusterConfig::default(),
                 websocket: NatsWebsocketConfig::default(),
+                leafnodes: NatsLeafConfig::default(),
             },
             http: HttpConfig {
                 listen: "0.0.0.0:8222".into(),
@@ -1097,6 +1168,35 @@ impl Builder {
             "nats.websocket.handshake_timeout" => {
                 c.nats.websocket.handshake_timeout = Some(duration(raw)?)
             }
+            "nats.leafnodes.listen" => {
+                let l = scalar(raw)?;
+                if crate::config::nats::parse_cluster_listen(&l).is_none() {
+                    return Err("expected host:port".into());
+                }
+                c.nats.leafnodes.listen = Some(l);
+            }
+            "nats.leafnodes.advertise" => c.nats.leafnodes.advertise = opt_string(raw)?,
+            "nats.leafnodes.remotes" => {
+                let remotes = list(raw);
+                if let Some(bad) = remotes
+                    .iter()
+                    .find(|r| crate::config::nats::parse_leaf_url(r).is_none())
+                {
+                    return Err(format!(
+                        "not a leafnode URL (nats-leaf://, nats://, tls://): {bad:?}"
+                    ));
+                }
+                c.nats.leafnodes.remotes = remotes;
+            }
+            "nats.leafnodes.reconnect" => {
+                c.nats.leafnodes.reconnect = Some(positive(duration(raw)?)?)
+            }
+            "nats.leafnodes.auth.user" => c.nats.leafnodes.auth_user = opt_string(raw)?,
+            "nats.leafnodes.auth.password" => c.nats.leafnodes.auth_password = opt_string(raw)?,
+            "nats.leafnodes.tls.cert" => c.nats.leafnodes.tls_cert = path(raw)?,
+            "nats.leafnodes.tls.key" => c.nats.leafnodes.tls_key = path(raw)?,
+            "nats.leafnodes.tls.ca" => c.nats.leafnodes.tls_ca = path(raw)?,
+            "nats.leafnodes.remote.tls.ca" => c.nats.leafnodes.remote_tls_ca = path(raw)?,
             "http.listen" => c.http.listen = parse_listen(&scalar(raw)?)?,
             "http.auth.token" => c.http.auth_token = opt_string(raw)?,
             "http.auth.username" => {

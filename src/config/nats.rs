@@ -55,6 +55,9 @@ pub struct NatsOptions {
     /// The WebSocket client listener; `None` = no WebSocket (there is no
     /// default port, as in nats-server).
     pub websocket: Option<WebsocketOptions>,
+    /// Leaf nodes (`leafnodes { … }`): a listener for leaves and remotes
+    /// (hubs) to solicit; `None` = no leaf-node support.
+    pub leafnodes: Option<LeafnodeOptions>,
 }
 
 impl Default for NatsOptions {
@@ -81,6 +84,7 @@ impl Default for NatsOptions {
             debug: false,
             cluster: None,
             websocket: None,
+            leafnodes: None,
         }
     }
 }
@@ -299,6 +303,121 @@ impl Default for ClusterOptions {
     }
 }
 
+/// Default leaf-node port (nats-server's `DEFAULT_LEAFNODE_PORT`), filled
+/// into remote URLs that lack a port.
+pub const DEFAULT_LEAFNODE_PORT: u16 = 7422;
+
+/// The leaf-node block (`leafnodes { … }`, `nats.leafnodes.*`): a listener
+/// that accepts leaves (we are their hub) and remotes we solicit (we are a
+/// leaf of each). Only the global account exists, so every leaf
+/// connection is bound to it.
+#[derive(Debug, Clone)]
+pub struct LeafnodeOptions {
+    /// Interface of the leaf listener.
+    pub host: String,
+    /// Leaf port: `None` = no listener (remotes only); `Some(0)` picks a
+    /// free port.
+    pub port: Option<u16>,
+    /// `host:port` advertised to leaves (`leafnode_urls`) instead of the
+    /// listener address.
+    pub advertise: Option<String>,
+    /// Advertise no URL to leaves.
+    pub no_advertise: bool,
+    /// Users a leaf may authenticate as (`authorization { user, password }`
+    /// or `users [...]`). Empty: the client users apply (as nats-server).
+    pub users: Vec<ClusterAuth>,
+    /// Time a leaf has to send CONNECT.
+    pub auth_timeout: Duration,
+    /// TLS on the leaf listener.
+    pub tls: Option<TlsFiles>,
+    /// Delay before reconnecting a remote (plus a random jitter below it).
+    pub reconnect: Duration,
+    /// Hubs to solicit.
+    pub remotes: Vec<LeafRemote>,
+}
+
+impl Default for LeafnodeOptions {
+    fn default() -> Self {
+        LeafnodeOptions {
+            host: "0.0.0.0".into(),
+            port: None,
+            advertise: None,
+            no_advertise: false,
+            users: Vec::new(),
+            auth_timeout: Duration::from_secs(2),
+            tls: None,
+            reconnect: Duration::from_secs(1),
+            remotes: Vec::new(),
+        }
+    }
+}
+
+/// One remote (hub) a leaf connection is solicited to.
+#[derive(Debug, Clone, Default)]
+pub struct LeafRemote {
+    /// `nats-leaf://[user:pass@]host[:port]` URLs (also `nats://`,
+    /// `tls://`), tried in turn.
+    pub urls: Vec<String>,
+    /// TLS towards the hub: the CA that verifies it (`ca`), and an optional
+    /// client certificate (`cert`/`key`). Also used when the hub's INFO
+    /// says `tls_required` or the URL scheme is `tls://`.
+    pub tls: Option<TlsFiles>,
+}
+
+/// A parsed leaf remote URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeafUrl {
+    /// User and password from the URL (password empty when absent).
+    pub creds: Option<(String, String)>,
+    /// `host:port` to dial.
+    pub hostport: String,
+    /// The scheme asks for TLS (`tls://`).
+    pub tls: bool,
+}
+
+/// Parses a leaf remote URL. Accepted schemes: `nats-leaf`, `nats`, `tls`
+/// (or none); a missing port is 7422.
+pub fn parse_leaf_url(url: &str) -> Option<LeafUrl> {
+    let url = url.trim();
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (s.to_ascii_lowercase(), r),
+        None => (String::new(), url),
+    };
+    let tls = match scheme.as_str() {
+        "" | "nats-leaf" | "nats" => false,
+        "tls" => true,
+        _ => return None,
+    };
+    let rest = rest.trim_end_matches('/');
+    let (creds, hp) = match rest.rsplit_once('@') {
+        Some((ui, hp)) => {
+            let (u, p) = ui.split_once(':').unwrap_or((ui, ""));
+            (Some((u.to_string(), p.to_string())), hp)
+        }
+        None => (None, rest),
+    };
+    if hp.is_empty() || hp.contains('/') || hp.contains(char::is_whitespace) {
+        return None;
+    }
+    let has_port = match hp.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(':') && (!h.contains(':') || h.ends_with(']')) => {
+            p.parse::<u16>().ok()?;
+            true
+        }
+        _ => false,
+    };
+    let hostport = if has_port {
+        hp.to_string()
+    } else {
+        format!("{hp}:{DEFAULT_LEAFNODE_PORT}")
+    };
+    Some(LeafUrl {
+        creds,
+        hostport,
+        tls,
+    })
+}
+
 /// Route credentials (`cluster { authorization { user, password } }`).
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct ClusterAuth {
@@ -342,7 +461,30 @@ pub fn parse_cluster_listen(s: &str) -> Option<(String, u16)> {
 
 #[cfg(test)]
 mod cluster_tests {
-    use super::parse_cluster_listen;
+    use super::{parse_cluster_listen, parse_leaf_url};
+
+    #[test]
+    fn leaf_urls() {
+        let u = |creds: Option<(&str, &str)>, hp: &str, tls: bool| {
+            Some(super::LeafUrl {
+                creds: creds.map(|(a, b)| (a.to_string(), b.to_string())),
+                hostport: hp.to_string(),
+                tls,
+            })
+        };
+        assert_eq!(
+            parse_leaf_url("nats-leaf://u:p@127.0.0.1:7000"),
+            u(Some(("u", "p")), "127.0.0.1:7000", false)
+        );
+        assert_eq!(
+            parse_leaf_url("tls://hub.example.com"),
+            u(None, "hub.example.com:7422", true)
+        );
+        assert_eq!(parse_leaf_url("h:1/"), u(None, "h:1", false));
+        assert_eq!(parse_leaf_url("ws://h:1"), None);
+        assert_eq!(parse_leaf_url("nats://h:notaport"), None);
+        assert_eq!(parse_leaf_url("nats://"), None);
+    }
 
     #[test]
     fn cluster_listen_forms() {

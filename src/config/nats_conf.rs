@@ -20,8 +20,9 @@
 //! semantics); booleans `true/false/yes/no/on/off`. Keys are
 //! case-insensitive in the mapping; the last occurrence wins.
 //!
-//! `cluster { … }` configures routes; inside it, fields we do not provide
-//! are refused with an error naming them. Unknown keys and unsupported
+//! `cluster { … }` configures routes and `leafnodes { … }` leaf nodes;
+//! inside them, fields we do not provide are refused with an error naming
+//! them. Unknown keys and unsupported
 //! subsystems (`jetstream`, `gateway`, `accounts`, …) are accepted and
 //! reported as warnings, as nats-server
 //! does for unknown fields; malformed values are errors naming the file, the
@@ -32,8 +33,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::nats::{
-    AuthConfig, ClusterAuth, ClusterOptions, NatsOptions, NkeyUser, PermissionRules, Permissions,
-    TlsFiles, User, WebsocketOptions,
+    AuthConfig, ClusterAuth, ClusterOptions, LeafRemote, LeafnodeOptions, NatsOptions, NkeyUser,
+    PermissionRules, Permissions, TlsFiles, User, WebsocketOptions,
 };
 
 /// Errors of reading, parsing or interpreting a config file.
@@ -748,7 +749,7 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
             "authorization" => apply_authorization(key, n, &mut o.auth, &mut o.auth_timeout)?,
             "no_auth_user" => o.auth.no_auth_user = Some(want_str(key, n)?.to_string()),
             "tls" => {
-                let (files, timeout) = tls_block(key, n, &mut c.warnings)?;
+                let (files, timeout) = tls_block(key, n, &mut c.warnings, true)?;
                 o.tls = Some(files);
                 c.tls_timeout = timeout;
             }
@@ -795,8 +796,8 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
             }
             "cluster" => o.cluster = Some(cluster_block(key, n, &mut c.warnings)?),
             "websocket" | "ws" => o.websocket = websocket_block(key, n, &mut c.warnings)?,
-            "gateway" | "leafnodes" | "leaf" | "mqtt" | "accounts" | "resolver_preload"
-            | "system_account" => c.warnings.push(format!(
+            "leafnodes" | "leaf" => o.leafnodes = Some(leafnodes_block(key, n, &mut c.warnings)?),
+            "gateway" | "mqtt" | "accounts" | "resolver_preload" | "system_account" => c.warnings.push(format!(
                 "{}:{}: {key:?} is not supported; ignored",
                 n.file, n.line
             )),
@@ -906,7 +907,7 @@ fn cluster_block(
                 }
             }
             "tls" => {
-                let (files, _timeout) = tls_block(k, v, warnings)?;
+                let (files, _timeout) = tls_block(k, v, warnings, true)?;
                 c.tls = Some(files);
             }
             "advertise" | "cluster_advertise" => c.advertise = Some(want_str(k, v)?.to_string()),
@@ -980,7 +981,7 @@ fn websocket_block(
             "advertise" => w.advertise = Some(want_str(k, v)?.to_string()),
             "no_tls" => no_tls = want_bool(k, v)?,
             "tls" => {
-                let (files, timeout) = tls_block(k, v, warnings)?;
+                let (files, timeout) = tls_block(k, v, warnings, true)?;
                 if timeout.is_some() {
                     warnings.push(format!(
                         "{}:{}: websocket tls \"timeout\" ignored (the handshake_timeout bounds the TLS handshake too)",
@@ -1056,10 +1057,231 @@ fn websocket_block(
     Ok(Some(w))
 }
 
+/// Whether a `compression` value asks for no compression (what we speak).
+fn compression_off(v: &Node) -> bool {
+    match &v.value {
+        Value::Bool(b) => !b,
+        Value::Str(s) => matches!(s.as_str(), "off" | "disabled" | "not supported"),
+        _ => false,
+    }
+}
+
+/// A `user`/`password` pair of a block.
+fn user_pass(key: &str, n: &Node) -> Result<ClusterAuth, ConfError> {
+    let mut user = None;
+    let mut pass = None;
+    for (k, v) in want_map(key, n)? {
+        match k.to_ascii_lowercase().as_str() {
+            "user" | "username" => user = Some(want_str(k, v)?.to_string()),
+            "password" | "pass" => pass = Some(want_str(k, v)?.to_string()),
+            "account" if want_str(k, v)? == "$G" => {}
+            "account" => {
+                return invalid(
+                    k,
+                    v,
+                    "accounts are not supported (only the global account $G)",
+                )
+            }
+            other => {
+                return invalid(
+                    key,
+                    v,
+                    format!("unsupported leafnodes user field {other:?}"),
+                )
+            }
+        }
+    }
+    match user {
+        Some(user) => Ok(ClusterAuth {
+            user,
+            password: pass.unwrap_or_default(),
+        }),
+        None => invalid(key, n, "needs user"),
+    }
+}
+
+/// `leafnodes { listen | host/port, advertise, no_advertise,
+/// authorization { user, password, users, timeout }, tls, reconnect,
+/// remotes [ { url | urls, tls } ] }`. Keys for features we do not
+/// provide (accounts other than `$G`, credentials/JWT, compression, hub
+/// role reversal, deny lists) are refused with an error naming them.
+fn leafnodes_block(
+    key: &str,
+    n: &Node,
+    warnings: &mut Vec<String>,
+) -> Result<LeafnodeOptions, ConfError> {
+    let mut l = LeafnodeOptions::default();
+    for (k, v) in want_map(key, n)? {
+        match k.to_ascii_lowercase().as_str() {
+            "listen" => {
+                let (h, p) = host_port(k, v)?;
+                if let Some(h) = h {
+                    l.host = h;
+                }
+                match p {
+                    Some(p) => l.port = Some(p),
+                    None => return invalid(k, v, "expected host:port or a port"),
+                }
+            }
+            "host" | "net" => l.host = want_str(k, v)?.to_string(),
+            "port" => {
+                // Port 0 means no listener, as in nats-server; -1 a random one.
+                let p = want_int(k, v)?;
+                l.port = match p {
+                    0 => None,
+                    -1 => Some(0),
+                    p => Some(
+                        port_value(p)
+                            .map_or_else(|| invalid(k, v, format!("not a port: {p}")), Ok)?,
+                    ),
+                };
+            }
+            "advertise" => l.advertise = Some(want_str(k, v)?.to_string()),
+            "no_advertise" => l.no_advertise = want_bool(k, v)?,
+            "reconnect" | "reconnect_interval" => l.reconnect = want_duration(k, v)?,
+            "tls" => l.tls = Some(tls_block(k, v, warnings, true)?.0),
+            "compression" if compression_off(v) => {}
+            "compression" => {
+                return invalid(k, v, "leafnode compression is not supported (use off)")
+            }
+            "authorization" => {
+                let mut single: Option<ClusterAuth> = None;
+                for (ak, av) in want_map(k, v)? {
+                    match ak.to_ascii_lowercase().as_str() {
+                        "user" | "username" => {
+                            single.get_or_insert_with(ClusterAuth::default).user =
+                                want_str(ak, av)?.to_string()
+                        }
+                        "password" | "pass" => {
+                            single.get_or_insert_with(ClusterAuth::default).password =
+                                want_str(ak, av)?.to_string()
+                        }
+                        "account" if want_str(ak, av)? == "$G" => {}
+                        "account" => {
+                            return invalid(
+                                ak,
+                                av,
+                                "accounts are not supported (only the global account $G)",
+                            )
+                        }
+                        "timeout" => l.auth_timeout = want_duration(ak, av)?,
+                        "users" => {
+                            let Value::Array(items) = &av.value else {
+                                return invalid(ak, av, "expected an array of users");
+                            };
+                            for item in items {
+                                l.users.push(user_pass(ak, item)?);
+                            }
+                        }
+                        other => {
+                            return invalid(
+                                k,
+                                av,
+                                format!("unsupported leafnodes authorization field {other:?}"),
+                            )
+                        }
+                    }
+                }
+                if let Some(u) = single {
+                    if !l.users.is_empty() {
+                        return invalid(k, v, "can not have a single user/pass and a users array");
+                    }
+                    if u.user.is_empty() {
+                        return invalid(k, v, "password without user");
+                    }
+                    l.users.push(u);
+                }
+                let mut seen = std::collections::HashSet::new();
+                for u in &l.users {
+                    if !seen.insert(u.user.clone()) {
+                        return invalid(
+                            k,
+                            v,
+                            format!(
+                                "duplicate user {:?} detected in leafnode authorization",
+                                u.user
+                            ),
+                        );
+                    }
+                }
+            }
+            "remotes" => {
+                let Value::Array(items) = &v.value else {
+                    return invalid(k, v, "expected an array of remotes");
+                };
+                for item in items {
+                    l.remotes.push(leaf_remote(k, item, warnings)?);
+                }
+            }
+            other => return invalid(key, v, format!("unsupported leafnodes field {other:?}")),
+        }
+    }
+    Ok(l)
+}
+
+/// One entry of `leafnodes { remotes [ … ] }`.
+fn leaf_remote(key: &str, n: &Node, warnings: &mut Vec<String>) -> Result<LeafRemote, ConfError> {
+    let mut r = LeafRemote::default();
+    for (k, v) in want_map(key, n)? {
+        match k.to_ascii_lowercase().as_str() {
+            "url" | "urls" => {
+                let items: Vec<&Node> = match &v.value {
+                    Value::Array(items) => items.iter().collect(),
+                    _ => vec![v],
+                };
+                for item in items {
+                    let url = want_str(k, item)?;
+                    if crate::config::nats::parse_leaf_url(url).is_none() {
+                        return invalid(
+                            k,
+                            item,
+                            format!("not a leafnode URL (nats-leaf://, nats://, tls://): {url:?}"),
+                        );
+                    }
+                    r.urls.push(url.to_string());
+                }
+            }
+            "tls" => r.tls = Some(tls_block(k, v, warnings, false)?.0),
+            "account" | "local" if want_str(k, v)? == "$G" => {}
+            "account" | "local" => {
+                return invalid(k, v, "accounts are not supported (only the global account $G)")
+            }
+            "credentials" | "creds" | "nkey" | "seed" => {
+                return invalid(
+                    k,
+                    v,
+                    "JWT/nkey credentials for leafnode remotes are not supported; use user:password in the URL",
+                )
+            }
+            "hub" if !want_bool(k, v)? => {}
+            "hub" => return invalid(k, v, "hub: true (role reversal) is not supported"),
+            "no_randomize" | "dont_randomize" if !want_bool(k, v)? => {}
+            "compression" if compression_off(v) => {}
+            "compression" => {
+                return invalid(k, v, "leafnode compression is not supported (use off)")
+            }
+            other => {
+                return invalid(
+                    key,
+                    v,
+                    format!("unsupported leafnodes remote field {other:?}"),
+                )
+            }
+        }
+    }
+    if r.urls.is_empty() {
+        return invalid(key, n, "a leafnode remote needs url or urls");
+    }
+    Ok(r)
+}
+
+/// A `tls {}` block; `need_cert`: a listener needs `cert_file` and
+/// `key_file` (a client-side block may have only `ca_file`).
 fn tls_block(
     key: &str,
     n: &Node,
     warnings: &mut Vec<String>,
+    need_cert: bool,
 ) -> Result<(TlsFiles, Option<Duration>), ConfError> {
     let mut files = TlsFiles::default();
     let mut timeout = None;
@@ -1087,7 +1309,7 @@ fn tls_block(
             other => return invalid(key, v, format!("unknown tls field {other:?}")),
         }
     }
-    if !have_cert || !have_key {
+    if (need_cert || have_cert || have_key) && (!have_cert || !have_key) {
         return invalid(key, n, "tls needs cert_file and key_file");
     }
     Ok((files, timeout))
@@ -1608,6 +1830,101 @@ no_auth_user: bob
             ),
         ] {
             let e = from_str(text, Path::new("t.conf")).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn leafnodes_block_maps_every_field() {
+        let c = conf(
+            r#"
+            leafnodes {
+              listen: "127.0.0.1:7422"
+              advertise: "hub.example.com:7422"
+              no_advertise: false
+              reconnect: "250ms"
+              authorization { user: leaf, password: s3cret, timeout: 3 }
+              remotes [
+                { url: "nats-leaf://u:p@hub1:7422" }
+                { urls: ["nats://a:1", "tls://b"], account: "$G", hub: false,
+                  tls { ca_file: "/ca.pem" } }
+              ]
+            }
+            "#,
+        );
+        let l = c.options.leafnodes.expect("leafnodes set");
+        assert_eq!((l.host.as_str(), l.port), ("127.0.0.1", Some(7422)));
+        assert_eq!(l.advertise.as_deref(), Some("hub.example.com:7422"));
+        assert_eq!(l.reconnect, Duration::from_millis(250));
+        assert_eq!(l.auth_timeout, Duration::from_secs(3));
+        assert_eq!(l.users.len(), 1);
+        assert_eq!(
+            (l.users[0].user.as_str(), l.users[0].password.as_str()),
+            ("leaf", "s3cret")
+        );
+        assert_eq!(l.remotes.len(), 2);
+        assert_eq!(
+            l.remotes[0].urls,
+            vec!["nats-leaf://u:p@hub1:7422".to_string()]
+        );
+        assert_eq!(l.remotes[1].urls.len(), 2);
+        let tls = l.remotes[1].tls.as_ref().expect("remote tls");
+        assert_eq!(tls.ca.as_deref(), Some(Path::new("/ca.pem")));
+        let users = conf("leafnodes { port: -1, authorization { users [ {user: a, password: b}, {user: c, password: d} ] } }");
+        let l = users.options.leafnodes.unwrap();
+        assert_eq!(l.port, Some(0));
+        assert_eq!(l.users.len(), 2);
+        let none = conf("leafnodes { port: 0, remotes [ { url: \"nats://h:1\" } ] }");
+        assert_eq!(none.options.leafnodes.unwrap().port, None);
+    }
+
+    #[test]
+    fn leafnode_features_we_lack_are_refused_by_name() {
+        for (text, want) in [
+            (
+                "leafnodes { remotes [ { url: \"nats://h:1\", credentials: \"/x.creds\" } ] }",
+                "credentials",
+            ),
+            (
+                "leafnodes { remotes [ { url: \"nats://h:1\", account: ACC } ] }",
+                "account",
+            ),
+            (
+                "leafnodes { remotes [ { url: \"nats://h:1\", hub: true } ] }",
+                "hub",
+            ),
+            (
+                "leafnodes { remotes [ { url: \"nats://h:1\", deny_imports: [x] } ] }",
+                "deny_imports",
+            ),
+            ("leafnodes { remotes [ { url: \"ws://h:1\" } ] }", "url"),
+            (
+                "leafnodes { remotes [ { tls { ca_file: x } } ] }",
+                "remotes",
+            ),
+            ("leafnodes { port: 1, compression: s2_auto }", "compression"),
+            (
+                "leafnodes { port: 1, min_version: \"2.8.0\" }",
+                "min_version",
+            ),
+            (
+                "leafnodes { port: 1, authorization { nkey: UABC } }",
+                "nkey",
+            ),
+            (
+                "leafnodes { port: 1, authorization { user: a, password: b, account: ACC } }",
+                "account",
+            ),
+            (
+                "leafnodes { port: 1, authorization { user: a, users [ {user: b} ] } }",
+                "users array",
+            ),
+            (
+                "leafnodes { port: 1, authorization { users [ {user: b}, {user: b} ] } }",
+                "duplicate user",
+            ),
+        ] {
+            let e = from_str(text, Path::new("l.conf")).unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");
         }
     }

@@ -587,6 +587,8 @@ pub trait MonitorSource: Send + Sync + 'static {
     fn healthz(&self) -> Value;
     /// `/routez` with the raw query.
     fn routez(&self, query: &str) -> Value;
+    /// `/leafz` with the raw query.
+    fn leafz(&self, query: &str) -> Value;
 }
 
 impl MonitorSource for crate::nats::server::NatsServer {
@@ -605,13 +607,22 @@ impl MonitorSource for crate::nats::server::NatsServer {
     fn routez(&self, query: &str) -> Value {
         self.routez_json(query)
     }
+    fn leafz(&self, query: &str) -> Value {
+        self.leafz_json(query)
+    }
 }
 
 /// Routes for the NATS monitoring endpoints served from `src`: `/varz`,
 /// `/connz`, `/subsz` (and `/subscriptionsz`), `/healthz`, and `/` listing
 /// them.
 pub fn monitoring_routes<M: MonitorSource>(src: Arc<M>) -> Router {
-    let (a, b, c, d, e) = (src.clone(), src.clone(), src.clone(), src.clone(), src);
+    let (a, b, c, d, e) = (
+        src.clone(),
+        src.clone(),
+        src.clone(),
+        src.clone(),
+        src.clone(),
+    );
     let subsz = move |r: &HttpRequest| match c.subsz(&r.query) {
         Ok(v) => HttpResponse::json(200, &v),
         Err(e) => HttpResponse::error(400, &e),
@@ -628,6 +639,9 @@ pub fn monitoring_routes<M: MonitorSource>(src: Arc<M>) -> Router {
         .route_sync("/routez", move |r| {
             HttpResponse::json(200, &e.routez(&r.query))
         })
+        .route_sync("/leafz", move |r| {
+            HttpResponse::json(200, &src.leafz(&r.query))
+        })
         .route_sync("/subscriptionsz", move |r| subsz2(r))
         .route_sync("/healthz", move |_| {
             let v = d.healthz();
@@ -638,7 +652,7 @@ pub fn monitoring_routes<M: MonitorSource>(src: Arc<M>) -> Router {
             HttpResponse::json(
                 200,
                 &serde_json::json!({
-                    "endpoints": ["/varz", "/connz", "/routez", "/subsz", "/healthz"]
+                    "endpoints": ["/varz", "/connz", "/routez", "/leafz", "/subsz", "/healthz"]
                 }),
             )
         })
@@ -680,6 +694,9 @@ mod tests {
         }
         fn routez(&self, _q: &str) -> Value {
             serde_json::json!({ "num_routes": 0 })
+        }
+        fn leafz(&self, _q: &str) -> Value {
+            serde_json::json!({ "leafnodes": 0 })
         }
     }
 

@@ -1,7 +1,7 @@
 //! NATS series, read at scrape time from the counters the embedded server
 //! already keeps for `/varz` (connections, subscriptions, messages and
-//! bytes in and out, slow consumers, authentication failures, routes and
-//! routed traffic).
+//! bytes in and out, slow consumers, authentication failures, routes, leaf
+//! nodes, and routed and leaf traffic).
 //!
 //! Nothing here touches the message path: the collector only loads atomics
 //! and takes the client-map lock long enough to count TCP clients.
@@ -175,6 +175,61 @@ impl Collector for NatsCollector {
             "Route connections closed for protocol errors or refused handshakes.",
             None,
             load(&r.rejected),
-        )
+        )?;
+        gauge(
+            &mut enc,
+            "liftbridge_nats_leafnodes",
+            "Current leaf-node connections (to our hubs and from our leaves).",
+            self.server.num_leafs() as i64,
+        )?;
+        let zero = crate::nats::leaf::LeafStats::default();
+        let l = self.server.leaf_stats().unwrap_or(&zero);
+        for (name, help, unit, value) in [
+            (
+                "liftbridge_nats_leaf_in_messages",
+                "Messages received from leaf-node connections.",
+                None,
+                &l.in_msgs,
+            ),
+            (
+                "liftbridge_nats_leaf_out_messages",
+                "Messages sent to leaf-node connections.",
+                None,
+                &l.out_msgs,
+            ),
+            (
+                "liftbridge_nats_leaf_in",
+                "Payload bytes (headers included) received from leaf-node connections.",
+                Some(&bytes),
+                &l.in_bytes,
+            ),
+            (
+                "liftbridge_nats_leaf_out",
+                "Payload bytes (headers included) sent to leaf-node connections.",
+                Some(&bytes),
+                &l.out_bytes,
+            ),
+            (
+                "liftbridge_nats_slow_leafs",
+                "Leaf-node connections closed because their outbound buffer overflowed.",
+                None,
+                &l.slow_leafs,
+            ),
+            (
+                "liftbridge_nats_leaf_rejects",
+                "Leaf-node connections refused or closed for protocol or auth errors.",
+                None,
+                &l.rejected,
+            ),
+            (
+                "liftbridge_nats_leaf_loops",
+                "Leaf-node loops detected (our loop-detection subject came back).",
+                None,
+                &l.loops,
+            ),
+        ] {
+            counter(&mut enc, name, help, unit, load(value))?;
+        }
+        Ok(())
     }
 }

@@ -93,6 +93,29 @@ pub enum ClientKind {
     /// A route to another server (see `route.rs`): its subscriptions are
     /// the peer's interest; messages to it are encoded as `RMSG`/`HMSG`.
     Route,
+    /// A leaf-node connection (see `leaf.rs`): as a route, its
+    /// subscriptions are the peer's interest; messages to it are encoded as
+    /// `LMSG`/`HMSG`. `spoke`: we solicited it, so the peer is our hub.
+    Leaf {
+        /// We are the spoke (leaf) side of this connection.
+        spoke: bool,
+    },
+}
+
+impl ClientKind {
+    /// A server-to-server connection (route or leaf): its subscriptions
+    /// are a peer's interest, and it gets one copy of a message however
+    /// many of them match.
+    pub fn is_peer(self) -> bool {
+        matches!(self, ClientKind::Route | ClientKind::Leaf { .. })
+    }
+
+    /// Whether this connection's subscriptions count as local interest
+    /// announced to routes: clients, and leaves that connect to us (as
+    /// nats-server, interest learned from our hub stays off our routes).
+    pub fn feeds_routes(self) -> bool {
+        !matches!(self, ClientKind::Route | ClientKind::Leaf { spoke: true })
+    }
 }
 
 /// Message counters of one connection (payload bytes incl. headers).
@@ -340,6 +363,8 @@ pub(crate) struct FlushList {
     pub tally: OutTally,
     /// Messages and bytes sent to routes in this batch.
     pub routed: OutTally,
+    /// Messages and bytes sent to leaf connections in this batch.
+    pub leafed: OutTally,
 }
 
 impl FlushList {
@@ -355,13 +380,21 @@ impl FlushList {
         self.wake.push(c);
     }
 
-    /// Adds the batch's routed counts to the server's route counters.
+    /// Adds the batch's routed (and leaf) counts to the server's route
+    /// (and leaf) counters.
     pub(crate) fn count_routed(&mut self, server: &ServerInner) {
         let t = std::mem::take(&mut self.routed);
         if t.msgs > 0 {
             if let Some(r) = server.routes.as_ref() {
                 r.stats.out_msgs.fetch_add(t.msgs, Ordering::Relaxed);
                 r.stats.out_bytes.fetch_add(t.bytes, Ordering::Relaxed);
+            }
+        }
+        let t = std::mem::take(&mut self.leafed);
+        if t.msgs > 0 {
+            if let Some(l) = server.leafs.as_ref() {
+                l.stats.out_msgs.fetch_add(t.msgs, Ordering::Relaxed);
+                l.stats.out_bytes.fetch_add(t.bytes, Ordering::Relaxed);
             }
         }
     }
@@ -536,11 +569,42 @@ pub(crate) fn next_rand(state: &mut u64) -> u64 {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Origin<'a> {
     /// A client of this server (TCP or in-process): local subscribers,
-    /// plus one copy to each route with matching interest.
+    /// plus one copy to each route and leaf with matching interest.
     Client,
-    /// A route: local subscribers only (never another route), and queue
-    /// groups only when named by the sender.
+    /// A route: local subscribers and leaves that connect to us, never
+    /// another route; queue groups only when named by the sender.
     Route(&'a [Bytes]),
+    /// A leaf connection (`spoke`: we solicited it): local subscribers and
+    /// other leaves; routes too unless it is our hub (the hub's cluster
+    /// already has the message). Queue groups only when named.
+    Leaf {
+        /// The message came from our hub.
+        spoke: bool,
+        /// Queue groups the sender asked us to serve.
+        queues: &'a [Bytes],
+    },
+}
+
+impl<'a> Origin<'a> {
+    /// Whether a message of this origin may go to `to` (a route or leaf
+    /// connection other than the publisher), as nats-server decides.
+    fn may_reach(self, to: ClientKind) -> bool {
+        match (self, to) {
+            (Origin::Client, _) => true,
+            (Origin::Route(_), ClientKind::Leaf { spoke }) => !spoke,
+            (Origin::Route(_), _) => false,
+            (Origin::Leaf { spoke, .. }, ClientKind::Route) => !spoke,
+            (Origin::Leaf { .. }, _) => true,
+        }
+    }
+
+    /// Queue groups named by a peer sender (`None`: a client, serve all).
+    fn named_queues(self) -> Option<&'a [Bytes]> {
+        match self {
+            Origin::Client => None,
+            Origin::Route(q) | Origin::Leaf { queues: q, .. } => Some(q),
+        }
+    }
 }
 
 /// Delivers `msg` to everything in `result`. Returns how many subscriptions
@@ -554,11 +618,16 @@ pub(crate) fn deliver(
     flush: &mut FlushList,
     origin: Origin<'_>,
 ) -> usize {
-    let from_route = matches!(origin, Origin::Route(_));
     let mut n = 0;
+    // A peer connection (route or leaf) that may take this message.
+    let peer_ok = |sub: &Arc<Subscription>| {
+        origin.may_reach(sub.client.kind)
+            && !Arc::ptr_eq(&sub.client, publisher)
+            && !sub.closed.load(Ordering::Acquire)
+    };
     for sub in &result.psubs {
-        if sub.client.kind == ClientKind::Route {
-            if !from_route && !sub.closed.load(Ordering::Acquire) {
+        if sub.client.kind.is_peer() {
+            if peer_ok(sub) {
                 flush.add_route(&sub.client, None);
             }
             continue;
@@ -568,7 +637,7 @@ pub(crate) fn deliver(
         }
     }
     for (qi, (name, members)) in result.qsubs.iter().enumerate() {
-        if let Origin::Route(named) = origin {
+        if let Some(named) = origin.named_queues() {
             if !named.iter().any(|q| q[..] == *name.as_bytes()) {
                 continue;
             }
@@ -578,13 +647,14 @@ pub(crate) fn deliver(
             continue;
         }
         let start = (next_rand(&mut flush.rng) % len as u64) as usize;
-        // Local members first; a route only when none of them took it.
+        // Local members first; a route or leaf only when none of them
+        // took it.
         let mut remote: Option<&Arc<Subscription>> = None;
         let mut done = false;
         for i in 0..len {
             let sub = &members[(start + i) % len];
-            if sub.client.kind == ClientKind::Route {
-                if remote.is_none() && !from_route && !sub.closed.load(Ordering::Acquire) {
+            if sub.client.kind.is_peer() {
+                if remote.is_none() && peer_ok(sub) {
                     remote = Some(sub);
                 }
                 continue;
@@ -607,10 +677,11 @@ pub(crate) fn deliver(
     n
 }
 
-/// Appends the message as `RMSG`/`HMSG` to every route collected in
-/// `flush.route_targets` (then cleared). A route whose outbound buffer
-/// overflows `max_pending` is closed as a slow route (its reader
-/// reconnects it); the publisher is never blocked beyond the 75 % stall.
+/// Appends the message as `RMSG`/`HMSG` (`LMSG`/`HMSG` on a leaf) to every
+/// peer collected in `flush.route_targets` (then cleared). A peer whose
+/// outbound buffer overflows `max_pending` is closed as a slow route or
+/// leaf (a solicited one reconnects); the publisher is never blocked
+/// beyond the 75 % stall.
 fn send_routed(
     server: &ServerInner,
     msg: &MsgRef<'_>,
@@ -626,12 +697,19 @@ fn send_routed(
             .iter()
             .filter_map(|&i| result.qsubs.get(i).map(|(q, _)| q.as_bytes()))
             .collect();
+        let leaf = matches!(route.kind, ClientKind::Leaf { .. });
+        let dialect = if leaf {
+            proto::route::Dialect::Leaf
+        } else {
+            proto::route::Dialect::Route
+        };
         let mut o = route.out.lock();
         if o.closed {
             continue;
         }
-        proto::route::encode_rmsg(
+        proto::route::put_msg(
             &mut o.buf,
+            dialect,
             account,
             msg.subject,
             msg.reply.map(|r| &r[..]),
@@ -643,13 +721,24 @@ fn send_routed(
             o.closed = true;
             o.buf = BytesMut::new();
             drop(o);
-            if let Some(r) = server.routes.as_ref() {
+            if leaf {
+                if let Some(l) = server.leafs.as_ref() {
+                    l.stats.slow_leafs.fetch_add(1, Ordering::Relaxed);
+                }
+            } else if let Some(r) = server.routes.as_ref() {
                 r.stats.slow_routes.fetch_add(1, Ordering::Relaxed);
             }
-            tracing::warn!(
-                rid = route.id,
-                "slow route: outbound buffer over max_pending, closing (it reconnects)"
-            );
+            if leaf {
+                tracing::warn!(
+                    cid = route.id,
+                    "slow leafnode: outbound buffer over max_pending, closing"
+                );
+            } else {
+                tracing::warn!(
+                    rid = route.id,
+                    "slow route: outbound buffer over max_pending, closing (it reconnects)"
+                );
+            }
             route.cancel.cancel();
             route.notify.notify_one();
             continue;
@@ -665,8 +754,13 @@ fn send_routed(
             }
         }
         drop(o);
-        flush.routed.msgs += 1;
-        flush.routed.bytes += size as u64;
+        let tally = if leaf {
+            &mut flush.leafed
+        } else {
+            &mut flush.routed
+        };
+        tally.msgs += 1;
+        tally.bytes += size as u64;
         sent += 1;
     }
     // Keep the allocation for the next message.

@@ -9,12 +9,14 @@
 //! - [`server`]: listener, INFO/TLS/auth, lame duck, shutdown ([`NatsServer`]);
 //! - [`route`]: the cluster mesh (routes to our nodes and Go nats-server);
 //! - [`ws`]: NATS clients over WebSocket (a second client listener);
+//! - [`leaf`]: leaf nodes, both roles (hub and leaf of a hub);
 //! - [`handle`]: the in-process client used by the log layer ([`LocalClient`]);
 //! - [`monitor`]: `/varz`, `/connz`, `/subsz`, `/healthz` bodies.
 
 pub mod auth;
 pub mod client;
 pub mod handle;
+pub mod leaf;
 pub mod monitor;
 pub mod proto;
 pub mod route;

@@ -133,7 +133,7 @@ impl NatsServer {
             "total_connections": i.total_connections.load(Ordering::Relaxed),
             "routes": self.num_routes(),
             "remotes": self.num_routes(),
-            "leafnodes": 0,
+            "leafnodes": self.num_leafs(),
             "in_msgs": i.stats.in_msgs.load(Ordering::Relaxed),
             "out_msgs": i.stats.out_msgs.load(Ordering::Relaxed),
             "in_bytes": i.stats.in_bytes.load(Ordering::Relaxed),
@@ -143,10 +143,12 @@ impl NatsServer {
             "slow_consumer_stats": {
                 "clients": i.slow_consumers.load(Ordering::Relaxed),
                 "routes": self.route_stats().map_or(0, |r| r.slow_routes.load(Ordering::Relaxed)),
-                "gateways": 0, "leafs": 0
+                "gateways": 0,
+                "leafs": self.leaf_stats().map_or(0, |l| l.slow_leafs.load(Ordering::Relaxed)),
             },
             "cluster": super::route::varz_cluster(i),
             "websocket": super::ws::varz_websocket(i),
+            "leaf": super::leaf::varz_leaf(i),
             "http_req_stats": {},
             "config_load_time": rfc3339(i.start),
         });

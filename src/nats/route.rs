@@ -65,7 +65,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use super::client::{self, ClientKind, ClientShared, FlushList, MsgRef, Origin, Subscription};
-use super::proto::route::{encode_rs_minus, encode_rs_plus, RouteOp, RouteParsed, RouteParser};
+use super::proto::route::{
+    encode_rs_minus, encode_rs_plus, RouteOp, RouteParseError, RouteParsed, RouteParser,
+};
 use super::proto::{self};
 use super::server::{ServerInner, SERVER_VERSION};
 use crate::config::nats::{ClusterOptions, NatsOptions};
@@ -88,7 +90,7 @@ const ROUTE_CACHE_MAX: usize = 256;
 /// Interest entries one peer may hold here. A peer that announces more is
 /// closed with `-ERR 'maximum subscriptions exceeded'` (its interest goes
 /// with it): one bad peer cannot grow our sublist without bound.
-const MAX_ROUTE_SUBS: usize = 1 << 20;
+pub(crate) const MAX_ROUTE_SUBS: usize = 1 << 20;
 /// Gossiped servers being dialled at once; further gossip is ignored
 /// until attempts finish (a peer cannot make us dial without bound).
 const MAX_CONNECTING: usize = 1024;
@@ -277,7 +279,7 @@ struct ConnectOut<'a> {
     cluster_dynamic: bool,
 }
 
-fn is_wildcard_host(h: &str) -> bool {
+pub(crate) fn is_wildcard_host(h: &str) -> bool {
     h.is_empty() || h == "0.0.0.0" || h == "::" || h == "[::]"
 }
 
@@ -295,7 +297,7 @@ fn split_route_url(url: &str) -> (Option<(String, String)>, String) {
 }
 
 /// The host part of `host:port` (brackets of IPv6 removed).
-fn host_of(hp: &str) -> &str {
+pub(crate) fn host_of(hp: &str) -> &str {
     hp.rsplit_once(':')
         .map_or(hp, |(h, _)| h)
         .trim_start_matches('[')
@@ -305,7 +307,7 @@ fn host_of(hp: &str) -> &str {
 /// A reachable address of this machine for URLs when listening on all
 /// interfaces: the source address the kernel would use for an outside
 /// destination (a UDP connect sends nothing), else loopback.
-fn primary_ip() -> String {
+pub(crate) fn primary_ip() -> String {
     std::net::UdpSocket::bind("0.0.0.0:0")
         .and_then(|s| {
             s.connect("192.0.2.1:9")?;
@@ -534,6 +536,21 @@ async fn accept_loop(server: Arc<ServerInner>, listener: TcpListener) {
         return;
     };
     let cancel = routes.cancel.clone();
+    accept_peers(listener, cancel, "route", move |stream, addr| {
+        tokio::spawn(accept_one(server.clone(), stream, addr));
+    })
+    .await;
+}
+
+/// Accepts connections on a peer listener (routes, leaf nodes) until
+/// `cancel`, handing each to `on_conn`; a failing accept (EMFILE) backs
+/// off instead of spinning.
+pub(crate) async fn accept_peers(
+    listener: TcpListener,
+    cancel: CancellationToken,
+    what: &'static str,
+    mut on_conn: impl FnMut(TcpStream, SocketAddr),
+) {
     loop {
         let accepted = tokio::select! {
             _ = cancel.cancelled() => break,
@@ -542,10 +559,10 @@ async fn accept_loop(server: Arc<ServerInner>, listener: TcpListener) {
         match accepted {
             Ok((stream, addr)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(accept_one(server.clone(), stream, addr));
+                on_conn(stream, addr);
             }
             Err(e) => {
-                tracing::warn!(error = %e, "route accept failed");
+                tracing::warn!(error = %e, "{what} accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -741,8 +758,8 @@ async fn run_route<S>(
         server.opts.write_deadline,
         server.clone(),
     ));
-    tokio::spawn(ping_loop(route.clone(), server.clone()));
-    let reader = RouteReader {
+    tokio::spawn(peer_ping_loop(client.clone(), server.clone()));
+    let mut reader = RouteReader {
         server: server.clone(),
         route: route.clone(),
         addr,
@@ -753,7 +770,7 @@ async fn run_route<S>(
         in_msgs: 0,
         in_bytes: 0,
     };
-    let reason = reader.run(r).await;
+    let reason = read_peer(&mut reader, r, BytesMut::with_capacity(64 * 1024)).await;
     // A connection closed with `-ERR` is already closing: its writer sends
     // the error, then ends. Anything else ends now.
     if !client.is_closed() {
@@ -810,11 +827,12 @@ fn cleanup(server: &Arc<ServerInner>, route: &Arc<Route>, reason: &str) {
     tokio::spawn(solicit(server.clone(), url, configured, expect, attempt));
 }
 
-/// Periodic PINGs; a route that misses `ping_max` PONGs is closed.
-async fn ping_loop(route: Arc<Route>, server: Arc<ServerInner>) {
+/// Periodic PINGs on a route or leaf connection; one that misses
+/// `ping_max` PONGs is closed.
+pub(crate) async fn peer_ping_loop(client: Arc<ClientShared>, server: Arc<ServerInner>) {
     let interval = server.opts.ping_interval.min(MAX_PING_INTERVAL);
-    let cancel = route.client.cancel.clone();
-    let outstanding = &route.client.pings_out;
+    let cancel = client.cancel.clone();
+    let outstanding = &client.pings_out;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
@@ -822,12 +840,168 @@ async fn ping_loop(route: Arc<Route>, server: Arc<ServerInner>) {
         }
         let out = outstanding.load(Ordering::Relaxed);
         if out + 1 > u64::from(server.opts.ping_max) {
-            tracing::warn!(rid = route.client.id, "route stale: no PONG, closing");
-            route.client.close_with_err(Some("Stale Connection"));
+            let kind = if client.kind == ClientKind::Route {
+                "route"
+            } else {
+                "leafnode"
+            };
+            tracing::warn!(cid = client.id, "{kind} stale: no PONG, closing");
+            client.close_with_err(Some("Stale Connection"));
             return;
         }
         outstanding.store(out + 1, Ordering::Relaxed);
-        route.client.send_now(proto::PING);
+        client.send_now(proto::PING);
+    }
+}
+
+/// The connection-specific half of a route or leaf read loop: what to do
+/// with each operation, and when a batch of reads ends. [`read_peer`] is
+/// the shared loop (buffering, parsing, batching, producer stalls).
+pub(crate) trait PeerReader {
+    /// What the connection is, for log lines ("route", "leafnode").
+    const KIND: &'static str;
+    /// The connection.
+    fn peer(&self) -> &Arc<ClientShared>;
+    /// The connection's parser.
+    fn parser(&mut self) -> &mut RouteParser;
+    /// The per-batch delivery state.
+    fn flush_list(&mut self) -> &mut FlushList;
+    /// Whether the handshake is complete (until then a timer runs).
+    fn ready(&self) -> bool;
+    /// The handshake did not complete in time: reject the peer.
+    fn handshake_timed_out(&mut self);
+    /// Applies one operation; `Err(reason)` ends the connection.
+    fn apply(&mut self, op: RouteOp) -> Result<(), String>;
+    /// Flushes receivers and adds the batch's counters.
+    fn end_batch(&mut self);
+    /// Counts a connection rejected for a protocol error.
+    fn count_rejected(&self);
+}
+
+/// Reads and applies a peer's operations until the connection ends;
+/// returns why. `buf` may hold bytes already read.
+pub(crate) async fn read_peer<P: PeerReader, R: AsyncRead + Unpin>(
+    p: &mut P,
+    mut r: R,
+    mut buf: BytesMut,
+) -> String {
+    let cancel = p.peer().cancel.clone();
+    let handshake = tokio::time::sleep(HANDSHAKE_TIMEOUT);
+    tokio::pin!(handshake);
+    let mut pending_input = !buf.is_empty();
+    loop {
+        if !pending_input {
+            let need = p.parser().needed();
+            if need > buf.capacity() {
+                buf.reserve(need - buf.len());
+            } else if buf.capacity() - buf.len() < 4096 {
+                buf.reserve(64 * 1024);
+            }
+            let ready = p.ready();
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return "closed".into(),
+                _ = &mut handshake, if !ready => {
+                    p.handshake_timed_out();
+                    return "handshake timeout".into();
+                }
+                res = r.read_buf(&mut buf) => match res {
+                    Ok(0) => return "connection closed by peer".into(),
+                    Err(e) => return format!("read error: {e}"),
+                    Ok(_) => {}
+                },
+            }
+        }
+        pending_input = false;
+        loop {
+            match p.parser().parse(&mut buf) {
+                Ok(RouteParsed::Incomplete) => break,
+                Ok(RouteParsed::Op(op)) => {
+                    if let Err(why) = p.apply(op) {
+                        p.end_batch();
+                        return why;
+                    }
+                }
+                Err(e) => {
+                    p.end_batch();
+                    let text = match &e {
+                        RouteParseError::MaxControlLine => "maximum control line exceeded",
+                        RouteParseError::MaxPayload => "Maximum Payload Violation",
+                        _ => "Unknown Protocol Operation",
+                    };
+                    let c = p.peer();
+                    tracing::warn!(cid = c.id, error = %e, "{} protocol error, closing", P::KIND);
+                    p.count_rejected();
+                    p.peer().close_with_err(Some(text));
+                    return format!("protocol error: {e}");
+                }
+            }
+        }
+        p.end_batch();
+        for c in p.flush_list().take_stalled() {
+            client::wait_drained(&c).await;
+        }
+    }
+}
+
+/// The sublist key of a peer's interest: `subject` or `subject queue`.
+fn peer_sub_key(subject: &[u8], queue: Option<&[u8]>) -> Bytes {
+    let mut k = BytesMut::with_capacity(subject.len() + queue.map_or(0, |q| q.len() + 1));
+    k.extend_from_slice(subject);
+    if let Some(q) = queue {
+        k.extend_from_slice(b" ");
+        k.extend_from_slice(q);
+    }
+    k.freeze()
+}
+
+/// Records a peer's (route's or leaf's) interest as a subscription of its
+/// pseudo-client. A repeated queue interest is a weight update: one member
+/// per peer is enough for us to pick the peer; the peer picks among its
+/// members. Interest on an invalid subject is ignored (logged).
+pub(crate) fn add_peer_interest(
+    server: &ServerInner,
+    client: &Arc<ClientShared>,
+    subject: &[u8],
+    queue: Option<&[u8]>,
+) {
+    let (Ok(subj), q) = (std::str::from_utf8(subject), queue.map(std::str::from_utf8)) else {
+        return;
+    };
+    let q = match q {
+        Some(Ok(q)) => Some(q),
+        Some(Err(_)) => return,
+        None => None,
+    };
+    let key = peer_sub_key(subject, queue);
+    if client.subs.lock().contains_key(&key) {
+        return;
+    }
+    let sub = Subscription::new(
+        subj.to_string(),
+        q.map(str::to_string),
+        key.clone(),
+        client.clone(),
+        None,
+    );
+    if server.add_subscription(&sub).is_err() {
+        tracing::debug!(cid = client.id, subject = %subj, "ignoring peer interest on an invalid subject");
+        return;
+    }
+    client.subs.lock().insert(key, sub);
+}
+
+/// Withdraws a peer's interest recorded by [`add_peer_interest`].
+pub(crate) fn remove_peer_interest(
+    server: &ServerInner,
+    client: &Arc<ClientShared>,
+    subject: &[u8],
+    queue: Option<&[u8]>,
+) {
+    let key = peer_sub_key(subject, queue);
+    let sub = client.subs.lock().get(&key).cloned();
+    if let Some(sub) = sub {
+        server.remove_subscription(&sub);
     }
 }
 
@@ -851,6 +1025,42 @@ enum Stop {
     Close(String),
 }
 
+impl PeerReader for RouteReader {
+    const KIND: &'static str = "route";
+
+    fn peer(&self) -> &Arc<ClientShared> {
+        &self.route.client
+    }
+
+    fn parser(&mut self) -> &mut RouteParser {
+        &mut self.parser
+    }
+
+    fn flush_list(&mut self) -> &mut FlushList {
+        &mut self.flush
+    }
+
+    fn ready(&self) -> bool {
+        self.route.registered.load(Ordering::Acquire)
+    }
+
+    fn handshake_timed_out(&mut self) {
+        self.reject("Authentication Timeout", "route handshake timed out");
+    }
+
+    fn apply(&mut self, op: RouteOp) -> Result<(), String> {
+        RouteReader::apply(self, op).map_err(|Stop::Close(why)| why)
+    }
+
+    fn end_batch(&mut self) {
+        RouteReader::end_batch(self);
+    }
+
+    fn count_rejected(&self) {
+        self.routes().stats.rejected.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 impl RouteReader {
     fn routes(&self) -> &Routes {
         // `run_route` only runs when the server has routes.
@@ -858,67 +1068,6 @@ impl RouteReader {
             .routes
             .as_ref()
             .expect("route reader without a cluster")
-    }
-
-    /// Reads and applies operations; returns why the route ended.
-    async fn run<R: AsyncRead + Unpin>(mut self, mut r: R) -> String {
-        let mut buf = BytesMut::with_capacity(64 * 1024);
-        let cancel = self.route.client.cancel.clone();
-        let handshake = tokio::time::sleep(HANDSHAKE_TIMEOUT);
-        tokio::pin!(handshake);
-        loop {
-            let need = self.parser.needed();
-            if need > buf.capacity() {
-                buf.reserve(need - buf.len());
-            } else if buf.capacity() - buf.len() < 4096 {
-                buf.reserve(64 * 1024);
-            }
-            let registered = self.route.registered.load(Ordering::Acquire);
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return "closed".into(),
-                _ = &mut handshake, if !registered => {
-                    self.reject("Authentication Timeout", "route handshake timed out");
-                    return "handshake timeout".into();
-                }
-                res = r.read_buf(&mut buf) => match res {
-                    Ok(0) => return "connection closed by peer".into(),
-                    Err(e) => return format!("read error: {e}"),
-                    Ok(_) => {}
-                },
-            }
-            loop {
-                match self.parser.parse(&mut buf) {
-                    Ok(RouteParsed::Incomplete) => break,
-                    Ok(RouteParsed::Op(op)) => {
-                        if let Err(Stop::Close(why)) = self.apply(op) {
-                            self.end_batch();
-                            return why;
-                        }
-                    }
-                    Err(e) => {
-                        self.end_batch();
-                        let text = match &e {
-                            super::proto::route::RouteParseError::MaxControlLine => {
-                                "maximum control line exceeded"
-                            }
-                            super::proto::route::RouteParseError::MaxPayload => {
-                                "Maximum Payload Violation"
-                            }
-                            _ => "Unknown Protocol Operation",
-                        };
-                        tracing::warn!(addr = %self.addr, rid = self.route.client.id, error = %e, "route protocol error, closing");
-                        self.routes().stats.rejected.fetch_add(1, Ordering::Relaxed);
-                        self.route.client.close_with_err(Some(text));
-                        return format!("protocol error: {e}");
-                    }
-                }
-            }
-            self.end_batch();
-            for c in self.flush.take_stalled() {
-                client::wait_drained(&c).await;
-            }
-        }
     }
 
     fn end_batch(&mut self) {
@@ -1302,61 +1451,24 @@ impl RouteReader {
         ));
     }
 
-    fn sub_key(subject: &[u8], queue: Option<&[u8]>) -> Bytes {
-        let mut k = BytesMut::with_capacity(subject.len() + queue.map_or(0, |q| q.len() + 1));
-        k.extend_from_slice(subject);
-        if let Some(q) = queue {
-            k.extend_from_slice(b" ");
-            k.extend_from_slice(q);
-        }
-        k.freeze()
-    }
-
     fn remote_sub(&mut self, account: &[u8], subject: &[u8], queue: Option<(Bytes, u32)>) {
         if account != GLOBAL_ACCOUNT.as_bytes() {
             return;
         }
-        let (Ok(subj), q) = (
-            std::str::from_utf8(subject),
-            queue.as_ref().map(|(q, _)| std::str::from_utf8(q)),
-        ) else {
-            return;
-        };
-        let q = match q {
-            Some(Ok(q)) => Some(q),
-            Some(Err(_)) => return,
-            None => None,
-        };
-        let key = Self::sub_key(subject, q.map(str::as_bytes));
-        let client = &self.route.client;
-        if client.subs.lock().contains_key(&key) {
-            // A queue weight update: one member per route is enough for
-            // us to pick the route; the peer picks among its members.
-            return;
-        }
-        let sub = Subscription::new(
-            subj.to_string(),
-            q.map(str::to_string),
-            key.clone(),
-            client.clone(),
-            None,
-        );
-        if self.server.add_subscription(&sub).is_err() {
-            tracing::debug!(rid = client.id, subject = %subj, "ignoring remote interest on an invalid subject");
-            return;
-        }
-        client.subs.lock().insert(key, sub);
+        let q = queue.as_ref().map(|(q, _)| &q[..]);
+        add_peer_interest(&self.server, &self.route.client, subject, q);
     }
 
     fn remote_unsub(&mut self, account: &[u8], subject: &[u8], queue: Option<&Bytes>) {
         if account != GLOBAL_ACCOUNT.as_bytes() {
             return;
         }
-        let key = Self::sub_key(subject, queue.map(|q| &q[..]));
-        let sub = self.route.client.subs.lock().get(&key).cloned();
-        if let Some(sub) = sub {
-            self.server.remove_subscription(&sub);
-        }
+        remove_peer_interest(
+            &self.server,
+            &self.route.client,
+            subject,
+            queue.map(|q| &q[..]),
+        );
     }
 
     fn routed_msg(

@@ -1,7 +1,8 @@
 //! The NATS server: listener, accept loop, INFO, TLS, connection limits,
 //! lame duck mode and shutdown; with `cluster` configured, also the route
 //! listener and solicited routes (`route.rs`); with `websocket`
-//! configured, the WebSocket client listener (`ws/`).
+//! configured, the WebSocket client listener (`ws/`); with `leafnodes`,
+//! the leaf listener and remotes (`leaf.rs`).
 //!
 //! [`NatsServer`] is a cheap handle (an `Arc`) shared by the CLI, the HTTP
 //! layer and the log layer. Each accepted connection gets INFO first, then
@@ -31,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use super::auth::{AuthError, Authenticator};
 use super::client::{self, ClientKind, ClientShared, ClientStats, Reader, Subscription};
 use super::handle::LocalClient;
+use super::leaf::Leafnodes;
 use super::proto;
 use super::route::Routes;
 use super::sublist::{Sublist, SublistError};
@@ -75,6 +77,9 @@ pub enum NatsError {
     /// The cluster (route) listener could not be set up.
     #[error(transparent)]
     Route(#[from] super::route::RouteError),
+    /// Leaf nodes could not be set up.
+    #[error(transparent)]
+    Leaf(#[from] super::leaf::LeafError),
 }
 
 /// The INFO object (field order as nats-server's `Info` struct).
@@ -136,6 +141,8 @@ pub(crate) struct ServerInner {
     pub info: Info,
     /// The cluster side (routes); `None` when not clustered.
     pub routes: Option<Routes>,
+    /// Leaf nodes; `None` when not configured.
+    pub leafs: Option<Leafnodes>,
     /// Bumped whenever the cluster's client URLs change, so a client whose
     /// CONNECT arrives after a change it missed gets a fresh INFO.
     pub connect_urls_gen: AtomicU64,
@@ -209,11 +216,18 @@ impl ServerInner {
     }
 
     /// Adds a subscription to the sublist; a local one (not a route's) is
-    /// also announced to the routes.
+    /// also announced to the routes, and to the leaves that should know.
     pub(crate) fn add_subscription(&self, sub: &Arc<Subscription>) -> Result<(), SublistError> {
-        self.sublist
-            .insert(&sub.subject, sub.queue.as_deref(), sub.clone())?;
-        if sub.client.kind != ClientKind::Route {
+        let insert = || {
+            self.sublist
+                .insert(&sub.subject, sub.queue.as_deref(), sub.clone())
+                .map(|()| true)
+        };
+        match &self.leafs {
+            Some(l) => l.track(sub, 1, insert)?,
+            None => insert()?,
+        };
+        if sub.client.kind.feeds_routes() {
             if let Some(r) = &self.routes {
                 r.local_interest(&sub.subject, sub.queue.as_deref(), 1);
             }
@@ -225,8 +239,15 @@ impl ServerInner {
     /// from the routes when it was local.
     fn unlist(&self, sub: &Arc<Subscription>) {
         sub.mark_closed();
-        let removed = self.sublist.remove(&sub.subject, sub.queue.as_deref(), sub);
-        if removed && sub.client.kind != ClientKind::Route {
+        let remove = || {
+            Ok::<bool, SublistError>(self.sublist.remove(&sub.subject, sub.queue.as_deref(), sub))
+        };
+        let removed = match &self.leafs {
+            Some(l) => l.track(sub, -1, remove),
+            None => remove(),
+        }
+        .unwrap_or(false);
+        if removed && sub.client.kind.feeds_routes() {
             if let Some(r) = &self.routes {
                 r.local_interest(&sub.subject, sub.queue.as_deref(), -1);
             }
@@ -398,6 +419,13 @@ impl NatsServer {
             }
             None => (None, None),
         };
+        let (leafs, leaf_listener) = match &opts.leafnodes {
+            Some(lo) => {
+                let (l, listener) = Leafnodes::bind(&opts, lo).await?;
+                (Some(l), listener)
+            }
+            None => (None, None),
+        };
         let (stopped, _) = watch::channel(false);
         let inner = Arc::new(ServerInner {
             opts,
@@ -419,6 +447,7 @@ impl NatsServer {
             start: chrono::Utc::now(),
             info,
             routes,
+            leafs,
             connect_urls_gen: AtomicU64::new(0),
             ws,
         });
@@ -429,6 +458,7 @@ impl NatsServer {
         if let Some(l) = ws_listener {
             super::ws::spawn(inner.clone(), l);
         }
+        super::leaf::spawn(inner.clone(), leaf_listener);
         tracing::info!(%addr, "listening for client connections");
         Ok(NatsServer { inner })
     }
@@ -502,6 +532,30 @@ impl NatsServer {
         super::route::routez_json(&self.inner, subs)
     }
 
+    /// The bound leaf-node listener address, when listening for leaves.
+    pub fn leafnode_addr(&self) -> Option<SocketAddr> {
+        self.inner.leafs.as_ref().and_then(|l| l.listen)
+    }
+
+    /// Number of leaf connections (both roles).
+    pub fn num_leafs(&self) -> usize {
+        self.inner.leafs.as_ref().map_or(0, Leafnodes::num_leafs)
+    }
+
+    /// Leaf counters, when leaf nodes are configured.
+    pub fn leaf_stats(&self) -> Option<&super::leaf::LeafStats> {
+        self.inner.leafs.as_ref().map(|l| &l.stats)
+    }
+
+    /// `/leafz` (`subs=1` or `subs=true` lists each connection's interest).
+    pub fn leafz_json(&self, query: &str) -> serde_json::Value {
+        let subs = query
+            .trim_start_matches('?')
+            .split('&')
+            .any(|p| p == "subs=1" || p == "subs=true");
+        super::leaf::leafz_json(&self.inner, subs)
+    }
+
     /// Whether lame duck mode has been entered.
     pub fn is_lame_duck(&self) -> bool {
         self.inner.lame_duck.load(Ordering::Acquire)
@@ -560,6 +614,9 @@ impl NatsServer {
         inner.listener_cancel.cancel();
         if let Some(r) = &inner.routes {
             r.shutdown();
+        }
+        if let Some(l) = &inner.leafs {
+            l.shutdown();
         }
         let clients: Vec<Arc<ClientShared>> = inner.clients.lock().values().cloned().collect();
         for c in clients {

@@ -56,7 +56,7 @@ pub async fn wait_interest(http_port: u16, subject: &str, n: usize) {
 }
 
 /// The `/metrics` text of a node.
-async fn metrics_text(port: u16) -> String {
+pub async fn metrics_text(port: u16) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await

@@ -36,6 +36,7 @@ mod http_limits;
 mod metrics;
 mod nats_auth;
 mod nats_core;
+mod nats_leaf;
 mod nats_raw;
 mod nats_support;
 mod nats_ws;

@@ -8,8 +8,15 @@
 //! `HMSG` with a header size before the total size. The reply indicator
 //! (`+ reply` or `|`) appears only when queue names follow.
 //!
-//! Leafnode-origin operations (`LS+`, `LS-`, `LMSG`) are sent only to
-//! servers that announce `lnoc`; we never do, so they are protocol errors.
+//! Leafnode-origin operations (`LS+`, `LS-`, `LMSG`) are sent on routes
+//! only to servers that announce `lnoc`; we never do, so on a route they
+//! are protocol errors.
+//!
+//! The leaf-node protocol (spec `nats-parity.md` §3.3) is the same grammar
+//! without the account field, with `LS+`/`LS-`/`LMSG` in place of
+//! `RS+`/`RS-`/`RMSG` (`HMSG` keeps its name): a leaf connection is bound to
+//! one account. [`Dialect`] selects which of the two a parser reads and an
+//! encoder writes; a leaf operation carries an empty `account`.
 //!
 //! Invariants: the parser never panics on any input; `Incomplete` leaves
 //! the buffer untouched; a frame's bytes are split off without copying.
@@ -94,6 +101,25 @@ pub enum RouteParseError {
     },
 }
 
+/// Which of the two server-to-server protocols a connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// Routes: `RS+`/`RS-`/`RMSG`, with an account before the subject.
+    Route,
+    /// Leaf nodes: `LS+`/`LS-`/`LMSG`, no account.
+    Leaf,
+}
+
+impl Dialect {
+    /// Arguments before the subject (the account on routes).
+    fn account_args(self) -> usize {
+        match self {
+            Dialect::Route => 1,
+            Dialect::Leaf => 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Connect,
@@ -108,12 +134,22 @@ enum Kind {
     HMsg,
 }
 
-fn kind_of(word: &[u8]) -> Option<Kind> {
+fn kind_of(dialect: Dialect, word: &[u8]) -> Option<Kind> {
+    let (msg, sub, unsub): (&[u8], &[u8], &[u8]) = match dialect {
+        Dialect::Route => (b"RMSG", b"RS+", b"RS-"),
+        Dialect::Leaf => (b"LMSG", b"LS+", b"LS-"),
+    };
+    if msg.eq_ignore_ascii_case(word) {
+        return Some(Kind::RMsg);
+    }
+    if sub.eq_ignore_ascii_case(word) {
+        return Some(Kind::Sub);
+    }
+    if unsub.eq_ignore_ascii_case(word) {
+        return Some(Kind::Unsub);
+    }
     const OPS: &[(&[u8], Kind)] = &[
-        (b"RMSG", Kind::RMsg),
         (b"HMSG", Kind::HMsg),
-        (b"RS+", Kind::Sub),
-        (b"RS-", Kind::Unsub),
         (b"PING", Kind::Ping),
         (b"PONG", Kind::Pong),
         (b"INFO", Kind::Info),
@@ -137,15 +173,22 @@ fn parse_num(b: &[u8]) -> Option<usize> {
 /// and the "bytes needed" hint of a partially received message).
 #[derive(Debug, Clone)]
 pub struct RouteParser {
+    dialect: Dialect,
     max_control_line: usize,
     need: usize,
     args: Vec<(usize, usize)>,
 }
 
 impl RouteParser {
-    /// A parser with this control-line limit.
+    /// A route parser with this control-line limit.
     pub fn new(max_control_line: usize) -> RouteParser {
+        RouteParser::with_dialect(Dialect::Route, max_control_line)
+    }
+
+    /// A parser of `dialect` with this control-line limit.
+    pub fn with_dialect(dialect: Dialect, max_control_line: usize) -> RouteParser {
         RouteParser {
+            dialect,
             max_control_line,
             need: 0,
             args: Vec::with_capacity(8),
@@ -194,7 +237,7 @@ impl RouteParser {
         let Some(&(ws, we)) = self.args.first() else {
             return Err(RouteParseError::UnknownOp);
         };
-        let kind = kind_of(&line[ws..we]).ok_or(RouteParseError::UnknownOp)?;
+        let kind = kind_of(self.dialect, &line[ws..we]).ok_or(RouteParseError::UnknownOp)?;
         let header_len = line_end + 1;
         match kind {
             Kind::Ping | Kind::Pong | Kind::Ok => {
@@ -230,13 +273,16 @@ impl RouteParser {
                 }))
             }
             Kind::Sub => {
-                let n = self.args.len() - 1;
-                if n != 2 && n != 4 {
-                    return Err(RouteParseError::BadArgs { op: "RS+" });
+                let op = self.op_name(Kind::Sub);
+                // Account (routes only), subject, then optionally queue and weight.
+                let acc = self.dialect.account_args();
+                let n = self.args.len() - 1 - acc;
+                if n != 1 && n != 3 {
+                    return Err(RouteParseError::BadArgs { op });
                 }
-                let weight = if n == 4 {
-                    let (s, e) = self.args[4];
-                    let w = parse_num(&line[s..e]).ok_or(RouteParseError::BadArgs { op: "RS+" })?;
+                let weight = if n == 3 {
+                    let (s, e) = self.args[acc + 3];
+                    let w = parse_num(&line[s..e]).ok_or(RouteParseError::BadArgs { op })?;
                     Some(u32::try_from(w).unwrap_or(u32::MAX))
                 } else {
                     None
@@ -246,27 +292,43 @@ impl RouteParser {
                 self.need = 0;
                 let at = |k: usize| frame.slice(args[k].0..args[k].1);
                 Ok(RouteParsed::Op(RouteOp::Sub {
-                    account: at(1),
-                    subject: at(2),
-                    queue: weight.map(|w| (at(3), w)),
+                    account: if acc == 1 { at(1) } else { Bytes::new() },
+                    subject: at(acc + 1),
+                    queue: weight.map(|w| (at(acc + 2), w)),
                 }))
             }
             Kind::Unsub => {
-                let n = self.args.len() - 1;
-                if n != 2 && n != 3 {
-                    return Err(RouteParseError::BadArgs { op: "RS-" });
+                let acc = self.dialect.account_args();
+                let n = self.args.len() - 1 - acc;
+                if n != 1 && n != 2 {
+                    return Err(RouteParseError::BadArgs {
+                        op: self.op_name(Kind::Unsub),
+                    });
                 }
                 let args = self.args.clone();
                 let frame = buf.split_to(header_len).freeze();
                 self.need = 0;
                 let at = |k: usize| frame.slice(args[k].0..args[k].1);
                 Ok(RouteParsed::Op(RouteOp::Unsub {
-                    account: at(1),
-                    subject: at(2),
-                    queue: (n == 3).then(|| at(3)),
+                    account: if acc == 1 { at(1) } else { Bytes::new() },
+                    subject: at(acc + 1),
+                    queue: (n == 2).then(|| at(acc + 2)),
                 }))
             }
             Kind::RMsg | Kind::HMsg => self.parse_msg(buf, kind == Kind::HMsg, header_len),
+        }
+    }
+
+    /// The op word of `kind` in this parser's dialect (for errors).
+    fn op_name(&self, kind: Kind) -> &'static str {
+        match (self.dialect, kind) {
+            (_, Kind::HMsg) => "HMSG",
+            (Dialect::Route, Kind::Sub) => "RS+",
+            (Dialect::Route, Kind::Unsub) => "RS-",
+            (Dialect::Route, _) => "RMSG",
+            (Dialect::Leaf, Kind::Sub) => "LS+",
+            (Dialect::Leaf, Kind::Unsub) => "LS-",
+            (Dialect::Leaf, _) => "LMSG",
         }
     }
 
@@ -276,12 +338,13 @@ impl RouteParser {
         with_headers: bool,
         header_len: usize,
     ) -> Result<RouteParsed, RouteParseError> {
-        let op = if with_headers { "HMSG" } else { "RMSG" };
+        let op = self.op_name(if with_headers { Kind::HMsg } else { Kind::RMsg });
         let bad = RouteParseError::BadArgs { op };
-        // Arguments after the op word.
+        let acc = self.dialect.account_args();
+        // Arguments after the op word; on a leaf there is no account.
         let a = &self.args[1..];
         let sizes = if with_headers { 2 } else { 1 };
-        if a.len() < 2 + sizes {
+        if a.len() < 1 + acc + sizes {
             return Err(bad);
         }
         let num = |k: usize| parse_num(&buf[a[k].0..a[k].1]);
@@ -300,7 +363,7 @@ impl RouteParser {
         }
         // Between subject and sizes: nothing, a reply, or an indicator
         // (`+ reply` / `|`) followed by queue names.
-        let middle = &a[2..a.len() - sizes];
+        let middle = &a[1 + acc..a.len() - sizes];
         type Range = (usize, usize);
         let (reply_r, queue_r): (Option<Range>, &[Range]) = match middle.len() {
             0 => (None, &[]),
@@ -322,7 +385,7 @@ impl RouteParser {
         if &buf[header_len + total..frame_len] != b"\r\n" {
             return Err(RouteParseError::UnknownOp);
         }
-        let (acc_r, subj_r) = (a[0], a[1]);
+        let (acc_r, subj_r) = (a[0], a[acc]);
         let queues_r: Vec<(usize, usize)> = queue_r.to_vec();
         let frame = buf.split_to(frame_len).freeze();
         self.need = 0;
@@ -336,7 +399,7 @@ impl RouteParser {
             None => (None, frame.slice(body)),
         };
         Ok(RouteParsed::Op(RouteOp::Msg {
-            account: at(acc_r),
+            account: if acc == 1 { at(acc_r) } else { Bytes::new() },
             subject: at(subj_r),
             reply: reply_r.map(at),
             queues: queues_r.into_iter().map(at).collect(),
@@ -346,6 +409,32 @@ impl RouteParser {
     }
 }
 
+/// Appends an interest line: `<op> [<account>] <subject>[ <queue>[ <weight>]]\r\n`.
+fn put_interest(
+    buf: &mut BytesMut,
+    op: &[u8],
+    account: Option<&str>,
+    subject: &str,
+    queue: Option<(&str, Option<u32>)>,
+) {
+    buf.reserve(account.map_or(0, str::len) + subject.len() + 32);
+    buf.put_slice(op);
+    if let Some(a) = account {
+        buf.put_slice(a.as_bytes());
+        buf.put_u8(b' ');
+    }
+    buf.put_slice(subject.as_bytes());
+    if let Some((q, w)) = queue {
+        buf.put_u8(b' ');
+        buf.put_slice(q.as_bytes());
+        if let Some(w) = w {
+            buf.put_u8(b' ');
+            put_usize(buf, w as usize);
+        }
+    }
+    buf.put_slice(b"\r\n");
+}
+
 /// Appends `RS+ <account> <subject> [<queue> <weight>]\r\n`.
 pub fn encode_rs_plus(
     buf: &mut BytesMut,
@@ -353,32 +442,40 @@ pub fn encode_rs_plus(
     subject: &str,
     queue: Option<(&str, u32)>,
 ) {
-    buf.reserve(account.len() + subject.len() + 32);
-    buf.put_slice(b"RS+ ");
-    buf.put_slice(account.as_bytes());
-    buf.put_u8(b' ');
-    buf.put_slice(subject.as_bytes());
-    if let Some((q, w)) = queue {
-        buf.put_u8(b' ');
-        buf.put_slice(q.as_bytes());
-        buf.put_u8(b' ');
-        put_usize(buf, w as usize);
-    }
-    buf.put_slice(b"\r\n");
+    put_interest(
+        buf,
+        b"RS+ ",
+        Some(account),
+        subject,
+        queue.map(|(q, w)| (q, Some(w))),
+    );
 }
 
 /// Appends `RS- <account> <subject> [<queue>]\r\n`.
 pub fn encode_rs_minus(buf: &mut BytesMut, account: &str, subject: &str, queue: Option<&str>) {
-    buf.reserve(account.len() + subject.len() + 16);
-    buf.put_slice(b"RS- ");
-    buf.put_slice(account.as_bytes());
-    buf.put_u8(b' ');
-    buf.put_slice(subject.as_bytes());
-    if let Some(q) = queue {
-        buf.put_u8(b' ');
-        buf.put_slice(q.as_bytes());
-    }
-    buf.put_slice(b"\r\n");
+    put_interest(
+        buf,
+        b"RS- ",
+        Some(account),
+        subject,
+        queue.map(|q| (q, None)),
+    );
+}
+
+/// Appends `LS+ <subject> [<queue> <weight>]\r\n`.
+pub fn encode_ls_plus(buf: &mut BytesMut, subject: &str, queue: Option<(&str, u32)>) {
+    put_interest(
+        buf,
+        b"LS+ ",
+        None,
+        subject,
+        queue.map(|(q, w)| (q, Some(w))),
+    );
+}
+
+/// Appends `LS- <subject> [<queue>]\r\n`.
+pub fn encode_ls_minus(buf: &mut BytesMut, subject: &str, queue: Option<&str>) {
+    put_interest(buf, b"LS- ", None, subject, queue.map(|q| (q, None)));
 }
 
 /// Appends an `RMSG` (or `HMSG` when `headers` is given) for a peer.
@@ -386,6 +483,32 @@ pub fn encode_rs_minus(buf: &mut BytesMut, account: &str, subject: &str, queue: 
 #[inline]
 pub fn encode_rmsg(
     buf: &mut BytesMut,
+    account: &[u8],
+    subject: &[u8],
+    reply: Option<&[u8]>,
+    queues: &[&[u8]],
+    headers: Option<&[u8]>,
+    payload: &[u8],
+) {
+    put_msg(
+        buf,
+        Dialect::Route,
+        account,
+        subject,
+        reply,
+        queues,
+        headers,
+        payload,
+    );
+}
+
+/// Appends a message in `dialect`: `RMSG <account> …` on a route, `LMSG …`
+/// (no account) on a leaf, `HMSG` in both when `headers` is given.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub fn put_msg(
+    buf: &mut BytesMut,
+    dialect: Dialect,
     account: &[u8],
     subject: &[u8],
     reply: Option<&[u8]>,
@@ -404,13 +527,15 @@ pub fn encode_rmsg(
             + payload.len()
             + 48,
     );
-    buf.put_slice(if headers.is_some() {
-        b"HMSG "
-    } else {
-        b"RMSG "
+    buf.put_slice(match (headers.is_some(), dialect) {
+        (true, _) => b"HMSG ",
+        (false, Dialect::Route) => b"RMSG ",
+        (false, Dialect::Leaf) => b"LMSG ",
     });
-    buf.put_slice(account);
-    buf.put_u8(b' ');
+    if dialect == Dialect::Route {
+        buf.put_slice(account);
+        buf.put_u8(b' ');
+    }
     buf.put_slice(subject);
     buf.put_u8(b' ');
     if queues.is_empty() {
@@ -519,6 +644,110 @@ mod tests {
                 queue: Some(("grp".into(), 3))
             }
         );
+    }
+
+    #[test]
+    fn leaf_dialect_round_trips_without_account() {
+        let mut b = BytesMut::new();
+        put_msg(&mut b, Dialect::Leaf, b"", b"foo", None, &[], None, b"hi");
+        put_msg(
+            &mut b,
+            Dialect::Leaf,
+            b"",
+            b"foo",
+            Some(b"_INBOX.1"),
+            &[b"q1"],
+            None,
+            b"x",
+        );
+        put_msg(
+            &mut b,
+            Dialect::Leaf,
+            b"",
+            b"foo",
+            Some(b"r"),
+            &[],
+            Some(b"NATS/1.0\r\n\r\n"),
+            b"p",
+        );
+        encode_ls_plus(&mut b, "a.*", None);
+        encode_ls_plus(&mut b, "a.b", Some(("grp", 2)));
+        encode_ls_minus(&mut b, "a.b", Some("grp"));
+        encode_ls_minus(&mut b, "a.*", None);
+        assert!(b.starts_with(b"LMSG foo 2\r\nhi\r\nLMSG foo + _INBOX.1 q1 1\r\nx\r\n"));
+        let mut p = RouteParser::with_dialect(Dialect::Leaf, 4096);
+        let mut out = Vec::new();
+        while let Ok(RouteParsed::Op(op)) = p.parse(&mut b) {
+            out.push(op);
+        }
+        assert!(b.is_empty());
+        assert_eq!(out.len(), 7);
+        match &out[1] {
+            RouteOp::Msg {
+                account,
+                subject,
+                reply,
+                queues,
+                ..
+            } => {
+                assert!(account.is_empty());
+                assert_eq!(&subject[..], b"foo");
+                assert_eq!(reply.as_deref(), Some(&b"_INBOX.1"[..]));
+                assert_eq!(queues, &vec![Bytes::from("q1")]);
+            }
+            o => panic!("{o:?}"),
+        }
+        match &out[2] {
+            RouteOp::Msg {
+                reply,
+                headers,
+                payload,
+                ..
+            } => {
+                assert_eq!(reply.as_deref(), Some(&b"r"[..]));
+                assert_eq!(headers.as_deref(), Some(&b"NATS/1.0\r\n\r\n"[..]));
+                assert_eq!(&payload[..], b"p");
+            }
+            o => panic!("{o:?}"),
+        }
+        assert_eq!(
+            out[4],
+            RouteOp::Sub {
+                account: Bytes::new(),
+                subject: "a.b".into(),
+                queue: Some(("grp".into(), 2))
+            }
+        );
+        assert_eq!(
+            out[6],
+            RouteOp::Unsub {
+                account: Bytes::new(),
+                subject: "a.*".into(),
+                queue: None
+            }
+        );
+    }
+
+    #[test]
+    fn route_ops_are_errors_on_a_leaf_and_back() {
+        for (dialect, bad) in [
+            (Dialect::Leaf, &b"RS+ $G foo\r\n"[..]),
+            (Dialect::Leaf, b"RMSG $G foo 1\r\nx\r\n"),
+            (Dialect::Leaf, b"LS+\r\n"),
+            (Dialect::Leaf, b"LS+ foo q\r\n"),
+            (Dialect::Leaf, b"LS- foo q extra\r\n"),
+            (Dialect::Leaf, b"LMSG foo ? q 1\r\n"),
+            (Dialect::Leaf, b"LMSG 1\r\n"),
+            (Dialect::Route, b"LMSG foo 1\r\nx\r\n"),
+        ] {
+            let mut p = RouteParser::with_dialect(dialect, 4096);
+            let mut buf = BytesMut::from(bad);
+            assert!(
+                p.parse(&mut buf).is_err(),
+                "{dialect:?} {:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]

@@ -9,6 +9,9 @@
 //!
 //! Restart keeps the ports and the temp dir (a `kill -9` then `restart`
 //! is a crash and a reboot of the same node).
+//!
+//! [`ConfNode`] is a NATS server (ours or Go) started from a config file,
+//! for leaf-node tests.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -435,5 +438,150 @@ impl LiftbridgeNode {
                 == Some(n)
         })
         .await;
+    }
+}
+
+/// A NATS server run from a config file (our binary in `nats-server`
+/// mode, or a Go nats-server): a client port, a monitoring port and, when
+/// asked, a leaf-node listener; `leaf_body` goes inside `leafnodes {}`
+/// (e.g. a `remotes [...]` list). Used by the leaf-node tests, where the
+/// two implementations must read the same file.
+pub struct ConfNode {
+    pub proc: Proc,
+    pub client_port: u16,
+    pub http_port: u16,
+    /// The leaf listener port, when the node is a hub.
+    pub leaf_port: Option<u16>,
+}
+
+impl ConfNode {
+    /// Starts `imp` named `name`; `hub`: listen for leaves; `leaf_body`:
+    /// more of the `leafnodes {}` block (`None`: no block at all unless
+    /// `hub`). Waits until it listens.
+    pub async fn start(imp: &Impl, name: &str, hub: bool, leaf_body: Option<&str>) -> ConfNode {
+        Self::start_with(imp, name, hub, leaf_body, "").await
+    }
+
+    /// As [`ConfNode::start`], with `top` added at the top level of the
+    /// file (e.g. a `cluster {}` block).
+    pub async fn start_with(
+        imp: &Impl,
+        name: &str,
+        hub: bool,
+        leaf_body: Option<&str>,
+        top: &str,
+    ) -> ConfNode {
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Self::try_start(imp, name, hub, leaf_body, top).await {
+                Ok(n) => return n,
+                Err(e) => last = e,
+            }
+        }
+        panic!("server did not start three times; last: {last}");
+    }
+
+    async fn try_start(
+        imp: &Impl,
+        name: &str,
+        hub: bool,
+        leaf_body: Option<&str>,
+        top: &str,
+    ) -> Result<ConfNode, String> {
+        let (client_port, http_port) = (free_port(), free_port());
+        let leaf_port = hub.then(free_port);
+        let mut conf = format!(
+            "server_name: {name}\nlisten: 127.0.0.1:{client_port}\nhttp: 127.0.0.1:{http_port}\n{top}\n"
+        );
+        if hub || leaf_body.is_some() {
+            conf.push_str("leafnodes {\n");
+            if let Some(p) = leaf_port {
+                conf.push_str(&format!("  listen: 127.0.0.1:{p}\n"));
+            }
+            conf.push_str(leaf_body.unwrap_or(""));
+            conf.push_str("\n}\n");
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("server.conf");
+        std::fs::write(&path, conf).expect("write server.conf");
+        let (program, mut args) = match imp {
+            Impl::Liftbridge => (
+                PathBuf::from(env!("CARGO_BIN_EXE_liftbridge")),
+                vec!["nats-server".to_string()],
+            ),
+            Impl::Go(p) => (p.clone(), Vec::new()),
+        };
+        args.extend(["-c".to_string(), path.display().to_string()]);
+        let proc = Proc::spawn(&program, args, dir);
+        let mut n = ConfNode {
+            proc,
+            client_port,
+            http_port,
+            leaf_port,
+        };
+        n.try_ready().await?;
+        Ok(n)
+    }
+
+    async fn try_ready(&mut self) -> Result<(), String> {
+        let ports = [Some(self.client_port), Some(self.http_port), self.leaf_port];
+        for p in ports.into_iter().flatten() {
+            self.proc.try_wait_port(p).await?;
+        }
+        Ok(())
+    }
+
+    /// `nats://127.0.0.1:<client port>`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.client_port)
+    }
+
+    /// `nats-leaf://127.0.0.1:<leaf port>` (panics when not a hub).
+    pub fn leaf_url(&self) -> String {
+        format!(
+            "nats-leaf://127.0.0.1:{}",
+            self.leaf_port.expect("a hub with a leaf listener")
+        )
+    }
+
+    /// `/leafz?subs=1`.
+    pub async fn leafz(&self) -> serde_json::Value {
+        http_json(self.http_port, "/leafz?subs=1")
+            .await
+            .unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Waits until `/leafz` reports `n` leaf connections.
+    pub async fn wait_leafs(&self, n: u64) {
+        let what = format!("{n} leaf connections on :{}", self.client_port);
+        wait_until(START_TIMEOUT, &what, || async {
+            self.leafz().await["leafnodes"].as_u64() == Some(n)
+        })
+        .await;
+    }
+
+    /// Waits until a leaf connection of this server carries the peer's
+    /// interest in `subject` (its subscriptions have propagated).
+    pub async fn wait_leaf_interest(&self, subject: &str) {
+        let what = format!("leaf interest in {subject} on :{}", self.client_port);
+        wait_until(START_TIMEOUT, &what, || async {
+            self.leafz().await["leafs"].as_array().is_some_and(|l| {
+                l.iter().any(|leaf| {
+                    leaf["subscriptions_list"]
+                        .as_array()
+                        .is_some_and(|s| s.iter().any(|x| x.as_str() == Some(subject)))
+                })
+            })
+        })
+        .await;
+    }
+
+    /// `kill -9`, then start again with the same file and ports.
+    pub async fn crash_and_restart(&mut self) {
+        self.proc.kill9();
+        self.proc.restart();
+        if let Err(e) = self.try_ready().await {
+            panic!("{e}");
+        }
     }
 }

@@ -1,0 +1,1361 @@
+//! Leaf nodes: a server extends another server's (the hub's) subjects over
+//! one outbound connection, as spec `nats-parity.md` §3 describes. We play
+//! both roles, with our own servers and Go nats-server 2.9/2.10+.
+//!
+//! **Model.** With `leafnodes { port }` we listen for leaves (we are their
+//! hub); each `remotes [ { url } ]` entry is a hub we solicit (we are its
+//! leaf, the "spoke"). A leaf connection is a route-like pseudo-client
+//! ([`ClientKind::Leaf`]) speaking the route grammar without accounts
+//! (`LS+`/`LS-`/`LMSG`, see `proto::route::Dialect::Leaf`); only the global
+//! account exists, so every leaf connection is bound to it. Handshake: the
+//! hub sends INFO (plain text, then TLS if configured), the leaf sends
+//! CONNECT (`lang` in it means a client dialled the leaf port and is
+//! refused), then both send their interest. Our INFO carries neither
+//! `compression` nor `info_on_connect`, which makes Go servers treat us as
+//! an uncompressed peer that needs no `connect_info` round trip.
+//!
+//! **Interest.** Every live leaf connection has its own "smap": (subject,
+//! queue) → count of the subscriptions it is told about. Toward a leaf of
+//! ours (we are hub) that is every subscription here (clients, routes,
+//! other leaves); toward our hub (we are spoke) only local ones (clients
+//! and our own leaves), never what routes or the hub itself told us.
+//! Plain subjects send `LS+` on 0→1 and `LS-` on 1→0; a queue group sends
+//! `LS+ subject queue weight` on every change and `LS-` at zero. The
+//! subscription change and the smap updates happen under one lock
+//! ([`Leafnodes::track`]), so the snapshot a new connection gets and the
+//! later updates are never reordered or counted twice.
+//!
+//! **Forwarding** (`client::deliver`, `Origin::Leaf`): a message from a
+//! leaf goes to local subscribers, other leaves, and routes unless it came
+//! from our hub (the hub's cluster already has it); a message from a route
+//! reaches only leaves that connect to us. A leaf gets one copy per
+//! message, with the names of the queue groups it must serve; queue
+//! groups prefer local members.
+//!
+//! **Loops.** Each server has one `$LDS.<random>` subject that it always
+//! announces to every leaf. Interest propagates hub-leaf → spoke, so in a
+//! cycle our own LDS subject comes back to us: we then send
+//! `-ERR 'Loop detected for leafnode account="$G". Delaying attempt to
+//! reconnect for 30s'`, close, and (as the soliciting side, or when we
+//! receive that error) wait 30 s before reconnecting.
+//!
+//! **Tasks.** Per server: the accept loop (with a listener) and one solicit
+//! task per remote, which connects, runs the connection to its end and
+//! reconnects after `reconnect` plus jitter, forever. Per connection: the
+//! reader (it also owns cleanup), the writer (`client::write_loop`) and a
+//! ping timer.
+//!
+//! **Bounded memory.** As routes: the outbound buffer is limited by
+//! `max_pending` (producers stall at 75 %, then the leaf is closed as slow
+//! and, when solicited, reconnected); a peer's interest is capped at
+//! `MAX_ROUTE_SUBS` (then it is closed); payloads at `MAX_ROUTE_PAYLOAD`.
+//!
+//! Must not: block the executor (bcrypt checks run on the blocking pool),
+//! hold a lock across `.await`, panic on anything a peer sends, or send a
+//! message back to the connection it came from.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+use super::auth::{Authenticator, Credentials};
+use super::client::{self, ClientKind, ClientShared, FlushList, MsgRef, Origin, Subscription};
+use super::proto::route::{
+    encode_ls_minus, encode_ls_plus, Dialect, RouteOp, RouteParsed, RouteParser,
+};
+use super::proto::{self};
+use super::route::{
+    accept_peers, add_peer_interest, host_of, is_wildcard_host, peer_ping_loop, primary_ip,
+    read_peer, remove_peer_interest, PeerReader, GLOBAL_ACCOUNT, MAX_ROUTE_SUBS,
+};
+use super::server::{new_nonce, ServerInner, SERVER_VERSION};
+use crate::config::nats::{
+    parse_leaf_url, AuthConfig, LeafUrl, LeafnodeOptions, NatsOptions, User,
+};
+
+/// Prefix of loop-detection subjects.
+pub const LDS_PREFIX: &str = "$LDS.";
+/// Reconnect delay after a loop was detected (nats-server's
+/// `leafNodeReconnectDelayAfterLoopDetected`).
+const LOOP_DELAY: Duration = Duration::from_secs(30);
+/// Reconnect delay after the hub refused us for a reason that will not
+/// fix itself soon (same cluster name, permissions).
+const REFUSED_DELAY: Duration = Duration::from_secs(30);
+/// Time to connect (TCP and TLS) and to receive the hub's first INFO.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Entries of a leaf reader's private match cache.
+const LEAF_CACHE_MAX: usize = 256;
+/// Largest first INFO or CONNECT line accepted during the handshake.
+const HANDSHAKE_MAX_LINE: usize = 64 * 1024;
+
+/// Leaf counters (for `/varz`, `/leafz` and `/metrics`).
+#[derive(Debug, Default)]
+pub struct LeafStats {
+    /// Messages received from leaf connections.
+    pub in_msgs: AtomicU64,
+    /// Payload bytes (headers included) received from leaf connections.
+    pub in_bytes: AtomicU64,
+    /// Messages sent to leaf connections.
+    pub out_msgs: AtomicU64,
+    /// Payload bytes sent to leaf connections.
+    pub out_bytes: AtomicU64,
+    /// Leaf connections closed because their outbound buffer overflowed.
+    pub slow_leafs: AtomicU64,
+    /// Leaf connections refused or closed for protocol or auth errors.
+    pub rejected: AtomicU64,
+    /// Loops detected (our own loop-detection subject came back).
+    pub loops: AtomicU64,
+}
+
+/// What we know about the server at the other end of a leaf connection.
+#[derive(Debug, Clone, Default)]
+pub struct LeafPeer {
+    /// Its server id.
+    pub id: String,
+    /// Its server name.
+    pub name: String,
+    /// Its cluster name, if any.
+    pub cluster: String,
+}
+
+/// One leaf connection.
+pub struct Leaf {
+    /// The pseudo-client holding the outbound buffer and remote interest.
+    pub client: Arc<ClientShared>,
+    /// We solicited it (the peer is our hub).
+    pub spoke: bool,
+    /// Index of the remote in the configuration (solicited connections).
+    remote: Option<usize>,
+    /// The peer.
+    pub peer: Mutex<LeafPeer>,
+    /// Interest flows (handshake complete).
+    registered: AtomicBool,
+}
+
+/// Interest and connections, under one lock (see the module doc).
+#[derive(Default)]
+struct State {
+    /// Live connections by client id (registered or not).
+    conns: HashMap<u64, Arc<Leaf>>,
+    /// Per registered connection: the interest it was told about.
+    smaps: HashMap<u64, HashMap<(String, Option<String>), u32>>,
+}
+
+/// A remote's reconnect state.
+#[derive(Debug, Default)]
+struct RemoteState {
+    /// Extra delay before the next attempt (after a loop or a refusal).
+    delay: Option<Duration>,
+    /// Attempts since the last successful handshake.
+    attempts: u64,
+}
+
+/// The leaf-node side of a server. Present when `leafnodes` is configured.
+pub struct Leafnodes {
+    opts: LeafnodeOptions,
+    /// The bound leaf listener, if any.
+    pub listen: Option<SocketAddr>,
+    /// Our loop-detection subject.
+    lds: String,
+    state: Mutex<State>,
+    remotes: Vec<Mutex<RemoteState>>,
+    cancel: CancellationToken,
+    /// Counters.
+    pub stats: LeafStats,
+    tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
+    remote_tls: Vec<Option<tokio_rustls::TlsConnector>>,
+    /// Checks leaf credentials when `authorization` is set in the block.
+    auth: Option<Authenticator>,
+    /// `leafnode_urls` in our INFO.
+    urls: Vec<String>,
+    max_pending: usize,
+}
+
+/// Errors of setting up leaf nodes.
+#[derive(Debug, thiserror::Error)]
+pub enum LeafError {
+    /// The leaf listener could not be bound.
+    #[error("cannot listen for leaf nodes on {addr}: {source}")]
+    Bind {
+        /// The `host:port` that was tried.
+        addr: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// TLS files of the leafnodes block are unusable.
+    #[error("leafnodes tls: {0}")]
+    Tls(#[from] crate::tls::TlsError),
+    /// TLS toward a hub needs a CA to verify it.
+    #[error("leafnodes remote {0}: tls needs ca_file to verify the hub")]
+    TlsWithoutCa(usize),
+    /// A remote URL is not usable.
+    #[error("leafnodes remote {index}: bad url {url:?}")]
+    BadUrl {
+        /// Index of the remote.
+        index: usize,
+        /// The URL.
+        url: String,
+    },
+    /// A remote has no URL.
+    #[error("leafnodes remote {0}: needs url or urls")]
+    NoUrl(usize),
+    /// Leaf users are invalid.
+    #[error("leafnodes authorization: {0}")]
+    Auth(#[from] super::auth::AuthError),
+}
+
+/// The INFO we send to a leaf that connects to us.
+#[derive(Serialize)]
+struct LeafInfoOut<'a> {
+    server_id: &'a str,
+    server_name: &'a str,
+    version: &'static str,
+    proto: u32,
+    go: &'static str,
+    host: &'a str,
+    port: u16,
+    headers: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    auth_required: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    tls_required: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    tls_verify: bool,
+    max_payload: usize,
+    client_id: u64,
+    nonce: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster: Option<String>,
+    /// Always present (possibly empty): Go leaves take an INFO without it
+    /// for a wrong port.
+    leafnode_urls: &'a [String],
+}
+
+/// The fields of a hub's INFO we use.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct HubInfo {
+    server_id: String,
+    server_name: String,
+    client_id: u64,
+    leafnode_urls: Option<Vec<String>>,
+    tls_required: bool,
+    cluster: String,
+}
+
+/// The CONNECT a leaf sends (the fields we read on the hub side).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct LeafConnectIn {
+    user: Option<String>,
+    pass: Option<String>,
+    auth_token: Option<String>,
+    nkey: Option<String>,
+    sig: Option<String>,
+    jwt: Option<String>,
+    server_id: String,
+    name: String,
+    is_hub: bool,
+    cluster: String,
+    /// Only clients send `lang`.
+    lang: Option<String>,
+    gateway: Option<String>,
+}
+
+/// The CONNECT we send to a hub.
+#[derive(Serialize)]
+struct LeafConnectOut<'a> {
+    version: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pass: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    auth_token: Option<&'a str>,
+    server_id: &'a str,
+    name: &'a str,
+    headers: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster: Option<String>,
+    remote_account: &'static str,
+}
+
+/// Whether a leaf connection (we are `spoke` on it) is told about a
+/// subscription of a connection of `kind` (nats-server's `updateSmap`).
+fn leaf_wants(spoke: bool, kind: ClientKind) -> bool {
+    !spoke
+        || matches!(
+            kind,
+            ClientKind::Tcp | ClientKind::Local | ClientKind::Leaf { spoke: false }
+        )
+}
+
+/// Applies one subscription change to a connection's smap and sends the
+/// `LS+`/`LS-` it calls for (into `out`).
+fn update_smap(
+    smap: &mut HashMap<(String, Option<String>), u32>,
+    subject: &str,
+    queue: Option<&str>,
+    delta: i32,
+    out: &mut BytesMut,
+) {
+    let key = (subject.to_string(), queue.map(str::to_string));
+    let before = smap.get(&key).copied().unwrap_or(0);
+    if delta < 0 && before == 0 {
+        return;
+    }
+    let after = if delta > 0 {
+        before.saturating_add(1)
+    } else {
+        before - 1
+    };
+    if after == 0 {
+        smap.remove(&key);
+    } else {
+        smap.insert(key, after);
+    }
+    match queue {
+        Some(q) if after > 0 => encode_ls_plus(out, subject, Some((q, after))),
+        Some(q) => encode_ls_minus(out, subject, Some(q)),
+        None if before == 0 => encode_ls_plus(out, subject, None),
+        None if after == 0 => encode_ls_minus(out, subject, None),
+        None => {}
+    }
+}
+
+/// A random nuid-like token (base62) for the loop-detection subject.
+fn random_token() -> String {
+    const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    (0..22)
+        .map(|_| ALPHABET[rand::random::<usize>() % ALPHABET.len()] as char)
+        .collect()
+}
+
+impl Leafnodes {
+    /// Binds the leaf listener (so a bad address fails start-up) and checks
+    /// the remotes.
+    pub(crate) async fn bind(
+        opts: &NatsOptions,
+        lo: &LeafnodeOptions,
+    ) -> Result<(Leafnodes, Option<TcpListener>), LeafError> {
+        for (i, r) in lo.remotes.iter().enumerate() {
+            if r.urls.is_empty() {
+                return Err(LeafError::NoUrl(i));
+            }
+            if let Some(u) = r.urls.iter().find(|u| parse_leaf_url(u).is_none()) {
+                return Err(LeafError::BadUrl {
+                    index: i,
+                    url: u.clone(),
+                });
+            }
+        }
+        let (listener, listen) = match lo.port {
+            None => (None, None),
+            Some(port) => {
+                let bind = format!("{}:{}", lo.host, port);
+                let l = TcpListener::bind(&bind)
+                    .await
+                    .map_err(|source| LeafError::Bind {
+                        addr: bind.clone(),
+                        source,
+                    })?;
+                let a = l.local_addr().map_err(|source| LeafError::Bind {
+                    addr: bind.clone(),
+                    source,
+                })?;
+                (Some(l), Some(a))
+            }
+        };
+        let tls_acceptor = match &lo.tls {
+            Some(files) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(
+                files,
+            )?)),
+            None => None,
+        };
+        let mut remote_tls = Vec::with_capacity(lo.remotes.len());
+        for (i, r) in lo.remotes.iter().enumerate() {
+            remote_tls.push(match &r.tls {
+                None => None,
+                Some(files) => {
+                    let ca = files.ca.as_deref().ok_or(LeafError::TlsWithoutCa(i))?;
+                    let cert = (!files.cert.as_os_str().is_empty())
+                        .then_some((files.cert.as_path(), files.key.as_path()));
+                    Some(tokio_rustls::TlsConnector::from(crate::tls::client_config(
+                        ca, cert,
+                    )?))
+                }
+            });
+        }
+        let auth = if lo.users.is_empty() {
+            None
+        } else {
+            let cfg = AuthConfig {
+                users: lo
+                    .users
+                    .iter()
+                    .map(|u| User {
+                        username: u.user.clone(),
+                        password: u.password.clone(),
+                        permissions: None,
+                    })
+                    .collect(),
+                ..AuthConfig::default()
+            };
+            Some(Authenticator::new(&cfg)?)
+        };
+        let urls = match (&listen, lo.no_advertise, &lo.advertise) {
+            (_, true, _) | (None, _, _) => Vec::new(),
+            (_, _, Some(a)) => vec![a.clone()],
+            (Some(a), _, None) => {
+                let host = if is_wildcard_host(&lo.host) {
+                    primary_ip()
+                } else {
+                    lo.host.clone()
+                };
+                vec![format!("{host}:{}", a.port())]
+            }
+        };
+        Ok((
+            Leafnodes {
+                opts: lo.clone(),
+                listen,
+                lds: format!("{LDS_PREFIX}{}", random_token()),
+                state: Mutex::new(State::default()),
+                remotes: lo.remotes.iter().map(|_| Mutex::default()).collect(),
+                cancel: CancellationToken::new(),
+                stats: LeafStats::default(),
+                tls_acceptor,
+                remote_tls,
+                auth,
+                urls,
+                max_pending: opts.max_pending,
+            },
+            listener,
+        ))
+    }
+
+    /// The options.
+    pub fn options(&self) -> &LeafnodeOptions {
+        &self.opts
+    }
+
+    /// Our loop-detection subject.
+    pub fn loop_detection_subject(&self) -> &str {
+        &self.lds
+    }
+
+    /// Registered leaf connections, by client id.
+    pub fn leafs(&self) -> Vec<Arc<Leaf>> {
+        let st = self.state.lock();
+        let mut v: Vec<Arc<Leaf>> = st
+            .conns
+            .values()
+            .filter(|l| l.registered.load(Ordering::Acquire))
+            .cloned()
+            .collect();
+        v.sort_by_key(|l| l.client.id);
+        v
+    }
+
+    /// Number of registered leaf connections.
+    pub fn num_leafs(&self) -> usize {
+        self.state.lock().smaps.len()
+    }
+
+    /// Runs `op` (a sublist insert or removal of `sub`, returning whether
+    /// it changed anything) and, if it did, tells every leaf connection
+    /// that should know, all under the interest lock.
+    pub(crate) fn track<E>(
+        &self,
+        sub: &Subscription,
+        delta: i32,
+        op: impl FnOnce() -> Result<bool, E>,
+    ) -> Result<bool, E> {
+        let mut guard = self.state.lock();
+        let changed = op()?;
+        if !changed {
+            return Ok(false);
+        }
+        let st = &mut *guard;
+        let mut out = BytesMut::new();
+        for (cid, smap) in st.smaps.iter_mut() {
+            let Some(leaf) = st.conns.get(cid) else {
+                continue;
+            };
+            if Arc::ptr_eq(&leaf.client, &sub.client) || !leaf_wants(leaf.spoke, sub.client.kind) {
+                continue;
+            }
+            update_smap(smap, &sub.subject, sub.queue.as_deref(), delta, &mut out);
+            if !out.is_empty() {
+                leaf.client.send_now(&out);
+                out.clear();
+            }
+        }
+        Ok(true)
+    }
+
+    /// Starts interest on a connection whose handshake is complete: its
+    /// smap is built from every subscription it should know about, sent
+    /// (with our loop-detection subject) in one batch, and kept current by
+    /// [`Leafnodes::track`] from now on.
+    fn register(&self, server: &ServerInner, leaf: &Arc<Leaf>) {
+        let mut st = self.state.lock();
+        let mut smap = HashMap::new();
+        let mut out = BytesMut::new();
+        encode_ls_plus(&mut out, &self.lds, None);
+        for (subject, queue, sub) in server.sublist.all() {
+            if Arc::ptr_eq(&sub.client, &leaf.client) || !leaf_wants(leaf.spoke, sub.client.kind) {
+                continue;
+            }
+            let key = (subject, queue);
+            *smap.entry(key).or_insert(0u32) += 1;
+        }
+        for ((subject, queue), n) in &smap {
+            encode_ls_plus(&mut out, subject, queue.as_deref().map(|q| (q, *n)));
+        }
+        leaf.client.send_now(&out);
+        st.smaps.insert(leaf.client.id, smap);
+        leaf.registered.store(true, Ordering::Release);
+    }
+
+    /// Closes the listener, the solicit tasks and every leaf connection.
+    pub(crate) fn shutdown(&self) {
+        self.cancel.cancel();
+        let conns: Vec<Arc<Leaf>> = self.state.lock().conns.values().cloned().collect();
+        for l in conns {
+            l.client.close_now();
+        }
+    }
+
+    fn set_remote_delay(&self, leaf: &Leaf, d: Duration) {
+        if let Some(r) = leaf.remote.and_then(|i| self.remotes.get(i)) {
+            r.lock().delay = Some(d);
+        }
+    }
+}
+
+/// Starts the accept loop and the solicit tasks.
+pub(crate) fn spawn(server: Arc<ServerInner>, listener: Option<TcpListener>) {
+    let Some(leafs) = server.leafs.as_ref() else {
+        return;
+    };
+    if let Some(l) = listener {
+        tracing::info!(addr = ?leafs.listen, "listening for leafnode connections");
+        tokio::spawn(accept_loop(server.clone(), l));
+    }
+    for i in 0..leafs.opts.remotes.len() {
+        tokio::spawn(solicit(server.clone(), i));
+    }
+}
+
+async fn accept_loop(server: Arc<ServerInner>, listener: TcpListener) {
+    let Some(leafs) = server.leafs.as_ref() else {
+        return;
+    };
+    let cancel = leafs.cancel.clone();
+    accept_peers(listener, cancel, "leafnode", move |stream, addr| {
+        tokio::spawn(accept_one(server.clone(), stream, addr));
+    })
+    .await;
+}
+
+/// Reads until one whole operation is parsed (bounded by `timeout` and
+/// [`HANDSHAKE_MAX_LINE`]); returns it with the bytes after it.
+async fn read_first_op<R: AsyncRead + Unpin>(
+    r: &mut R,
+    parser: &mut RouteParser,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Result<(RouteOp, BytesMut), String> {
+    let mut buf = BytesMut::with_capacity(4096);
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match parser.parse(&mut buf) {
+            Ok(RouteParsed::Op(op)) => return Ok((op, buf)),
+            Ok(RouteParsed::Incomplete) => {}
+            Err(e) => return Err(format!("protocol error: {e}")),
+        }
+        if buf.len() > HANDSHAKE_MAX_LINE {
+            return Err("handshake line too long".into());
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return Err("closed".into()),
+            _ = tokio::time::sleep_until(deadline) => return Err("handshake timed out".into()),
+            res = r.read_buf(&mut buf) => match res {
+                Ok(0) => return Err("connection closed by peer".into()),
+                Err(e) => return Err(format!("read error: {e}")),
+                Ok(_) => {}
+            },
+        }
+    }
+}
+
+/// Writes `-ERR` and closes a connection that has no writer task yet.
+async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, text: &str) {
+    let mut b = BytesMut::new();
+    proto::encode_err(&mut b, text);
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = w.write_all(&b).await;
+        let _ = w.shutdown().await;
+    })
+    .await;
+}
+
+async fn accept_one(server: Arc<ServerInner>, mut stream: TcpStream, addr: SocketAddr) {
+    let Some(leafs) = server.leafs.as_ref() else {
+        return;
+    };
+    let cid = server.next_client_id();
+    // As nats-server, the accepting side always sends a nonce to leaves.
+    let nonce = new_nonce();
+    let info = LeafInfoOut {
+        server_id: &server.server_id,
+        server_name: &server.server_name,
+        version: SERVER_VERSION,
+        proto: 1,
+        go: "rust",
+        host: &leafs.opts.host,
+        port: leafs.listen.map_or(0, |a| a.port()),
+        headers: true,
+        auth_required: leafs.auth.is_some() || server.auth_required(),
+        tls_required: leafs.tls_acceptor.is_some(),
+        tls_verify: leafs.opts.tls.as_ref().is_some_and(|t| t.verify),
+        max_payload: server.opts.max_payload,
+        client_id: cid,
+        nonce: &nonce,
+        cluster: server.routes.as_ref().map(|r| r.cluster_name()),
+        leafnode_urls: &leafs.urls,
+    };
+    let mut frame = BytesMut::new();
+    // Serializing strings and numbers cannot fail.
+    proto::encode_info(
+        &mut frame,
+        &serde_json::to_string(&info).unwrap_or_default(),
+    );
+    if stream.write_all(&frame).await.is_err() {
+        return;
+    }
+    match leafs.tls_acceptor.clone() {
+        None => run_accepted(server, stream, addr, cid, nonce).await,
+        Some(acc) => match tokio::time::timeout(CONNECT_TIMEOUT, acc.accept(stream)).await {
+            Ok(Ok(tls)) => run_accepted(server, tls, addr, cid, nonce).await,
+            Ok(Err(e)) => {
+                tracing::warn!(%addr, error = %e, "leafnode TLS handshake failed");
+                leafs.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                tracing::warn!(%addr, "leafnode TLS handshake timed out");
+                leafs.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            }
+        },
+    }
+}
+
+/// The hub side: waits for CONNECT, checks it, then runs the connection.
+async fn run_accepted<S>(
+    server: Arc<ServerInner>,
+    stream: S,
+    addr: SocketAddr,
+    cid: u64,
+    nonce: String,
+) where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let Some(leafs) = server.leafs.as_ref() else {
+        return;
+    };
+    let (mut r, mut w) = tokio::io::split(stream);
+    let mut parser =
+        RouteParser::with_dialect(Dialect::Leaf, server.opts.max_control_line.max(16 * 1024));
+    let first = read_first_op(&mut r, &mut parser, leafs.opts.auth_timeout, &leafs.cancel).await;
+    let (json, rest) = match first {
+        Ok((RouteOp::Connect(json), rest)) => (json, rest),
+        Ok((_, _)) => {
+            tracing::warn!(%addr, "leafnode peer sent an operation before CONNECT");
+            leafs.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            refuse(&mut w, "Authorization Violation").await;
+            return;
+        }
+        Err(why) => {
+            tracing::warn!(%addr, reason = %why, "leafnode connection refused");
+            leafs.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            let text = if why.starts_with("protocol error") {
+                "Unknown Protocol Operation"
+            } else if why.contains("timed out") {
+                "Authentication Timeout"
+            } else {
+                return;
+            };
+            refuse(&mut w, text).await;
+            return;
+        }
+    };
+    let connect = match check_connect(&server, json, nonce).await {
+        Ok(c) => c,
+        Err(text) => {
+            tracing::warn!(%addr, error = %text, "leafnode connection refused");
+            leafs.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            refuse(&mut w, &text).await;
+            return;
+        }
+    };
+    let client = ClientShared::new(
+        cid,
+        ClientKind::Leaf { spoke: false },
+        Some(addr),
+        leafs.max_pending,
+    );
+    let leaf = Arc::new(Leaf {
+        client: client.clone(),
+        spoke: false,
+        remote: None,
+        peer: Mutex::new(LeafPeer {
+            id: connect.server_id,
+            name: connect.name,
+            cluster: connect.cluster,
+        }),
+        registered: AtomicBool::new(false),
+    });
+    run_leaf(server, leaf, r, w, rest, parser).await;
+}
+
+/// Checks a leaf's CONNECT (its kind and credentials). `Err` is the
+/// `-ERR` text to refuse it with.
+async fn check_connect(
+    server: &Arc<ServerInner>,
+    json: Bytes,
+    nonce: String,
+) -> Result<LeafConnectIn, String> {
+    let c: LeafConnectIn = serde_json::from_slice(&json)
+        .map_err(|e| format!("Invalid CONNECT: {e}").replace('\'', "\""))?;
+    if c.lang.is_some() {
+        return Err("attempted to connect to leaf node port".into());
+    }
+    if let Some(g) = &c.gateway {
+        return Err(format!(
+            "Rejecting connection from gateway {g:?} on the leafnode port"
+        ));
+    }
+    if c.is_hub {
+        return Err("leafnode remotes with hub: true are not supported by this server".into());
+    }
+    if c.cluster.contains(' ') {
+        return Err("Invalid Cluster Name".into());
+    }
+    if let Some(routes) = &server.routes {
+        if !c.cluster.is_empty() && c.cluster == routes.cluster_name() {
+            return Err("remote leafnode has same cluster name".into());
+        }
+    }
+    if c.jwt.is_some() {
+        return Err("Authorization Violation".into());
+    }
+    let srv = server.clone();
+    let creds = (
+        c.user.clone(),
+        c.pass.clone(),
+        c.auth_token.clone(),
+        c.nkey.clone(),
+        c.sig.clone(),
+    );
+    // bcrypt may take a while: off the executor.
+    let verdict = tokio::task::spawn_blocking(move || {
+        let (user, pass, token, nkey, sig) = &creds;
+        let creds = Credentials {
+            user: user.as_deref(),
+            pass: pass.as_deref(),
+            auth_token: token.as_deref(),
+            nkey: nkey.as_deref(),
+            sig: sig.as_deref(),
+        };
+        let leafs = srv.leafs.as_ref()?;
+        let auth = match (&leafs.auth, &srv.authenticator) {
+            (Some(a), _) => a,
+            (None, Some(a)) if a.required() => a,
+            _ => return Some(Ok(())),
+        };
+        Some(match auth.authenticate(&creds, Some(&nonce)) {
+            Ok(None) => Ok(()),
+            // Permissions would have to be swapped and sent to the leaf;
+            // we do not do that, so such users cannot be leaves.
+            Ok(Some(_)) => Err("a user with permissions cannot connect as a leafnode"),
+            Err(_) => Err("bad credentials"),
+        })
+    })
+    .await;
+    match verdict {
+        Ok(Some(Ok(()))) => Ok(c),
+        Ok(Some(Err(why))) => {
+            tracing::warn!(name = %c.name, reason = why, "leafnode authorization failed");
+            server.auth_failures.fetch_add(1, Ordering::Relaxed);
+            Err("Authorization Violation".into())
+        }
+        _ => Err("Authorization Violation".into()),
+    }
+}
+
+/// Solicits remote `index` forever (until shutdown): connect, run, wait
+/// `reconnect` plus jitter (or a longer delay the connection asked for).
+async fn solicit(server: Arc<ServerInner>, index: usize) {
+    let Some(leafs) = server.leafs.as_ref() else {
+        return;
+    };
+    let remote = &leafs.opts.remotes[index];
+    let mut next_url = rand::random::<usize>() % remote.urls.len().max(1);
+    loop {
+        if leafs.cancel.is_cancelled() {
+            return;
+        }
+        let url = remote.urls[next_url % remote.urls.len()].clone();
+        next_url = next_url.wrapping_add(1);
+        let attempt = {
+            let mut st = leafs.remotes[index].lock();
+            st.attempts += 1;
+            st.attempts
+        };
+        if let Err(e) = connect_remote(&server, index, &url).await {
+            // The first failure and then one in 60 are logged as warnings.
+            if attempt == 1 || attempt % 60 == 0 {
+                tracing::warn!(%url, attempt, error = %e, "error trying to connect as leafnode to remote server");
+            } else {
+                tracing::debug!(%url, attempt, error = %e, "error trying to connect as leafnode to remote server");
+            }
+        }
+        let extra = leafs.remotes[index].lock().delay.take();
+        let base = leafs.opts.reconnect;
+        let jitter = base.mul_f64(rand::random::<f64>());
+        let wait = extra.unwrap_or(base + jitter);
+        if extra.is_some() {
+            tracing::warn!(%url, delay = ?wait, "delaying leafnode reconnect");
+        }
+        tokio::select! {
+            _ = leafs.cancel.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Errors of one solicit attempt.
+#[derive(Debug, thiserror::Error)]
+enum ConnectError {
+    #[error("connect: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("timed out")]
+    Timeout,
+    #[error("{0}")]
+    Handshake(String),
+    #[error("tls: {0}")]
+    Tls(String),
+}
+
+/// One attempt on remote `index` at `url`; returns when the connection
+/// ends (`Ok`) or could not be set up.
+async fn connect_remote(
+    server: &Arc<ServerInner>,
+    index: usize,
+    url: &str,
+) -> Result<(), ConnectError> {
+    let leafs = server.leafs.as_ref().ok_or(ConnectError::Timeout)?;
+    let Some(LeafUrl {
+        creds,
+        hostport,
+        tls: tls_scheme,
+    }) = parse_leaf_url(url)
+    else {
+        return Err(ConnectError::Handshake(format!("bad url {url:?}")));
+    };
+    let mut stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&hostport))
+        .await
+        .map_err(|_| ConnectError::Timeout)??;
+    let _ = stream.set_nodelay(true);
+    let addr = stream.peer_addr()?;
+    let mut parser =
+        RouteParser::with_dialect(Dialect::Leaf, server.opts.max_control_line.max(16 * 1024));
+    let (op, rest) = read_first_op(&mut stream, &mut parser, CONNECT_TIMEOUT, &leafs.cancel)
+        .await
+        .map_err(ConnectError::Handshake)?;
+    let RouteOp::Info(json) = op else {
+        return Err(ConnectError::Handshake(
+            "the remote did not start with INFO".into(),
+        ));
+    };
+    let info: HubInfo = serde_json::from_slice(&json)
+        .map_err(|e| ConnectError::Handshake(format!("bad INFO: {e}")))?;
+    if info.client_id == 0 || info.leafnode_urls.is_none() {
+        return Err(ConnectError::Handshake(
+            "attempted to connect to wrong port (not a leafnode port)".into(),
+        ));
+    }
+    if info.server_id == server.server_id {
+        return Err(ConnectError::Handshake(
+            "remote is this server itself".into(),
+        ));
+    }
+    let cid = server.next_client_id();
+    let client = ClientShared::new(
+        cid,
+        ClientKind::Leaf { spoke: true },
+        Some(addr),
+        leafs.max_pending,
+    );
+    let leaf = Arc::new(Leaf {
+        client: client.clone(),
+        spoke: true,
+        remote: Some(index),
+        peer: Mutex::new(LeafPeer {
+            id: info.server_id.clone(),
+            name: info.server_name.clone(),
+            cluster: info.cluster.clone(),
+        }),
+        registered: AtomicBool::new(false),
+    });
+    let (user, pass, token) = match &creds {
+        Some((u, p)) if p.is_empty() => (Some(u.as_str()), None, Some(u.as_str())),
+        Some((u, p)) => (Some(u.as_str()), Some(p.as_str()), None),
+        None => (None, None, None),
+    };
+    let connect = LeafConnectOut {
+        version: SERVER_VERSION,
+        user,
+        pass,
+        auth_token: token,
+        server_id: &server.server_id,
+        name: &server.server_name,
+        headers: true,
+        cluster: server.routes.as_ref().map(|r| r.cluster_name()),
+        remote_account: GLOBAL_ACCOUNT,
+    };
+    let mut hello = BytesMut::new();
+    hello.extend_from_slice(b"CONNECT ");
+    hello.extend_from_slice(
+        serde_json::to_string(&connect)
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    hello.extend_from_slice(b"\r\n");
+    let want_tls = tls_scheme || info.tls_required || leafs.remote_tls[index].is_some();
+    if !want_tls {
+        client.send_now(&hello);
+        let (r, w) = tokio::io::split(stream);
+        run_leaf(server.clone(), leaf, r, w, rest, parser).await;
+        return Ok(());
+    }
+    let Some(conn) = leafs.remote_tls[index].clone() else {
+        return Err(ConnectError::Tls(
+            "the hub requires TLS: configure tls { ca_file } in this remote".into(),
+        ));
+    };
+    if !rest.is_empty() {
+        return Err(ConnectError::Tls("data before the TLS handshake".into()));
+    }
+    let name = rustls::pki_types::ServerName::try_from(host_of(&hostport).to_string())
+        .map_err(|e| ConnectError::Tls(e.to_string()))?;
+    let tls = tokio::time::timeout(CONNECT_TIMEOUT, conn.connect(name, stream))
+        .await
+        .map_err(|_| ConnectError::Timeout)?
+        .map_err(|e| ConnectError::Tls(e.to_string()))?;
+    client.send_now(&hello);
+    let (r, w) = tokio::io::split(tls);
+    run_leaf(server.clone(), leaf, r, w, rest, parser).await;
+    Ok(())
+}
+
+/// Runs a leaf connection whose handshake is done: registers it (sends
+/// our interest), starts its writer and ping timer, reads until it ends,
+/// then cleans up.
+async fn run_leaf<R, W>(
+    server: Arc<ServerInner>,
+    leaf: Arc<Leaf>,
+    r: R,
+    w: W,
+    rest: BytesMut,
+    parser: RouteParser,
+) where
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    let Some(leafs) = server.leafs.as_ref() else {
+        return;
+    };
+    let client = leaf.client.clone();
+    {
+        let mut st = leafs.state.lock();
+        if leafs.cancel.is_cancelled() {
+            return;
+        }
+        st.conns.insert(client.id, leaf.clone());
+    }
+    tokio::spawn(client::write_loop(
+        client.clone(),
+        w,
+        server.opts.write_deadline,
+        server.clone(),
+    ));
+    leafs.register(&server, &leaf);
+    if let Some(i) = leaf.remote {
+        leafs.remotes[i].lock().attempts = 0;
+    }
+    {
+        let p = leaf.peer.lock();
+        tracing::info!(
+            cid = client.id,
+            addr = ?client.addr,
+            remote_id = %p.id,
+            remote_name = %p.name,
+            spoke = leaf.spoke,
+            "leafnode connection created for account: $G"
+        );
+    }
+    tokio::spawn(peer_ping_loop(client.clone(), server.clone()));
+    let mut reader = LeafReader {
+        server: server.clone(),
+        leaf: leaf.clone(),
+        parser,
+        flush: FlushList::new(),
+        cache: client::MatchCache::new(LEAF_CACHE_MAX),
+        in_msgs: 0,
+        in_bytes: 0,
+    };
+    let reason = read_peer(&mut reader, r, rest).await;
+    if !client.is_closed() {
+        client.close_now();
+    }
+    // Interest goes with the connection: first stop tracking it, then
+    // drop the peer's subscriptions (which updates the other leaves).
+    {
+        let mut st = leafs.state.lock();
+        st.smaps.remove(&client.id);
+        st.conns.remove(&client.id);
+    }
+    server.remove_client(&client);
+    let p = leaf.peer.lock().clone();
+    tracing::info!(
+        cid = client.id,
+        remote_id = %p.id,
+        remote_name = %p.name,
+        reason = %reason,
+        "leafnode connection closed"
+    );
+}
+
+struct LeafReader {
+    server: Arc<ServerInner>,
+    leaf: Arc<Leaf>,
+    parser: RouteParser,
+    flush: FlushList,
+    cache: client::MatchCache,
+    /// Messages and bytes received in the current read batch.
+    in_msgs: u64,
+    in_bytes: u64,
+}
+
+impl LeafReader {
+    fn leafs(&self) -> &Leafnodes {
+        // A leaf reader only runs when the server has leaf nodes.
+        self.server
+            .leafs
+            .as_ref()
+            .expect("leaf reader without leafnodes")
+    }
+
+    /// Our loop-detection subject came back: refuse, log, and delay the
+    /// reconnect when we solicited.
+    fn loop_detected(&self) -> String {
+        let leafs = self.leafs();
+        leafs.stats.loops.fetch_add(1, Ordering::Relaxed);
+        let text = format!(
+            "Loop detected for leafnode account=\"{GLOBAL_ACCOUNT}\". Delaying attempt to reconnect for {}s",
+            LOOP_DELAY.as_secs()
+        );
+        tracing::error!(cid = self.leaf.client.id, "{text}");
+        leafs.set_remote_delay(&self.leaf, LOOP_DELAY);
+        self.leaf.client.close_with_err(Some(&text));
+        "loop detected".into()
+    }
+
+    fn on_err(&self, text: &Bytes) -> String {
+        let t = String::from_utf8_lossy(text).into_owned();
+        tracing::error!(cid = self.leaf.client.id, error = %t, "leafnode peer sent -ERR, closing");
+        if t.contains("Loop detected") {
+            self.leafs().set_remote_delay(&self.leaf, LOOP_DELAY);
+        } else if t.contains("same cluster name")
+            || t.contains("Permissions Violation")
+            || t.contains("minimum version")
+        {
+            self.leafs().set_remote_delay(&self.leaf, REFUSED_DELAY);
+        }
+        format!("peer error {t}")
+    }
+
+    fn leaf_msg(
+        &mut self,
+        subject: Bytes,
+        reply: Option<Bytes>,
+        queues: &[Bytes],
+        headers: Option<Bytes>,
+        payload: Bytes,
+    ) {
+        let size = headers.as_ref().map_or(0, |h| h.len()) + payload.len();
+        self.in_msgs += 1;
+        self.in_bytes += size as u64;
+        let Some(result) = self.cache.lookup(&self.server, &subject) else {
+            return;
+        };
+        let msg = MsgRef {
+            subject: &subject,
+            reply: reply.as_ref(),
+            headers: headers.as_ref(),
+            payload: &payload,
+        };
+        let publisher = self.leaf.client.clone();
+        client::deliver(
+            &self.server,
+            &publisher,
+            false,
+            &msg,
+            &result,
+            &mut self.flush,
+            Origin::Leaf {
+                spoke: self.leaf.spoke,
+                queues,
+            },
+        );
+    }
+}
+
+impl PeerReader for LeafReader {
+    const KIND: &'static str = "leafnode";
+
+    fn peer(&self) -> &Arc<ClientShared> {
+        &self.leaf.client
+    }
+
+    fn parser(&mut self) -> &mut RouteParser {
+        &mut self.parser
+    }
+
+    fn flush_list(&mut self) -> &mut FlushList {
+        &mut self.flush
+    }
+
+    fn ready(&self) -> bool {
+        // The handshake happened before the read loop started.
+        true
+    }
+
+    fn handshake_timed_out(&mut self) {}
+
+    fn apply(&mut self, op: RouteOp) -> Result<(), String> {
+        match op {
+            RouteOp::Ping => {
+                self.leaf.client.send_raw(proto::PONG, &mut self.flush);
+                Ok(())
+            }
+            RouteOp::Pong => {
+                self.leaf.client.pings_out.store(0, Ordering::Relaxed);
+                Ok(())
+            }
+            // A hub's INFO after CONNECT (`connect_info`, URL updates) and a
+            // repeated CONNECT change nothing we use.
+            RouteOp::Ok | RouteOp::Info(_) | RouteOp::Connect(_) => Ok(()),
+            RouteOp::Err(text) => Err(self.on_err(&text)),
+            RouteOp::Sub { subject, queue, .. } => {
+                if subject[..] == *self.leafs().lds.as_bytes() {
+                    return Err(self.loop_detected());
+                }
+                if self.leaf.client.subs.lock().len() >= MAX_ROUTE_SUBS {
+                    tracing::warn!(
+                        cid = self.leaf.client.id,
+                        "leafnode peer announced more interest than allowed, closing"
+                    );
+                    self.count_rejected();
+                    self.leaf
+                        .client
+                        .close_with_err(Some("maximum subscriptions exceeded"));
+                    return Err("too many remote subscriptions".into());
+                }
+                let q = queue.as_ref().map(|(q, _)| &q[..]);
+                add_peer_interest(&self.server, &self.leaf.client, &subject, q);
+                Ok(())
+            }
+            RouteOp::Unsub { subject, queue, .. } => {
+                remove_peer_interest(&self.server, &self.leaf.client, &subject, queue.as_deref());
+                Ok(())
+            }
+            RouteOp::Msg {
+                subject,
+                reply,
+                queues,
+                headers,
+                payload,
+                ..
+            } => {
+                self.leaf_msg(subject, reply, &queues, headers, payload);
+                Ok(())
+            }
+        }
+    }
+
+    fn end_batch(&mut self) {
+        self.flush.flush();
+        self.flush.count_routed(&self.server);
+        let (m, b) = (
+            std::mem::take(&mut self.in_msgs),
+            std::mem::take(&mut self.in_bytes),
+        );
+        if m > 0 {
+            let leafs = self.leafs();
+            leafs.stats.in_msgs.fetch_add(m, Ordering::Relaxed);
+            leafs.stats.in_bytes.fetch_add(b, Ordering::Relaxed);
+            let c = &self.leaf.client.stats;
+            c.in_msgs.fetch_add(m, Ordering::Relaxed);
+            c.in_bytes.fetch_add(b, Ordering::Relaxed);
+        }
+        let tally = std::mem::take(&mut self.flush.tally);
+        if tally.msgs > 0 {
+            let s = &self.server.stats;
+            s.out_msgs.fetch_add(tally.msgs, Ordering::Relaxed);
+            s.out_bytes.fetch_add(tally.bytes, Ordering::Relaxed);
+        }
+    }
+
+    fn count_rejected(&self) {
+        self.leafs().stats.rejected.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// `/leafz` body; `subs=1` adds each connection's `subscriptions_list`.
+pub(crate) fn leafz_json(server: &ServerInner, subs: bool) -> serde_json::Value {
+    use serde_json::json;
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+    let list: Vec<serde_json::Value> = server
+        .leafs
+        .as_ref()
+        .map(Leafnodes::leafs)
+        .unwrap_or_default()
+        .iter()
+        .map(|l| {
+            let peer = l.peer.lock().clone();
+            let c = &l.client;
+            let (out_msgs, out_bytes) = c.out_counts();
+            let rtt = c.meta.lock().rtt;
+            let mut subjects: Vec<String> =
+                c.subs.lock().values().map(|s| s.subject.clone()).collect();
+            subjects.sort();
+            let mut v = json!({
+                "id": c.id,
+                "name": peer.name,
+                "is_spoke": l.spoke,
+                "account": GLOBAL_ACCOUNT,
+                "ip": c.addr.map(|a| a.ip().to_string()).unwrap_or_default(),
+                "port": c.addr.map_or(0, |a| a.port()),
+                "rtt": rtt.map(|d| format!("{d:?}")).unwrap_or_default(),
+                "in_msgs": c.stats.in_msgs.load(Ordering::Relaxed),
+                "out_msgs": out_msgs,
+                "in_bytes": c.stats.in_bytes.load(Ordering::Relaxed),
+                "out_bytes": out_bytes,
+                "subscriptions": subjects.len(),
+                "compression": "not supported",
+            });
+            if subs {
+                v["subscriptions_list"] = json!(subjects);
+            }
+            v
+        })
+        .collect();
+    json!({
+        "server_id": server.server_id,
+        "now": now,
+        "leafnodes": list.len(),
+        "leafs": list,
+    })
+}
+
+/// The `leaf` object of `/varz`.
+pub(crate) fn varz_leaf(server: &ServerInner) -> serde_json::Value {
+    use serde_json::json;
+    let Some(leafs) = server.leafs.as_ref() else {
+        return json!({});
+    };
+    let remotes: Vec<serde_json::Value> = leafs
+        .opts
+        .remotes
+        .iter()
+        .map(|r| {
+            let urls: Vec<String> = r
+                .urls
+                .iter()
+                .filter_map(|u| parse_leaf_url(u).map(|l| l.hostport))
+                .collect();
+            json!({"local_account": GLOBAL_ACCOUNT, "urls": urls, "tls_timeout": 2.0})
+        })
+        .collect();
+    json!({
+        "host": leafs.opts.host,
+        "port": leafs.listen.map_or(0, |a| a.port()),
+        "auth_timeout": leafs.opts.auth_timeout.as_secs_f64(),
+        "tls_timeout": 2.0,
+        "tls_required": leafs.tls_acceptor.is_some(),
+        "tls_verify": leafs.opts.tls.as_ref().is_some_and(|t| t.verify),
+        "remotes": remotes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn smap_counts_plain_and_queue_interest() {
+        let mut smap = HashMap::new();
+        let mut out = BytesMut::new();
+        update_smap(&mut smap, "a", None, 1, &mut out);
+        update_smap(&mut smap, "a", None, 1, &mut out);
+        assert_eq!(&out[..], b"LS+ a\r\n", "only the first plain sub is sent");
+        out.clear();
+        update_smap(&mut smap, "a", None, -1, &mut out);
+        assert!(out.is_empty());
+        update_smap(&mut smap, "a", None, -1, &mut out);
+        assert_eq!(&out[..], b"LS- a\r\n");
+        out.clear();
+        update_smap(&mut smap, "a", None, -1, &mut out);
+        assert!(out.is_empty(), "removal of unknown interest sends nothing");
+        update_smap(&mut smap, "q", Some("g"), 1, &mut out);
+        update_smap(&mut smap, "q", Some("g"), 1, &mut out);
+        update_smap(&mut smap, "q", Some("g"), -1, &mut out);
+        update_smap(&mut smap, "q", Some("g"), -1, &mut out);
+        assert_eq!(
+            &out[..],
+            &b"LS+ q g 1\r\nLS+ q g 2\r\nLS+ q g 1\r\nLS- q g\r\n"[..]
+        );
+        assert!(smap.is_empty());
+    }
+
+    #[test]
+    fn spokes_hear_only_local_interest() {
+        assert!(leaf_wants(false, ClientKind::Route));
+        assert!(leaf_wants(false, ClientKind::Leaf { spoke: true }));
+        assert!(leaf_wants(true, ClientKind::Tcp));
+        assert!(leaf_wants(true, ClientKind::Local));
+        assert!(leaf_wants(true, ClientKind::Leaf { spoke: false }));
+        assert!(!leaf_wants(true, ClientKind::Route));
+        assert!(!leaf_wants(true, ClientKind::Leaf { spoke: true }));
+    }
+
+    #[test]
+    fn lds_subject_is_a_valid_literal() {
+        let t = random_token();
+        assert_eq!(t.len(), 22);
+        assert!(t.chars().all(|c| c.is_ascii_alphanumeric()));
+    }
+}
