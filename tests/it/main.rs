@@ -7,6 +7,7 @@ mod admin_api;
 mod admin_auth;
 mod admin_http;
 mod api_acks;
+mod api_activity;
 mod api_authz;
 mod api_cli;
 mod api_common;
