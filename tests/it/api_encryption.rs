@@ -159,6 +159,16 @@ async fn api_encryption_server_default_and_stream_override() {
         b"default-sealed-marker"
     );
     drop(s);
+    // The admin API shows the plaintext too.
+    let body = super::api_common::http_get(
+        node.http_addr().expect("http on"),
+        "/api/v1/streams/by-default/partitions/0/messages",
+    )
+    .await;
+    assert!(
+        body.contains("\"value_utf8\":\"default-sealed-marker\""),
+        "{body}"
+    );
     node.shutdown().await;
     assert!(on_disk(&data, b"opted-out-clear-marker"));
     assert!(!on_disk(&data, b"default-sealed-marker"));
