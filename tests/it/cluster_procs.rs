@@ -88,6 +88,16 @@ struct Node {
 
 impl Node {
     fn start(spec: &Spec, all: &[Spec], namespace: &str, netns: Option<&str>) -> Node {
+        Node::start_with_env(spec, all, namespace, netns, Vec::new())
+    }
+
+    fn start_with_env(
+        spec: &Spec,
+        all: &[Spec],
+        namespace: &str,
+        netns: Option<&str>,
+        env: Vec<(String, String)>,
+    ) -> Node {
         let dir = tempfile::tempdir().expect("temp dir");
         let cfg = dir.path().join("liftbridge.yaml");
         std::fs::write(&cfg, yaml(spec, all, &dir.path().join("data"), namespace))
@@ -95,7 +105,7 @@ impl Node {
         let bin = PathBuf::from(env!("CARGO_BIN_EXE_liftbridge"));
         let args = vec!["-c".to_string(), cfg.display().to_string()];
         let proc = match netns {
-            None => Proc::spawn(&bin, args, dir),
+            None => Proc::spawn_with_env(&bin, args, env, dir),
             Some(ns) => {
                 let mut full = vec!["netns".into(), "exec".into(), ns.into()];
                 full.push(bin.display().to_string());
@@ -610,4 +620,133 @@ async fn cluster_procs_isolated_node_cannot_commit() {
     );
     assert_brokers(&meta, &specs);
     wait_formed(&refs).await;
+}
+
+/// Whether any file under `dir` contains `needle`.
+fn on_disk(dir: &Path, needle: &[u8]) -> bool {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                if bytes.windows(needle.len()).any(|w| w == needle) {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+/// Encryption at rest with replication: followers store the sealed
+/// records as the leader wrote them, and after the leader dies a follower
+/// that becomes leader serves the plaintext (same master key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_procs_encrypted_stream_replicates_sealed() {
+    use futures::StreamExt;
+    let specs: Vec<Spec> = ["enc-a", "enc-b", "enc-c"]
+        .iter()
+        .map(|id| Spec::new(id, "127.0.0.1"))
+        .collect();
+    let env = vec![(
+        "LIFTBRIDGE_ENCRYPTION_KEY".to_string(),
+        "0123456789abcdef0123456789abcdef".to_string(),
+    )];
+    let mut nodes: Vec<Node> = specs
+        .iter()
+        .map(|s| Node::start_with_env(s, &specs, "lbenc", None, env.clone()))
+        .collect();
+    for n in &mut nodes {
+        n.wait_ready().await;
+    }
+    let refs: Vec<&Node> = nodes.iter().collect();
+    wait_formed(&refs).await;
+    let req = |name: &str, encryption: bool| proto::CreateStreamRequest {
+        subject: format!("{name}.subj"),
+        name: name.into(),
+        replication_factor: 3,
+        partitions: 1,
+        encryption: Some(proto::NullableBool { value: encryption }),
+        ..Default::default()
+    };
+    let mut c = nodes[0].client().await;
+    c.create_stream(req("sealed", true))
+        .await
+        .expect("create sealed");
+    c.create_stream(req("plain", false))
+        .await
+        .expect("create plain");
+    let meta = wait_identical(&refs, "after CreateStream").await;
+    let leader_of = |s: &str| meta.streams[s][&0].0.clone();
+    for (stream, value) in [
+        ("sealed", &b"replicated-secret-marker"[..]),
+        ("plain", &b"replicated-clear-marker"[..]),
+    ] {
+        let leader = nodes
+            .iter()
+            .find(|n| n.spec.id == leader_of(stream))
+            .unwrap();
+        let mut lc = leader.client().await;
+        crate::api_common::publish_acked(&mut lc, stream, 0, b"", value).await;
+    }
+    // AckPolicy ALL: every ISR replica has both; wait for them on disk.
+    let end = Instant::now() + CLUSTER_TIMEOUT;
+    for n in &nodes {
+        let data = n.proc.dir.path().join("data");
+        while !on_disk(&data, b"replicated-clear-marker") {
+            assert!(
+                Instant::now() < end,
+                "{} never stored the clear value",
+                n.spec.id
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            !on_disk(&data, b"replicated-secret-marker"),
+            "{} stored the encrypted stream's plaintext",
+            n.spec.id
+        );
+    }
+
+    // The leader dies; a follower takes over and reads its sealed copy.
+    let old = leader_of("sealed");
+    let i = nodes.iter().position(|n| n.spec.id == old).unwrap();
+    nodes[i].proc.kill9();
+    let rest: Vec<&Node> = nodes.iter().filter(|n| n.spec.id != old).collect();
+    let end = Instant::now() + CLUSTER_TIMEOUT;
+    'outer: loop {
+        for n in &rest {
+            let Some(mut c) = n.try_client().await else {
+                continue;
+            };
+            let Ok(s) = c
+                .subscribe(crate::api_common::from_earliest("sealed", 0))
+                .await
+            else {
+                continue;
+            };
+            let mut s = s.into_inner();
+            let mut got = Vec::new();
+            while got.len() < 2 {
+                match tokio::time::timeout(Duration::from_secs(5), s.next()).await {
+                    Ok(Some(Ok(m))) => got.push(m),
+                    _ => break,
+                }
+            }
+            if got.len() == 2 {
+                assert_eq!(&got[1].value[..], b"replicated-secret-marker");
+                break 'outer;
+            }
+        }
+        assert!(
+            Instant::now() < end,
+            "no new leader served the sealed stream"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
