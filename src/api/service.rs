@@ -368,7 +368,14 @@ impl Api for ApiService {
         &self,
         request: Request<proto::JoinConsumerGroupRequest>,
     ) -> Result<Response<proto::JoinConsumerGroupResponse>, Status> {
-        for stream in &request.get_ref().streams {
+        // Every stream named must be allowed; a request naming none (which
+        // the service refuses anyway) is checked against the group id, so
+        // no request passes unchecked.
+        let r = request.get_ref();
+        if r.streams.is_empty() {
+            self.authorize(&request, &r.group_id, "JoinConsumerGroup")?;
+        }
+        for stream in &r.streams {
             self.authorize(&request, stream, "JoinConsumerGroup")?;
         }
         let r = request.into_inner();

@@ -371,6 +371,15 @@ async fn api_authz_every_rpc_allowed_and_denied() {
         "JoinConsumerGroup",
         bob.join_consumer_group(join("b")).await,
     );
+    denied(
+        "JoinConsumerGroup without streams",
+        bob.join_consumer_group(proto::JoinConsumerGroupRequest {
+            group_id: "g".into(),
+            consumer_id: "b".into(),
+            streams: vec![],
+        })
+        .await,
+    );
     let j = alice
         .join_consumer_group(join("a"))
         .await
