@@ -190,7 +190,8 @@ fn config_liftbridge_unsupported_keys_refused_and_inapplicable_keys_logged() {
         assert!(!out.status.success(), "{yaml}: started anyway");
         assert!(err.contains(needs), "{yaml}: {err}");
     }
-    for (yaml, key) in [("nats.embedded: false\n", "nats.embedded")] {
+    {
+        let (yaml, key) = ("nats.embedded: false\n", "nats.embedded");
         let file = dir.path().join("refused.yaml");
         std::fs::write(&file, yaml).unwrap();
         let out = Command::new(bin)
