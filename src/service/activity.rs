@@ -171,6 +171,23 @@ impl Service {
                 Err(e) => return Err(e),
             }
         }
+        let state = self.state();
+        let replica_here = state
+            .stream(ACTIVITY_STREAM)
+            .and_then(|s| s.partition(0))
+            .is_some_and(|p| p.replicas.iter().any(|r| r == self.server_id()));
+        if !replica_here {
+            // A node that joined after the stream was created holds no
+            // copy to read the newest event from: it publishes from the
+            // next change on (events its predecessor left unpublished are
+            // missed).
+            let latest = state.activity.back().map_or(0, |r| r.index);
+            tracing::warn!(
+                after = latest,
+                "no local copy of __activity; publishing activity events from the next change"
+            );
+            return Ok(latest);
+        }
         let p = self
             .inner
             .parts
