@@ -30,6 +30,10 @@ use crate::wire::AckPolicy;
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// How often leadership is re-checked when nothing else happens.
 const POLL: Duration = Duration::from_millis(250);
+/// How long after start the stream's creation waits for every Raft voter
+/// to register as a broker (replication factor -1 means the brokers
+/// registered at creation), before creating it with those there are.
+const REGISTER_WAIT: Duration = Duration::from_secs(30);
 
 /// Settings of the activity stream (`activity.stream.*`).
 #[derive(Debug, Clone)]
@@ -136,10 +140,12 @@ impl Service {
         // The id of the last event known to be on the stream while this
         // node leads; `None` when not leading (re-read on gaining it).
         let mut last: Option<u64> = None;
+        let started = tokio::time::Instant::now();
         loop {
             if self.inner.meta.is_leader() {
                 if last.is_none() {
-                    match self.activity_start(&opts).await {
+                    let patient = started.elapsed() < REGISTER_WAIT;
+                    match self.activity_start(&opts, patient).await {
                         Ok(l) => last = Some(l),
                         Err(e) => tracing::debug!(error = %e, "activity stream not ready"),
                     }
@@ -156,9 +162,28 @@ impl Service {
     }
 
     /// Creates `__activity` if needed and returns the id of its newest
-    /// event (0 when empty).
-    async fn activity_start(&self, opts: &ActivityOptions) -> Result<u64, ServiceError> {
+    /// event (0 when empty). While `patient`, the stream is created only
+    /// once every Raft voter is a registered broker, so that every server
+    /// holds a copy.
+    async fn activity_start(
+        &self,
+        opts: &ActivityOptions,
+        patient: bool,
+    ) -> Result<u64, ServiceError> {
         if self.state().stream(ACTIVITY_STREAM).is_none() {
+            let state = self.state();
+            let unregistered = self
+                .inner
+                .meta
+                .members()
+                .iter()
+                .filter(|m| m.voter && !state.brokers.contains_key(&m.node.id))
+                .count();
+            if patient && unregistered > 0 {
+                return Err(ServiceError::Unknown(format!(
+                    "waiting for {unregistered} server(s) to register before creating {ACTIVITY_STREAM}"
+                )));
+            }
             let req = CreateStream {
                 name: ACTIVITY_STREAM.into(),
                 subject: opts.subject.clone(),

@@ -88,7 +88,7 @@ struct Node {
 
 impl Node {
     fn start(spec: &Spec, all: &[Spec], namespace: &str, netns: Option<&str>) -> Node {
-        Node::start_with_env(spec, all, namespace, netns, Vec::new())
+        Node::start_with_env(spec, all, namespace, netns, Vec::new(), "")
     }
 
     fn start_with_env(
@@ -97,11 +97,12 @@ impl Node {
         namespace: &str,
         netns: Option<&str>,
         env: Vec<(String, String)>,
+        extra_yaml: &str,
     ) -> Node {
         let dir = tempfile::tempdir().expect("temp dir");
         let cfg = dir.path().join("liftbridge.yaml");
-        std::fs::write(&cfg, yaml(spec, all, &dir.path().join("data"), namespace))
-            .expect("write liftbridge.yaml");
+        let text = yaml(spec, all, &dir.path().join("data"), namespace) + extra_yaml;
+        std::fs::write(&cfg, text).expect("write liftbridge.yaml");
         let bin = PathBuf::from(env!("CARGO_BIN_EXE_liftbridge"));
         let args = vec!["-c".to_string(), cfg.display().to_string()];
         let proc = match netns {
@@ -659,7 +660,7 @@ async fn cluster_procs_encrypted_stream_replicates_sealed() {
     )];
     let mut nodes: Vec<Node> = specs
         .iter()
-        .map(|s| Node::start_with_env(s, &specs, "lbenc", None, env.clone()))
+        .map(|s| Node::start_with_env(s, &specs, "lbenc", None, env.clone(), ""))
         .collect();
     for n in &mut nodes {
         n.wait_ready().await;
@@ -749,4 +750,120 @@ async fn cluster_procs_encrypted_stream_replicates_sealed() {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Activity events of `__activity` read from whichever node serves it,
+/// until `done` holds for them (ids and create/delete stream names).
+async fn activity_until(
+    nodes: &[&Node],
+    done: impl Fn(&[proto::ActivityStreamEvent]) -> bool,
+) -> Vec<proto::ActivityStreamEvent> {
+    use futures::StreamExt;
+    use prost::Message as _;
+    // After a failover both the metadata and __activity's partition may
+    // need a new leader, and the publisher backs off up to 10 s between
+    // attempts: allow twice the cluster timeout on a loaded machine.
+    let end = Instant::now() + 2 * CLUSTER_TIMEOUT;
+    let mut last = Vec::new();
+    loop {
+        for n in nodes {
+            let Some(mut c) = n.try_client().await else {
+                continue;
+            };
+            let Ok(s) = c
+                .subscribe(crate::api_common::from_earliest("__activity", 0))
+                .await
+            else {
+                continue;
+            };
+            let mut s = s.into_inner();
+            let mut out = Vec::new();
+            while let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(2), s.next()).await
+            {
+                if m == proto::Message::default() {
+                    continue;
+                }
+                out.push(proto::ActivityStreamEvent::decode(m.value).expect("an event"));
+                if done(&out) {
+                    return out;
+                }
+            }
+            last = out;
+        }
+        assert!(Instant::now() < end, "activity events so far: {last:#?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn created(events: &[proto::ActivityStreamEvent], name: &str) -> bool {
+    events.iter().any(|e| {
+        e.create_stream_op
+            .as_ref()
+            .is_some_and(|o| o.stream == name)
+    })
+}
+
+/// The activity stream across a metadata leader failover: the new leader
+/// goes on publishing (after what is already on the stream), in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_procs_activity_survives_metadata_failover() {
+    let specs: Vec<Spec> = ["act-a", "act-b", "act-c"]
+        .iter()
+        .map(|id| Spec::new(id, "127.0.0.1"))
+        .collect();
+    let mut nodes: Vec<Node> = specs
+        .iter()
+        .map(|s| {
+            Node::start_with_env(
+                s,
+                &specs,
+                "lbact",
+                None,
+                Vec::new(),
+                "activity.stream.enabled: true\n",
+            )
+        })
+        .collect();
+    for n in &mut nodes {
+        n.wait_ready().await;
+    }
+    let refs: Vec<&Node> = nodes.iter().collect();
+    let controller = wait_formed(&refs).await;
+    let mut c = nodes[0].client().await;
+    c.create_stream(create_req("before", 3))
+        .await
+        .expect("create before");
+    let first = activity_until(&refs, |e| created(e, "before")).await;
+    assert!(created(&first, "__activity"), "{first:#?}");
+    // Created once all three servers registered: every one holds a copy.
+    let meta = wait_identical(&refs, "after the activity stream").await;
+    assert_eq!(meta.streams["__activity"][&0].1.len(), 3, "{meta:?}");
+
+    // The metadata leader dies; the stream is created through a survivor.
+    let i = nodes.iter().position(|n| n.spec.id == controller).unwrap();
+    nodes[i].proc.kill9();
+    let rest: Vec<&Node> = nodes.iter().filter(|n| n.spec.id != controller).collect();
+    let end = Instant::now() + CLUSTER_TIMEOUT;
+    loop {
+        let mut c = rest[0].client().await;
+        match c.create_stream(create_req("after", 3)).await {
+            Ok(_) => break,
+            Err(st) if st.code() == tonic::Code::AlreadyExists => break,
+            Err(st) => {
+                assert!(Instant::now() < end, "no create after failover: {st:?}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+    let events = activity_until(&rest, |e| created(e, "after")).await;
+    assert!(created(&events, "before"), "{events:#?}");
+    // In order: each id first appears after every smaller one (a repeat
+    // after the failover is allowed: delivery is at least once).
+    let mut firsts: Vec<u64> = Vec::new();
+    for e in &events {
+        if !firsts.contains(&e.id) {
+            firsts.push(e.id);
+        }
+    }
+    assert!(firsts.windows(2).all(|w| w[0] < w[1]), "{events:#?}");
 }
