@@ -34,6 +34,7 @@ pub mod bench;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod crypt;
 pub mod http;
 pub mod logging;
 pub mod metrics;

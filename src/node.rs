@@ -99,6 +99,11 @@ pub struct NodeConfig {
     pub http_tls: Option<HttpTls>,
     /// TLS for the gRPC API.
     pub tls: Option<GrpcTls>,
+    /// Authorization of gRPC calls (`tls.client.authz.*`); needs `tls`
+    /// with a client CA (the identity is the certificate's common name).
+    pub authz: Option<crate::api::authz::AuthzFiles>,
+    /// The activity stream (`activity.stream.*`), when enabled.
+    pub activity: Option<crate::service::activity::ActivityOptions>,
     /// Partition defaults (`streams.*`, durability, size limit).
     pub partitions: PartitionDefaults,
     /// `cursors.stream.partitions` (0 = no cursors stream).
@@ -128,6 +133,8 @@ impl Default for NodeConfig {
             http_auth: crate::http::AuthConfig::default(),
             http_tls: None,
             tls: None,
+            authz: None,
+            activity: None,
             partitions: PartitionDefaults::default(),
             cursor_partitions: 0,
             cursor_auto_pause: Duration::from_secs(60),
@@ -452,6 +459,7 @@ impl NodeConfig {
                 ))
             }
         };
+        let authz = authz_files(c, tls.as_ref())?;
         let h = &c.http;
         let http_auth = crate::http::AuthConfig {
             token: h.auth_token.clone(),
@@ -501,6 +509,18 @@ impl NodeConfig {
             replica_max_leader_timeout: c.clustering.replica_max_leader_timeout,
             replica_max_idle_wait: c.clustering.replica_max_idle_wait,
             replica_fetch_timeout: c.clustering.replica_fetch_timeout,
+            encryption: s.encryption,
+            master_key: match crate::crypt::MasterKey::from_env() {
+                Some(Ok(k)) => Some(Arc::new(k)),
+                Some(Err(e)) => return Err(NodeError::Config(e.to_string())),
+                None if s.encryption => {
+                    return Err(NodeError::Config(format!(
+                        "streams.encryption needs the master key in {}",
+                        crate::crypt::MASTER_KEY_VAR
+                    )))
+                }
+                None => None,
+            },
         };
         Ok(NodeConfig {
             data_dir: c.data_dir.clone(),
@@ -517,6 +537,19 @@ impl NodeConfig {
             http_auth,
             http_tls,
             tls,
+            authz,
+            activity: c.activity.stream_enabled.then(|| {
+                use crate::config::liftbridge::ActivityAckPolicy as P;
+                crate::service::activity::ActivityOptions {
+                    publish_timeout: c.activity.stream_publish_timeout,
+                    ack_policy: match c.activity.stream_publish_ack_policy {
+                        P::None => crate::wire::AckPolicy::None,
+                        P::Leader => crate::wire::AckPolicy::Leader,
+                        P::All => crate::wire::AckPolicy::All,
+                    },
+                    subject: format!("{}.activity", c.clustering.namespace),
+                }
+            }),
             partitions,
             cursor_partitions: c.cursors.stream_partitions,
             cursor_auto_pause: c.cursors.stream_auto_pause_time,
@@ -524,6 +557,38 @@ impl NodeConfig {
             coordinator_timeout: c.groups.coordinator_timeout,
         })
     }
+}
+
+/// The authorization files when `tls.client.authz.enabled` is set, after
+/// checking that everything it needs is configured: unlike Liftbridge,
+/// which quietly serves without authorization when a piece is missing, a
+/// missing piece stops the start with the key to set.
+fn authz_files(
+    c: &LiftbridgeConfig,
+    tls: Option<&GrpcTls>,
+) -> Result<Option<crate::api::authz::AuthzFiles>, NodeError> {
+    let t = &c.tls;
+    if !t.client_authz_enabled {
+        return Ok(None);
+    }
+    let need = |what: &str| {
+        NodeError::Config(format!(
+            "tls.client.authz.enabled needs {what} (clients are identified by their certificate's common name)"
+        ))
+    };
+    let tls = tls.ok_or_else(|| need("tls.cert and tls.key"))?;
+    if tls.client_ca.is_none() {
+        return Err(need("tls.client.auth.enabled: true and tls.client.auth.ca"));
+    }
+    let model = t
+        .client_authz_model
+        .clone()
+        .ok_or_else(|| need("tls.client.authz.model"))?;
+    let policy = t
+        .client_authz_policy
+        .clone()
+        .ok_or_else(|| need("tls.client.authz.policy"))?;
+    Ok(Some(crate::api::authz::AuthzFiles { model, policy }))
 }
 
 /// Why a node could not start.
@@ -562,6 +627,9 @@ pub enum NodeError {
     /// The cursors stream could not be created.
     #[error("creating the cursors stream: {0}")]
     Cursors(ServiceError),
+    /// The authorization model or policy could not be loaded.
+    #[error("authorization: {0}")]
+    Authz(#[from] crate::api::authz::AuthzError),
 }
 
 /// A running node.
@@ -574,9 +642,13 @@ pub struct NodeHandle {
     tasks: Option<ManagerTasks>,
     /// Creates `__cursors` when this node did not lead at start.
     cursors_task: Option<JoinHandle<()>>,
+    /// Publishes the activity stream while this node leads the metadata.
+    activity_task: Option<JoinHandle<()>>,
     http: Option<crate::http::HttpServer>,
     stop_grpc: Option<oneshot::Sender<()>>,
     grpc_task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    /// The policy in force when authorization is on.
+    authz: Option<Arc<crate::api::authz::Authorizer>>,
 }
 
 /// Entry point.
@@ -720,6 +792,24 @@ impl Node {
             ),
             None => None,
         };
+        // So are the authorization files.
+        let authz = match cfg.authz.clone() {
+            Some(files) => {
+                if cfg
+                    .tls
+                    .as_ref()
+                    .and_then(|t| t.client_ca.as_ref())
+                    .is_none()
+                {
+                    return Err(NodeError::Config(
+                        "authorization needs TLS with client certificates (tls.client.auth.ca)"
+                            .into(),
+                    ));
+                }
+                Some(Arc::new(crate::api::authz::Authorizer::load(files).await?))
+            }
+            None => None,
+        };
         let dir = cfg.data_dir.clone();
         tokio::task::spawn_blocking(move || std::fs::create_dir_all(&dir).map_err(|e| (dir, e)))
             .await
@@ -835,6 +925,12 @@ impl Node {
             }
         }
 
+        // The metadata leader publishes committed changes on __activity.
+        let activity_task = cfg
+            .activity
+            .clone()
+            .map(|opts| tokio::spawn(service.clone().run_activity(opts)));
+
         let (mut reporter, health) = tonic_health::server::health_reporter();
         reporter.set_serving::<ApiServer<ApiService>>().await;
 
@@ -861,7 +957,11 @@ impl Node {
             })?;
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let admin_service = service.clone();
-        let api = ApiServer::new(ApiService::new(service))
+        let mut api_service = ApiService::new(service);
+        if let Some(a) = &authz {
+            api_service = api_service.with_authz(a.clone());
+        }
+        let api = ApiServer::new(api_service)
             .max_decoding_message_size(MAX_GRPC_MESSAGE)
             .max_encoding_message_size(MAX_GRPC_MESSAGE);
         let metrics = crate::metrics::NodeMetrics::new(nats.clone(), meta.clone(), parts.clone());
@@ -900,14 +1000,25 @@ impl Node {
             parts,
             tasks: Some(tasks),
             cursors_task,
+            activity_task,
             http,
             stop_grpc: Some(stop_tx),
             grpc_task: Some(grpc_task),
+            authz,
         })
     }
 }
 
 impl NodeHandle {
+    /// Re-reads the authorization model and policy (SIGHUP). `Ok(false)`
+    /// when authorization is off; on error the previous policy stays.
+    pub async fn reload_authz(&self) -> Result<bool, crate::api::authz::AuthzError> {
+        match &self.authz {
+            Some(a) => a.reload().await.map(|()| true),
+            None => Ok(false),
+        }
+    }
+
     /// Address the gRPC API listens on.
     pub fn grpc_addr(&self) -> SocketAddr {
         self.grpc_addr
@@ -936,6 +1047,9 @@ impl NodeHandle {
     /// Stops everything, in reverse start order; logs are closed durably.
     pub async fn shutdown(mut self) {
         if let Some(t) = self.cursors_task.take() {
+            t.abort();
+        }
+        if let Some(t) = self.activity_task.take() {
             t.abort();
         }
         if let Some(h) = self.http.take() {

@@ -119,7 +119,7 @@ pub(super) async fn read(
             }
         }
     };
-    let records = match log.read(start, limit, PAGE_BYTES).await {
+    let mut records = match log.read(start, limit, PAGE_BYTES).await {
         Ok(r) => r,
         Err(e) => {
             // A damaged log fails the partition, as a subscriber's read does.
@@ -129,6 +129,17 @@ pub(super) async fn read(
             return Err(e.into());
         }
     };
+    // Encrypted at rest: shown as the plaintext, as a subscriber gets it.
+    if let Some(mk) = ctx.parts.defaults().encryption_key(s) {
+        for r in &mut records {
+            r.value = mk
+                .open(&r.value)
+                .map_err(|e| {
+                    AdminError::Conflict(format!("message {} does not decrypt: {e}", r.offset))
+                })?
+                .into();
+        }
+    }
     let next = records
         .last()
         .map_or(start.min(leo), |r| r.offset.saturating_add(1));

@@ -9,6 +9,7 @@
 //! (`impl From<ServiceError> for tonic::Status` in `service`). Nothing
 //! below this module sees a proto request or tonic.
 
+pub mod authz;
 pub mod convert;
 pub mod proto;
 pub mod service;

@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::authz::Authorizer;
 use super::convert;
 use super::proto::{self, api_server::Api};
 use crate::partition::reader::{self, ReadEnd};
@@ -73,6 +74,8 @@ impl From<ReadEnd> for Status {
 #[derive(Clone)]
 pub struct ApiService {
     service: Service,
+    /// `tls.client.authz.*`: when set, every call is checked first.
+    authz: Option<Arc<Authorizer>>,
 }
 
 /// Parses the `grpc-timeout` header ("<digits><unit>", unit one of
@@ -109,7 +112,29 @@ fn deadline_of<T>(req: &Request<T>) -> Option<Duration> {
 impl ApiService {
     /// Serves `service` over gRPC.
     pub fn new(service: Service) -> ApiService {
-        ApiService { service }
+        ApiService {
+            service,
+            authz: None,
+        }
+    }
+
+    /// Checks every call with `authz` (Liftbridge's `tls.client.authz`).
+    pub fn with_authz(mut self, authz: Arc<Authorizer>) -> ApiService {
+        self.authz = Some(authz);
+        self
+    }
+
+    /// Lets the call through if authorization is off or allows the
+    /// client of `req` to perform `action` on `object`.
+    #[allow(clippy::result_large_err)]
+    fn authorize<T>(&self, req: &Request<T>, object: &str, action: &str) -> Result<(), Status> {
+        match &self.authz {
+            None => Ok(()),
+            Some(a) => {
+                let certs = req.peer_certs();
+                a.check(certs.as_deref().map(Vec::as_slice), object, action)
+            }
+        }
     }
 
     /// The use-case layer behind this adapter.
@@ -126,6 +151,7 @@ impl Api for ApiService {
         &self,
         request: Request<proto::CreateStreamRequest>,
     ) -> Result<Response<proto::CreateStreamResponse>, Status> {
+        self.authorize(&request, &request.get_ref().name, "CreateStream")?;
         let r = convert::create_stream(request.into_inner());
         self.service.create_stream(r, false).await?;
         Ok(Response::new(proto::CreateStreamResponse {}))
@@ -135,6 +161,7 @@ impl Api for ApiService {
         &self,
         request: Request<proto::DeleteStreamRequest>,
     ) -> Result<Response<proto::DeleteStreamResponse>, Status> {
+        self.authorize(&request, &request.get_ref().name, "DeleteStream")?;
         self.service
             .delete_stream(&request.into_inner().name)
             .await?;
@@ -145,6 +172,7 @@ impl Api for ApiService {
         &self,
         request: Request<proto::PauseStreamRequest>,
     ) -> Result<Response<proto::PauseStreamResponse>, Status> {
+        self.authorize(&request, &request.get_ref().name, "PauseStream")?;
         let r = request.into_inner();
         self.service
             .pause_stream(&r.name, r.partitions, r.resume_all)
@@ -156,6 +184,7 @@ impl Api for ApiService {
         &self,
         request: Request<proto::SetStreamReadonlyRequest>,
     ) -> Result<Response<proto::SetStreamReadonlyResponse>, Status> {
+        self.authorize(&request, &request.get_ref().name, "SetStreamReadonly")?;
         let r = request.into_inner();
         self.service
             .set_readonly(&r.name, r.partitions, r.readonly)
@@ -169,6 +198,7 @@ impl Api for ApiService {
         &self,
         request: Request<proto::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
+        self.authorize(&request, &request.get_ref().stream, "Subscribe")?;
         let r = request.into_inner();
         let (stream, partition): (Arc<str>, i32) = (r.stream.as_str().into(), r.partition);
         let sub = self.service.subscribe(convert::subscribe(r)?).await?;
@@ -185,6 +215,7 @@ impl Api for ApiService {
         &self,
         request: Request<proto::FetchMetadataRequest>,
     ) -> Result<Response<proto::FetchMetadataResponse>, Status> {
+        self.authorize(&request, "*", "FetchMetadata")?;
         let r = request.into_inner();
         let state = self.service.state();
         let brokers = state
@@ -248,6 +279,11 @@ impl Api for ApiService {
         &self,
         request: Request<proto::FetchPartitionMetadataRequest>,
     ) -> Result<Response<proto::FetchPartitionMetadataResponse>, Status> {
+        self.authorize(
+            &request,
+            &request.get_ref().stream,
+            "FetchPartitionMetadata",
+        )?;
         let r = request.into_inner();
         let s = self
             .service
@@ -262,6 +298,7 @@ impl Api for ApiService {
         &self,
         request: Request<proto::PublishRequest>,
     ) -> Result<Response<proto::PublishResponse>, Status> {
+        self.authorize(&request, &request.get_ref().stream, "Publish")?;
         let deadline = deadline_of(&request);
         let r = convert::publish(request.into_inner());
         let ack = self.service.publish(r, deadline).await?;
@@ -277,11 +314,17 @@ impl Api for ApiService {
         &self,
         request: Request<Streaming<proto::PublishRequest>>,
     ) -> Result<Response<Self::PublishAsyncStream>, Status> {
+        // Each message is checked against its stream; the client is known
+        // once, from the connection.
+        let client = self.authz.clone().map(|a| {
+            let certs = request.peer_certs();
+            (a, certs)
+        });
         let mut input = request.into_inner();
         let session = self.service.publish_session()?;
         let (tx, rx) = mpsc::channel::<Result<proto::PublishResponse, Status>>(ASYNC_RESPONSES);
         let me = self.clone();
-        tokio::spawn(async move { me.async_session(&mut input, session, tx).await });
+        tokio::spawn(async move { me.async_session(&mut input, session, tx, client).await });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -289,6 +332,7 @@ impl Api for ApiService {
         &self,
         request: Request<proto::PublishToSubjectRequest>,
     ) -> Result<Response<proto::PublishToSubjectResponse>, Status> {
+        self.authorize(&request, &request.get_ref().subject, "PublishToSubject")?;
         let deadline = deadline_of(&request);
         let r = convert::publish_to_subject(request.into_inner());
         let ack = self.service.publish_to_subject(r, deadline).await?;
@@ -299,6 +343,7 @@ impl Api for ApiService {
         &self,
         request: Request<proto::SetCursorRequest>,
     ) -> Result<Response<proto::SetCursorResponse>, Status> {
+        self.authorize(&request, &request.get_ref().stream, "SetCursor")?;
         let r = request.into_inner();
         self.service
             .set_cursor(&r.stream, r.partition, &r.cursor_id, r.offset)
@@ -310,6 +355,7 @@ impl Api for ApiService {
         &self,
         request: Request<proto::FetchCursorRequest>,
     ) -> Result<Response<proto::FetchCursorResponse>, Status> {
+        self.authorize(&request, &request.get_ref().stream, "FetchCursor")?;
         let r = request.into_inner();
         let offset = self
             .service
@@ -322,6 +368,16 @@ impl Api for ApiService {
         &self,
         request: Request<proto::JoinConsumerGroupRequest>,
     ) -> Result<Response<proto::JoinConsumerGroupResponse>, Status> {
+        // Every stream named must be allowed; a request naming none (which
+        // the service refuses anyway) is checked against the group id, so
+        // no request passes unchecked.
+        let r = request.get_ref();
+        if r.streams.is_empty() {
+            self.authorize(&request, &r.group_id, "JoinConsumerGroup")?;
+        }
+        for stream in &r.streams {
+            self.authorize(&request, stream, "JoinConsumerGroup")?;
+        }
         let r = request.into_inner();
         let j = self
             .service
@@ -339,6 +395,7 @@ impl Api for ApiService {
         &self,
         request: Request<proto::LeaveConsumerGroupRequest>,
     ) -> Result<Response<proto::LeaveConsumerGroupResponse>, Status> {
+        self.authorize(&request, &request.get_ref().group_id, "LeaveConsumerGroup")?;
         let r = request.into_inner();
         self.service
             .leave_consumer_group(&r.group_id, &r.consumer_id)
@@ -350,6 +407,11 @@ impl Api for ApiService {
         &self,
         request: Request<proto::FetchConsumerGroupAssignmentsRequest>,
     ) -> Result<Response<proto::FetchConsumerGroupAssignmentsResponse>, Status> {
+        self.authorize(
+            &request,
+            &request.get_ref().group_id,
+            "FetchConsumerGroupAssignments",
+        )?;
         let r = request.into_inner();
         let a = self
             .service
@@ -371,6 +433,11 @@ impl Api for ApiService {
         &self,
         request: Request<proto::ReportConsumerGroupCoordinatorRequest>,
     ) -> Result<Response<proto::ReportConsumerGroupCoordinatorResponse>, Status> {
+        self.authorize(
+            &request,
+            &request.get_ref().group_id,
+            "ReportConsumerGroupCoordinator",
+        )?;
         let r = request.into_inner();
         self.service
             .report_consumer_group_coordinator(&r.group_id, &r.consumer_id, &r.coordinator, r.epoch)
@@ -398,6 +465,12 @@ fn batch_items(
         .map(move |r| Ok(convert::record_to_message(&stream, partition, r)))
         .chain(end.map(Err))
 }
+
+/// The authorizer and the client certificates of a PublishAsync stream.
+type AsyncClient = (
+    Arc<Authorizer>,
+    Option<Arc<Vec<rustls::pki_types::CertificateDer<'static>>>>,
+);
 
 fn async_error(
     code: proto::publish_async_error::Code,
@@ -437,6 +510,7 @@ impl ApiService {
         input: &mut Streaming<proto::PublishRequest>,
         session: PublishSession,
         tx: mpsc::Sender<Result<proto::PublishResponse, Status>>,
+        client: Option<AsyncClient>,
     ) {
         let PublishSession {
             inbox,
@@ -451,6 +525,23 @@ impl ApiService {
         // The input ends with the client half-closing it (or failing).
         while let Ok(Some(r)) = input.message().await {
             let corr = r.correlation_id.clone();
+            if let Some((authz, certs)) = &client {
+                // Unlike Liftbridge, which reports the error and then
+                // publishes anyway, a denied message is not published.
+                if let Err(st) =
+                    authz.check(certs.as_deref().map(Vec::as_slice), &r.stream, "Publish")
+                {
+                    let resp = async_error(
+                        proto::publish_async_error::Code::PermissionDenied,
+                        corr,
+                        st.message().to_string(),
+                    );
+                    if tx.send(Ok(resp)).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+            }
             let mut r = convert::publish(r);
             let wants_ack = r.ack_policy != crate::wire::AckPolicy::None;
             if wants_ack {

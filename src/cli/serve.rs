@@ -9,8 +9,9 @@
 //! Under systemd (`Type=notify`) it reports READY once every listener is up,
 //! pings the watchdog, and reports STOPPING on the way out. SIGHUP re-reads
 //! the configuration: an invalid file is refused (the running server keeps
-//! its settings) and `logging.level` applies at once; other keys take effect
-//! at the next start.
+//! its settings) and `logging.level` applies at once; the authorization
+//! policy (`tls.client.authz.*`) is re-read, as Liftbridge does; other keys
+//! take effect at the next start.
 
 use anyhow::Context;
 use clap::Args;
@@ -69,7 +70,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         println!("liftbridge {} {listeners}", env!("CARGO_PKG_VERSION"));
         crate::systemd::ready(&listeners);
         let watchdog = crate::systemd::spawn_watchdog(|| true);
-        wait_for_signal(signals, &args.flags, &level_handle).await?;
+        wait_for_signal(signals, &args.flags, &level_handle, &node).await?;
         crate::systemd::stopping();
         tracing::info!("shutting down");
         if let Some(w) = watchdog {
@@ -137,6 +138,7 @@ async fn wait_for_signal(
     signals: Signals,
     flags: &LiftbridgeFlags,
     level: &LevelHandle,
+    node: &crate::node::NodeHandle,
 ) -> anyhow::Result<()> {
     let Signals {
         mut term,
@@ -158,6 +160,12 @@ async fn wait_for_signal(
                         }
                     }
                     Err(e) => tracing::error!(error = %format!("{e:#}"), "configuration not reloaded"),
+                }
+                // As Liftbridge: SIGHUP re-reads the authorization policy.
+                match node.reload_authz().await {
+                    Ok(true) => tracing::info!("reloaded authorization permissions"),
+                    Ok(false) => {}
+                    Err(e) => tracing::error!(error = %e, "authorization permissions not reloaded; the previous policy stays in force"),
                 }
                 crate::systemd::reloaded();
             }

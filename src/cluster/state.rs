@@ -12,7 +12,7 @@
 //! concurrent `CreateStream` of the same name cannot both succeed. A rejected
 //! command leaves the state untouched and answers `MetaResponse::Rejected`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -464,6 +464,21 @@ impl MetaResponse {
     }
 }
 
+/// How many committed changes the metadata keeps for the activity stream:
+/// enough for a new metadata leader to publish what its predecessor had
+/// not; older ones are dropped (the stream then misses them).
+pub const ACTIVITY_RETAINED: usize = 256;
+
+/// A committed change reported on the activity stream (`__activity`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActivityRecord {
+    /// Raft log index of the change (the event id).
+    pub index: u64,
+    /// The applied command (create/delete/pause/resume/readonly of a
+    /// stream, join/leave of a consumer group).
+    pub command: MetaCommand,
+}
+
 /// The whole replicated metadata, as of Raft log index `applied_index`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MetadataState {
@@ -476,6 +491,10 @@ pub struct MetadataState {
     /// Consumer groups by id.
     #[serde(default)]
     pub groups: BTreeMap<String, GroupMeta>,
+    /// The latest committed changes for the activity stream, oldest first,
+    /// at most [`ACTIVITY_RETAINED`].
+    #[serde(default)]
+    pub activity: VecDeque<ActivityRecord>,
 }
 
 impl MetadataState {
@@ -507,9 +526,38 @@ impl MetadataState {
     /// Applies one command. On rejection the state is unchanged.
     pub fn apply(&mut self, cmd: &MetaCommand) -> MetaResponse {
         match self.try_apply(cmd) {
-            Ok(()) => MetaResponse::Ok,
+            Ok(()) => {
+                self.record_activity(cmd);
+                MetaResponse::Ok
+            }
             Err(e) => MetaResponse::Rejected(e),
         }
+    }
+
+    /// Keeps an applied change that the activity stream reports, under
+    /// the current `applied_index`.
+    fn record_activity(&mut self, cmd: &MetaCommand) {
+        use MetaCommand as C;
+        let reported = matches!(
+            cmd,
+            C::CreateStream { .. }
+                | C::DeleteStream { .. }
+                | C::PauseStream { .. }
+                | C::ResumeStream { .. }
+                | C::SetStreamReadonly { .. }
+                | C::JoinConsumerGroup { .. }
+                | C::LeaveConsumerGroup { .. }
+        );
+        if !reported {
+            return;
+        }
+        if self.activity.len() >= ACTIVITY_RETAINED {
+            self.activity.pop_front();
+        }
+        self.activity.push_back(ActivityRecord {
+            index: self.applied_index,
+            command: cmd.clone(),
+        });
     }
 
     fn try_apply(&mut self, cmd: &MetaCommand) -> Result<(), ApplyError> {

@@ -10,8 +10,8 @@
 //! - `Unsupported`: the feature is not available yet. Setting the key to
 //!   anything but its default is refused at start-up with an error naming the
 //!   key, because running without the feature would be unsafe or misleading
-//!   (authorization that is not enforced, data that is not encrypted, an
-//!   external NATS system that is not used).
+//!   (data that is not encrypted, an external NATS system that is not
+//!   used).
 //!
 //! `audit` applies this to a loaded configuration; `README.md` carries the
 //! same table for users. A unit test keeps the table complete: a key added
@@ -48,12 +48,6 @@ pub fn key_status(key: &str) -> Option<KeyStatus> {
         "logging.recovery" => NotApplicable(
             "recovery does not replay messages one by one; the log reopens at its last commit",
         ),
-        "tls.client.authz.enabled" => Unsupported(
-            "authorization of gRPC clients is not available; refusing to start rather than serve every client unchecked",
-        ),
-        "tls.client.authz.model" | "tls.client.authz.policy" => {
-            NotApplicable("used only with tls.client.authz.enabled, which is not available")
-        }
         "nats.embedded" => Unsupported(EMBEDDED_ONLY),
         "nats.servers" | "nats.user" | "nats.password" | "nats.tls.cert" | "nats.tls.key"
         | "nats.tls.ca" => NotApplicable(EMBEDDED_ONLY),
@@ -61,20 +55,11 @@ pub fn key_status(key: &str) -> Option<KeyStatus> {
         "streams.compact.max.goroutines" => NotApplicable(
             "compaction runs on the partition's storage thread, one partition at a time",
         ),
-        "streams.encryption" => Unsupported(
-            "encryption at rest is not available; refusing to store data in the clear that was meant to be encrypted",
-        ),
         "clustering.raft.snapshot.retain" => {
             NotApplicable("the metadata keeps exactly one snapshot (the latest)")
         }
         "clustering.raft.cache.size" => {
             NotApplicable("the metadata log is read from its database, with no separate cache")
-        }
-        "activity.stream.enabled" => Unsupported(
-            "activity events are not published yet; the __activity stream would stay empty",
-        ),
-        "activity.stream.publish.timeout" | "activity.stream.publish.ack.policy" => {
-            NotApplicable("used only with activity.stream.enabled, which is not available")
         }
         "telemetry.enabled" | "telemetry.interval.seconds" => {
             NotApplicable("this server never sends telemetry")
@@ -134,11 +119,7 @@ pub fn audit(c: &LiftbridgeConfig) -> Result<Vec<Notice>, Refused> {
 /// The configured value of an `Unsupported` key when it asks for the missing
 /// feature; `None` when it keeps the default (which works).
 fn unsupported_value(c: &LiftbridgeConfig, key: &str) -> Option<String> {
-    let on = |b: bool| b.then(|| "true".to_string());
     match key {
-        "tls.client.authz.enabled" => on(c.tls.client_authz_enabled),
-        "streams.encryption" => on(c.streams.encryption),
-        "activity.stream.enabled" => on(c.activity.stream_enabled),
         "nats.embedded" => (!c.nats.embedded).then(|| "false".to_string()),
         _ => None,
     }
@@ -159,15 +140,12 @@ mod tests {
     #[test]
     fn unsupported_keys_are_refused_only_when_they_ask_for_the_feature() {
         let mut c = LiftbridgeConfig::default();
-        c.explicit_keys.insert("tls.client.authz.enabled");
-        assert_eq!(audit(&c), Ok(vec![]), "false is the default and works");
-        c.tls.client_authz_enabled = true;
+        c.explicit_keys.insert("nats.embedded");
+        assert_eq!(audit(&c), Ok(vec![]), "true is the default and works");
+        c.nats.embedded = false;
         let e = audit(&c).unwrap_err();
-        assert_eq!(e.key, "tls.client.authz.enabled");
-        assert!(
-            e.to_string().contains("tls.client.authz.enabled = true"),
-            "{e}"
-        );
+        assert_eq!(e.key, "nats.embedded");
+        assert!(e.to_string().contains("nats.embedded = false"), "{e}");
     }
 
     #[test]

@@ -797,10 +797,12 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
             "cluster" => o.cluster = Some(cluster_block(key, n, &mut c.warnings)?),
             "websocket" | "ws" => o.websocket = websocket_block(key, n, &mut c.warnings)?,
             "leafnodes" | "leaf" => o.leafnodes = Some(leafnodes_block(key, n, &mut c.warnings)?),
-            "gateway" | "mqtt" | "accounts" | "resolver_preload" | "system_account" => c.warnings.push(format!(
-                "{}:{}: {key:?} is not supported; ignored",
-                n.file, n.line
-            )),
+            "gateway" | "mqtt" | "accounts" | "resolver_preload" | "system_account" => {
+                c.warnings.push(format!(
+                    "{}:{}: {key:?} is not supported; ignored",
+                    n.file, n.line
+                ))
+            }
             _ => c.warnings.push(format!(
                 "{}:{}: unknown field {key:?} ignored",
                 n.file, n.line

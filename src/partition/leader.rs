@@ -150,6 +150,9 @@ pub struct PartitionSettings {
     /// Leader epoch stamped on appended records (as follower: the leader
     /// epoch followed).
     pub leader_epoch: u64,
+    /// Encryption at rest: values are sealed with this master key before
+    /// they reach the store (followers copy them sealed).
+    pub encrypt: Option<Arc<crate::crypt::MasterKey>>,
 }
 
 /// A partition led by this node.
@@ -793,6 +796,28 @@ impl Partition {
                 kept_records.push(r);
                 kept.push(p);
             }
+        }
+        if let Some(mk) = &settings.encrypt {
+            // One fresh data key per batch; a value that cannot be sealed
+            // is answered with the ENCRYPTION ack error and never stored.
+            let sealer = mk.sealer();
+            let mut sealed_records = Vec::with_capacity(kept_records.len());
+            let mut sealed = Vec::with_capacity(kept.len());
+            for (mut r, p) in kept_records.into_iter().zip(kept) {
+                match sealer.seal(&r.value) {
+                    Ok(v) => {
+                        r.value = v.into();
+                        sealed_records.push(r);
+                        sealed.push(p);
+                    }
+                    Err(e) => {
+                        tracing::error!(stream = %self.stream, partition = self.id, error = %e, "encryption failed");
+                        self.send_ack(&p, 0, AckError::Encryption);
+                    }
+                }
+            }
+            kept_records = sealed_records;
+            kept = sealed;
         }
         if kept_records.is_empty() {
             return Ok(None);

@@ -55,6 +55,11 @@ pub struct PartitionDefaults {
     pub replica_max_idle_wait: Duration,
     /// `clustering.replica.fetch.timeout`.
     pub replica_fetch_timeout: Duration,
+    /// `streams.encryption`: streams without their own `encryption` are
+    /// encrypted at rest.
+    pub encryption: bool,
+    /// The master key (`LIFTBRIDGE_ENCRYPTION_KEY`), when set.
+    pub master_key: Option<Arc<crate::crypt::MasterKey>>,
 }
 
 impl Default for PartitionDefaults {
@@ -77,11 +82,22 @@ impl Default for PartitionDefaults {
             replica_max_leader_timeout: Duration::from_secs(15),
             replica_max_idle_wait: Duration::from_secs(10),
             replica_fetch_timeout: Duration::from_secs(3),
+            encryption: false,
+            master_key: None,
         }
     }
 }
 
 impl PartitionDefaults {
+    /// The master key when the stream's values are encrypted at rest.
+    pub fn encryption_key(&self, s: &StreamMeta) -> Option<Arc<crate::crypt::MasterKey>> {
+        if s.config.encryption.unwrap_or(self.encryption) {
+            self.master_key.clone()
+        } else {
+            None
+        }
+    }
+
     /// The log configuration of a stream, overrides applied.
     pub fn log_config(&self, s: &StreamMeta) -> LogConfig {
         let c = &s.config;
@@ -692,6 +708,7 @@ impl PartitionManager {
                 max_bytes: self.inner.defaults.max_message_bytes,
                 occ: self.inner.defaults.occ(s),
                 leader_epoch: pm.leader_epoch,
+                encrypt: self.inner.defaults.encryption_key(s),
             };
             let membership = self.inner.defaults.membership(s, pm);
             self.inner

@@ -350,6 +350,7 @@ mod tests {
                 max_bytes: 1 << 20,
                 occ: false,
                 leader_epoch: 0,
+                encrypt: None,
             },
             false,
             nats.local_client("test"),

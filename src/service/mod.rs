@@ -29,6 +29,7 @@
 //! [`Service::subscribe`] belong to their subscription.
 
 pub mod acks;
+pub mod activity;
 pub mod consumers;
 pub mod publish;
 pub mod streams;

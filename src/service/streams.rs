@@ -90,10 +90,11 @@ impl Service {
             }
             n => n,
         };
-        if r.config.encryption == Some(true) {
-            return Err(ServiceError::FailedPrecondition(
-                "Encryption at rest is not available on this server".into(),
-            ));
+        if r.config.encryption == Some(true) && self.inner.parts.defaults().master_key.is_none() {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "Failed on preconditions for stream's encryption handler: {} is not set",
+                crate::crypt::MASTER_KEY_VAR
+            )));
         }
         self.propose(MetaCommand::CreateStream {
             name: r.name.clone(),

@@ -155,7 +155,7 @@ impl Service {
                 "Failed to create stream reader: segment not found".into(),
             ));
         }
-        let (tx, rx) = mpsc::channel(BATCHES_BUFFERED);
+        let (tx, mut rx) = mpsc::channel(BATCHES_BUFFERED);
         let read = async move {
             if r.reverse {
                 reader::run_reverse(p, start, stop, tx).await
@@ -163,6 +163,22 @@ impl Service {
                 reader::run(p, start, stop, tx).await
             }
         };
+        if let Some(mk) = self.inner.parts.defaults().encryption_key(&s) {
+            // Values are stored sealed: open them between the reader and
+            // the subscriber (a small second queue of the same policy).
+            let (dtx, drx) = mpsc::channel(BATCHES_BUFFERED);
+            let mut raw = rx;
+            tokio::spawn(async move {
+                while let Some(item) = raw.recv().await {
+                    let item = item.and_then(|batch| open_batch(&mk, batch));
+                    let end = item.is_err();
+                    if dtx.send(item).await.is_err() || end {
+                        break;
+                    }
+                }
+            });
+            rx = drx;
+        }
         let (Some(key), Some(c)) = (group_key, r.consumer) else {
             tokio::spawn(read);
             return Ok(Subscription { batches: rx });
@@ -230,4 +246,19 @@ impl Service {
         );
         Ok(id)
     }
+}
+
+/// Decrypts the values of a batch read from an encrypted partition; a
+/// value that does not open ends the subscription (FAILED_PRECONDITION).
+fn open_batch(mk: &crate::crypt::MasterKey, mut batch: Batch) -> Result<Batch, ReadEnd> {
+    for r in &mut batch {
+        match mk.open(&r.value) {
+            Ok(v) => r.value = v.into(),
+            Err(e) => {
+                tracing::error!(offset = r.offset, error = %e, "stored value does not decrypt");
+                return Err(ReadEnd::Failed);
+            }
+        }
+    }
+    Ok(batch)
 }

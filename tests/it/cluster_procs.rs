@@ -12,7 +12,12 @@
 //!   veth link is set down cannot commit a metadata change (its client gets
 //!   "no known metadata leader"), the majority can; after the link is back
 //!   every node's metadata is identical.
+//! - an encrypted stream is stored sealed on every replica and a follower
+//!   that takes over after the leader is killed serves the plaintext;
+//! - the activity stream goes on, in order, after the metadata leader is
+//!   killed.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -372,4 +377,244 @@ async fn cluster_procs_isolated_node_cannot_commit() {
     );
     assert_brokers(&meta, &specs);
     wait_formed(&refs).await;
+}
+
+/// Whether any file under `dir` contains `needle`.
+fn on_disk(dir: &Path, needle: &[u8]) -> bool {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                if bytes.windows(needle.len()).any(|w| w == needle) {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+/// Encryption at rest with replication: followers store the sealed
+/// records as the leader wrote them, and after the leader dies a follower
+/// that becomes leader serves the plaintext (same master key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_procs_encrypted_stream_replicates_sealed() {
+    use futures::StreamExt;
+    let specs: Vec<Spec> = ["enc-a", "enc-b", "enc-c"]
+        .iter()
+        .map(|id| Spec::new(id, "127.0.0.1"))
+        .collect();
+    let env = vec![(
+        "LIFTBRIDGE_ENCRYPTION_KEY".to_string(),
+        "0123456789abcdef0123456789abcdef".to_string(),
+    )];
+    let mut nodes: Vec<Node> = specs
+        .iter()
+        .map(|s| Node::start_with_env(s, &NodeYaml::direct(s, &specs, "lbenc"), None, env.clone()))
+        .collect();
+    for n in &mut nodes {
+        n.wait_ready().await;
+    }
+    let refs: Vec<&Node> = nodes.iter().collect();
+    wait_formed(&refs).await;
+    let req = |name: &str, encryption: bool| proto::CreateStreamRequest {
+        subject: format!("{name}.subj"),
+        name: name.into(),
+        replication_factor: 3,
+        partitions: 1,
+        encryption: Some(proto::NullableBool { value: encryption }),
+        ..Default::default()
+    };
+    let mut c = nodes[0].client().await;
+    c.create_stream(req("sealed", true))
+        .await
+        .expect("create sealed");
+    c.create_stream(req("plain", false))
+        .await
+        .expect("create plain");
+    let meta = wait_identical(&refs, "after CreateStream").await;
+    let leader_of = |s: &str| meta.streams[s][&0].0.clone();
+    for (stream, value) in [
+        ("sealed", &b"replicated-secret-marker"[..]),
+        ("plain", &b"replicated-clear-marker"[..]),
+    ] {
+        let leader = nodes
+            .iter()
+            .find(|n| n.spec.id == leader_of(stream))
+            .unwrap();
+        let mut lc = leader.client().await;
+        crate::api_common::publish_acked(&mut lc, stream, 0, b"", value).await;
+    }
+    // AckPolicy ALL: every ISR replica has both; wait for them on disk.
+    let end = Instant::now() + CLUSTER_TIMEOUT;
+    for n in &nodes {
+        let data = n.proc.dir.path().join("data");
+        while !on_disk(&data, b"replicated-clear-marker") {
+            assert!(
+                Instant::now() < end,
+                "{} never stored the clear value",
+                n.spec.id
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            !on_disk(&data, b"replicated-secret-marker"),
+            "{} stored the encrypted stream's plaintext",
+            n.spec.id
+        );
+    }
+
+    // The leader dies; a follower takes over and reads its sealed copy.
+    let old = leader_of("sealed");
+    let i = nodes.iter().position(|n| n.spec.id == old).unwrap();
+    nodes[i].proc.kill9();
+    let rest: Vec<&Node> = nodes.iter().filter(|n| n.spec.id != old).collect();
+    let end = Instant::now() + CLUSTER_TIMEOUT;
+    'outer: loop {
+        for n in &rest {
+            let Some(mut c) = n.try_client().await else {
+                continue;
+            };
+            let Ok(s) = c
+                .subscribe(crate::api_common::from_earliest("sealed", 0))
+                .await
+            else {
+                continue;
+            };
+            let mut s = s.into_inner();
+            let mut got = Vec::new();
+            while got.len() < 2 {
+                match tokio::time::timeout(Duration::from_secs(5), s.next()).await {
+                    Ok(Some(Ok(m))) => got.push(m),
+                    _ => break,
+                }
+            }
+            if got.len() == 2 {
+                assert_eq!(&got[1].value[..], b"replicated-secret-marker");
+                break 'outer;
+            }
+        }
+        assert!(
+            Instant::now() < end,
+            "no new leader served the sealed stream"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Activity events of `__activity` read from whichever node serves it,
+/// until `done` holds for them (ids and create/delete stream names).
+async fn activity_until(
+    nodes: &[&Node],
+    done: impl Fn(&[proto::ActivityStreamEvent]) -> bool,
+) -> Vec<proto::ActivityStreamEvent> {
+    use futures::StreamExt;
+    use prost::Message as _;
+    // After a failover both the metadata and __activity's partition may
+    // need a new leader, and the publisher backs off up to 10 s between
+    // attempts: allow twice the cluster timeout on a loaded machine.
+    let end = Instant::now() + 2 * CLUSTER_TIMEOUT;
+    let mut last = Vec::new();
+    loop {
+        for n in nodes {
+            let Some(mut c) = n.try_client().await else {
+                continue;
+            };
+            let Ok(s) = c
+                .subscribe(crate::api_common::from_earliest("__activity", 0))
+                .await
+            else {
+                continue;
+            };
+            let mut s = s.into_inner();
+            let mut out = Vec::new();
+            while let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(2), s.next()).await
+            {
+                if m == proto::Message::default() {
+                    continue;
+                }
+                out.push(proto::ActivityStreamEvent::decode(m.value).expect("an event"));
+                if done(&out) {
+                    return out;
+                }
+            }
+            last = out;
+        }
+        assert!(Instant::now() < end, "activity events so far: {last:#?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn created(events: &[proto::ActivityStreamEvent], name: &str) -> bool {
+    events.iter().any(|e| {
+        e.create_stream_op
+            .as_ref()
+            .is_some_and(|o| o.stream == name)
+    })
+}
+
+/// The activity stream across a metadata leader failover: the new leader
+/// goes on publishing (after what is already on the stream), in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_procs_activity_survives_metadata_failover() {
+    let specs: Vec<Spec> = ["act-a", "act-b", "act-c"]
+        .iter()
+        .map(|id| Spec::new(id, "127.0.0.1"))
+        .collect();
+    let mut nodes: Vec<Node> = specs
+        .iter()
+        .map(|s| {
+            let mut y = NodeYaml::direct(s, &specs, "lbact");
+            y.extra = "activity.stream.enabled: true\n".into();
+            Node::start(s, &y, None)
+        })
+        .collect();
+    for n in &mut nodes {
+        n.wait_ready().await;
+    }
+    let refs: Vec<&Node> = nodes.iter().collect();
+    let controller = wait_formed(&refs).await;
+    let mut c = nodes[0].client().await;
+    c.create_stream(create_req("before", 3))
+        .await
+        .expect("create before");
+    let first = activity_until(&refs, |e| created(e, "before")).await;
+    assert!(created(&first, "__activity"), "{first:#?}");
+    // Created once all three servers registered: every one holds a copy.
+    let meta = wait_identical(&refs, "after the activity stream").await;
+    assert_eq!(meta.streams["__activity"][&0].1.len(), 3, "{meta:?}");
+
+    // The metadata leader dies; the stream is created through a survivor.
+    let i = nodes.iter().position(|n| n.spec.id == controller).unwrap();
+    nodes[i].proc.kill9();
+    let rest: Vec<&Node> = nodes.iter().filter(|n| n.spec.id != controller).collect();
+    let end = Instant::now() + CLUSTER_TIMEOUT;
+    loop {
+        let mut c = rest[0].client().await;
+        match c.create_stream(create_req("after", 3)).await {
+            Ok(_) => break,
+            Err(st) if st.code() == tonic::Code::AlreadyExists => break,
+            Err(st) => {
+                assert!(Instant::now() < end, "no create after failover: {st:?}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+    let events = activity_until(&rest, |e| created(e, "after")).await;
+    assert!(created(&events, "before"), "{events:#?}");
+    // In order: each id first appears after every smaller one (a repeat
+    // after the failover is allowed: delivery is at least once).
+    let mut firsts: Vec<u64> = Vec::new();
+    for e in &events {
+        if !firsts.contains(&e.id) {
+            firsts.push(e.id);
+        }
+    }
+    assert!(firsts.windows(2).all(|w| w[0] < w[1]), "{events:#?}");
 }

@@ -139,6 +139,17 @@ impl Node {
     /// Writes the node's liftbridge.yaml into a fresh temp dir and starts
     /// it (inside network namespace `netns` when given). Does not wait.
     pub fn start(spec: &Spec, y: &NodeYaml, netns: Option<&str>) -> Node {
+        Node::start_with_env(spec, y, netns, Vec::new())
+    }
+
+    /// [`Node::start`] with extra environment variables (outside a
+    /// network namespace).
+    pub fn start_with_env(
+        spec: &Spec,
+        y: &NodeYaml,
+        netns: Option<&str>,
+        env: Vec<(String, String)>,
+    ) -> Node {
         let dir = tempfile::tempdir().expect("temp dir");
         let cfg = dir.path().join("liftbridge.yaml");
         std::fs::write(&cfg, yaml(spec, &dir.path().join("data"), y))
@@ -146,7 +157,7 @@ impl Node {
         let bin = PathBuf::from(env!("CARGO_BIN_EXE_liftbridge"));
         let args = vec!["-c".to_string(), cfg.display().to_string()];
         let proc = match netns {
-            None => Proc::spawn(&bin, args, dir),
+            None => Proc::spawn_with_env(&bin, args, env, dir),
             Some(ns) => {
                 let mut full = vec!["netns".into(), "exec".into(), ns.into()];
                 full.push(bin.display().to_string());

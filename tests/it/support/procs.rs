@@ -50,6 +50,8 @@ pub fn go_nats_server_2_9() -> PathBuf {
 pub struct Proc {
     program: PathBuf,
     args: Vec<String>,
+    /// Environment variables added for the child.
+    env: Vec<(String, String)>,
     child: Option<Child>,
     /// The process's own directory (data, config, log).
     pub dir: tempfile::TempDir,
@@ -60,10 +62,21 @@ pub struct Proc {
 impl Proc {
     /// Starts `program args…` with its output appended to `<dir>/out.log`.
     pub fn spawn(program: &Path, args: Vec<String>, dir: tempfile::TempDir) -> Proc {
+        Proc::spawn_with_env(program, args, Vec::new(), dir)
+    }
+
+    /// [`Proc::spawn`] with `env` added to the child's environment.
+    pub fn spawn_with_env(
+        program: &Path,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        dir: tempfile::TempDir,
+    ) -> Proc {
         let log = dir.path().join("out.log");
         let mut p = Proc {
             program: program.to_path_buf(),
             args,
+            env,
             child: None,
             dir,
             log,
@@ -81,6 +94,7 @@ impl Proc {
         let err = out.try_clone().expect("clone log handle");
         let child = Command::new(&self.program)
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
@@ -124,6 +138,11 @@ impl Proc {
     pub fn restart(&mut self) {
         self.kill9();
         self.start();
+    }
+
+    /// The process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Whether the process is still running.
