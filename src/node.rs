@@ -335,6 +335,12 @@ impl NodeConfig {
                 }
             },
             cache_bytes: usize::try_from(c.store.cache_size).unwrap_or(usize::MAX),
+            namespace: c.clustering.namespace.clone(),
+            min_insync_replicas: c.clustering.min_insync_replicas.max(1) as usize,
+            replica_max_lag_time: c.clustering.replica_max_lag_time,
+            replica_max_leader_timeout: c.clustering.replica_max_leader_timeout,
+            replica_max_idle_wait: c.clustering.replica_max_idle_wait,
+            replica_fetch_timeout: c.clustering.replica_fetch_timeout,
         };
         Ok(NodeConfig {
             data_dir: c.data_dir.clone(),

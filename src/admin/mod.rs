@@ -128,7 +128,7 @@ impl From<ServiceError> for AdminError {
                     | ReadEnd::ReverseEnd => AdminError::TooManyRequests(m),
                     ReadEnd::Deleted => AdminError::NotFound(m),
                     ReadEnd::Paused | ReadEnd::Failed => AdminError::Conflict(m),
-                    ReadEnd::Shutdown => AdminError::Unavailable(m),
+                    ReadEnd::Shutdown | ReadEnd::Moved => AdminError::Unavailable(m),
                     ReadEnd::Invalid(_) => AdminError::BadRequest(m),
                     ReadEnd::Store(_) => AdminError::Internal(m),
                 }
@@ -440,11 +440,33 @@ impl AdminContext {
             .parts
             .failure(&s.name, p.id, s.creation_timestamp_ns)
             .map(|f| f.reason);
+        let me = self.service.server_id();
+        let role = if p.leader == me {
+            "leader"
+        } else if p.replicas.iter().any(|r| r == me) {
+            "follower"
+        } else {
+            "none"
+        };
+        // A follower reports its own copy's log end and what it knows to be
+        // committed.
+        let replica = local
+            .is_none()
+            .then(|| self.service.local_replica(s, p.id))
+            .flatten();
+        let (newest, hw) = match &replica {
+            Some(r) => (off(r.log().newest_offset()), off(r.high_watermark())),
+            None => (newest, hw),
+        };
         json!({
             "id": p.id,
             "leader": p.leader,
             "replicas": p.replicas,
             "isr": p.isr,
+            "epoch": p.epoch,
+            "leader_epoch": p.leader_epoch,
+            "under_replicated": self.service.under_replicated(s, p),
+            "role": role,
             "paused": p.paused,
             "readonly": p.readonly,
             "newest_offset": newest,

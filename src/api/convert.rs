@@ -88,6 +88,7 @@ pub fn subscribe(r: proto::SubscribeRequest) -> Result<service::SubscribeRequest
         partition: r.partition,
         resume: r.resume,
         reverse: r.reverse,
+        read_isr_replica: r.read_isr_replica,
         consumer: r
             .consumer
             .filter(|c| !c.group_id.is_empty())

@@ -62,7 +62,7 @@ impl From<ReadEnd> for Status {
             ReadEnd::ReverseEnd => Status::unknown(m),
             ReadEnd::Deleted => Status::not_found(m),
             ReadEnd::Paused | ReadEnd::Failed => Status::failed_precondition(m),
-            ReadEnd::Shutdown => Status::unavailable(m),
+            ReadEnd::Shutdown | ReadEnd::Moved => Status::unavailable(m),
             ReadEnd::Invalid(_) => Status::invalid_argument(m),
             ReadEnd::Store(_) => Status::internal(m),
         }

@@ -13,9 +13,9 @@
 //! 3. the counts are updated before the next partition, so the partitions
 //!    of one stream spread over the brokers.
 //!
-//! The in-sync replica set of a new partition is its leader alone: the other
-//! replicas hold no data until they have fetched it from the leader, and the
-//! leader adds them to the ISR (`ExpandIsr`) once they have caught up.
+//! The in-sync replica set of a new partition is every replica: all are
+//! empty, so all are in sync; a replica that falls behind leaves it
+//! (`ShrinkIsr`) and joins again once caught up (`ExpandIsr`).
 
 use std::collections::BTreeMap;
 

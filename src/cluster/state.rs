@@ -110,6 +110,18 @@ pub struct PartitionMeta {
     pub pause_timestamps: EventTimestamps,
     /// When the readonly flag changed.
     pub readonly_timestamps: EventTimestamps,
+    /// ISR followers that reported the current leader unreachable (in its
+    /// current leader epoch); cleared when the leader changes.
+    #[serde(default)]
+    pub leader_reports: Vec<String>,
+}
+
+impl PartitionMeta {
+    /// Reports of ISR followers needed to replace the leader: a majority
+    /// of the ISR members other than the leader.
+    pub fn reports_needed(&self) -> usize {
+        self.isr.iter().filter(|r| **r != self.leader).count() / 2 + 1
+    }
 }
 
 /// Metadata of one stream.
@@ -224,7 +236,7 @@ pub enum MetaCommand {
         /// New leader's server id (must be a replica).
         leader: String,
     },
-    /// Removes a replica from the ISR; bumps the epoch.
+    /// Removes a replica (never the leader) from the ISR; bumps the epoch.
     ShrinkIsr {
         /// Stream name.
         name: String,
@@ -232,6 +244,10 @@ pub enum MetaCommand {
         partition: i32,
         /// Replica leaving the ISR.
         replica: String,
+        /// The leader epoch of the leader asking; a change asked by a
+        /// deposed leader (another epoch) is rejected. `None`: unchecked.
+        #[serde(default)]
+        leader_epoch: Option<u64>,
     },
     /// Adds a replica back to the ISR; bumps the epoch.
     ExpandIsr {
@@ -241,6 +257,9 @@ pub enum MetaCommand {
         partition: i32,
         /// Replica joining the ISR (must be a replica).
         replica: String,
+        /// As for `ShrinkIsr`.
+        #[serde(default)]
+        leader_epoch: Option<u64>,
     },
     /// Adds (or updates) a consumer in a group, creating the group with
     /// `coordinator` when it does not exist. Bumps the group epoch when the
@@ -264,6 +283,24 @@ pub enum MetaCommand {
         consumer_id: String,
         /// Whether the consumer timed out rather than left.
         expired: bool,
+    },
+    /// An ISR follower reports that it cannot reach the partition's leader
+    /// (`leader`, in `leader_epoch`). When a majority of the ISR followers
+    /// reported, the leader is replaced by one of the reporters (the
+    /// smallest server id), which is alive since it reported: the old
+    /// leader leaves the ISR, epoch and leader epoch are bumped. A report
+    /// about another leader or epoch is stale and rejected.
+    ReportLeader {
+        /// Stream name.
+        name: String,
+        /// Partition id.
+        partition: i32,
+        /// The leader reported.
+        leader: String,
+        /// Its leader epoch as the reporter knows it.
+        leader_epoch: u64,
+        /// The reporting replica.
+        reporter: String,
     },
     /// Moves a group to a new coordinator, fenced by the epoch the reporters saw.
     ChangeGroupCoordinator {
@@ -388,6 +425,19 @@ pub enum ApplyError {
         /// Epoch in the request.
         requested: u64,
     },
+}
+
+/// Rejects an ISR change asked by a leader of another leader epoch.
+fn check_leader_epoch(p: &PartitionMeta, asked: Option<u64>) -> Result<(), ApplyError> {
+    match asked {
+        Some(e) if e != p.leader_epoch => Err(ApplyError::Invalid {
+            reason: format!(
+                "stale ISR change from leader epoch {e} (current {})",
+                p.leader_epoch
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Result of applying one log entry.
@@ -654,18 +704,63 @@ impl MetadataState {
                 p.leader = leader.clone();
                 p.epoch += 1;
                 p.leader_epoch += 1;
+                p.leader_reports.clear();
                 Ok(())
             }
             MetaCommand::ShrinkIsr {
                 name,
                 partition,
                 replica,
+                leader_epoch,
             } => {
                 let p = self.partition_mut(name, *partition)?;
+                check_leader_epoch(p, *leader_epoch)?;
+                if *replica == p.leader {
+                    return Err(ApplyError::Invalid {
+                        reason: format!("{replica:?} leads the partition and stays in the ISR"),
+                    });
+                }
                 let before = p.isr.len();
                 p.isr.retain(|r| r != replica);
                 if p.isr.len() != before {
                     p.epoch += 1;
+                    p.leader_reports.retain(|r| r != replica);
+                }
+                Ok(())
+            }
+            MetaCommand::ReportLeader {
+                name,
+                partition,
+                leader,
+                leader_epoch,
+                reporter,
+            } => {
+                let p = self.partition_mut(name, *partition)?;
+                if *leader != p.leader || *leader_epoch != p.leader_epoch {
+                    return Err(ApplyError::Invalid {
+                        reason: format!(
+                            "stale report: leader is {:?} in leader epoch {}",
+                            p.leader, p.leader_epoch
+                        ),
+                    });
+                }
+                if *reporter == p.leader || !p.isr.contains(reporter) {
+                    return Err(ApplyError::Invalid {
+                        reason: format!("{reporter:?} is not an ISR follower"),
+                    });
+                }
+                if !p.leader_reports.contains(reporter) {
+                    p.leader_reports.push(reporter.clone());
+                }
+                if p.leader_reports.len() >= p.reports_needed() {
+                    let Some(new) = p.leader_reports.iter().min().cloned() else {
+                        return Ok(());
+                    };
+                    let old = std::mem::replace(&mut p.leader, new);
+                    p.isr.retain(|r| *r != old);
+                    p.epoch += 1;
+                    p.leader_epoch += 1;
+                    p.leader_reports.clear();
                 }
                 Ok(())
             }
@@ -673,8 +768,10 @@ impl MetadataState {
                 name,
                 partition,
                 replica,
+                leader_epoch,
             } => {
                 let p = self.partition_mut(name, *partition)?;
+                check_leader_epoch(p, *leader_epoch)?;
                 if !p.replicas.contains(replica) {
                     return Err(ApplyError::Invalid {
                         reason: format!("{replica:?} is not a replica"),
@@ -690,7 +787,8 @@ impl MetadataState {
     }
 
     /// Chooses replicas and leader of each new partition by broker load
-    /// (`placement::place`); the ISR starts as the leader alone.
+    /// (`placement::place`); the ISR starts as every replica (all empty,
+    /// so all in sync).
     fn place(
         &self,
         replication_factor: i32,
@@ -732,8 +830,7 @@ impl MetadataState {
             .zip(0..partitions)
             .map(|(pl, id)| PartitionMeta {
                 id,
-                // Only the leader has the data yet (see `placement`).
-                isr: vec![pl.leader.clone()],
+                isr: pl.replicas.clone(),
                 leader: pl.leader,
                 replicas: pl.replicas,
                 epoch: 0,
@@ -1016,37 +1113,133 @@ mod tests {
     }
 
     #[test]
+    fn a_majority_of_isr_followers_replaces_the_leader() {
+        let mut s = MetadataState::default();
+        for b in ["b1", "b2", "b3"] {
+            s.apply(&broker(b));
+        }
+        s.apply(&create("a", 3, 1));
+        let p = s.stream("a").unwrap().partitions[0].clone();
+        let report = |reporter: &str, leader: &str, epoch: u64| MetaCommand::ReportLeader {
+            name: "a".into(),
+            partition: 0,
+            leader: leader.into(),
+            leader_epoch: epoch,
+            reporter: reporter.into(),
+        };
+        let followers: Vec<String> = p
+            .replicas
+            .iter()
+            .filter(|r| **r != p.leader)
+            .cloned()
+            .collect();
+        assert_eq!(p.reports_needed(), 2);
+        // The leader cannot report itself; stale reports are refused.
+        assert!(matches!(
+            s.apply(&report(&p.leader, &p.leader, 0)),
+            MetaResponse::Rejected(_)
+        ));
+        assert!(matches!(
+            s.apply(&report(&followers[0], &p.leader, 9)),
+            MetaResponse::Rejected(_)
+        ));
+        // One report of two needed changes nothing but the report list;
+        // repeating it does not count twice.
+        assert_eq!(
+            s.apply(&report(&followers[1], &p.leader, 0)),
+            MetaResponse::Ok
+        );
+        assert_eq!(
+            s.apply(&report(&followers[1], &p.leader, 0)),
+            MetaResponse::Ok
+        );
+        let q = &s.stream("a").unwrap().partitions[0];
+        assert_eq!((q.leader.as_str(), q.leader_epoch), (p.leader.as_str(), 0));
+        assert_eq!(q.leader_reports, vec![followers[1].clone()]);
+        // The second report elects the smallest reporter and drops the old
+        // leader from the ISR.
+        assert_eq!(
+            s.apply(&report(&followers[0], &p.leader, 0)),
+            MetaResponse::Ok
+        );
+        let q = &s.stream("a").unwrap().partitions[0];
+        let want = followers.iter().min().unwrap();
+        assert_eq!(&q.leader, want);
+        assert_eq!((q.leader_epoch, q.epoch), (1, 1));
+        assert!(!q.isr.contains(&p.leader));
+        assert!(q.leader_reports.is_empty());
+        // With the ISR down to leader + one follower, one report suffices.
+        let other = followers.iter().find(|f| *f != want).unwrap();
+        assert_eq!(s.apply(&report(other, want, 1)), MetaResponse::Ok);
+        let q = &s.stream("a").unwrap().partitions[0];
+        assert_eq!((&q.leader, q.isr.len()), (other, 1));
+        // A leader alone in its ISR is never replaced (no unclean election).
+        assert!(matches!(
+            s.apply(&report(want, other, 2)),
+            MetaResponse::Rejected(_)
+        ));
+    }
+
+    #[test]
     fn leader_and_isr_changes_bump_epochs() {
         let mut s = MetadataState::default();
         s.apply(&broker("b1"));
         s.apply(&broker("b2"));
         s.apply(&create("a", 2, 1));
-        // A new partition's ISR is its leader alone; the follower joins it
-        // once caught up.
+        // A new partition's replicas are all empty, so all in sync.
         let p = &s.stream("a").unwrap().partitions[0];
-        assert_eq!((p.isr.clone(), p.epoch), (vec!["b1".to_string()], 0));
+        assert_eq!((p.isr.clone(), p.epoch), (p.replicas.clone(), 0));
         assert_eq!(p.replicas, ["b1", "b2"]);
-        s.apply(&MetaCommand::ExpandIsr {
-            name: "a".into(),
-            partition: 0,
-            replica: "b2".into(),
-        });
-        let p = &s.stream("a").unwrap().partitions[0];
-        assert_eq!((p.isr.len(), p.epoch), (2, 1));
         let shrink = MetaCommand::ShrinkIsr {
             name: "a".into(),
             partition: 0,
             replica: "b2".into(),
+            leader_epoch: Some(0),
         };
         s.apply(&shrink);
         let p = &s.stream("a").unwrap().partitions[0];
-        assert_eq!((p.isr.clone(), p.epoch), (vec!["b1".to_string()], 2));
+        assert_eq!((p.isr.clone(), p.epoch), (vec!["b1".to_string()], 1));
         s.apply(&shrink); // no-op: already out
-        assert_eq!(s.stream("a").unwrap().partitions[0].epoch, 2);
+        assert_eq!(s.stream("a").unwrap().partitions[0].epoch, 1);
+        // The leader never leaves its own ISR.
+        assert!(matches!(
+            s.apply(&MetaCommand::ShrinkIsr {
+                name: "a".into(),
+                partition: 0,
+                replica: "b1".into(),
+                leader_epoch: None,
+            }),
+            MetaResponse::Rejected(ApplyError::Invalid { .. })
+        ));
+        // A change asked in another leader epoch is stale.
+        assert!(matches!(
+            s.apply(&MetaCommand::ExpandIsr {
+                name: "a".into(),
+                partition: 0,
+                replica: "b2".into(),
+                leader_epoch: Some(5),
+            }),
+            MetaResponse::Rejected(ApplyError::Invalid { .. })
+        ));
         s.apply(&MetaCommand::ExpandIsr {
             name: "a".into(),
             partition: 0,
             replica: "b2".into(),
+            leader_epoch: Some(0),
+        });
+        let p = &s.stream("a").unwrap().partitions[0];
+        assert_eq!((p.isr.len(), p.epoch), (2, 2));
+        s.apply(&MetaCommand::ShrinkIsr {
+            name: "a".into(),
+            partition: 0,
+            replica: "b2".into(),
+            leader_epoch: None,
+        });
+        s.apply(&MetaCommand::ExpandIsr {
+            name: "a".into(),
+            partition: 0,
+            replica: "b2".into(),
+            leader_epoch: None,
         });
         s.apply(&MetaCommand::ChangeLeader {
             name: "a".into(),
@@ -1054,7 +1247,7 @@ mod tests {
             leader: "b2".into(),
         });
         let p = &s.stream("a").unwrap().partitions[0];
-        assert_eq!((p.leader.as_str(), p.epoch, p.leader_epoch), ("b2", 4, 1));
+        assert_eq!((p.leader.as_str(), p.epoch, p.leader_epoch), ("b2", 5, 1));
         assert!(matches!(
             s.apply(&MetaCommand::ChangeLeader {
                 name: "a".into(),
@@ -1139,6 +1332,7 @@ mod proptests {
                     name,
                     partition,
                     replica,
+                    leader_epoch: None,
                 }
             }),
             (name(), 0i32..4, server()).prop_map(|(name, partition, replica)| {
@@ -1146,8 +1340,18 @@ mod proptests {
                     name,
                     partition,
                     replica,
+                    leader_epoch: None,
                 }
             }),
+            (name(), 0i32..4, server(), 0u64..3, server()).prop_map(
+                |(name, partition, leader, leader_epoch, reporter)| MetaCommand::ReportLeader {
+                    name,
+                    partition,
+                    leader,
+                    leader_epoch,
+                    reporter,
+                }
+            ),
             (
                 name(),
                 server(),
@@ -1193,6 +1397,16 @@ mod proptests {
                     "isr within replicas"
                 );
                 assert!(p.leader_epoch <= p.epoch, "leader changes bump both epochs");
+                assert!(
+                    p.leader_reports
+                        .iter()
+                        .all(|r| p.isr.contains(r) && *r != p.leader),
+                    "only ISR followers report the leader"
+                );
+                assert!(
+                    p.leader_reports.len() < p.reports_needed().max(1),
+                    "enough reports replace the leader at once"
+                );
                 if p.paused {
                     assert_ne!(
                         p.pause_timestamps.latest_ns, 0,

@@ -34,8 +34,6 @@ const NO_SEGMENTS: &str =
     "the log is one redb database per partition, not segment files; retention and compaction work per record";
 const GROUP_COMMIT: &str =
     "appends that arrive together share one storage commit (group commit) without an added wait";
-const NOT_REPLICATED: &str =
-    "partition data is not replicated yet: each partition's log lives on its leader";
 const EMBEDDED_ONLY: &str =
     "the node always embeds its NATS server and reaches it in process; external NATS servers are not supported yet";
 
@@ -72,11 +70,6 @@ pub fn key_status(key: &str) -> Option<KeyStatus> {
         "clustering.raft.cache.size" => {
             NotApplicable("the metadata log is read from its database, with no separate cache")
         }
-        "clustering.replica.max.lag.time"
-        | "clustering.replica.max.leader.timeout"
-        | "clustering.replica.max.idle.wait"
-        | "clustering.replica.fetch.timeout"
-        | "clustering.min.insync.replicas" => NotApplicable(NOT_REPLICATED),
         "activity.stream.enabled" => Unsupported(
             "activity events are not published yet; the __activity stream would stay empty",
         ),

@@ -54,6 +54,7 @@ struct Row {
     /// The partition's log failed to open here (lost or corrupt files).
     failed: bool,
     isr: usize,
+    under_replicated: bool,
     log: Option<LogRow>,
 }
 
@@ -170,6 +171,7 @@ impl Collector for PartitionCollector {
                         .failure(&s.name, p.id, s.creation_timestamp_ns)
                         .is_some(),
                     isr: p.isr.len(),
+                    under_replicated: self.parts.defaults().under_replicated(s, p),
                     log: self.parts.get(&s.name, p.id).map(|p| log_row(&p)),
                 });
             }
@@ -305,6 +307,14 @@ impl Collector for PartitionCollector {
             "Replicas in the partition's in-sync replica set.",
             None,
             |r| Some(r.isr as i64),
+        )?;
+        family_gauge(
+            &mut enc,
+            &rows,
+            "liftbridge_partition_under_replicated",
+            "1 when a replica is out of the in-sync set or the set is below its minimum (nothing commits then).",
+            None,
+            |r| Some(r.under_replicated as i64),
         )
     }
 }

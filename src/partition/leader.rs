@@ -1,4 +1,12 @@
-//! One partition led by this node: its log, its stenographer and its state.
+//! One partition replicated on this node: its log, its role (leader or
+//! follower), its stenographer when it leads, and its state.
+//!
+//! A `Partition` has one role for its whole life: when the metadata gives
+//! the node another role or another leader epoch, the manager stops it and
+//! opens a new one on the same files. As leader it records (below) and
+//! serves its followers (`fetch_server`); as follower it copies the
+//! leader's log (`follower`). Replication state (who has what, the ISR,
+//! the ALL acks waiting for a commit) is `replication::IsrState`.
 //!
 //! The stenographer is a task that owns an in-process NATS subscription on
 //! the partition subject (a queue subscription when the stream has a group)
@@ -28,8 +36,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::replication::{IsrState, WaitingAcks};
 use crate::nats::handle::{LocalClient, LocalMsg};
-use crate::store::{NewRecord, PartitionLog, StoreError};
+use crate::store::{AppendResult, NewRecord, PartitionLog, StoreError};
 use crate::time::now_ns;
 use crate::wire::{envelope, Ack, AckError, AckPolicy};
 
@@ -57,6 +66,78 @@ pub enum Closed {
     Shutdown,
     /// The log was found damaged (subscribers get FAILED_PRECONDITION).
     Failed,
+    /// This node's role changed (another leader or leader epoch):
+    /// subscribers get UNAVAILABLE and resubscribe where the metadata says.
+    Moved,
+}
+
+/// This node's role for a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// It leads: records, serves fetches, tracks the ISR.
+    Leader,
+    /// It copies the log of `leader`.
+    Follower {
+        /// Server id of the leader followed.
+        leader: String,
+    },
+}
+
+/// Replication settings and identity shared by the partitions of a node.
+#[derive(Clone)]
+pub struct ReplicaContext {
+    /// This server's id.
+    pub me: String,
+    /// `clustering.namespace` (prefix of the internal subjects).
+    pub namespace: String,
+    /// For ISR changes and leader reports.
+    pub meta: Option<crate::cluster::Metadata>,
+    /// `clustering.replica.max.lag.time`.
+    pub max_lag: std::time::Duration,
+    /// `clustering.replica.max.leader.timeout`.
+    pub leader_timeout: std::time::Duration,
+    /// `clustering.replica.max.idle.wait`.
+    pub idle_wait: std::time::Duration,
+    /// `clustering.replica.fetch.timeout`.
+    pub fetch_timeout: std::time::Duration,
+    /// `clustering.replication.max.bytes`: size of one fetch answer.
+    pub max_bytes: usize,
+}
+
+impl std::fmt::Debug for ReplicaContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicaContext")
+            .field("me", &self.me)
+            .field("namespace", &self.namespace)
+            .finish()
+    }
+}
+
+impl ReplicaContext {
+    /// A context for a node alone (tests, tools): no metadata proposals.
+    pub fn standalone(me: &str) -> ReplicaContext {
+        ReplicaContext {
+            me: me.to_string(),
+            namespace: "liftbridge-default".into(),
+            meta: None,
+            max_lag: std::time::Duration::from_secs(15),
+            leader_timeout: std::time::Duration::from_secs(15),
+            idle_wait: std::time::Duration::from_secs(10),
+            fetch_timeout: std::time::Duration::from_secs(3),
+            max_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Who replicates a partition, from the metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    /// All replicas, leader included.
+    pub replicas: Vec<String>,
+    /// In-sync replicas.
+    pub isr: Vec<String>,
+    /// Fewest in-sync replicas for a commit (`minIsr`).
+    pub min_isr: usize,
 }
 
 /// Settings of one partition that the stenographer needs.
@@ -66,7 +147,8 @@ pub struct PartitionSettings {
     pub max_bytes: usize,
     /// Optimistic concurrency control: one message per append, checked.
     pub occ: bool,
-    /// Leader epoch stamped on appended records.
+    /// Leader epoch stamped on appended records (as follower: the leader
+    /// epoch followed).
     pub leader_epoch: u64,
 }
 
@@ -103,6 +185,19 @@ pub struct Partition {
     /// moves back; readers deliver only below it and wait on it.
     hw: watch::Sender<u64>,
     steno: Mutex<Option<(CancellationToken, JoinHandle<()>)>>,
+    /// Leader or follower, for the object's whole life.
+    role: Role,
+    /// Identity and replication settings of this node.
+    pub(super) ctx: ReplicaContext,
+    /// As leader: the ISR bookkeeping (`None` as follower).
+    isr: Mutex<Option<IsrState>>,
+    /// As leader: ALL acks waiting for the committed end.
+    waiting: Mutex<WaitingAcks<Pending>>,
+    /// As follower: woken by the leader's new-data notification.
+    pub(super) wake: tokio::sync::Notify,
+    /// Replication tasks (fetch server, ISR check, follower loop),
+    /// cancelled when the partition stops.
+    tasks: Mutex<Vec<(CancellationToken, JoinHandle<()>)>>,
 }
 
 impl std::fmt::Debug for Partition {
@@ -116,7 +211,7 @@ impl std::fmt::Debug for Partition {
 }
 
 /// Per-message bookkeeping kept until its ack is sent.
-struct Pending {
+pub(super) struct Pending {
     ack_inbox: String,
     correlation_id: String,
     ack_policy: i32,
@@ -139,14 +234,30 @@ impl Partition {
         settings: PartitionSettings,
         readonly: bool,
         nats: LocalClient,
+        role: Role,
+        membership: Membership,
+        ctx: ReplicaContext,
     ) -> Arc<Partition> {
         let subject = if id == 0 {
             stream_subject.clone()
         } else {
             format!("{stream_subject}.{id}")
         };
-        // Whatever the log holds when it is opened here was committed.
-        let committed_end = log.log_end_offset();
+        // Alone, whatever the log holds was committed. Replicated, what is
+        // committed is learnt from the ISR (as leader) or from the leader
+        // (as follower): until then, nothing is served past what is known.
+        let alone = membership.replicas.len() <= 1;
+        let committed_end = if alone { log.log_end_offset() } else { 0 };
+        let isr = (role == Role::Leader).then(|| {
+            IsrState::new(
+                &ctx.me,
+                &membership.replicas,
+                &membership.isr,
+                membership.min_isr,
+                log.log_end_offset(),
+                std::time::Instant::now(),
+            )
+        });
         Arc::new(Partition {
             stream,
             id,
@@ -165,7 +276,162 @@ impl Partition {
             closed: watch::channel(None).0,
             failure: Mutex::new(None),
             steno: Mutex::new(None),
+            role,
+            ctx,
+            isr: Mutex::new(isr),
+            waiting: Mutex::new(WaitingAcks::default()),
+            wake: tokio::sync::Notify::new(),
+            tasks: Mutex::new(Vec::new()),
         })
+    }
+
+    /// This node's role for the partition.
+    pub fn role(&self) -> &Role {
+        &self.role
+    }
+
+    /// Whether this node leads the partition.
+    pub fn is_leader(&self) -> bool {
+        self.role == Role::Leader
+    }
+
+    /// The leader epoch this partition object serves (leader) or follows.
+    pub fn leader_epoch(&self) -> u64 {
+        self.settings.lock().leader_epoch
+    }
+
+    /// Whether the ISR lacks a replica or is below its minimum (leader
+    /// only; a follower reports false).
+    pub fn under_replicated(&self) -> bool {
+        self.isr
+            .lock()
+            .as_ref()
+            .is_some_and(|s| s.under_replicated())
+    }
+
+    /// The ISR as this leader applies it (empty as follower).
+    pub fn isr(&self) -> Vec<String> {
+        self.isr
+            .lock()
+            .as_ref()
+            .map(|s| s.isr().to_vec())
+            .unwrap_or_default()
+    }
+
+    /// ALL acks waiting for a commit.
+    pub fn waiting_acks(&self) -> usize {
+        self.waiting.lock().len()
+    }
+
+    /// Applies a metadata change of the ISR, replicas or minimum (leader).
+    pub fn set_membership(&self, m: &Membership) {
+        if let Some(st) = self.isr.lock().as_mut() {
+            st.set_membership(&m.replicas, &m.isr, m.min_isr, std::time::Instant::now());
+        }
+        self.recompute_commit(None, false);
+    }
+
+    /// Runs a replication task until the partition stops.
+    pub(super) fn spawn_task<F>(
+        self: &Arc<Self>,
+        f: impl FnOnce(Arc<Partition>, CancellationToken) -> F,
+    ) where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let token = CancellationToken::new();
+        let handle = tokio::spawn(f(self.clone(), token.clone()));
+        self.tasks.lock().push((token, handle));
+    }
+
+    /// As leader: a follower fetched at `offset`. Returns whether it may
+    /// rejoin the ISR.
+    pub(super) fn follower_fetched(&self, replica: &str, offset: u64) -> bool {
+        let committed = self.committed_end();
+        let outcome = match self.isr.lock().as_mut() {
+            Some(st) => st.fetched(replica, offset, committed, std::time::Instant::now()),
+            None => return false,
+        };
+        self.recompute_commit(Some(replica), false);
+        outcome.rejoin
+    }
+
+    /// As leader: its durable log end (what followers may copy).
+    pub(super) fn leader_leo(&self) -> u64 {
+        self.isr
+            .lock()
+            .as_ref()
+            .map_or_else(|| self.log.log_end_offset(), |s| s.leader_leo())
+    }
+
+    /// As leader: ISR followers lagging for longer than `max_lag`.
+    pub(super) fn lagging(&self) -> Vec<String> {
+        self.isr
+            .lock()
+            .as_ref()
+            .map(|s| s.lagging(std::time::Instant::now(), self.ctx.max_lag))
+            .unwrap_or_default()
+    }
+
+    /// As follower: the leader's committed end is `end`; what this replica
+    /// has of it is committed here too.
+    pub(super) fn follower_committed(&self, end: u64) {
+        let end = end.min(self.log.log_end_offset());
+        self.advance_committed(end);
+        self.log.set_compaction_limit(self.committed_end());
+    }
+
+    /// As leader: recomputes the committed end from the ISR, sends the ALL
+    /// acks it passed, and notifies idle followers when there is something
+    /// new for them (`new_data`, or a committed end that moved), except
+    /// `requester` (its answer carries the news).
+    fn recompute_commit(&self, requester: Option<&str>, new_data: bool) {
+        let before = self.committed_end();
+        let end = match self.isr.lock().as_ref() {
+            Some(st) => st.committed_end(),
+            None => return,
+        };
+        if let Some(end) = end {
+            self.advance_committed(end);
+        }
+        let committed = self.committed_end();
+        if committed != before {
+            self.log.set_compaction_limit(committed);
+        }
+        let ready = self.waiting.lock().release(committed);
+        for (offset, p) in ready {
+            self.send_ack(&p, offset as i64, AckError::Ok);
+        }
+        if new_data || committed != before {
+            let idle = match self.isr.lock().as_mut() {
+                Some(st) => st.take_idle_except(requester),
+                None => Vec::new(),
+            };
+            for f in idle {
+                self.notify_follower(&f);
+            }
+        }
+    }
+
+    /// Wakes an idle follower: there is something new to fetch.
+    fn notify_follower(&self, server: &str) {
+        let n = crate::wire::pb::PartitionNotification {
+            stream: self.stream.clone(),
+            partition: self.id,
+        };
+        let subject = super::subjects::notify(&self.ctx.namespace, server);
+        if let Err(e) = self.nats.publish(
+            &subject,
+            None,
+            None,
+            crate::wire::replication::encode_notification(&n),
+        ) {
+            tracing::debug!(%subject, error = %e, "notifying a follower");
+        }
+    }
+
+    /// The NATS client this partition uses.
+    pub(super) fn nats(&self) -> &LocalClient {
+        &self.nats
     }
 
     /// Records that the log was found damaged (the first reason is kept);
@@ -286,7 +552,7 @@ impl Partition {
 
     /// Starts recording the partition subject (no-op when readonly or running).
     pub fn start_stenographer(self: &Arc<Self>) -> Result<(), crate::nats::NatsError> {
-        if self.is_readonly() {
+        if self.is_readonly() || !self.is_leader() {
             return Ok(());
         }
         let mut guard = self.steno.lock();
@@ -319,6 +585,11 @@ impl Partition {
             t.cancel();
             // The task ends by itself after its current batch; a join error
             // would mean it panicked, which leaves nothing to clean up.
+            let _ = h.await;
+        }
+        let tasks: Vec<_> = self.tasks.lock().drain(..).collect();
+        for (t, h) in tasks {
+            t.cancel();
             let _ = h.await;
         }
         self.closed.send_replace(Some(why));
@@ -363,7 +634,7 @@ impl Partition {
                     let me = self.clone();
                     self.log
                         .append_then(rec.epoch, None, rec.records, move |r| {
-                            me.acknowledge(r, &rec.pending, rec.reception_ns);
+                            me.acknowledge(r, rec.pending, rec.reception_ns);
                             drop(permit);
                         });
                 }
@@ -386,24 +657,42 @@ impl Partition {
     /// Sends the acks of a written batch (runs on the store's writer thread).
     fn acknowledge(
         &self,
-        r: Result<crate::store::AppendResult, StoreError>,
-        pending: &[Pending],
+        r: Result<AppendResult, StoreError>,
+        pending: Vec<Pending>,
         reception_ns: i64,
     ) {
         match r {
-            Ok(a) => {
-                // Alone, the leader's append is the commit.
-                self.advance_committed(a.last_offset + 1);
-                self.mark_received(reception_ns);
-                for (i, p) in pending.iter().enumerate() {
-                    self.send_ack(p, a.first_offset as i64 + i as i64, AckError::Ok);
-                }
-            }
+            Ok(a) => self.written(a, pending, reception_ns),
             Err(StoreError::Closed(_)) => {}
             Err(e) => {
                 tracing::error!(stream = %self.stream, partition = self.id, error = %e, "recording batch")
             }
         }
+    }
+
+    /// A batch is in the leader's log: LEADER acks go out, ALL acks wait
+    /// for the committed end (which may pass them at once).
+    fn written(&self, a: AppendResult, pending: Vec<Pending>, reception_ns: i64) {
+        self.mark_received(reception_ns);
+        let mut all = Vec::new();
+        for (i, p) in pending.into_iter().enumerate() {
+            let offset = a.first_offset + i as u64;
+            if p.ack_policy == AckPolicy::All as i32 && !p.ack_inbox.is_empty() {
+                all.push((offset, p));
+            } else {
+                self.send_ack(&p, offset as i64, AckError::Ok);
+            }
+        }
+        if let Some(st) = self.isr.lock().as_mut() {
+            st.appended(a.last_offset + 1);
+        }
+        {
+            let mut w = self.waiting.lock();
+            for (o, p) in all {
+                w.push(o, p);
+            }
+        }
+        self.recompute_commit(None, true);
     }
 
     /// Records one batch of NATS messages. Checked (OCC) appends are done
@@ -447,11 +736,7 @@ impl Partition {
                     self.log.append(settings.leader_epoch, vec![r]).await
                 };
                 match res {
-                    Ok(a) => {
-                        self.advance_committed(a.last_offset + 1);
-                        self.mark_received(reception_ns);
-                        self.send_ack(&p, a.first_offset as i64, AckError::Ok);
-                    }
+                    Ok(a) => self.written(a, vec![p], reception_ns),
                     Err(StoreError::OffsetMismatch { .. }) => {
                         self.send_ack(&p, 0, AckError::IncorrectOffset);
                     }

@@ -10,8 +10,8 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::leader::{Closed, Partition, PartitionSettings};
-use crate::cluster::state::{MetaCommand, MetadataState, StreamMeta};
+use super::leader::{Closed, Membership, Partition, PartitionSettings, ReplicaContext, Role};
+use crate::cluster::state::{MetaCommand, MetadataState, PartitionMeta, StreamMeta};
 use crate::cluster::Metadata;
 use crate::nats::handle::LocalClient;
 use crate::store::{LogConfig, PartitionLog, RetentionPolicy, StoreError, SyncPolicy};
@@ -43,6 +43,18 @@ pub struct PartitionDefaults {
     pub sync: SyncPolicy,
     /// `store.cache.size`: page cache of each partition's database.
     pub cache_bytes: usize,
+    /// `clustering.namespace` (prefix of replication subjects).
+    pub namespace: String,
+    /// `clustering.min.insync.replicas`.
+    pub min_insync_replicas: usize,
+    /// `clustering.replica.max.lag.time`.
+    pub replica_max_lag_time: Duration,
+    /// `clustering.replica.max.leader.timeout`.
+    pub replica_max_leader_timeout: Duration,
+    /// `clustering.replica.max.idle.wait`.
+    pub replica_max_idle_wait: Duration,
+    /// `clustering.replica.fetch.timeout`.
+    pub replica_fetch_timeout: Duration,
 }
 
 impl Default for PartitionDefaults {
@@ -59,6 +71,12 @@ impl Default for PartitionDefaults {
             max_message_bytes: 1024 * 1024,
             sync: SyncPolicy::Always,
             cache_bytes: 64 << 20,
+            namespace: "liftbridge-default".into(),
+            min_insync_replicas: 1,
+            replica_max_lag_time: Duration::from_secs(15),
+            replica_max_leader_timeout: Duration::from_secs(15),
+            replica_max_idle_wait: Duration::from_secs(10),
+            replica_fetch_timeout: Duration::from_secs(3),
         }
     }
 }
@@ -93,6 +111,30 @@ impl PartitionDefaults {
             cache_bytes: self.cache_bytes,
             observer: crate::metrics::store::observer(),
         }
+    }
+
+    /// The stream's minimum in-sync replicas (`minIsr`, else the server's),
+    /// at least 1.
+    pub fn min_isr(&self, s: &StreamMeta) -> usize {
+        s.config
+            .min_isr
+            .map_or(self.min_insync_replicas, |v| v.max(1) as usize)
+            .max(1)
+    }
+
+    /// Who replicates partition `p` of stream `s`.
+    pub fn membership(&self, s: &StreamMeta, p: &PartitionMeta) -> Membership {
+        Membership {
+            replicas: p.replicas.clone(),
+            isr: p.isr.clone(),
+            min_isr: self.min_isr(s),
+        }
+    }
+
+    /// Whether a partition is under-replicated: a replica out of the ISR,
+    /// or the ISR below the stream's minimum (then nothing commits).
+    pub fn under_replicated(&self, s: &StreamMeta, p: &PartitionMeta) -> bool {
+        p.isr.len() < p.replicas.len() || p.isr.len() < self.min_isr(s)
     }
 
     /// Whether OCC applies to the stream.
@@ -189,6 +231,8 @@ struct Inner {
     failed: Mutex<HashMap<Key, PartitionFailure>>,
     /// Bumped after every reconciliation (waiters re-check the map).
     generation: watch::Sender<u64>,
+    /// Identity and replication settings handed to every partition.
+    ctx: ReplicaContext,
 }
 
 /// Starts, stops and finds the partitions this node leads.
@@ -201,6 +245,7 @@ pub struct PartitionManager {
 pub struct ManagerTasks {
     reconcile: JoinHandle<()>,
     auto_pause: JoinHandle<()>,
+    notify: Option<JoinHandle<()>>,
 }
 
 impl PartitionManager {
@@ -212,12 +257,24 @@ impl PartitionManager {
         defaults: PartitionDefaults,
     ) -> (PartitionManager, ManagerTasks) {
         let me = meta.node().id.clone();
+        let ctx = ReplicaContext {
+            me: me.clone(),
+            namespace: defaults.namespace.clone(),
+            meta: Some(meta.clone()),
+            max_lag: defaults.replica_max_lag_time,
+            leader_timeout: defaults.replica_max_leader_timeout,
+            idle_wait: defaults.replica_max_idle_wait,
+            fetch_timeout: defaults.replica_fetch_timeout,
+            max_bytes: defaults.max_message_bytes,
+        };
+        let notify_sub = nats.subscribe(&super::subjects::notify(&defaults.namespace, &me), None);
         let mgr = PartitionManager {
             inner: Arc::new(Inner {
                 data_dir: data_dir.to_path_buf(),
                 me,
                 nats,
                 meta: meta.clone(),
+                ctx,
                 defaults,
                 running: Mutex::new(HashMap::new()),
                 seen: Mutex::new(HashMap::new()),
@@ -239,11 +296,34 @@ impl PartitionManager {
         });
         let m = mgr.clone();
         let auto_pause = tokio::spawn(async move { m.auto_pause_loop().await });
+        // Notifications wake idle followers; without the subscription they
+        // still fetch every `replica.max.idle.wait`.
+        let notify = match notify_sub {
+            Ok(mut sub) => {
+                let m = mgr.clone();
+                Some(tokio::spawn(async move {
+                    while let Some(msg) = sub.next().await {
+                        let Ok(n) = crate::wire::replication::decode_notification(&msg.payload)
+                        else {
+                            continue;
+                        };
+                        if let Some(p) = m.get_replica(&n.stream, n.partition) {
+                            p.wake.notify_one();
+                        }
+                    }
+                }))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "subscribing to replication notifications");
+                None
+            }
+        };
         (
             mgr,
             ManagerTasks {
                 reconcile,
                 auto_pause,
+                notify,
             },
         )
     }
@@ -260,11 +340,29 @@ impl PartitionManager {
 
     /// The running partition, if this node leads it and it is not paused.
     pub fn get(&self, stream: &str, id: i32) -> Option<Arc<Partition>> {
+        self.get_replica(stream, id).filter(|p| p.is_leader())
+    }
+
+    /// The running partition in whatever role this node has (leader or
+    /// follower), if it is not paused.
+    pub fn get_replica(&self, stream: &str, id: i32) -> Option<Arc<Partition>> {
         self.inner
             .running
             .lock()
             .get(&(stream.to_string(), id))
             .cloned()
+    }
+
+    /// Every running partition (leaders and followers), ordered by stream
+    /// and id.
+    pub fn replicas(&self) -> Vec<Arc<Partition>> {
+        let mut v: Vec<_> = self
+            .running_snapshot()
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        v.sort_by(|a, b| (&a.stream, a.id).cmp(&(&b.stream, b.id)));
+        v
     }
 
     /// The offsets of a paused partition led here (same stream
@@ -365,6 +463,28 @@ impl PartitionManager {
         tokio::time::timeout(timeout, wait).await.unwrap_or(None)
     }
 
+    /// Waits up to `timeout` for the partition to run here in any role.
+    pub async fn wait_for_replica(
+        &self,
+        stream: &str,
+        id: i32,
+        timeout: Duration,
+    ) -> Option<Arc<Partition>> {
+        let mut rx = self.inner.generation.subscribe();
+        let wait = async {
+            loop {
+                rx.borrow_and_update();
+                if let Some(p) = self.get_replica(stream, id) {
+                    return Some(p);
+                }
+                if rx.changed().await.is_err() {
+                    return None;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.unwrap_or(None)
+    }
+
     /// Waits up to `timeout` for the partition to be gone from this node
     /// (after a pause or a deletion).
     pub async fn wait_gone(&self, stream: &str, id: i32, timeout: Duration) {
@@ -397,23 +517,47 @@ impl PartitionManager {
             return;
         }
         let me = &self.inner.me;
-        let mut wanted: HashMap<Key, (&StreamMeta, i32)> = HashMap::new();
+        let mut wanted: HashMap<Key, (&StreamMeta, i32, Role)> = HashMap::new();
         for s in state.streams.values() {
             for p in &s.partitions {
-                if p.leader == *me && !p.paused {
-                    wanted.insert((s.name.clone(), p.id), (s, p.id));
+                if p.paused || !p.replicas.contains(me) || p.leader.is_empty() {
+                    continue;
                 }
+                let role = if p.leader == *me {
+                    Role::Leader
+                } else {
+                    Role::Follower {
+                        leader: p.leader.clone(),
+                    }
+                };
+                wanted.insert((s.name.clone(), p.id), (s, p.id, role));
             }
         }
-        // Stop what is no longer wanted (paused, deleted, recreated).
+        // Stop what is no longer wanted (paused, deleted, recreated) or
+        // wanted in another role or leader epoch. What a replaced partition
+        // knew to be committed stays committed in its successor (all of it
+        // is on every in-sync replica, so on any new leader too).
+        let mut carried: HashMap<Key, u64> = HashMap::new();
         let current = self.running_snapshot();
         for (key, part) in current {
             let stream = state.streams.get(&key.0);
             let same_stream = stream.is_some_and(|s| s.creation_timestamp_ns == part.creation_ns);
-            if same_stream && wanted.contains_key(&key) {
+            let same_role = wanted.get(&key).is_some_and(|(s, id, role)| {
+                role == part.role()
+                    && s.partition(*id)
+                        .is_some_and(|pm| pm.leader_epoch == part.leader_epoch())
+            });
+            if same_stream && same_role {
                 continue;
             }
             self.inner.running.lock().remove(&key);
+            if same_stream && wanted.contains_key(&key) {
+                tracing::info!(stream = %key.0, partition = key.1, "partition role or leader epoch changed");
+                part.stop(Closed::Moved).await;
+                carried.insert(key.clone(), part.committed_end());
+                self.inner.generation.send_modify(|g| *g += 1);
+                continue;
+            }
             let deleted = !same_stream;
             let paused = same_stream
                 && stream
@@ -512,19 +656,21 @@ impl PartitionManager {
         self.inner.failed.lock().retain(|key, f| {
             wanted
                 .get(key)
-                .is_some_and(|(s, _)| s.creation_timestamp_ns == f.creation_ns)
+                .is_some_and(|(s, _, _)| s.creation_timestamp_ns == f.creation_ns)
         });
         // Start or update what is wanted.
-        for (key, (s, id)) in wanted {
+        for (key, (s, id, role)) in wanted {
             let Some(pm) = s.partition(id) else { continue };
             let settings = PartitionSettings {
                 max_bytes: self.inner.defaults.max_message_bytes,
                 occ: self.inner.defaults.occ(s),
                 leader_epoch: pm.leader_epoch,
             };
-            let existing = self.get(&key.0, key.1);
+            let membership = self.inner.defaults.membership(s, pm);
+            let existing = self.get_replica(&key.0, key.1);
             if let Some(p) = existing {
                 p.update_settings(settings);
+                p.set_membership(&membership);
                 if let Err(e) = p.set_readonly(pm.readonly) {
                     tracing::error!(stream = %key.0, partition = key.1, error = %e, "changing readonly state");
                 }
@@ -539,8 +685,14 @@ impl PartitionManager {
             {
                 continue;
             }
-            match self.open_partition(s, id, settings, pm.readonly).await {
+            match self
+                .open_partition(s, id, settings, pm.readonly, role, membership)
+                .await
+            {
                 Ok(p) => {
+                    if let Some(c) = carried.get(&key) {
+                        p.advance_committed((*c).min(p.log().log_end_offset()));
+                    }
                     self.inner.failed.lock().remove(&key);
                     self.inner.running.lock().insert(key, p);
                 }
@@ -612,21 +764,31 @@ impl PartitionManager {
         Ok(o)
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn open_partition(
         &self,
         s: &StreamMeta,
         id: i32,
         settings: PartitionSettings,
         readonly: bool,
+        role: Role,
+        membership: Membership,
     ) -> Result<Arc<Partition>, PartitionError> {
-        let dir = self.partition_dir(&s.name, id);
-        let cfg = self.inner.defaults.log_config(s);
-        let log = tokio::task::spawn_blocking(move || PartitionLog::open(&dir, "log", cfg))
-            .await
-            .map_err(|e| PartitionError::Io {
-                path: self.partition_dir(&s.name, id),
-                source: std::io::Error::other(e.to_string()),
-            })??;
+        let log = match self.open_log(s, id).await {
+            Ok(log) => log,
+            // A follower's lost or damaged copy is rebuilt from the leader,
+            // which has everything committed: removed and fetched anew.
+            Err(PartitionError::Store(
+                e @ (StoreError::Lost { .. }
+                | StoreError::Corrupt { .. }
+                | StoreError::CorruptRecord { .. }),
+            )) if role != Role::Leader => {
+                tracing::error!(stream = %s.name, partition = id, error = %e, "follower copy lost or damaged; rebuilding it from the leader");
+                self.remove_files(&s.name, id).await;
+                self.open_log(s, id).await?
+            }
+            Err(e) => return Err(e),
+        };
         // Reception times survive restarts through the stored timestamps.
         let first = match log.oldest_offset() {
             Some(o) => log
@@ -654,16 +816,46 @@ impl PartitionManager {
             settings,
             readonly,
             self.inner.nats.clone(),
+            role.clone(),
+            membership.clone(),
+            self.inner.ctx.clone(),
         );
+        // A leader whose ISR is itself alone commits what it holds now.
+        p.set_membership(&membership);
         p.seed_received(first.unwrap_or(0), latest.unwrap_or(0));
-        p.start_stenographer()?;
+        let started = match &role {
+            Role::Leader => super::fetch_server::start(&p).and_then(|()| p.start_stenographer()),
+            Role::Follower { leader } => {
+                super::follower::start(&p, leader.clone());
+                Ok(())
+            }
+        };
+        if let Err(e) = started {
+            p.stop(Closed::Shutdown).await;
+            return Err(e.into());
+        }
         tracing::info!(
             stream = %s.name,
             partition = id,
+            role = ?role,
+            leader_epoch = p.leader_epoch(),
             newest = ?p.log().newest_offset(),
-            "partition leader started"
+            "partition started"
         );
         Ok(p)
+    }
+
+    async fn open_log(&self, s: &StreamMeta, id: i32) -> Result<PartitionLog, PartitionError> {
+        let dir = self.partition_dir(&s.name, id);
+        let cfg = self.inner.defaults.log_config(s);
+        let path = dir.clone();
+        tokio::task::spawn_blocking(move || PartitionLog::open(&dir, "log", cfg))
+            .await
+            .map_err(|e| PartitionError::Io {
+                path,
+                source: std::io::Error::other(e.to_string()),
+            })?
+            .map_err(PartitionError::from)
     }
 
     /// Stops a running partition whose log was found damaged and keeps it
@@ -751,7 +943,7 @@ impl PartitionManager {
             }
             let running: Vec<_> = running
                 .into_iter()
-                .filter(|(_, p)| p.failure().is_none())
+                .filter(|(_, p)| p.failure().is_none() && p.is_leader())
                 .collect();
             for (key, p) in running {
                 let Some(s) = state.stream(&key.0) else {
@@ -789,6 +981,10 @@ impl PartitionManager {
         tasks.auto_pause.abort();
         let _ = tasks.reconcile.await;
         let _ = tasks.auto_pause.await;
+        if let Some(n) = tasks.notify {
+            n.abort();
+            let _ = n.await;
+        }
         let parts: Vec<Arc<Partition>> =
             self.inner.running.lock().drain().map(|(_, p)| p).collect();
         for p in parts {

@@ -1,11 +1,15 @@
 //! A partition's life on this node: the manager that follows the metadata,
-//! the leader (stenographer + acks) and the readers.
+//! the leader (stenographer + acks), replication (the leader's fetch
+//! server, the follower loop, the ISR bookkeeping) and the readers.
 //!
 //! The `PartitionManager` watches the replicated metadata and reconciles:
-//! every partition this node leads that is not paused has an open log under
-//! `<data>/streams/<stream>/<partition>/` and, unless readonly, a running
-//! stenographer; paused partitions are closed (they record nothing);
-//! partitions of deleted streams are closed and their files removed.
+//! every partition this node is a replica of that is not paused has an open
+//! log under `<data>/streams/<stream>/<partition>/`; where this node leads,
+//! a running stenographer (unless readonly) and fetch server; where it
+//! follows, a follower task copying the leader's log. A new role or leader
+//! epoch replaces the partition object (same files). Paused partitions are
+//! closed (they record nothing); partitions of deleted streams are closed
+//! and their files removed.
 //! Reconciliation runs in one task, so partitions are started and stopped
 //! by a single owner and never concurrently.
 //!
@@ -22,11 +26,15 @@
 //! (and without subscribers when so configured) is paused through a
 //! metadata proposal, like an explicit PauseStream.
 
+pub mod fetch_server;
+pub mod follower;
 pub mod leader;
 pub mod manager;
 pub mod reader;
+pub mod replication;
+pub mod subjects;
 
-pub use leader::{Closed, Partition, PartitionSettings};
+pub use leader::{Closed, Membership, Partition, PartitionSettings, ReplicaContext, Role};
 pub use manager::{
     ManagerTasks, PartitionDefaults, PartitionError, PartitionFailure, PartitionManager,
     PausedOffsets,

@@ -94,6 +94,10 @@ pub enum ReadEnd {
     /// The partition's log was found damaged and it stopped.
     #[error("Partition failed: its log is damaged")]
     Failed,
+    /// The partition's leader changed (subscribe again where the metadata
+    /// says it is now).
+    #[error("Partition leader changed")]
+    Moved,
 }
 
 /// The first offset a subscription starting at `pos` delivers.
@@ -283,6 +287,7 @@ fn closed_end(why: Closed) -> ReadEnd {
         Closed::Paused => ReadEnd::Paused,
         Closed::Shutdown => ReadEnd::Shutdown,
         Closed::Failed => ReadEnd::Failed,
+        Closed::Moved => ReadEnd::Moved,
     }
 }
 
@@ -348,6 +353,13 @@ mod tests {
             },
             false,
             nats.local_client("test"),
+            crate::partition::Role::Leader,
+            crate::partition::Membership {
+                replicas: vec!["me".into()],
+                isr: vec!["me".into()],
+                min_isr: 1,
+            },
+            crate::partition::ReplicaContext::standalone("me"),
         );
         // What the log held when the partition opened is committed.
         assert_eq!(p.high_watermark(), Some(1));

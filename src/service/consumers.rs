@@ -120,7 +120,7 @@ impl Service {
             ));
         }
         let key = cursor_key(cursor_id, stream, partition);
-        let (_s, id) = self.cursor_partition(&key)?;
+        let (_s, id, epoch) = self.cursor_partition(&key)?;
         let cursor = Cursor {
             stream: stream.to_string(),
             partition,
@@ -140,7 +140,7 @@ impl Service {
         if ack.is_some_and(|a| a.ack_error != AckError::Ok as i32) {
             return Err(ServiceError::Internal("failed to store cursor".into()));
         }
-        self.inner.cursors.lock().insert(key, offset);
+        self.inner.cursors.lock().insert(key, (epoch, offset));
         Ok(())
     }
 
@@ -160,22 +160,31 @@ impl Service {
             ));
         }
         let key = cursor_key(cursor_id, stream, partition);
-        let (s, id) = self.cursor_partition(&key)?;
-        let cached = self.inner.cursors.lock().get(&key).copied();
+        let (s, id, epoch) = self.cursor_partition(&key)?;
+        // A cached value is only good for the leader epoch it was seen in:
+        // under another leader the partition may have moved on.
+        let cached = self
+            .inner
+            .cursors
+            .lock()
+            .get(&key)
+            .filter(|(e, _)| *e == epoch)
+            .map(|(_, o)| *o);
         Ok(match cached {
             Some(o) => o,
             None => {
                 let o = self.scan_cursor(&s, id, &key).await?;
                 if o >= 0 {
-                    self.inner.cursors.lock().insert(key, o);
+                    self.inner.cursors.lock().insert(key, (epoch, o));
                 }
                 o
             }
         })
     }
 
-    /// The `__cursors` partition holding `key`, checked to be led here.
-    fn cursor_partition(&self, key: &str) -> Result<(StreamMeta, i32), ServiceError> {
+    /// The `__cursors` partition holding `key`, checked to be led here,
+    /// and its leader epoch.
+    fn cursor_partition(&self, key: &str) -> Result<(StreamMeta, i32, u64), ServiceError> {
         let state = self.state();
         let s = state
             .stream(CURSORS_STREAM)
@@ -183,16 +192,16 @@ impl Service {
             .clone();
         let n = s.partitions.len().max(1) as u32;
         let id = (crc32fast::hash(key.as_bytes()) % n) as i32;
-        let leader = s
+        let (leader, epoch) = s
             .partition(id)
-            .map(|p| p.leader.clone())
+            .map(|p| (p.leader.clone(), p.leader_epoch))
             .unwrap_or_default();
         if leader != self.inner.parts.server_id() {
             return Err(ServiceError::FailedPrecondition(
                 "Server not cursor partition leader".into(),
             ));
         }
-        Ok((s, id))
+        Ok((s, id, epoch))
     }
 
     /// Scans a cursors partition (its committed records) for the latest
@@ -205,6 +214,18 @@ impl Service {
             ));
         };
         let log = p.log();
+        // A new leader learns what is committed from its followers: wait
+        // until everything it holds is, so no stored cursor is missed.
+        let held = log.log_end_offset();
+        let mut watch = p.committed_watch();
+        let caught_up = tokio::time::timeout(CURSOR_TIMEOUT, watch.wait_for(|c| *c >= held))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if !caught_up {
+            return Err(ServiceError::Internal(
+                "cursors partition is not caught up yet".into(),
+            ));
+        }
         let mut next = log.oldest_offset().unwrap_or(0);
         let end = p.committed_end();
         let mut found = -1;

@@ -165,7 +165,7 @@ struct Inner {
     opts: ServiceOptions,
     acks: acks::AckRouter,
     /// Latest cursor offsets by cursor key, filled by SetCursor and by scans.
-    cursors: Mutex<HashMap<String, i64>>,
+    cursors: Mutex<HashMap<String, (u64, i64)>>,
     /// Last time each (group, consumer) joined or fetched its assignments,
     /// on the coordinator (this node): the liveness that eviction checks.
     group_seen: Mutex<HashMap<(String, String), tokio::time::Instant>>,
@@ -258,6 +258,23 @@ impl Service {
             .parts
             .get(&s.name, id)
             .filter(|p| p.creation_ns == s.creation_timestamp_ns)
+    }
+
+    /// This node's copy of a partition in any role (same stream incarnation).
+    pub fn local_replica(&self, s: &StreamMeta, id: i32) -> Option<Arc<Partition>> {
+        self.inner
+            .parts
+            .get_replica(&s.name, id)
+            .filter(|p| p.creation_ns == s.creation_timestamp_ns)
+    }
+
+    /// Whether the partition is under-replicated (see `PartitionDefaults`).
+    pub fn under_replicated(
+        &self,
+        s: &StreamMeta,
+        p: &crate::cluster::state::PartitionMeta,
+    ) -> bool {
+        self.inner.parts.defaults().under_replicated(s, p)
     }
 
     /// Publishes still waiting for an ack on the shared ack inbox.

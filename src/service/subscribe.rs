@@ -50,6 +50,9 @@ pub struct SubscribeRequest {
     pub resume: bool,
     /// Read from the start position down to the oldest message.
     pub reverse: bool,
+    /// Read from this node's copy when it is an in-sync follower (up to
+    /// the high watermark it knows), instead of requiring the leader.
+    pub read_isr_replica: bool,
     /// Set when a consumer group member subscribes.
     pub consumer: Option<ConsumerRef>,
 }
@@ -99,7 +102,10 @@ impl Service {
             _ => return Err(ServiceError::NotFound("No such partition".into())),
         };
         let pm = s.partition(r.partition).cloned().unwrap_or_default();
-        if pm.leader != self.inner.parts.server_id() {
+        let me = self.inner.parts.server_id();
+        let from_follower =
+            pm.leader != me && r.read_isr_replica && pm.isr.iter().any(|x| x == me) && !pm.paused;
+        if pm.leader != me && !from_follower {
             return Err(ServiceError::FailedPrecondition(
                 "Server not partition leader".into(),
             ));
@@ -113,14 +119,18 @@ impl Service {
             self.ensure_resumed(&s, r.partition).await?;
         }
         self.check_not_failed(&s, r.partition)?;
-        let p = self
-            .inner
-            .parts
-            .wait_for(&r.stream, r.partition, START_WAIT)
-            .await
-            .ok_or_else(|| {
-                ServiceError::FailedPrecondition("Server not partition leader".into())
-            })?;
+        let p = if from_follower {
+            self.inner
+                .parts
+                .wait_for_replica(&r.stream, r.partition, START_WAIT)
+                .await
+        } else {
+            self.inner
+                .parts
+                .wait_for(&r.stream, r.partition, START_WAIT)
+                .await
+        }
+        .ok_or_else(|| ServiceError::FailedPrecondition("Server not partition leader".into()))?;
         let start = reader::resolve_start(&p, r.start).await?;
         let mut stop = reader::resolve_stop(&p, r.stop).await?;
         // A readonly partition ends at its newest message: -1 when empty,

@@ -23,7 +23,8 @@ const HEADER_LEN_CRC: usize = 12;
 /// Flag bit: a CRC-32C of the payload follows the fixed header.
 const FLAG_CRC: u8 = 0x01;
 
-/// Envelope message types used by the client-facing protocol.
+/// Envelope message types: the client-facing ones (publish, ack) and the
+/// ones nodes exchange (replication), numbered as Liftbridge numbers them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum MsgType {
@@ -31,6 +32,17 @@ pub enum MsgType {
     Publish = 0,
     /// A `proto.Ack` sent to an ack inbox.
     Ack = 1,
+    /// A `proto.ReplicationRequest` (follower fetch).
+    ReplicationRequest = 2,
+    /// A fetch answer: leader epoch, high watermark, records (see
+    /// `wire::replication`).
+    ReplicationResponse = 3,
+    /// A `proto.LeaderEpochOffsetRequest`.
+    LeaderEpochOffsetRequest = 6,
+    /// A `proto.LeaderEpochOffsetResponse`.
+    LeaderEpochOffsetResponse = 7,
+    /// A `proto.PartitionNotification`.
+    PartitionNotification = 14,
 }
 
 /// Why a payload is not a valid envelope.
@@ -123,7 +135,7 @@ pub fn encode_message(msg: &pb::Message) -> Bytes {
 
 /// Frames a protobuf message with a header of type `t` (no CRC), encoding
 /// it straight after the header: one buffer, no intermediate copy.
-fn encode_framed(t: MsgType, msg: &impl prost::Message) -> Bytes {
+pub(crate) fn encode_framed(t: MsgType, msg: &impl prost::Message) -> Bytes {
     let mut b = BytesMut::with_capacity(HEADER_LEN + msg.encoded_len());
     b.put_slice(&MAGIC);
     b.put_u8(VERSION);

@@ -131,7 +131,7 @@ async fn cluster_nats_join_forward_and_failover() {
         3,
         "replication factor 3 over three brokers"
     );
-    assert_eq!(p.isr, vec![p.leader.clone()], "ISR is the leader alone");
+    assert_eq!(p.isr, p.replicas, "a new partition's ISR is every replica");
     // Rejections travel back too.
     assert_eq!(
         n2.propose(create("from-n1", 1)).await.unwrap(),

@@ -1,0 +1,241 @@
+//! The leader's side of replication: it answers its followers' fetches and
+//! leader-epoch offset requests, and keeps the ISR honest.
+//!
+//! One task per partition led here, started with the partition and
+//! cancelled when it stops. It serves requests one at a time (a fetch is a
+//! read of the log's tail, usually from memory), so the ISR bookkeeping
+//! sees fetches in order. Every `max_lag / 4` it asks the controller to
+//! remove ISR followers that have not caught up for `max_lag`; a fetch that
+//! shows a replica out of the ISR caught up asks to add it back. Both
+//! proposals carry the leader epoch, so a deposed leader's are refused, and
+//! at most one per replica is in flight.
+//!
+//! A fetch in another leader epoch gets an empty answer carrying this
+//! leader's epoch (the follower then knows it asked a stale leader); a
+//! request that does not decode gets no answer (the sender times out).
+//! Answers hold at most `clustering.replication.max.bytes` of records,
+//! never past the leader's durable log end.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use super::leader::Partition;
+use super::subjects;
+use crate::cluster::state::MetaCommand;
+use crate::nats::handle::LocalMsg;
+use crate::store::codec::{self, RecordRef};
+use crate::wire::pb;
+use crate::wire::replication::{self as rw, ResponseWriter, ENTRY_OVERHEAD};
+
+/// Most records in one fetch answer.
+const MAX_RECORDS: usize = 4096;
+/// Room kept for the answer's header within `replication.max.bytes`.
+const HEADER_ROOM: usize = 64;
+
+/// Starts serving the followers of a partition led here.
+pub fn start(p: &Arc<Partition>) -> Result<(), crate::nats::NatsError> {
+    let ns = p.ctx.namespace.clone();
+    let fetches = p
+        .nats()
+        .subscribe(&subjects::replicate(&ns, &p.stream, p.id), None)?;
+    let offsets = p
+        .nats()
+        .subscribe(&subjects::offset(&ns, &p.stream, p.id), None)?;
+    p.spawn_task(move |p, cancel| serve(p, fetches, offsets, cancel));
+    Ok(())
+}
+
+async fn serve(
+    p: Arc<Partition>,
+    mut fetches: crate::nats::handle::LocalSubscription,
+    mut offsets: crate::nats::handle::LocalSubscription,
+    cancel: CancellationToken,
+) {
+    let period = (p.ctx.max_lag / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let proposing: Arc<Mutex<HashSet<String>>> = Arc::default();
+    loop {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => break,
+            m = fetches.next() => match m {
+                Some(m) => {
+                    if let Some(rejoin) = answer_fetch(&p, m).await {
+                        propose_isr(&p, &proposing, rejoin, true);
+                    }
+                }
+                None => break,
+            },
+            m = offsets.next() => match m {
+                Some(m) => answer_offset(&p, m),
+                None => break,
+            },
+            _ = tick.tick() => {
+                for r in p.lagging() {
+                    propose_isr(&p, &proposing, r, false);
+                }
+            }
+        }
+    }
+}
+
+/// Answers one fetch; returns a replica that may rejoin the ISR.
+async fn answer_fetch(p: &Arc<Partition>, m: LocalMsg) -> Option<String> {
+    let reply = m.reply.as_ref().and_then(|r| std::str::from_utf8(r).ok())?;
+    let req = match rw::decode_fetch(&m.payload) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(stream = %p.stream, partition = p.id, error = %e, "bad fetch request");
+            return None;
+        }
+    };
+    let epoch = p.leader_epoch();
+    let hw = p.high_watermark().map_or(-1, |h| h as i64);
+    if req.leader_epoch != epoch || req.offset < 0 {
+        publish(p, reply, ResponseWriter::new(epoch, hw, 0).finish());
+        return None;
+    }
+    let offset = req.offset as u64;
+    let rejoin = p
+        .follower_fetched(&req.replica_id, offset)
+        .then(|| req.replica_id.clone());
+    // The committed end may have moved with this fetch.
+    let hw = p.high_watermark().map_or(-1, |h| h as i64);
+    let leo = p.leader_leo();
+    let budget = p.ctx.max_bytes.saturating_sub(HEADER_ROOM).max(1);
+    let records = if offset < leo {
+        match p.log().read(offset, MAX_RECORDS, budget).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(stream = %p.stream, partition = p.id, error = %e, "reading for a follower");
+                return rejoin;
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let mut w = ResponseWriter::new(epoch, hw, budget.min(1 << 16));
+    for r in records.iter().filter(|r| r.offset < leo) {
+        let rr = RecordRef::from_record(r);
+        let len = codec::encoded_len(&rr);
+        if !w.is_empty() && w.len() + len + ENTRY_OVERHEAD > budget {
+            break;
+        }
+        w.push_with(r.offset, len, |buf| codec::encode_into(&rr, buf));
+    }
+    publish(p, reply, w.finish());
+    rejoin
+}
+
+/// Answers a leader-epoch offset request (KIP-101/279): the largest epoch
+/// of this log not above the one asked for, and where it ends here.
+fn answer_offset(p: &Arc<Partition>, m: LocalMsg) {
+    let Some(reply) = m.reply.as_ref().and_then(|r| std::str::from_utf8(r).ok()) else {
+        return;
+    };
+    let Ok(req) = rw::decode_epoch_request(&m.payload) else {
+        return;
+    };
+    let (epoch, end) = epoch_end(&p.log().leader_epochs(), req.leader_epoch, p.leader_leo());
+    let resp = pb::LeaderEpochOffsetResponse {
+        end_offset: end as i64,
+        leader_epoch: p.leader_epoch(),
+        epoch: epoch.map_or(-1, |e| e as i64),
+    };
+    publish(p, reply, rw::encode_epoch_response(&resp));
+}
+
+/// In a log with leader epochs `epochs` (epoch, first offset; ascending)
+/// and log end `leo`: the largest epoch ≤ `asked` and the offset where it
+/// ends (the first offset of the next epoch, or `leo`). With no such
+/// epoch: `None` and the first offset of the log's first epoch.
+pub fn epoch_end(epochs: &[(u64, u64)], asked: u64, leo: u64) -> (Option<u64>, u64) {
+    match epochs.iter().rposition(|(e, _)| *e <= asked) {
+        Some(i) => (
+            Some(epochs[i].0),
+            epochs
+                .get(i + 1)
+                .map_or(leo, |(_, start)| (*start).min(leo)),
+        ),
+        None => (None, epochs.first().map_or(leo, |(_, s)| (*s).min(leo))),
+    }
+}
+
+fn publish(p: &Partition, reply: &str, body: bytes::Bytes) {
+    if let Err(e) = p.nats().publish(reply, None, None, body) {
+        tracing::debug!(stream = %p.stream, partition = p.id, error = %e, "answering a follower");
+    }
+}
+
+/// Asks the controller to add (`expand`) or remove a replica from the ISR,
+/// unless such a request for it is already in flight.
+fn propose_isr(
+    p: &Arc<Partition>,
+    proposing: &Arc<Mutex<HashSet<String>>>,
+    replica: String,
+    expand: bool,
+) {
+    let Some(meta) = p.ctx.meta.clone() else {
+        return;
+    };
+    if !proposing.lock().insert(replica.clone()) {
+        return;
+    }
+    let (name, partition, leader_epoch) = (p.stream.clone(), p.id, Some(p.leader_epoch()));
+    let cmd = if expand {
+        MetaCommand::ExpandIsr {
+            name,
+            partition,
+            replica: replica.clone(),
+            leader_epoch,
+        }
+    } else {
+        MetaCommand::ShrinkIsr {
+            name,
+            partition,
+            replica: replica.clone(),
+            leader_epoch,
+        }
+    };
+    let proposing = proposing.clone();
+    let (stream, id) = (p.stream.clone(), p.id);
+    tokio::spawn(async move {
+        match meta.propose(cmd).await {
+            Ok(r) => match r.into_result() {
+                Ok(()) => tracing::info!(%stream, partition = id, %replica, expand, "ISR changed"),
+                Err(e) => {
+                    tracing::debug!(%stream, partition = id, %replica, error = %e, "ISR change refused")
+                }
+            },
+            Err(e) => {
+                tracing::warn!(%stream, partition = id, %replica, error = %e, "proposing an ISR change")
+            }
+        }
+        proposing.lock().remove(&replica);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_end_offsets() {
+        let epochs = [(0, 0), (2, 50), (5, 80)];
+        assert_eq!(epoch_end(&epochs, 0, 100), (Some(0), 50));
+        assert_eq!(
+            epoch_end(&epochs, 1, 100),
+            (Some(0), 50),
+            "largest epoch ≤ 1 is 0"
+        );
+        assert_eq!(epoch_end(&epochs, 2, 100), (Some(2), 80));
+        assert_eq!(epoch_end(&epochs, 9, 100), (Some(5), 100));
+        assert_eq!(epoch_end(&[(3, 10)], 1, 20), (None, 10));
+        assert_eq!(epoch_end(&[], 1, 0), (None, 0));
+    }
+}

@@ -1,0 +1,315 @@
+//! A follower's side of replication: copy the leader's log.
+//!
+//! One task per partition followed here, for one leader epoch (a new
+//! leader or epoch means a new `Partition` and a new task):
+//! 1. **Truncate.** Ask the leader where the latest leader epoch of this
+//!    replica's log ends in the leader's log (KIP-101/279) and remove
+//!    anything past it: records a deposed leader wrote that the new one
+//!    never had. So logs never diverge.
+//! 2. **Fetch** from the log end: the answer carries the leader's epoch, its
+//!    high watermark and records, which are appended as they are (offsets,
+//!    epochs, timestamps kept). What the leader has committed and this
+//!    replica has is committed here too (readers with `readISRReplica` see
+//!    it). Caught up, the task sleeps until the leader's notification or
+//!    `replica.max.idle.wait`.
+//! 3. **Report** the leader to the controller when no fetch has succeeded
+//!    for `replica.max.leader.timeout` (again every timeout while it lasts);
+//!    a majority of the ISR followers' reports replaces the leader.
+//!
+//! An answer from another leader epoch (a deposed leader, or metadata not
+//! yet applied here) counts as a failed fetch. A record that does not
+//! decode or append ends the round: the task truncates again and refetches.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::leader::Partition;
+use super::subjects;
+use crate::cluster::state::MetaCommand;
+use crate::nats::NatsError;
+use crate::store::codec;
+use crate::store::StoreError;
+use crate::wire::pb;
+use crate::wire::replication as rw;
+
+/// Pause after a failed request before the next one.
+const RETRY: Duration = Duration::from_millis(100);
+
+/// Starts following `leader` for the partition.
+pub fn start(p: &Arc<Partition>, leader: String) {
+    p.spawn_task(move |p, cancel| follow(p, leader, cancel));
+}
+
+/// Why a round of fetching ended.
+enum RoundEnd {
+    /// Stop: the partition is stopping or its log closed.
+    Stop,
+    /// Truncate again, then fetch.
+    Again,
+}
+
+async fn follow(p: Arc<Partition>, leader: String, cancel: CancellationToken) {
+    let mut health = Health {
+        last_ok: Instant::now(),
+        last_report: None,
+        leader,
+    };
+    loop {
+        if !truncate(&p, &mut health, &cancel).await {
+            return;
+        }
+        match fetch_loop(&p, &mut health, &cancel).await {
+            RoundEnd::Stop => return,
+            RoundEnd::Again => continue,
+        }
+    }
+}
+
+/// Tracks the leader's reachability and reports it when it is gone.
+struct Health {
+    last_ok: Instant,
+    last_report: Option<Instant>,
+    leader: String,
+}
+
+impl Health {
+    fn ok(&mut self) {
+        self.last_ok = Instant::now();
+        self.last_report = None;
+    }
+
+    /// After a failure: reports the leader when it has been unreachable
+    /// for the leader timeout (and again every timeout while it lasts).
+    fn failed(&mut self, p: &Partition) {
+        let timeout = p.ctx.leader_timeout;
+        if self.last_ok.elapsed() < timeout {
+            return;
+        }
+        if self.last_report.is_some_and(|t| t.elapsed() < timeout) {
+            return;
+        }
+        self.last_report = Some(Instant::now());
+        let Some(meta) = p.ctx.meta.clone() else {
+            return;
+        };
+        let cmd = MetaCommand::ReportLeader {
+            name: p.stream.clone(),
+            partition: p.id,
+            leader: self.leader.clone(),
+            leader_epoch: p.leader_epoch(),
+            reporter: p.ctx.me.clone(),
+        };
+        let (stream, id, leader) = (p.stream.clone(), p.id, self.leader.clone());
+        tracing::warn!(%stream, partition = id, %leader, "partition leader unreachable; reporting it");
+        tokio::spawn(async move {
+            match meta.propose(cmd).await {
+                Ok(r) => {
+                    if let Err(e) = r.into_result() {
+                        tracing::debug!(%stream, partition = id, error = %e, "leader report refused");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(%stream, partition = id, error = %e, "reporting the partition leader")
+                }
+            }
+        });
+    }
+}
+
+/// Sleeps `d` unless cancelled; false when cancelled.
+async fn pause(d: Duration, cancel: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => false,
+        _ = tokio::time::sleep(d) => true,
+    }
+}
+
+/// Step 1: truncates the log to where it agrees with the leader's. False
+/// when the partition stops.
+async fn truncate(p: &Arc<Partition>, health: &mut Health, cancel: &CancellationToken) -> bool {
+    let epochs = p.log().leader_epochs();
+    let Some(&(latest, _)) = epochs.last() else {
+        return true; // an empty log agrees with every leader
+    };
+    let subject = subjects::offset(&p.ctx.namespace, &p.stream, p.id);
+    let body = rw::encode_epoch_request(&pb::LeaderEpochOffsetRequest {
+        leader_epoch: latest,
+    });
+    loop {
+        if cancel.is_cancelled() {
+            return false;
+        }
+        let answer = p
+            .nats()
+            .request(&subject, body.clone(), p.ctx.fetch_timeout)
+            .await
+            .ok()
+            .and_then(|m| rw::decode_epoch_response(&m.payload).ok())
+            .filter(|r| r.leader_epoch == p.leader_epoch());
+        let Some(r) = answer else {
+            health.failed(p);
+            if !pause(RETRY, cancel).await {
+                return false;
+            }
+            continue;
+        };
+        health.ok();
+        let leo = p.log().log_end_offset();
+        let target = truncation_target(&epochs, latest, &r, leo);
+        if target < leo {
+            tracing::info!(
+                stream = %p.stream,
+                partition = p.id,
+                from = leo,
+                to = target,
+                "truncating to the leader's log"
+            );
+            if let Err(e) = p.log().truncate(target).await {
+                if matches!(e, StoreError::Closed(_)) {
+                    return false;
+                }
+                tracing::error!(stream = %p.stream, partition = p.id, error = %e, "truncating");
+                if !pause(RETRY, cancel).await {
+                    return false;
+                }
+                continue;
+            }
+        }
+        return true;
+    }
+}
+
+/// Where this replica's log stops agreeing with the leader's: the leader
+/// answered the largest epoch it has ≤ ours (`r.epoch`) and where that
+/// epoch ends in its log. If it is our latest epoch, we agree up to that
+/// end; if older, also only up to where our next epoch starts.
+pub fn truncation_target(
+    epochs: &[(u64, u64)],
+    latest: u64,
+    r: &pb::LeaderEpochOffsetResponse,
+    leo: u64,
+) -> u64 {
+    let end = r.end_offset.max(0) as u64;
+    let target = if r.epoch == latest as i64 {
+        end
+    } else {
+        let next_start = epochs
+            .iter()
+            .find(|(e, _)| (*e as i64) > r.epoch)
+            .map_or(leo, |(_, s)| *s);
+        end.min(next_start)
+    };
+    target.min(leo)
+}
+
+/// Step 2: fetches until the partition stops or a round must start over.
+async fn fetch_loop(
+    p: &Arc<Partition>,
+    health: &mut Health,
+    cancel: &CancellationToken,
+) -> RoundEnd {
+    let subject = subjects::replicate(&p.ctx.namespace, &p.stream, p.id);
+    let epoch = p.leader_epoch();
+    loop {
+        if cancel.is_cancelled() {
+            return RoundEnd::Stop;
+        }
+        let leo = p.log().log_end_offset();
+        let body = rw::encode_fetch(&pb::ReplicationRequest {
+            replica_id: p.ctx.me.clone(),
+            offset: leo as i64,
+            leader_epoch: epoch,
+        });
+        let answer = match p.nats().request(&subject, body, p.ctx.fetch_timeout).await {
+            Ok(m) => rw::decode_response(m.payload).map_err(|e| e.to_string()),
+            Err(NatsError::Stopped) => return RoundEnd::Stop,
+            Err(e) => Err(e.to_string()),
+        };
+        let r = match answer {
+            Ok(r) if r.leader_epoch == epoch => r,
+            other => {
+                if let Err(e) = other {
+                    tracing::trace!(stream = %p.stream, partition = p.id, error = %e, "fetch failed");
+                }
+                health.failed(p);
+                if !pause(RETRY, cancel).await {
+                    return RoundEnd::Stop;
+                }
+                continue;
+            }
+        };
+        health.ok();
+        let mut records = Vec::with_capacity(r.records.len());
+        for (offset, bytes) in r.records {
+            if offset < leo {
+                continue;
+            }
+            match codec::decode(offset, bytes) {
+                Ok(rec) => records.push(rec),
+                Err(e) => {
+                    tracing::warn!(stream = %p.stream, partition = p.id, offset, error = %e, "undecodable record from the leader");
+                    return RoundEnd::Again;
+                }
+            }
+        }
+        let got = !records.is_empty();
+        if got {
+            match p.log().append_replicated(records).await {
+                Ok(_) => {}
+                Err(StoreError::Closed(_)) => return RoundEnd::Stop,
+                Err(e) => {
+                    tracing::warn!(stream = %p.stream, partition = p.id, error = %e, "appending replicated records");
+                    if !pause(RETRY, cancel).await {
+                        return RoundEnd::Stop;
+                    }
+                    return RoundEnd::Again;
+                }
+            }
+        }
+        p.follower_committed((r.hw + 1).max(0) as u64);
+        if !got {
+            tokio::select! {
+                _ = cancel.cancelled() => return RoundEnd::Stop,
+                _ = p.wake.notified() => {}
+                _ = tokio::time::sleep(p.ctx.idle_wait) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(epoch: i64, end: i64) -> pb::LeaderEpochOffsetResponse {
+        pb::LeaderEpochOffsetResponse {
+            end_offset: end,
+            leader_epoch: 9,
+            epoch,
+        }
+    }
+
+    #[test]
+    fn truncation_targets() {
+        // Same latest epoch: agree up to where it ends at the leader.
+        assert_eq!(
+            truncation_target(&[(0, 0), (1, 40)], 1, &answer(1, 55), 60),
+            55
+        );
+        // Leader has more of it: nothing to remove.
+        assert_eq!(
+            truncation_target(&[(0, 0), (1, 40)], 1, &answer(1, 70), 60),
+            60
+        );
+        // Our epoch 1 is unknown to the leader (it has 0 up to 50): our
+        // epoch-1 records from 45 diverge.
+        assert_eq!(
+            truncation_target(&[(0, 0), (1, 45)], 1, &answer(0, 50), 48),
+            45
+        );
+        // The leader has no epoch ≤ ours: nothing agrees past its start.
+        assert_eq!(truncation_target(&[(1, 0)], 1, &answer(-1, 0), 10), 0);
+    }
+}

@@ -1,0 +1,362 @@
+//! The leader's view of its replicas: what each follower has, who is in
+//! sync, the high watermark, and the ALL acks waiting for it.
+//!
+//! Rules (Liftbridge's, after Kafka's):
+//! - a follower's fetch at offset `o` says it has every offset below `o`;
+//! - the committed end (high watermark + 1) is the lowest log end among the
+//!   ISR (the leader's own log end included), and does not move while the
+//!   ISR has fewer than the minimum in-sync replicas;
+//! - a follower is caught up when its log end reaches the leader's; an ISR
+//!   follower that has not been caught up for `replica.max.lag.time` is
+//!   lagging (the leader asks the controller to remove it); a replica out of
+//!   the ISR whose log end reaches the committed end may join it again;
+//! - ALL acks wait in offset order until the committed end passes them.
+//!
+//! Pure bookkeeping: times come in as arguments, nothing here does I/O;
+//! `Partition` holds it behind a lock and acts on the answers.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// Most ALL acks waiting per partition. Past it the oldest waiting ack is
+/// dropped (its publisher times out, as it would while the ISR is below its
+/// minimum): publishers are bounded by their own windows, so only a
+/// partition that cannot commit for long fills it.
+pub const MAX_WAITING_ACKS: usize = 65_536;
+
+/// What the leader knows about one follower.
+#[derive(Debug, Clone, Copy)]
+struct Progress {
+    /// The follower's log end, from its last fetch (0 before any).
+    leo: u64,
+    /// When its log end last reached the leader's.
+    caught_up: Instant,
+    /// It was answered "nothing new" and waits for a notification.
+    idle: bool,
+}
+
+/// The ISR bookkeeping of a partition led here.
+#[derive(Debug)]
+pub struct IsrState {
+    me: String,
+    replicas: Vec<String>,
+    isr: Vec<String>,
+    min_isr: usize,
+    leader_leo: u64,
+    followers: HashMap<String, Progress>,
+}
+
+/// What a fetch changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FetchOutcome {
+    /// The follower is out of the ISR but has caught up: ask to add it.
+    pub rejoin: bool,
+}
+
+impl IsrState {
+    /// A new leadership: followers count as caught up from `now` (they get
+    /// `replica.max.lag.time` to fetch before they are called lagging).
+    pub fn new(
+        me: &str,
+        replicas: &[String],
+        isr: &[String],
+        min_isr: usize,
+        leader_leo: u64,
+        now: Instant,
+    ) -> IsrState {
+        let followers = replicas
+            .iter()
+            .filter(|r| *r != me)
+            .map(|r| {
+                (
+                    r.clone(),
+                    Progress {
+                        leo: 0,
+                        caught_up: now,
+                        idle: false,
+                    },
+                )
+            })
+            .collect();
+        IsrState {
+            me: me.to_string(),
+            replicas: replicas.to_vec(),
+            isr: isr.to_vec(),
+            min_isr,
+            leader_leo,
+            followers,
+        }
+    }
+
+    /// Applies a metadata change of the ISR, replicas or minimum.
+    pub fn set_membership(
+        &mut self,
+        replicas: &[String],
+        isr: &[String],
+        min_isr: usize,
+        now: Instant,
+    ) {
+        for r in replicas.iter().filter(|r| **r != self.me) {
+            self.followers.entry(r.clone()).or_insert(Progress {
+                leo: 0,
+                caught_up: now,
+                idle: false,
+            });
+        }
+        self.followers.retain(|r, _| replicas.contains(r));
+        // A replica that (re)joins the ISR starts a fresh lag window.
+        for r in isr {
+            if !self.isr.contains(r) {
+                if let Some(p) = self.followers.get_mut(r) {
+                    p.caught_up = now;
+                }
+            }
+        }
+        self.replicas = replicas.to_vec();
+        self.isr = isr.to_vec();
+        self.min_isr = min_isr;
+    }
+
+    /// The ISR as the metadata has it.
+    pub fn isr(&self) -> &[String] {
+        &self.isr
+    }
+
+    /// Whether the ISR is below the minimum (nothing commits).
+    pub fn below_min_isr(&self) -> bool {
+        self.isr.len() < self.min_isr
+    }
+
+    /// Whether some replica is out of the ISR, or the ISR below its minimum.
+    pub fn under_replicated(&self) -> bool {
+        self.isr.len() < self.replicas.len() || self.below_min_isr()
+    }
+
+    /// The leader's own log end (durable per the sync policy).
+    pub fn leader_leo(&self) -> u64 {
+        self.leader_leo
+    }
+
+    /// The leader appended up to `leo`.
+    pub fn appended(&mut self, leo: u64) {
+        if leo > self.leader_leo {
+            self.leader_leo = leo;
+        }
+    }
+
+    /// A follower fetched at `offset` (it has every offset below);
+    /// `committed` is the partition's committed end now.
+    pub fn fetched(
+        &mut self,
+        replica: &str,
+        offset: u64,
+        committed: u64,
+        now: Instant,
+    ) -> FetchOutcome {
+        let leader_leo = self.leader_leo;
+        let in_isr = self.isr.iter().any(|r| r == replica);
+        let Some(p) = self.followers.get_mut(replica) else {
+            return FetchOutcome::default();
+        };
+        p.leo = offset;
+        p.idle = offset >= leader_leo;
+        if offset >= leader_leo {
+            p.caught_up = now;
+        }
+        FetchOutcome {
+            rejoin: !in_isr && (offset >= committed || offset >= leader_leo),
+        }
+    }
+
+    /// The committed end the ISR allows: the lowest log end among its
+    /// members; `None` while the ISR is below its minimum.
+    pub fn committed_end(&self) -> Option<u64> {
+        if self.below_min_isr() {
+            return None;
+        }
+        let mut end = self.leader_leo;
+        for r in &self.isr {
+            if *r == self.me {
+                continue;
+            }
+            let leo = self.followers.get(r).map_or(0, |p| p.leo);
+            end = end.min(leo);
+        }
+        Some(end)
+    }
+
+    /// ISR followers not caught up for longer than `max_lag`.
+    pub fn lagging(&self, now: Instant, max_lag: Duration) -> Vec<String> {
+        self.isr
+            .iter()
+            .filter(|r| **r != self.me)
+            .filter(|r| {
+                self.followers.get(*r).is_some_and(|p| {
+                    p.leo < self.leader_leo && now.saturating_duration_since(p.caught_up) > max_lag
+                })
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Followers waiting for a notification, but `except`; they are no
+    /// longer idle afterwards (the notification is sent once).
+    pub fn take_idle_except(&mut self, except: Option<&str>) -> Vec<String> {
+        self.followers
+            .iter_mut()
+            .filter(|(r, p)| p.idle && Some(r.as_str()) != except)
+            .map(|(r, p)| {
+                p.idle = false;
+                r.clone()
+            })
+            .collect()
+    }
+}
+
+/// ALL acks waiting for the committed end, in offset order.
+#[derive(Debug)]
+pub struct WaitingAcks<T> {
+    queue: VecDeque<(u64, T)>,
+    dropped: u64,
+}
+
+impl<T> Default for WaitingAcks<T> {
+    fn default() -> Self {
+        WaitingAcks {
+            queue: VecDeque::new(),
+            dropped: 0,
+        }
+    }
+}
+
+impl<T> WaitingAcks<T> {
+    /// Queues the ack of `offset` (offsets arrive in increasing order). When
+    /// full, the oldest is dropped.
+    pub fn push(&mut self, offset: u64, ack: T) {
+        if self.queue.len() >= MAX_WAITING_ACKS {
+            self.queue.pop_front();
+            self.dropped += 1;
+        }
+        self.queue.push_back((offset, ack));
+    }
+
+    /// Takes every ack below `end`.
+    pub fn release(&mut self, end: u64) -> Vec<(u64, T)> {
+        let n = self.queue.iter().take_while(|(o, _)| *o < end).count();
+        self.queue.drain(..n).collect()
+    }
+
+    /// Acks waiting.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Whether none waits.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Acks dropped because the queue was full, since it was created.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fetch(s: &mut IsrState, r: &str, offset: u64, now: Instant) -> FetchOutcome {
+        let c = s.committed_end().unwrap_or(0);
+        s.fetched(r, offset, c, now)
+    }
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_committed_end_is_the_lowest_isr_log_end() {
+        let t0 = Instant::now();
+        let all = ids(&["a", "b", "c"]);
+        let mut s = IsrState::new("a", &all, &all, 2, 0, t0);
+        assert_eq!(s.committed_end(), Some(0));
+        s.appended(10);
+        assert_eq!(s.committed_end(), Some(0), "followers have nothing yet");
+        fetch(&mut s, "b", 10, t0);
+        assert_eq!(
+            s.committed_end(),
+            Some(0),
+            "c is in the ISR and has nothing"
+        );
+        fetch(&mut s, "c", 7, t0);
+        assert_eq!(s.committed_end(), Some(7));
+        // c leaves the ISR: b and the leader decide.
+        s.set_membership(&all, &ids(&["a", "b"]), 2, t0);
+        assert_eq!(s.committed_end(), Some(10));
+        // Below the minimum nothing commits.
+        s.set_membership(&all, &ids(&["a"]), 2, t0);
+        assert_eq!(s.committed_end(), None);
+        assert!(s.under_replicated());
+    }
+
+    #[test]
+    fn a_follower_lags_after_max_lag_without_catching_up_and_rejoins() {
+        let t0 = Instant::now();
+        let lag = Duration::from_secs(2);
+        let all = ids(&["a", "b", "c"]);
+        let mut s = IsrState::new("a", &all, &all, 1, 5, t0);
+        fetch(&mut s, "b", 5, t0);
+        fetch(&mut s, "c", 5, t0);
+        let t1 = t0 + Duration::from_secs(1);
+        s.appended(8);
+        fetch(&mut s, "b", 8, t1);
+        fetch(&mut s, "c", 6, t1);
+        assert!(s.lagging(t1, lag).is_empty());
+        let t3 = t0 + Duration::from_secs(3);
+        assert_eq!(s.lagging(t3, lag), ids(&["c"]), "c last caught up at t0");
+        // An idle but caught-up follower never lags.
+        assert!(!s.lagging(t3 + lag * 10, lag).contains(&"b".to_string()));
+        s.set_membership(&all, &ids(&["a", "b"]), 1, t3);
+        let o = fetch(&mut s, "c", 7, t3);
+        assert!(!o.rejoin, "not caught up yet");
+        let o = fetch(&mut s, "c", 8, t3);
+        assert!(o.rejoin);
+        s.set_membership(&all, &all, 1, t3);
+        assert!(s.lagging(t3 + Duration::from_millis(1), lag).is_empty());
+    }
+
+    #[test]
+    fn idle_followers_are_notified_once() {
+        let t0 = Instant::now();
+        let all = ids(&["a", "b"]);
+        let mut s = IsrState::new("a", &all, &all, 1, 3, t0);
+        fetch(&mut s, "b", 3, t0);
+        assert_eq!(s.take_idle_except(None), ids(&["b"]));
+        assert!(s.take_idle_except(None).is_empty());
+        fetch(&mut s, "b", 1, t0);
+        assert!(
+            s.take_idle_except(None).is_empty(),
+            "behind: it fetches again by itself"
+        );
+        fetch(&mut s, "b", 3, t0);
+        assert!(s.take_idle_except(Some("b")).is_empty());
+    }
+
+    #[test]
+    fn waiting_acks_release_in_order_and_stay_bounded() {
+        let mut w = WaitingAcks::default();
+        for o in 0..5u64 {
+            w.push(o, o * 10);
+        }
+        assert_eq!(w.release(3), vec![(0, 0), (1, 10), (2, 20)]);
+        assert_eq!(w.len(), 2);
+        assert!(w.release(3).is_empty());
+        let mut w = WaitingAcks::default();
+        for o in 0..(MAX_WAITING_ACKS as u64 + 2) {
+            w.push(o, ());
+        }
+        assert_eq!((w.len(), w.dropped()), (MAX_WAITING_ACKS, 2));
+        assert_eq!(w.release(3).len(), 1, "0 and 1 were dropped");
+    }
+}

@@ -1,0 +1,232 @@
+//! What nodes exchange to replicate partitions over NATS: the follower's
+//! fetch request, the leader's answer, the leader-epoch offset request and
+//! answer, and the new-data notification.
+//!
+//! Requests and notifications are protobuf messages in an envelope (types
+//! 2, 6, 7 and 14). The fetch answer (type 3) is, after the envelope
+//! header, the leader epoch (8 bytes, big endian), the high watermark (8
+//! bytes, big endian, signed: -1 = nothing committed) and a message set:
+//! entries of offset (8 bytes), length (4 bytes) and that many bytes of an
+//! encoded record (the store's record encoding, opaque here). Pure code:
+//! a malformed answer is an error, never a panic.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use prost::Message as _;
+
+use super::envelope::{decode_raw, encode_framed, EnvelopeError, MsgType, MAGIC, VERSION};
+use super::pb;
+
+/// Envelope header length of a fetch answer (no CRC).
+const HEADER_LEN: usize = 8;
+/// Leader epoch + high watermark after the header.
+const FIXED_LEN: usize = 16;
+/// Offset + length before each record of a message set.
+pub const ENTRY_OVERHEAD: usize = 12;
+
+/// Why a fetch answer cannot be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReplicationError {
+    /// The envelope is wrong.
+    #[error(transparent)]
+    Envelope(#[from] EnvelopeError),
+    /// The answer ends inside its fixed fields or inside an entry.
+    #[error("truncated replication answer")]
+    Truncated,
+}
+
+/// Encodes a follower's fetch request.
+pub fn encode_fetch(req: &pb::ReplicationRequest) -> Bytes {
+    encode_framed(MsgType::ReplicationRequest, req)
+}
+
+/// Decodes a follower's fetch request.
+pub fn decode_fetch(data: &[u8]) -> Result<pb::ReplicationRequest, EnvelopeError> {
+    let p = decode_raw(data, MsgType::ReplicationRequest)?;
+    Ok(pb::ReplicationRequest::decode(p)?)
+}
+
+/// Encodes a leader-epoch offset request.
+pub fn encode_epoch_request(req: &pb::LeaderEpochOffsetRequest) -> Bytes {
+    encode_framed(MsgType::LeaderEpochOffsetRequest, req)
+}
+
+/// Decodes a leader-epoch offset request.
+pub fn decode_epoch_request(data: &[u8]) -> Result<pb::LeaderEpochOffsetRequest, EnvelopeError> {
+    let p = decode_raw(data, MsgType::LeaderEpochOffsetRequest)?;
+    Ok(pb::LeaderEpochOffsetRequest::decode(p)?)
+}
+
+/// Encodes a leader-epoch offset answer.
+pub fn encode_epoch_response(r: &pb::LeaderEpochOffsetResponse) -> Bytes {
+    encode_framed(MsgType::LeaderEpochOffsetResponse, r)
+}
+
+/// Decodes a leader-epoch offset answer.
+pub fn decode_epoch_response(data: &[u8]) -> Result<pb::LeaderEpochOffsetResponse, EnvelopeError> {
+    let p = decode_raw(data, MsgType::LeaderEpochOffsetResponse)?;
+    Ok(pb::LeaderEpochOffsetResponse::decode(p)?)
+}
+
+/// Encodes a new-data notification.
+pub fn encode_notification(n: &pb::PartitionNotification) -> Bytes {
+    encode_framed(MsgType::PartitionNotification, n)
+}
+
+/// Decodes a new-data notification.
+pub fn decode_notification(data: &[u8]) -> Result<pb::PartitionNotification, EnvelopeError> {
+    let p = decode_raw(data, MsgType::PartitionNotification)?;
+    Ok(pb::PartitionNotification::decode(p)?)
+}
+
+/// Builds a fetch answer: push encoded records, then `finish`.
+pub struct ResponseWriter {
+    buf: BytesMut,
+    entries: usize,
+}
+
+impl ResponseWriter {
+    /// Starts an answer from a leader in `leader_epoch` whose high
+    /// watermark is `hw` (-1 = nothing committed).
+    pub fn new(leader_epoch: u64, hw: i64, capacity: usize) -> ResponseWriter {
+        let mut buf = BytesMut::with_capacity(HEADER_LEN + FIXED_LEN + capacity);
+        buf.put_slice(&MAGIC);
+        buf.put_u8(VERSION);
+        buf.put_u8(HEADER_LEN as u8);
+        buf.put_u8(0);
+        buf.put_u8(MsgType::ReplicationResponse as u8);
+        buf.put_u64(leader_epoch);
+        buf.put_i64(hw);
+        ResponseWriter { buf, entries: 0 }
+    }
+
+    /// Adds the record at `offset`, already encoded; `fill` writes exactly
+    /// `len` bytes.
+    pub fn push_with(&mut self, offset: u64, len: usize, fill: impl FnOnce(&mut [u8])) {
+        self.buf.put_u64(offset);
+        self.buf.put_u32(len as u32);
+        let start = self.buf.len();
+        self.buf.resize(start + len, 0);
+        fill(&mut self.buf[start..]);
+        self.entries += 1;
+    }
+
+    /// Bytes written so far.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether no record was added.
+    pub fn is_empty(&self) -> bool {
+        self.entries == 0
+    }
+
+    /// The finished answer.
+    pub fn finish(self) -> Bytes {
+        self.buf.freeze()
+    }
+}
+
+/// A decoded fetch answer; `records` are (offset, encoded record) pairs
+/// sharing the answer's buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchResponse {
+    /// Leader epoch of the node that answered.
+    pub leader_epoch: u64,
+    /// Its high watermark, -1 when nothing is committed.
+    pub hw: i64,
+    /// The records, in offset order as sent.
+    pub records: Vec<(u64, Bytes)>,
+}
+
+/// Decodes a fetch answer.
+pub fn decode_response(data: Bytes) -> Result<FetchResponse, ReplicationError> {
+    let hl = {
+        let p = decode_raw(&data, MsgType::ReplicationResponse)?;
+        data.len() - p.len()
+    };
+    let mut rest = data.slice(hl..);
+    if rest.len() < FIXED_LEN {
+        return Err(ReplicationError::Truncated);
+    }
+    let leader_epoch = rest.get_u64();
+    let hw = rest.get_i64();
+    let mut records = Vec::new();
+    while !rest.is_empty() {
+        if rest.len() < ENTRY_OVERHEAD {
+            return Err(ReplicationError::Truncated);
+        }
+        let offset = rest.get_u64();
+        let len = rest.get_u32() as usize;
+        if rest.len() < len {
+            return Err(ReplicationError::Truncated);
+        }
+        records.push((offset, rest.split_to(len)));
+    }
+    Ok(FetchResponse {
+        leader_epoch,
+        hw,
+        records,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fetch_answer_roundtrip() {
+        let mut w = ResponseWriter::new(7, 41, 64);
+        assert!(w.is_empty());
+        w.push_with(40, 3, |b| b.copy_from_slice(b"abc"));
+        w.push_with(42, 0, |_| {});
+        let r = decode_response(w.finish()).unwrap();
+        assert_eq!(r.leader_epoch, 7);
+        assert_eq!(r.hw, 41);
+        assert_eq!(
+            r.records,
+            vec![(40, Bytes::from_static(b"abc")), (42, Bytes::new())]
+        );
+    }
+
+    #[test]
+    fn truncated_or_foreign_answers_are_errors() {
+        let mut w = ResponseWriter::new(1, -1, 8);
+        w.push_with(0, 4, |b| b.copy_from_slice(b"data"));
+        let full = w.finish();
+        for cut in [full.len() - 1, full.len() - 5, HEADER_LEN + 3] {
+            assert!(
+                decode_response(full.slice(..cut)).is_err(),
+                "cut at {cut} must not decode"
+            );
+        }
+        let req = encode_fetch(&pb::ReplicationRequest {
+            replica_id: "b".into(),
+            offset: 3,
+            leader_epoch: 2,
+        });
+        assert!(matches!(
+            decode_response(req.clone()),
+            Err(ReplicationError::Envelope(EnvelopeError::WrongType { .. }))
+        ));
+        assert_eq!(decode_fetch(&req).unwrap().offset, 3);
+        assert!(decode_response(Bytes::from_static(b"garbage")).is_err());
+    }
+
+    #[test]
+    fn small_messages_roundtrip() {
+        let e = encode_epoch_request(&pb::LeaderEpochOffsetRequest { leader_epoch: 9 });
+        assert_eq!(decode_epoch_request(&e).unwrap().leader_epoch, 9);
+        let e = encode_epoch_response(&pb::LeaderEpochOffsetResponse {
+            end_offset: 12,
+            leader_epoch: 3,
+            epoch: 2,
+        });
+        assert_eq!(decode_epoch_response(&e).unwrap().end_offset, 12);
+        let n = encode_notification(&pb::PartitionNotification {
+            stream: "s".into(),
+            partition: 2,
+        });
+        assert_eq!(decode_notification(&n).unwrap().partition, 2);
+        assert!(decode_notification(&e).is_err());
+    }
+}
