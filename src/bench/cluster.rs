@@ -14,7 +14,8 @@
 //!   and `always`.
 //!
 //! Throughput: a fresh stream per measurement, replication factor 3
-//! (liftbridge: `minIsr` as given, AckPolicy ALL through `PublishAsync`;
+//! (liftbridge: `minIsr` as given, AckPolicy ALL through gRPC
+//! `PublishAsync` and through enveloped NATS publishes, as `bench lb`;
 //! JetStream: R3 file storage, publish acks), 1 KiB values, windows of
 //! outstanding acks per publisher and publisher counts as given. Publishers
 //! connect to the node that leads the partition (liftbridge) or the stream
@@ -25,7 +26,9 @@
 //! does not lead; after it has been acked for a while the leader is killed
 //! with SIGKILL. The time reported is from the kill to the first ack of a
 //! publish sent after the killed process was reaped, i.e. one the new
-//! leader committed. Before the next kill the killed node is restarted on
+//! leader committed. Whether the killed liftbridge node was also the
+//! controller (metadata leader) is shown: then a metadata election comes
+//! first. Before the next kill the killed node is restarted on
 //! its data and all three replicas must be back in sync.
 //!
 //! The benchmark only reads metadata and measures; it does not check what
@@ -139,6 +142,9 @@ struct Failover {
     /// One entry per kill: milliseconds, or `None` when no publish was
     /// acked within the limit.
     kills_ms: Vec<Option<f64>>,
+    /// Per kill (liftbridge only; empty for JetStream): whether the killed
+    /// node was also the controller, so a metadata election came first.
+    killed_controller: Vec<bool>,
 }
 
 impl Failover {
@@ -206,28 +212,34 @@ async fn run_async(mut args: ClusterBenchArgs) -> anyhow::Result<()> {
             let mut cluster = LbCluster::start(&exe, sync, &args).await?;
             for &window in &args.windows {
                 for &pubs in &args.publishers {
-                    let stream = format!("b{}", rand::random::<u32>());
-                    let (leader, isr) = cluster.create_stream(&stream, args.min_isr).await?;
-                    lb_isr = lb_isr.min(isr);
-                    let msgs = count(&args, window);
-                    let url = cluster.nodes[leader].grpc_url();
-                    let r = within_limit(lb::lb_publish_async(
-                        &url,
-                        &stream,
-                        proto::AckPolicy::All,
-                        window,
-                        pubs,
-                        msgs,
-                        &payload,
-                    ))
-                    .await
-                    .with_context(|| format!("{label}, window {window}, {pubs} publisher(s)"))?;
-                    rows.push(Row {
-                        workload: workload(window, pubs),
-                        target: label.clone(),
-                        msgs_per_sec: r,
-                    });
-                    println!("  window {window}, {pubs} publisher(s): {r:.0} msgs/s");
+                    for via in ["PublishAsync", "NATS envelope"] {
+                        // A fresh stream per measurement.
+                        let stream = format!("b{}", rand::random::<u32>());
+                        let (leader, isr) = cluster.create_stream(&stream, args.min_isr).await?;
+                        lb_isr = lb_isr.min(isr);
+                        let (msgs, all) = (count(&args, window), proto::AckPolicy::All);
+                        let r = if via == "PublishAsync" {
+                            let url = cluster.nodes[leader].grpc_url();
+                            within_limit(lb::lb_publish_async(
+                                &url, &stream, all, window, pubs, msgs, &payload,
+                            ))
+                            .await
+                        } else {
+                            let url = format!("nats://127.0.0.1:{}", cluster.ports[leader][1]);
+                            within_limit(lb::lb_publish_envelope(
+                                &url, &stream, all, window, pubs, msgs, &payload,
+                            ))
+                            .await
+                        };
+                        let what = format!("window {window}, {pubs} publisher(s), {via}");
+                        let r = r.with_context(|| format!("{label}, {what}"))?;
+                        rows.push(Row {
+                            workload: workload(window, pubs),
+                            target: format!("{label} {via}"),
+                            msgs_per_sec: r,
+                        });
+                        println!("  {what}: {r:.0} msgs/s");
+                    }
                 }
             }
             if args.kills > 0 {
@@ -367,7 +379,14 @@ fn print_failovers(failovers: &[Failover]) {
         let each: Vec<String> = f
             .kills_ms
             .iter()
-            .map(|k| k.map_or("none".to_string(), |v| format!("{v:.0}")))
+            .enumerate()
+            .map(|(i, k)| {
+                let t = k.map_or("none".to_string(), |v| format!("{v:.0}"));
+                match f.killed_controller.get(i) {
+                    Some(true) => format!("{t} (controller)"),
+                    _ => t,
+                }
+            })
             .collect();
         println!(
             "| {} | {} | {ok} | {} | {} | {} |",
@@ -606,6 +625,8 @@ struct LbCluster {
     nodes: Vec<Node>,
     /// Server ids, by node index.
     ids: Vec<String>,
+    /// gRPC, NATS, route and HTTP port, by node index.
+    ports: Vec<Vec<u16>>,
     _dir: tempfile::TempDir,
 }
 
@@ -666,6 +687,7 @@ impl LbCluster {
         let cluster = LbCluster {
             nodes,
             ids,
+            ports,
             _dir: dir,
         };
         let url = &cluster.nodes[0].grpc_url();
@@ -764,9 +786,13 @@ impl LbCluster {
     async fn failover(&mut self, label: &str, args: &ClusterBenchArgs) -> anyhow::Result<Failover> {
         let stream = format!("f{}", rand::random::<u32>());
         let (mut leader, _) = self.create_stream(&stream, args.min_isr).await?;
-        let mut kills_ms = Vec::new();
+        let (mut kills_ms, mut killed_controller) = (Vec::new(), Vec::new());
         for k in 0..args.kills {
             let via = (leader + 1) % 3;
+            let controller = super::routes::http_json(self.ports[via][3], "/api/v1/info")
+                .await
+                .and_then(|v| v["metadata_leader"].as_str().map(str::to_string));
+            let also_controller = controller.as_deref() == Some(self.ids[leader].as_str());
             let client = lb::grpc_client(&self.nodes[via].grpc_url()).await?;
             let (stream_, size, timeout) = (stream.clone(), args.size, args.failover_ack_timeout);
             let tag = format!("kill{k}");
@@ -789,8 +815,15 @@ impl LbCluster {
                 }
             });
             let last = k + 1 == args.kills;
-            let (node, what) = (&mut self.nodes[leader], format!("{label}: kill {}", k + 1));
+            let note = if also_controller {
+                ", also the controller"
+            } else {
+                ""
+            };
+            let what = format!("{label}: kill {}{note}", k + 1);
+            let node = &mut self.nodes[leader];
             kills_ms.push(one_kill(node, attempts, stop, args.failover_limit, &what, last).await?);
+            killed_controller.push(also_controller);
             if last {
                 break;
             }
@@ -805,6 +838,7 @@ impl LbCluster {
         Ok(Failover {
             target: label.to_string(),
             kills_ms,
+            killed_controller,
         })
     }
 }
@@ -965,6 +999,7 @@ impl JsCluster {
         Ok(Failover {
             target: label.to_string(),
             kills_ms,
+            killed_controller: Vec::new(),
         })
     }
 }

@@ -530,7 +530,7 @@ fn envelope(msg_type: u8, body: &[u8]) -> Bytes {
     b.freeze()
 }
 
-async fn lb_publish_envelope(
+pub(super) async fn lb_publish_envelope(
     nats: &str,
     stream: &str,
     policy: proto::AckPolicy,

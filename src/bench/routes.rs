@@ -101,7 +101,7 @@ fn spawn(exe: &PathBuf, pre: &[&str], seed: Option<u16>) -> anyhow::Result<(Serv
 }
 
 /// GET `path` (HTTP/1.0) from a loopback port and parse the JSON body.
-async fn http_json(port: u16, path: &str) -> Option<serde_json::Value> {
+pub(super) async fn http_json(port: u16, path: &str) -> Option<serde_json::Value> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await

@@ -54,8 +54,13 @@ fn bench_cluster_quick_prints_tables() {
         "nats-server 2.15.1 JetStream R3 (sync=always)",
         "nats-server 2.15.1 JetStream R3 (sync=default)",
     ];
-    // Every cell measured for every target, and printed as a table row.
-    for target in lb.iter().chain(js.iter()) {
+    // Every cell measured for every target (liftbridge through gRPC and
+    // through NATS envelopes), and printed as a table row.
+    let lb_targets: Vec<String> = lb
+        .iter()
+        .flat_map(|l| [format!("{l} PublishAsync"), format!("{l} NATS envelope")])
+        .collect();
+    for target in lb_targets.iter().map(String::as_str).chain(js) {
         for window in [1, 256] {
             for pubs in [1, 4] {
                 let row = format!(
@@ -68,15 +73,17 @@ fn bench_cluster_quick_prints_tables() {
     // Each liftbridge row is paired with the JetStream row of its
     // durability in the ratio table.
     for (l, j) in lb.iter().zip(js.iter()) {
-        let pair = format!("| {l} | {j} |");
-        assert!(stdout.contains(&pair), "no ratio {pair:?} in\n{stdout}");
+        for via in ["PublishAsync", "NATS envelope"] {
+            let pair = format!("| {l} {via} | {j} |");
+            assert!(stdout.contains(&pair), "no ratio {pair:?} in\n{stdout}");
+        }
     }
 
     let doc: Value = serde_json::from_slice(&std::fs::read(&json).expect("read the JSON"))
         .expect("the JSON parses");
     let rows = doc["throughput"].as_array().expect("throughput rows");
-    // 4 targets × 2 windows × 2 publisher counts, and the disk row.
-    assert_eq!(rows.len(), 17, "{doc:#}");
+    // 6 targets × 2 windows × 2 publisher counts, and the disk row.
+    assert_eq!(rows.len(), 25, "{doc:#}");
     for r in rows {
         let rate = r["msgs_per_sec"].as_f64().expect("a rate");
         assert!(rate.is_finite() && rate > 0.0, "{r}");
