@@ -600,6 +600,12 @@
     return out;
   }
 
+  /** A warning badge when a replica is out of the ISR or the ISR is below its minimum. */
+  function underReplicated(p) {
+    if (!p.under_replicated) return [];
+    return [' ', h('span', { class: 'badge paused', testid: 'badge-under-replicated', title: 'A replica is out of the in-sync set, or the set is below its minimum (then nothing commits)' }, 'under-replicated')];
+  }
+
   /** Pause / resume / read-only / delete buttons for a stream (or some of its partitions). */
   function actionButtons(name, sum, after, partitions) {
     const body = partitions ? { partitions } : {};
@@ -822,7 +828,7 @@
           td('Id', '', h('a', { href: partitionHref(s.name, p.id), testid: 'partition-link' }, `#${p.id}`)),
           td('Leader', 'mono', p.leader || '—'),
           td('Replicas', 'mono', fmtList(p.replicas)),
-          td('ISR', 'mono', fmtList(p.isr)),
+          td('ISR', 'mono', fmtList(p.isr), ...underReplicated(p)),
           td('Oldest', 'num', fmtOffset(p.oldest_offset)),
           td('Newest', 'num', fmtOffset(p.newest_offset)),
           td('HW', 'num', fmtOffset(p.high_watermark)),
@@ -886,7 +892,9 @@
         h('dl', { class: 'kv' },
           kv('Leader', p.leader || '—', 'part-leader'),
           kv('Replicas', fmtList(p.replicas), 'part-replicas'),
-          kv('ISR', fmtList(p.isr), 'part-isr'),
+          kv('ISR', [fmtList(p.isr), ...underReplicated(p)], 'part-isr'),
+          kv('Epoch / leader epoch', `${fmtNum(p.epoch)} / ${fmtNum(p.leader_epoch)}`, 'part-epochs'),
+          kv('This node', p.role || '—', 'part-role'),
           kv('High watermark', fmtOffset(p.high_watermark), 'part-hw'),
           kv('Log end offset', fmtOffset(p.log_end_offset), 'part-leo'),
           kv('Newest offset', fmtOffset(p.newest_offset), 'part-newest'),

@@ -12,9 +12,14 @@
 //!
 //! A fetch in another leader epoch gets an empty answer carrying this
 //! leader's epoch (the follower then knows it asked a stale leader); a
-//! request that does not decode gets no answer (the sender times out).
-//! Answers hold at most `clustering.replication.max.bytes` of records,
-//! never past the leader's durable log end.
+//! request that does not decode gets no answer (the sender times out). A
+//! fetch past the end of what this leader has (its log plus the records it
+//! staged) is answered with a leader-epoch offset answer giving that end:
+//! the follower has records this leader lost, and truncates. Answers hold
+//! at most `clustering.replication.max.bytes` of records: from the log up
+//! to the leader's written end, then from the staged records (queued for
+//! the leader's own write, so its write and the followers' overlap; the
+//! commit still waits for the leader's write).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -101,13 +106,29 @@ async fn answer_fetch(p: &Arc<Partition>, m: LocalMsg) -> Option<String> {
         return None;
     }
     let offset = req.offset as u64;
+    let leo = p.leader_leo();
+    let budget = p.ctx.max_bytes.saturating_sub(HEADER_ROOM).max(1);
+    let (staged, staged_end) = if offset >= leo {
+        p.staged_from(offset, budget)
+    } else {
+        (Vec::new(), 0)
+    };
+    if offset > leo.max(staged_end) {
+        // The follower is ahead of this leader: it has records this
+        // leader lost (a crash before they were written here).
+        let resp = pb::LeaderEpochOffsetResponse {
+            end_offset: leo.max(staged_end) as i64,
+            leader_epoch: epoch,
+            epoch: epoch as i64,
+        };
+        publish(p, reply, rw::encode_epoch_response(&resp));
+        return None;
+    }
     let rejoin = p
         .follower_fetched(&req.replica_id, offset)
         .then(|| req.replica_id.clone());
     // The committed end may have moved with this fetch.
     let hw = p.high_watermark().map_or(-1, |h| h as i64);
-    let leo = p.leader_leo();
-    let budget = p.ctx.max_bytes.saturating_sub(HEADER_ROOM).max(1);
     let records = if offset < leo {
         match p.log().read(offset, MAX_RECORDS, budget).await {
             Ok(r) => r,
@@ -117,10 +138,11 @@ async fn answer_fetch(p: &Arc<Partition>, m: LocalMsg) -> Option<String> {
             }
         }
     } else {
-        Vec::new()
+        staged.into_iter().map(|(_, r)| r).collect()
     };
+    let limit = if offset < leo { leo } else { u64::MAX };
     let mut w = ResponseWriter::new(epoch, hw, budget.min(1 << 16));
-    for r in records.iter().filter(|r| r.offset < leo) {
+    for r in records.iter().filter(|r| r.offset < limit) {
         let rr = RecordRef::from_record(r);
         let len = codec::encoded_len(&rr);
         if !w.is_empty() && w.len() + len + ENTRY_OVERHEAD > budget {

@@ -13,8 +13,11 @@
 //!    it). Caught up, the task sleeps until the leader's notification or
 //!    `replica.max.idle.wait`.
 //! 3. **Report** the leader to the controller when no fetch has succeeded
-//!    for `replica.max.leader.timeout` (again every timeout while it lasts);
-//!    a majority of the ISR followers' reports replaces the leader.
+//!    for `replica.max.leader.timeout` (again every timeout while it lasts),
+//!    or sooner when nobody in the NATS cluster has listened on the fetch
+//!    subject for `replica.fetch.timeout` (the leader's node left the
+//!    cluster); a majority of the ISR followers' reports replaces the
+//!    leader.
 //!
 //! An answer from another leader epoch (a deposed leader, or metadata not
 //! yet applied here) counts as a failed fetch. A record that does not
@@ -54,6 +57,7 @@ async fn follow(p: Arc<Partition>, leader: String, cancel: CancellationToken) {
     let mut health = Health {
         last_ok: Instant::now(),
         last_report: None,
+        gone_since: None,
         leader,
     };
     loop {
@@ -71,6 +75,8 @@ async fn follow(p: Arc<Partition>, leader: String, cancel: CancellationToken) {
 struct Health {
     last_ok: Instant,
     last_report: Option<Instant>,
+    /// Since when no server has listened on the leader's subjects.
+    gone_since: Option<Instant>,
     leader: String,
 }
 
@@ -78,16 +84,39 @@ impl Health {
     fn ok(&mut self) {
         self.last_ok = Instant::now();
         self.last_report = None;
+        self.gone_since = None;
+    }
+
+    /// After a failed request; `gone`: nobody listens on the subject.
+    fn failed_with(&mut self, p: &Partition, gone: bool) {
+        if gone {
+            self.gone_since.get_or_insert_with(Instant::now);
+        } else {
+            self.gone_since = None;
+        }
+        self.failed(p);
     }
 
     /// After a failure: reports the leader when it has been unreachable
-    /// for the leader timeout (and again every timeout while it lasts).
+    /// for the leader timeout, or absent from the NATS cluster for the
+    /// fetch timeout (and again every such period while it lasts).
     fn failed(&mut self, p: &Partition) {
-        let timeout = p.ctx.leader_timeout;
-        if self.last_ok.elapsed() < timeout {
+        let gone = self
+            .gone_since
+            .is_some_and(|t| t.elapsed() >= p.ctx.fetch_timeout);
+        let timeout = if gone {
+            p.ctx.fetch_timeout.min(p.ctx.leader_timeout)
+        } else {
+            p.ctx.leader_timeout
+        };
+        if self.last_ok.elapsed() < timeout && !gone {
             return;
         }
         if self.last_report.is_some_and(|t| t.elapsed() < timeout) {
+            return;
+        }
+        if p.rebuilding.load(std::sync::atomic::Ordering::Relaxed) {
+            tracing::debug!(stream = %p.stream, partition = p.id, "leader unreachable, but this copy is still being rebuilt: not reporting it");
             return;
         }
         self.last_report = Some(Instant::now());
@@ -118,6 +147,20 @@ impl Health {
     }
 }
 
+/// A request to the leader that gives up when the partition stops
+/// (`None`), so stopping never waits for a fetch timeout.
+async fn request(
+    p: &Partition,
+    subject: &str,
+    body: bytes::Bytes,
+    cancel: &CancellationToken,
+) -> Option<Result<crate::nats::handle::LocalMsg, NatsError>> {
+    tokio::select! {
+        _ = cancel.cancelled() => None,
+        r = p.nats().request(subject, body, p.ctx.fetch_timeout) => Some(r),
+    }
+}
+
 /// Sleeps `d` unless cancelled; false when cancelled.
 async fn pause(d: Duration, cancel: &CancellationToken) -> bool {
     tokio::select! {
@@ -141,15 +184,16 @@ async fn truncate(p: &Arc<Partition>, health: &mut Health, cancel: &Cancellation
         if cancel.is_cancelled() {
             return false;
         }
-        let answer = p
-            .nats()
-            .request(&subject, body.clone(), p.ctx.fetch_timeout)
-            .await
+        let Some(sent) = request(p, &subject, body.clone(), cancel).await else {
+            return false;
+        };
+        let gone = matches!(sent, Err(NatsError::NoResponders));
+        let answer = sent
             .ok()
             .and_then(|m| rw::decode_epoch_response(&m.payload).ok())
             .filter(|r| r.leader_epoch == p.leader_epoch());
         let Some(r) = answer else {
-            health.failed(p);
+            health.failed_with(p, gone);
             if !pause(RETRY, cancel).await {
                 return false;
             }
@@ -222,10 +266,41 @@ async fn fetch_loop(
             offset: leo as i64,
             leader_epoch: epoch,
         });
-        let answer = match p.nats().request(&subject, body, p.ctx.fetch_timeout).await {
-            Ok(m) => rw::decode_response(m.payload).map_err(|e| e.to_string()),
+        let mut gone = false;
+        let Some(sent) = request(p, &subject, body, cancel).await else {
+            return RoundEnd::Stop;
+        };
+        let answer = match sent {
+            Ok(m) => match rw::decode_response(m.payload.clone()) {
+                Ok(r) => Ok(r),
+                Err(e) => match rw::decode_epoch_response(&m.payload) {
+                    // The leader has less than this replica: truncate to
+                    // its end and fetch from there.
+                    Ok(end) if end.leader_epoch == epoch => {
+                        let leo = p.log().log_end_offset();
+                        let to = end.end_offset.max(0) as u64;
+                        if to < leo {
+                            tracing::info!(stream = %p.stream, partition = p.id, from = leo, to, "leader has less than this replica; truncating");
+                            match p.log().truncate(to).await {
+                                Ok(()) => {}
+                                Err(StoreError::Closed(_)) => return RoundEnd::Stop,
+                                Err(e) => {
+                                    tracing::error!(stream = %p.stream, partition = p.id, error = %e, "truncating");
+                                    return RoundEnd::Again;
+                                }
+                            }
+                        }
+                        health.ok();
+                        continue;
+                    }
+                    _ => Err(e.to_string()),
+                },
+            },
             Err(NatsError::Stopped) => return RoundEnd::Stop,
-            Err(e) => Err(e.to_string()),
+            Err(e) => {
+                gone = matches!(e, NatsError::NoResponders);
+                Err(e.to_string())
+            }
         };
         let r = match answer {
             Ok(r) if r.leader_epoch == epoch => r,
@@ -233,7 +308,7 @@ async fn fetch_loop(
                 if let Err(e) = other {
                     tracing::trace!(stream = %p.stream, partition = p.id, error = %e, "fetch failed");
                 }
-                health.failed(p);
+                health.failed_with(p, gone);
                 if !pause(RETRY, cancel).await {
                     return RoundEnd::Stop;
                 }
@@ -268,7 +343,14 @@ async fn fetch_loop(
                 }
             }
         }
-        p.follower_committed((r.hw + 1).max(0) as u64);
+        let hw_end = (r.hw + 1).max(0) as u64;
+        p.follower_committed(hw_end);
+        if p.log().log_end_offset() >= hw_end
+            && p.rebuilding
+                .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::info!(stream = %p.stream, partition = p.id, "rebuilt copy reached the leader's commit point");
+        }
         if !got {
             tokio::select! {
                 _ = cancel.cancelled() => return RoundEnd::Stop,

@@ -36,9 +36,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::replication::{IsrState, WaitingAcks};
+use super::replication::{IsrState, Staged, WaitingAcks};
 use crate::nats::handle::{LocalClient, LocalMsg};
-use crate::store::{AppendResult, NewRecord, PartitionLog, StoreError};
+use crate::store::{AppendResult, NewRecord, PartitionLog, Record, StoreError};
 use crate::time::now_ns;
 use crate::wire::{envelope, Ack, AckError, AckPolicy};
 
@@ -193,11 +193,19 @@ pub struct Partition {
     isr: Mutex<Option<IsrState>>,
     /// As leader: ALL acks waiting for the committed end.
     waiting: Mutex<WaitingAcks<Pending>>,
+    /// As leader of a replicated partition: records queued for the log
+    /// but not written yet, which followers may copy already.
+    staged: Option<Mutex<Staged<Record>>>,
     /// As follower: woken by the leader's new-data notification.
     pub(super) wake: tokio::sync::Notify,
     /// Replication tasks (fetch server, ISR check, follower loop),
     /// cancelled when the partition stops.
     tasks: Mutex<Vec<(CancellationToken, JoinHandle<()>)>>,
+    /// As follower: this copy is being rebuilt from nothing (its files
+    /// were lost) and has not reached the leader's commit point yet; until
+    /// it has, it must not help elect a leader (it could be chosen with
+    /// less than what was committed).
+    pub(super) rebuilding: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Partition {
@@ -248,6 +256,8 @@ impl Partition {
         // (as follower): until then, nothing is served past what is known.
         let alone = membership.replicas.len() <= 1;
         let committed_end = if alone { log.log_end_offset() } else { 0 };
+        let staged =
+            (!alone && role == Role::Leader).then(|| Mutex::new(Staged::new(log.log_end_offset())));
         let isr = (role == Role::Leader).then(|| {
             IsrState::new(
                 &ctx.me,
@@ -280,8 +290,10 @@ impl Partition {
             ctx,
             isr: Mutex::new(isr),
             waiting: Mutex::new(WaitingAcks::default()),
+            staged,
             wake: tokio::sync::Notify::new(),
             tasks: Mutex::new(Vec::new()),
+            rebuilding: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -353,6 +365,57 @@ impl Partition {
         };
         self.recompute_commit(Some(replica), false);
         outcome.rejoin
+    }
+
+    /// As leader: staged records from `from` on (see `Staged`), up to
+    /// `max_bytes`, and where staging ends.
+    pub(super) fn staged_from(&self, from: u64, max_bytes: usize) -> (Vec<(u64, Record)>, u64) {
+        match &self.staged {
+            Some(s) => {
+                let s = s.lock();
+                (s.from(from, max_bytes), s.end())
+            }
+            None => (Vec::new(), 0),
+        }
+    }
+
+    /// As leader: queues a batch for followers before it is written;
+    /// returns nothing (offsets are predicted inside).
+    fn stage(&self, epoch: u64, records: &[NewRecord]) {
+        let Some(staged) = &self.staged else {
+            return;
+        };
+        staged.lock().queued(records.len(), |first| {
+            records
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let rec = Record {
+                        offset: first + i as u64,
+                        timestamp_ns: r.timestamp_ns,
+                        leader_epoch: epoch,
+                        key: r.key.clone(),
+                        headers: r.headers.clone(),
+                        value: r.value.clone(),
+                        subject: r.subject.clone(),
+                        reply: r.reply.clone(),
+                    };
+                    (rec, r.encoded_len())
+                })
+                .collect()
+        });
+        self.notify_idle();
+    }
+
+    /// Notifies idle followers that there is new data.
+    fn notify_idle(&self) {
+        let idle = match self.isr.lock().as_mut() {
+            Some(st) => st.take_idle_except(None),
+            None => Vec::new(),
+        };
+        for f in idle {
+            self.notify_follower(&f);
+        }
     }
 
     /// As leader: its durable log end (what followers may copy).
@@ -632,6 +695,7 @@ impl Partition {
                         break;
                     };
                     let me = self.clone();
+                    self.stage(rec.epoch, &rec.records);
                     self.log
                         .append_then(rec.epoch, None, rec.records, move |r| {
                             me.acknowledge(r, rec.pending, rec.reception_ns);
@@ -643,9 +707,7 @@ impl Partition {
                 // store error is logged and the batch is lost (never acked),
                 // so publishers waiting for acks time out and retry.
                 Err(StoreError::Closed(_)) => break,
-                Err(e) => {
-                    tracing::error!(stream = %self.stream, partition = self.id, error = %e, "recording batch")
-                }
+                Err(e) => self.write_failed(e),
             }
         }
         // Every queued append is answered (or reported) before the loop
@@ -664,10 +726,17 @@ impl Partition {
         match r {
             Ok(a) => self.written(a, pending, reception_ns),
             Err(StoreError::Closed(_)) => {}
-            Err(e) => {
-                tracing::error!(stream = %self.stream, partition = self.id, error = %e, "recording batch")
-            }
+            Err(e) => self.write_failed(e),
         }
+    }
+
+    /// A write failed: the batch is lost (never acknowledged, so its
+    /// publishers retry) and the partition stops taking writes here (it is
+    /// failed; with replicas another one leads), since offsets already
+    /// handed to followers or staged would no longer match the log.
+    fn write_failed(&self, e: StoreError) {
+        tracing::error!(stream = %self.stream, partition = self.id, error = %e, "recording batch");
+        self.mark_failed(format!("write failed: {e}"));
     }
 
     /// A batch is in the leader's log: LEADER acks go out, ALL acks wait
@@ -685,6 +754,9 @@ impl Partition {
         }
         if let Some(st) = self.isr.lock().as_mut() {
             st.appended(a.last_offset + 1);
+        }
+        if let Some(s) = &self.staged {
+            s.lock().written(a.last_offset + 1);
         }
         {
             let mut w = self.waiting.lock();

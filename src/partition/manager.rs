@@ -233,6 +233,15 @@ struct Inner {
     generation: watch::Sender<u64>,
     /// Identity and replication settings handed to every partition.
     ctx: ReplicaContext,
+    /// The leader epoch of each partition replicated here when this
+    /// process first saw it, and when (see `hold_leadership`). Bounded by
+    /// the partitions of this node; forgotten when they are deleted.
+    first_led: Mutex<HashMap<Key, (u64, std::time::Instant)>>,
+    /// Some leadership is held back: reconcile again every second.
+    holding: std::sync::atomic::AtomicBool,
+    /// When this process started (Unix ns): a follower whose files are
+    /// missing for a stream older than that is rebuilding a lost copy.
+    started_ns: i64,
 }
 
 /// Starts, stops and finds the partitions this node leads.
@@ -275,6 +284,9 @@ impl PartitionManager {
                 nats,
                 meta: meta.clone(),
                 ctx,
+                first_led: Mutex::new(HashMap::new()),
+                holding: std::sync::atomic::AtomicBool::new(false),
+                started_ns: now_ns(),
                 defaults,
                 running: Mutex::new(HashMap::new()),
                 seen: Mutex::new(HashMap::new()),
@@ -289,8 +301,14 @@ impl PartitionManager {
             loop {
                 let state = rx.borrow_and_update().clone();
                 m.reconcile(&state).await;
-                if rx.changed().await.is_err() {
-                    break;
+                let holding = m.inner.holding.load(std::sync::atomic::Ordering::Relaxed);
+                tokio::select! {
+                    changed = rx.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                    }
+                    _ = tokio::time::sleep(Duration::from_secs(1)), if holding => {}
                 }
             }
         });
@@ -658,6 +676,11 @@ impl PartitionManager {
                 .get(key)
                 .is_some_and(|(s, _, _)| s.creation_timestamp_ns == f.creation_ns)
         });
+        self.inner
+            .first_led
+            .lock()
+            .retain(|k, _| wanted.contains_key(k));
+        let mut holding = false;
         // Start or update what is wanted.
         for (key, (s, id, role)) in wanted {
             let Some(pm) = s.partition(id) else { continue };
@@ -667,6 +690,11 @@ impl PartitionManager {
                 leader_epoch: pm.leader_epoch,
             };
             let membership = self.inner.defaults.membership(s, pm);
+            self.inner
+                .first_led
+                .lock()
+                .entry(key.clone())
+                .or_insert((pm.leader_epoch, std::time::Instant::now()));
             let existing = self.get_replica(&key.0, key.1);
             if let Some(p) = existing {
                 p.update_settings(settings);
@@ -683,6 +711,10 @@ impl PartitionManager {
                 .get(&key)
                 .is_some_and(|f| f.permanent)
             {
+                continue;
+            }
+            if role == Role::Leader && self.hold_leadership(&key, pm) {
+                holding = true;
                 continue;
             }
             match self
@@ -722,7 +754,40 @@ impl PartitionManager {
                 }
             }
         }
+        self.inner
+            .holding
+            .store(holding, std::sync::atomic::Ordering::Relaxed);
         self.inner.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Whether not to lead a partition yet. A node that restarts may have
+    /// lost writes its followers have: under `store.sync: interval` writes
+    /// it had not synced (they may have been acknowledged as ALL), under
+    /// either policy records it had staged for its followers before its own
+    /// write. If it led again in the same leader epoch it would hand out
+    /// those offsets a second time. So a process that finds itself leading, in the epoch
+    /// it first saw, a partition it holds data of and whose ISR has other
+    /// members, does not lead: its followers cannot fetch, report it, and
+    /// elect one of themselves; it then follows and truncates. If no
+    /// election comes within twice `replica.max.leader.timeout` (the
+    /// followers are down too), it leads anyway.
+    fn hold_leadership(&self, key: &Key, pm: &PartitionMeta) -> bool {
+        let Some((epoch, since)) = self.inner.first_led.lock().get(key).copied() else {
+            return false;
+        };
+        if epoch != pm.leader_epoch
+            || !pm.isr.iter().any(|r| *r != self.inner.me)
+            || !crate::store::journal::path(&self.partition_dir(&key.0, key.1), "log").exists()
+        {
+            return false;
+        }
+        let limit = self.inner.defaults.replica_max_leader_timeout * 2;
+        if since.elapsed() >= limit {
+            tracing::warn!(stream = %key.0, partition = key.1, "no new leader was elected; leading with the data this node has");
+            return false;
+        }
+        tracing::debug!(stream = %key.0, partition = key.1, "restarted leader waits for its followers to elect a new leader");
+        true
     }
 
     /// Opens a paused partition's log just long enough to read its
@@ -774,6 +839,11 @@ impl PartitionManager {
         role: Role,
         membership: Membership,
     ) -> Result<Arc<Partition>, PartitionError> {
+        // A follower without files for a stream that existed before this
+        // process started lost its copy (its data directory was wiped).
+        let existed = crate::store::journal::path(&self.partition_dir(&s.name, id), "log").exists();
+        let mut rebuilding =
+            role != Role::Leader && !existed && s.creation_timestamp_ns < self.inner.started_ns;
         let log = match self.open_log(s, id).await {
             Ok(log) => log,
             // A follower's lost or damaged copy is rebuilt from the leader,
@@ -785,6 +855,7 @@ impl PartitionManager {
             )) if role != Role::Leader => {
                 tracing::error!(stream = %s.name, partition = id, error = %e, "follower copy lost or damaged; rebuilding it from the leader");
                 self.remove_files(&s.name, id).await;
+                rebuilding = true;
                 self.open_log(s, id).await?
             }
             Err(e) => return Err(e),
@@ -823,6 +894,11 @@ impl PartitionManager {
         // A leader whose ISR is itself alone commits what it holds now.
         p.set_membership(&membership);
         p.seed_received(first.unwrap_or(0), latest.unwrap_or(0));
+        if rebuilding {
+            tracing::warn!(stream = %s.name, partition = id, "no local copy of a partition this node replicates; rebuilding it from the leader");
+            p.rebuilding
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let started = match &role {
             Role::Leader => super::fetch_server::start(&p).and_then(|()| p.start_stenographer()),
             Role::Follower { leader } => {

@@ -7,9 +7,11 @@
 //!   ISR (the leader's own log end included), and does not move while the
 //!   ISR has fewer than the minimum in-sync replicas;
 //! - a follower is caught up when its log end reaches the leader's; an ISR
-//!   follower that has not been caught up for `replica.max.lag.time` is
-//!   lagging (the leader asks the controller to remove it); a replica out of
-//!   the ISR whose log end reaches the committed end may join it again;
+//!   follower that has not been caught up, or has not fetched at all, for
+//!   `replica.max.lag.time` is lagging (the leader asks the controller to
+//!   remove it; idle followers fetch every `replica.max.idle.wait`, which
+//!   must be shorter); a replica out of the ISR whose log end reaches the
+//!   committed end may join it again;
 //! - ALL acks wait in offset order until the committed end passes them.
 //!
 //! Pure bookkeeping: times come in as arguments, nothing here does I/O;
@@ -31,6 +33,8 @@ struct Progress {
     leo: u64,
     /// When its log end last reached the leader's.
     caught_up: Instant,
+    /// When it last fetched.
+    fetched: Instant,
     /// It was answered "nothing new" and waits for a notification.
     idle: bool,
 }
@@ -73,6 +77,7 @@ impl IsrState {
                     Progress {
                         leo: 0,
                         caught_up: now,
+                        fetched: now,
                         idle: false,
                     },
                 )
@@ -100,6 +105,7 @@ impl IsrState {
             self.followers.entry(r.clone()).or_insert(Progress {
                 leo: 0,
                 caught_up: now,
+                fetched: now,
                 idle: false,
             });
         }
@@ -109,6 +115,7 @@ impl IsrState {
             if !self.isr.contains(r) {
                 if let Some(p) = self.followers.get_mut(r) {
                     p.caught_up = now;
+                    p.fetched = now;
                 }
             }
         }
@@ -159,6 +166,7 @@ impl IsrState {
             return FetchOutcome::default();
         };
         p.leo = offset;
+        p.fetched = now;
         p.idle = offset >= leader_leo;
         if offset >= leader_leo {
             p.caught_up = now;
@@ -185,14 +193,16 @@ impl IsrState {
         Some(end)
     }
 
-    /// ISR followers not caught up for longer than `max_lag`.
+    /// ISR followers not caught up, or silent, for longer than `max_lag`.
     pub fn lagging(&self, now: Instant, max_lag: Duration) -> Vec<String> {
         self.isr
             .iter()
             .filter(|r| **r != self.me)
             .filter(|r| {
                 self.followers.get(*r).is_some_and(|p| {
-                    p.leo < self.leader_leo && now.saturating_duration_since(p.caught_up) > max_lag
+                    let behind = p.leo < self.leader_leo
+                        && now.saturating_duration_since(p.caught_up) > max_lag;
+                    behind || now.saturating_duration_since(p.fetched) > max_lag
                 })
             })
             .cloned()
@@ -210,6 +220,103 @@ impl IsrState {
                 r.clone()
             })
             .collect()
+    }
+}
+
+/// Most bytes of records staged for followers before the leader's own
+/// write completed. Past it, batches are not staged: followers get them
+/// from the log once written (slower, nothing lost).
+pub const MAX_STAGED_BYTES: usize = 16 << 20;
+
+/// Records the leader has queued for its own log but not yet written
+/// (fsynced under `always`): followers may copy them already, so the
+/// leader's write and theirs overlap. Offsets are predicted: the leader is
+/// the only writer and its appends get offsets in queue order. Whatever is
+/// staged is contiguous from `start`; a batch that does not fit leaves a
+/// gap, so staging restarts at the next batch once everything before it is
+/// written.
+#[derive(Debug, Default)]
+pub struct Staged<T> {
+    /// The offset the next queued batch gets.
+    next: u64,
+    /// Offset of the first staged record.
+    start: u64,
+    records: VecDeque<(u64, T, usize)>,
+    bytes: usize,
+}
+
+impl<T: Clone> Staged<T> {
+    /// Starts predicting at `leo`, nothing staged.
+    pub fn new(leo: u64) -> Staged<T> {
+        Staged {
+            next: leo,
+            start: leo,
+            records: VecDeque::new(),
+            bytes: 0,
+        }
+    }
+
+    /// A batch of `n` records was queued; returns its first offset. The
+    /// records (with their sizes) are staged when they follow what is
+    /// staged and fit.
+    pub fn queued(&mut self, n: usize, records: impl FnOnce(u64) -> Vec<(T, usize)>) -> u64 {
+        let first = self.next;
+        self.next += n as u64;
+        if self.records.is_empty() {
+            self.start = first;
+        }
+        if first != self.start + self.records.len() as u64 || self.bytes >= MAX_STAGED_BYTES {
+            return first;
+        }
+        for (i, (r, size)) in records(first).into_iter().enumerate() {
+            self.bytes += size;
+            self.records.push_back((first + i as u64, r, size));
+        }
+        first
+    }
+
+    /// The leader's log now ends at `leo`: forget what it holds.
+    pub fn written(&mut self, leo: u64) {
+        while self.records.front().is_some_and(|(o, _, _)| *o < leo) {
+            if let Some((_, _, size)) = self.records.pop_front() {
+                self.bytes -= size;
+            }
+        }
+        if self.records.is_empty() {
+            self.start = self.next.min(leo.max(self.start));
+        } else {
+            self.start = self.records.front().map_or(leo, |(o, _, _)| *o);
+        }
+        if self.next < leo {
+            self.next = leo;
+        }
+    }
+
+    /// Staged records from `from` on, up to `max_bytes` (at least one).
+    pub fn from(&self, from: u64, max_bytes: usize) -> Vec<(u64, T)> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for (o, r, size) in self.records.iter().skip_while(|(o, _, _)| *o < from) {
+            if *o != from + out.len() as u64 {
+                break;
+            }
+            if !out.is_empty() && bytes + size > max_bytes {
+                break;
+            }
+            bytes += size;
+            out.push((*o, r.clone()));
+        }
+        out
+    }
+
+    /// The end of what is staged (where a follower can copy up to).
+    pub fn end(&self) -> u64 {
+        self.start + self.records.len() as u64
+    }
+
+    /// Bytes staged.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 }
 
@@ -315,8 +422,11 @@ mod tests {
         assert!(s.lagging(t1, lag).is_empty());
         let t3 = t0 + Duration::from_secs(3);
         assert_eq!(s.lagging(t3, lag), ids(&["c"]), "c last caught up at t0");
-        // An idle but caught-up follower never lags.
-        assert!(!s.lagging(t3 + lag * 10, lag).contains(&"b".to_string()));
+        // A caught-up follower that keeps fetching (idle) does not lag; one
+        // that stops fetching does.
+        fetch(&mut s, "b", 8, t3);
+        assert!(!s.lagging(t3 + lag, lag).contains(&"b".to_string()));
+        assert!(s.lagging(t3 + lag * 2, lag).contains(&"b".to_string()));
         s.set_membership(&all, &ids(&["a", "b"]), 1, t3);
         let o = fetch(&mut s, "c", 7, t3);
         assert!(!o.rejoin, "not caught up yet");
@@ -341,6 +451,44 @@ mod tests {
         );
         fetch(&mut s, "b", 3, t0);
         assert!(s.take_idle_except(Some("b")).is_empty());
+    }
+
+    #[test]
+    fn staged_records_follow_the_queue_and_leave_once_written() {
+        let mut s: Staged<&str> = Staged::new(10);
+        assert_eq!(
+            s.queued(2, |f| {
+                assert_eq!(f, 10);
+                vec![("a", 1), ("b", 1)]
+            }),
+            10
+        );
+        assert_eq!(s.queued(1, |_| vec![("c", 1)]), 12);
+        assert_eq!(s.end(), 13);
+        assert_eq!(s.from(11, 100), vec![(11, "b"), (12, "c")]);
+        assert_eq!(
+            s.from(11, 1),
+            vec![(11, "b")],
+            "at least one, then the budget"
+        );
+        s.written(12);
+        assert_eq!(
+            s.from(10, 100),
+            Vec::<(u64, &str)>::new(),
+            "written ones come from the log"
+        );
+        assert_eq!(s.from(12, 100), vec![(12, "c")]);
+        s.written(13);
+        assert_eq!((s.bytes(), s.end()), (0, 13));
+        // A batch that does not fit leaves a gap: nothing after it is
+        // staged until the gap is written.
+        s.bytes = MAX_STAGED_BYTES;
+        s.records.push_back((13, "x", 0));
+        assert_eq!(s.queued(1, |_| vec![("y", 1)]), 13);
+        s.records.clear();
+        s.bytes = 0;
+        assert_eq!(s.queued(1, |_| vec![("z", 1)]), 14);
+        assert_eq!(s.from(14, 100), vec![(14, "z")]);
     }
 
     #[test]

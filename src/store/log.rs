@@ -1066,8 +1066,8 @@ impl PartitionLog {
         .await
     }
 
-    /// Replication hook: compaction never touches offsets ≥ `offset` (set it
-    /// to the high watermark). Default: no limit (whole log).
+    /// Replication hook: compaction and retention never touch offsets ≥
+    /// `offset` (set it to the committed end). Default: no limit (whole log).
     pub fn set_compaction_limit(&self, offset: u64) {
         self.inner.compaction_limit.store(offset, Ordering::Release);
     }
@@ -1209,7 +1209,10 @@ impl PartitionLog {
             Ok(Some(leo))
         })?;
         let mut stats = RetentionStats::default();
-        if let Some(before) = cut {
+        // Never past the replication limit (the committed end): an
+        // uncommitted record is not removed before its followers have it.
+        let limit = self.inner.compaction_limit.load(Ordering::Acquire);
+        if let Some(before) = cut.map(|c| c.min(limit)).filter(|c| *c > 0) {
             loop {
                 let (n, b) = self.call_blocking(|reply| {
                     Op::Maint(Maint::DeletePrefix {

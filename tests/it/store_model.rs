@@ -158,6 +158,9 @@ async fn run(ops: Vec<Op>) {
     let mut log = open(dir.path());
     let mut m = Model::default();
     let mut seq = 0u64;
+    // The replication limit set by the last compaction (reopen clears it):
+    // retention and compaction stop below it.
+    let mut limit_set = u64::MAX;
     for op in ops {
         match op {
             Op::Append { bump_epoch, recs } => {
@@ -220,11 +223,8 @@ async fn run(ops: Vec<Op>) {
                 });
                 log.enforce_retention().await.unwrap();
                 let excess = (m.present.len() as u64).saturating_sub(n) as usize;
-                if let Some(&cut) = m.present.keys().nth(excess) {
-                    m.remove_below(cut);
-                } else {
-                    m.remove_below(m.leo);
-                }
+                let cut = m.present.keys().nth(excess).copied().unwrap_or(m.leo);
+                m.remove_below(cut.min(limit_set));
             }
             Op::RetainBytes(b) => {
                 log.update_config(LogConfig {
@@ -245,7 +245,7 @@ async fn run(ops: Vec<Op>) {
                     }
                     removed += Model::size(r);
                 }
-                m.remove_below(cut);
+                m.remove_below(cut.min(limit_set));
             }
             Op::RetainAge(limit) => {
                 log.update_config(LogConfig {
@@ -259,11 +259,12 @@ async fn run(ops: Vec<Op>) {
                     .await
                     .unwrap();
                 let cut = m.time_lookup(limit).unwrap_or(m.leo);
-                m.remove_below(cut);
+                m.remove_below(cut.min(limit_set));
             }
             Op::Compact(limit) => {
                 let limit = limit.unwrap_or(u64::MAX);
                 log.set_compaction_limit(limit);
+                limit_set = limit;
                 log.compact().await.unwrap();
                 m.compact(limit.min(m.leo));
             }
@@ -276,6 +277,7 @@ async fn run(ops: Vec<Op>) {
                 drop(log);
                 let d = dir.path().to_owned();
                 log = tokio::task::spawn_blocking(move || open(&d)).await.unwrap();
+                limit_set = u64::MAX;
             }
         }
         check_state(&log, &m).await;

@@ -452,6 +452,25 @@ uiTest('pause, resume and read-only from the streams table change the badges', a
   await shot(page, 'streams');
 });
 
+uiTest('a partition whose ISR is below its minimum is shown under-replicated', async () => {
+  // One node: an ISR of one is below a minimum of two, so nothing commits.
+  const r = await server.api('POST', '/api/v1/streams', { name: 'thin', subject: 'thin', min_isr: 2 });
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+  assert.equal((await partitionInfo('thin')).under_replicated, true);
+  assert.equal((await partitionInfo('orders')).under_replicated, false);
+  await page.goto(server.base + '/#/streams/thin');
+  await page.locator(`${byTestId('partition-row')} ${byTestId('badge-under-replicated')}`).waitFor();
+  await page.goto(server.base + '/#/streams/orders');
+  await page.locator(byTestId('partition-row')).first().waitFor();
+  assert.equal(await page.locator(byTestId('badge-under-replicated')).count(), 0);
+  await page.goto(server.base + '/#/streams/thin/partitions/0');
+  await page.locator(`${byTestId('part-isr')} ${byTestId('badge-under-replicated')}`).waitFor();
+  assert.equal(await page.locator(byTestId('part-role')).textContent(), 'leader');
+  assert.equal((await server.api('DELETE', '/api/v1/streams/thin')).status, 200);
+  await page.click(byTestId('nav-streams'));
+  await page.locator(byTestId('streams-refresh')).waitFor();
+});
+
 uiTest('deleting a stream asks first', async () => {
   const r = await server.api('POST', '/api/v1/streams', { name: 'scratch', subject: 'scratch.x' });
   assert.equal(r.status, 201, JSON.stringify(r.body));
