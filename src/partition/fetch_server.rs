@@ -124,8 +124,11 @@ async fn answer_fetch(p: &Arc<Partition>, m: LocalMsg) -> Option<String> {
         publish(p, reply, rw::encode_epoch_response(&resp));
         return None;
     }
+    // What the follower has written counts; what it has only received
+    // does not (it may fetch ahead of its own write).
+    let written = (req.written.max(0) as u64).min(offset);
     let rejoin = p
-        .follower_fetched(&req.replica_id, offset)
+        .follower_fetched(&req.replica_id, written)
         .then(|| req.replica_id.clone());
     // The committed end may have moved with this fetch.
     let hw = p.high_watermark().map_or(-1, |h| h as i64);

@@ -8,7 +8,9 @@
 //!    never had. So logs never diverge.
 //! 2. **Fetch** from the log end: the answer carries the leader's epoch, its
 //!    high watermark and records, which are appended as they are (offsets,
-//!    epochs, timestamps kept). What the leader has committed and this
+//!    epochs, timestamps kept). One append may be in flight while the next
+//!    fetch goes out (each fetch tells the leader what is written, which
+//!    is what counts for the commit). What the leader has committed and this
 //!    replica has is committed here too (readers with `readISRReplica` see
 //!    it). Caught up, the task sleeps until the leader's notification or
 //!    `replica.max.idle.wait`.
@@ -39,6 +41,9 @@ use crate::wire::replication as rw;
 
 /// Pause after a failed request before the next one.
 const RETRY: Duration = Duration::from_millis(100);
+/// A replicated write still running after this overlaps with the next
+/// fetch instead of delaying it.
+const FETCH_AHEAD_AFTER: Duration = Duration::from_millis(1);
 
 /// Starts following `leader` for the partition.
 pub fn start(p: &Arc<Partition>, leader: String) {
@@ -256,15 +261,19 @@ async fn fetch_loop(
 ) -> RoundEnd {
     let subject = subjects::replicate(&p.ctx.namespace, &p.stream, p.id);
     let epoch = p.leader_epoch();
+    // Where to fetch from: past the batch being written, if any.
+    let mut next = p.log().log_end_offset();
+    let mut writing: Option<Writing> = None;
     loop {
         if cancel.is_cancelled() {
             return RoundEnd::Stop;
         }
-        let leo = p.log().log_end_offset();
+        let leo = next;
         let body = rw::encode_fetch(&pb::ReplicationRequest {
             replica_id: p.ctx.me.clone(),
             offset: leo as i64,
             leader_epoch: epoch,
+            written: p.log().log_end_offset() as i64,
         });
         let mut gone = false;
         let Some(sent) = request(p, &subject, body, cancel).await else {
@@ -277,6 +286,9 @@ async fn fetch_loop(
                     // The leader has less than this replica: truncate to
                     // its end and fetch from there.
                     Ok(end) if end.leader_epoch == epoch => {
+                        if let Err(e) = finish(p, writing.take()).await {
+                            return e;
+                        }
                         let leo = p.log().log_end_offset();
                         let to = end.end_offset.max(0) as u64;
                         if to < leo {
@@ -291,6 +303,7 @@ async fn fetch_loop(
                             }
                         }
                         health.ok();
+                        next = p.log().log_end_offset();
                         continue;
                     }
                     _ => Err(e.to_string()),
@@ -325,22 +338,31 @@ async fn fetch_loop(
                 Ok(rec) => records.push(rec),
                 Err(e) => {
                     tracing::warn!(stream = %p.stream, partition = p.id, offset, error = %e, "undecodable record from the leader");
-                    return RoundEnd::Again;
+                    return finish(p, writing.take())
+                        .await
+                        .err()
+                        .unwrap_or(RoundEnd::Again);
                 }
             }
         }
         let got = !records.is_empty();
         if got {
-            match p.log().append_replicated(records).await {
-                Ok(_) => {}
-                Err(StoreError::Closed(_)) => return RoundEnd::Stop,
-                Err(e) => {
-                    tracing::warn!(stream = %p.stream, partition = p.id, error = %e, "appending replicated records");
-                    if !pause(RETRY, cancel).await {
-                        return RoundEnd::Stop;
+            // At most one batch in flight: the previous one first.
+            if let Err(e) = finish(p, writing.take()).await {
+                return e;
+            }
+            next = records.last().map_or(next, |r| r.offset + 1);
+            let log = p.log().clone();
+            let mut w = tokio::spawn(async move { log.append_replicated(records).await });
+            // A quick write (no fsync) is waited for, so the next fetch
+            // reports it; a slow one (fsync) overlaps with the next fetch.
+            match tokio::time::timeout(FETCH_AHEAD_AFTER, &mut w).await {
+                Ok(done) => {
+                    if let Err(e) = finish_with(p, done).await {
+                        return e;
                     }
-                    return RoundEnd::Again;
                 }
+                Err(_) => writing = Some(w),
             }
         }
         let hw_end = (r.hw + 1).max(0) as u64;
@@ -352,11 +374,50 @@ async fn fetch_loop(
             tracing::info!(stream = %p.stream, partition = p.id, "rebuilt copy reached the leader's commit point");
         }
         if !got {
+            if writing.is_some() {
+                // Caught up: once the last batch is written, say so at once.
+                if let Err(e) = finish(p, writing.take()).await {
+                    return e;
+                }
+                continue;
+            }
             tokio::select! {
                 _ = cancel.cancelled() => return RoundEnd::Stop,
                 _ = p.wake.notified() => {}
                 _ = tokio::time::sleep(p.ctx.idle_wait) => {}
             }
+        }
+    }
+}
+
+/// A replicated batch being written.
+type Writing = tokio::task::JoinHandle<Result<crate::store::AppendResult, StoreError>>;
+
+/// Waits for the batch being written, if any. `Err` says how the round
+/// ends when the write failed.
+async fn finish(p: &Partition, writing: Option<Writing>) -> Result<(), RoundEnd> {
+    let Some(w) = writing else {
+        return Ok(());
+    };
+    finish_with(p, w.await).await
+}
+
+/// How the round goes on after a replicated write ended with `done`.
+async fn finish_with(
+    p: &Partition,
+    done: Result<Result<crate::store::AppendResult, StoreError>, tokio::task::JoinError>,
+) -> Result<(), RoundEnd> {
+    match done {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(StoreError::Closed(_))) => Err(RoundEnd::Stop),
+        Ok(Err(e)) => {
+            tracing::warn!(stream = %p.stream, partition = p.id, error = %e, "appending replicated records");
+            tokio::time::sleep(RETRY).await;
+            Err(RoundEnd::Again)
+        }
+        Err(e) => {
+            tracing::warn!(stream = %p.stream, partition = p.id, error = %e, "replicated append task");
+            Err(RoundEnd::Again)
         }
     }
 }

@@ -731,12 +731,15 @@ impl Partition {
     }
 
     /// A write failed: the batch is lost (never acknowledged, so its
-    /// publishers retry) and the partition stops taking writes here (it is
-    /// failed; with replicas another one leads), since offsets already
-    /// handed to followers or staged would no longer match the log.
+    /// publishers retry). A replicated partition also stops being led here
+    /// (it is failed, its followers elect another leader): its followers
+    /// may have copied the lost batch from the staged records, and the next
+    /// write would give its offsets to other messages.
     fn write_failed(&self, e: StoreError) {
         tracing::error!(stream = %self.stream, partition = self.id, error = %e, "recording batch");
-        self.mark_failed(format!("write failed: {e}"));
+        if self.staged.is_some() {
+            self.mark_failed(format!("write failed: {e}"));
+        }
     }
 
     /// A batch is in the leader's log: LEADER acks go out, ALL acks wait

@@ -447,19 +447,45 @@ impl PartitionManager {
         tokio::time::timeout(timeout, wait).await.unwrap_or(false)
     }
 
-    /// Waits up to `timeout` for the partition to be running here.
+    /// Waits up to `timeout` for the partition to be running here as
+    /// leader.
     pub async fn wait_for(
         &self,
         stream: &str,
         id: i32,
         timeout: Duration,
     ) -> Option<Arc<Partition>> {
+        self.wait_running(stream, id, timeout, false).await
+    }
+
+    /// Waits up to `timeout` for the partition to run here in any role.
+    pub async fn wait_for_replica(
+        &self,
+        stream: &str,
+        id: i32,
+        timeout: Duration,
+    ) -> Option<Arc<Partition>> {
+        self.wait_running(stream, id, timeout, true).await
+    }
+
+    async fn wait_running(
+        &self,
+        stream: &str,
+        id: i32,
+        timeout: Duration,
+        any_role: bool,
+    ) -> Option<Arc<Partition>> {
         let mut rx = self.inner.generation.subscribe();
         let wait = async {
             loop {
                 rx.borrow_and_update();
-                if let Some(p) = self.get(stream, id) {
-                    return Some(p);
+                let found = if any_role {
+                    self.get_replica(stream, id)
+                } else {
+                    self.get(stream, id)
+                };
+                if found.is_some() {
+                    return found;
                 }
                 // A partition that failed to start will not start: do not
                 // make the caller wait the whole timeout for it.
@@ -472,28 +498,6 @@ impl PartitionManager {
                     .is_some_and(|f| f.permanent)
                 {
                     return None;
-                }
-                if rx.changed().await.is_err() {
-                    return None;
-                }
-            }
-        };
-        tokio::time::timeout(timeout, wait).await.unwrap_or(None)
-    }
-
-    /// Waits up to `timeout` for the partition to run here in any role.
-    pub async fn wait_for_replica(
-        &self,
-        stream: &str,
-        id: i32,
-        timeout: Duration,
-    ) -> Option<Arc<Partition>> {
-        let mut rx = self.inner.generation.subscribe();
-        let wait = async {
-            loop {
-                rx.borrow_and_update();
-                if let Some(p) = self.get_replica(stream, id) {
-                    return Some(p);
                 }
                 if rx.changed().await.is_err() {
                     return None;

@@ -203,6 +203,7 @@ mod tests {
             replica_id: "b".into(),
             offset: 3,
             leader_epoch: 2,
+            written: 3,
         });
         assert!(matches!(
             decode_response(req.clone()),
