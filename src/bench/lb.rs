@@ -100,11 +100,12 @@ pub fn run(args: LbBenchArgs) -> anyhow::Result<()> {
     rt.block_on(run_async(args))
 }
 
+/// One measured rate: a workload on a target.
 #[derive(Debug, Clone, serde::Serialize)]
-struct Row {
-    workload: String,
-    target: String,
-    msgs_per_sec: f64,
+pub(super) struct Row {
+    pub(super) workload: String,
+    pub(super) target: String,
+    pub(super) msgs_per_sec: f64,
 }
 
 async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
@@ -371,7 +372,7 @@ pub fn disk_fsync_rate(dir: &Path, n: usize) -> anyhow::Result<(f64, f64)> {
 /// Ratios of each liftbridge row to the JetStream rows of the matching
 /// durability: `sync=always` against `sync_interval: always`, and
 /// `sync=interval` against JetStream's default.
-fn print_ratios(rows: &[Row]) {
+pub(super) fn print_ratios(rows: &[Row]) {
     println!();
     println!("| workload | liftbridge | JetStream | ratio |");
     println!("|---|---|---|---:|");
@@ -432,7 +433,7 @@ async fn create_stream(grpc: &str, name: &str) -> anyhow::Result<()> {
 /// A gRPC client whose HTTP/2 receive windows fit a stream of many 1 KiB
 /// messages (as grpc-go's dynamic window does; h2's default is 64 KiB), so
 /// replay measures the server rather than flow-control round trips.
-async fn grpc_client(url: &str) -> anyhow::Result<ApiClient<tonic::transport::Channel>> {
+pub(super) async fn grpc_client(url: &str) -> anyhow::Result<ApiClient<tonic::transport::Channel>> {
     let ch = tonic::transport::Endpoint::from_shared(url.to_string())?
         .tcp_nodelay(true)
         .initial_stream_window_size(4 << 20)
@@ -459,7 +460,7 @@ where
     Ok((per * pubs as u64) as f64 / start.elapsed().as_secs_f64())
 }
 
-async fn lb_publish_async(
+pub(super) async fn lb_publish_async(
     grpc: &str,
     stream: &str,
     policy: proto::AckPolicy,
@@ -529,7 +530,7 @@ fn envelope(msg_type: u8, body: &[u8]) -> Bytes {
     b.freeze()
 }
 
-async fn lb_publish_envelope(
+pub(super) async fn lb_publish_envelope(
     nats: &str,
     stream: &str,
     policy: proto::AckPolicy,
@@ -662,17 +663,18 @@ async fn lb_replay(grpc: &str, stream: &str, msgs: u64) -> anyhow::Result<f64> {
 }
 
 /// Creates a JetStream stream on the subject of the same name: file
-/// storage, one replica (the configuration the comparison is about).
-async fn js_file_stream(
+/// storage, `replicas` replicas (one in the single-node comparison).
+pub(super) async fn js_file_stream(
     js: &async_nats::jetstream::Context,
     name: &str,
+    replicas: usize,
 ) -> anyhow::Result<async_nats::jetstream::stream::Stream> {
     Ok(js
         .create_stream(async_nats::jetstream::stream::Config {
             name: name.to_string(),
             subjects: vec![name.to_string()],
             storage: async_nats::jetstream::stream::StorageType::File,
-            num_replicas: 1,
+            num_replicas: replicas,
             ..Default::default()
         })
         .await?)
@@ -712,25 +714,39 @@ async fn js_publish(
 ) -> anyhow::Result<f64> {
     let js = async_nats::jetstream::new(async_nats::connect(url).await?);
     let name = format!("B{}", rand::random::<u32>());
-    js_file_stream(&js, &name).await?;
-    let rate = timed_publishers(pubs, msgs, |_, per| {
+    js_file_stream(&js, &name, 1).await?;
+    let rate = js_publish_to(url, &name, window, pubs, msgs, payload).await?;
+    js.delete_stream(&name).await?;
+    Ok(rate)
+}
+
+/// `pubs` JetStream publishers, each with its own connection to `url`,
+/// send `msgs` messages in all to `subject` keeping `window` acks
+/// outstanding each; returns messages per second.
+pub(super) async fn js_publish_to(
+    url: &str,
+    subject: &str,
+    window: usize,
+    pubs: usize,
+    msgs: u64,
+    payload: &Bytes,
+) -> anyhow::Result<f64> {
+    timed_publishers(pubs, msgs, |_, per| {
         let url = url.to_string();
-        let subject = name.clone();
+        let subject = subject.to_string();
         let payload = payload.clone();
         async move {
             let js = async_nats::jetstream::new(async_nats::connect(&url).await?);
             js_publish_window(&js, &subject, per, window, &payload).await
         }
     })
-    .await?;
-    js.delete_stream(&name).await?;
-    Ok(rate)
+    .await
 }
 
 async fn js_replay(url: &str, msgs: u64, payload: &Bytes) -> anyhow::Result<f64> {
     let js = async_nats::jetstream::new(async_nats::connect(url).await?);
     let name = format!("R{}", rand::random::<u32>());
-    let stream = js_file_stream(&js, &name).await?;
+    let stream = js_file_stream(&js, &name, 1).await?;
     js_publish_window(&js, &name, msgs, 512, payload).await?;
     let consumer = stream
         .create_consumer(async_nats::jetstream::consumer::pull::OrderedConfig {
@@ -754,7 +770,7 @@ async fn js_replay(url: &str, msgs: u64, payload: &Bytes) -> anyhow::Result<f64>
     Ok(rate)
 }
 
-fn print_rows(rows: &[Row]) {
+pub(super) fn print_rows(rows: &[Row]) {
     let mut workloads: Vec<&str> = Vec::new();
     let mut targets: Vec<&str> = Vec::new();
     for r in rows {

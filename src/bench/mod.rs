@@ -1,5 +1,6 @@
 //! Load generators and side-by-side benchmarks.
 
+pub mod cluster;
 pub mod lb;
 pub mod leaf;
 pub mod nats;

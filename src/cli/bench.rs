@@ -35,6 +35,10 @@ pub enum BenchTarget {
     /// Acked durable publish and replay end to end, side by side with
     /// JetStream (file storage, one replica).
     Lb(crate::bench::lb::LbBenchArgs),
+    /// Replicated acked publish (RF 3, AckPolicy ALL) on three nodes and
+    /// the failover time after `kill -9` of the partition leader, side by
+    /// side with JetStream R3 on three routed nats-servers.
+    Cluster(crate::bench::cluster::ClusterBenchArgs),
     /// Child process of the store crash tests: appends until killed and
     /// prints every acknowledged append on stdout.
     #[command(name = "store-crash-child", hide = true)]
@@ -90,5 +94,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchTarget::Lb(a) => crate::bench::lb::run(a),
         BenchTarget::Routes(a) => crate::bench::routes::run(a),
         BenchTarget::Leaf(a) => crate::bench::leaf::run(a),
+        BenchTarget::Cluster(a) => crate::bench::cluster::run(a),
     }
 }

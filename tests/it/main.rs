@@ -18,6 +18,7 @@ mod api_lifecycle;
 mod api_parity;
 mod api_positions;
 mod api_stream_names;
+mod bench_cluster;
 mod cluster_bad_peers;
 mod cluster_crash;
 mod cluster_disk;
