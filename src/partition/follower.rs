@@ -41,9 +41,6 @@ use crate::wire::replication as rw;
 
 /// Pause after a failed request before the next one.
 const RETRY: Duration = Duration::from_millis(100);
-/// A replicated write still running after this overlaps with the next
-/// fetch instead of delaying it.
-const FETCH_AHEAD_AFTER: Duration = Duration::from_millis(1);
 
 /// Starts following `leader` for the partition.
 pub fn start(p: &Arc<Partition>, leader: String) {
@@ -352,18 +349,12 @@ async fn fetch_loop(
                 return e;
             }
             next = records.last().map_or(next, |r| r.offset + 1);
+            // The write overlaps with the next fetch, which reports what
+            // is written by then.
             let log = p.log().clone();
-            let mut w = tokio::spawn(async move { log.append_replicated(records).await });
-            // A quick write (no fsync) is waited for, so the next fetch
-            // reports it; a slow one (fsync) overlaps with the next fetch.
-            match tokio::time::timeout(FETCH_AHEAD_AFTER, &mut w).await {
-                Ok(done) => {
-                    if let Err(e) = finish_with(p, done).await {
-                        return e;
-                    }
-                }
-                Err(_) => writing = Some(w),
-            }
+            writing = Some(tokio::spawn(
+                async move { log.append_replicated(records).await },
+            ));
         }
         let hw_end = (r.hw + 1).max(0) as u64;
         p.follower_committed(hw_end);
