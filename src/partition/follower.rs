@@ -390,15 +390,7 @@ async fn finish(p: &Partition, writing: Option<Writing>) -> Result<(), RoundEnd>
     let Some(w) = writing else {
         return Ok(());
     };
-    finish_with(p, w.await).await
-}
-
-/// How the round goes on after a replicated write ended with `done`.
-async fn finish_with(
-    p: &Partition,
-    done: Result<Result<crate::store::AppendResult, StoreError>, tokio::task::JoinError>,
-) -> Result<(), RoundEnd> {
-    match done {
+    match w.await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(StoreError::Closed(_))) => Err(RoundEnd::Stop),
         Ok(Err(e)) => {
