@@ -129,10 +129,21 @@ async fn json(addr: &str, path: &str) -> serde_json::Value {
     serde_json::from_str(&body).unwrap()
 }
 
+/// The ports file of a running server. nats-server writes it after it logs
+/// that it listens, so this waits up to 10 s for a complete file.
 fn ports_file(dir: &Path, exe: &str, pid: u32) -> serde_json::Value {
     let p = dir.join(format!("{exe}_{pid}.ports"));
-    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    serde_json::from_str(&text).unwrap()
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let read = std::fs::read_to_string(&p)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()));
+        match read {
+            Ok(v) => return v,
+            Err(e) if Instant::now() >= deadline => panic!("{}: {e}", p.display()),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
 }
 
 #[tokio::test]
