@@ -586,22 +586,46 @@ impl Metadata {
                         Ok(Err(RaftError::Fatal(e))) => return Err(MetaError::Raft(e.to_string())),
                     }
                 }
-                Some(_) => match link.forward(&cmd, remaining.min(FORWARD_ATTEMPT)).await {
-                    Ok((index, resp)) => {
-                        self.wait_applied(index, deadline).await;
-                        return Ok(resp);
+                Some(controller) => {
+                    // Only the controller answers; when it dies its
+                    // followers elect another, and the attempt in flight is
+                    // given up at once rather than waited out.
+                    let forwarded = tokio::select! {
+                        r = link.forward(&cmd, remaining.min(FORWARD_ATTEMPT)) => Some(r),
+                        () = self.leader_changed_from(controller) => None,
+                    };
+                    match forwarded {
+                        None => {}
+                        Some(Ok((index, resp))) => {
+                            self.wait_applied(index, deadline).await;
+                            return Ok(resp);
+                        }
+                        Some(Err(control::ForwardError::Failed(reason))) => {
+                            return Err(MetaError::Raft(reason))
+                        }
+                        Some(Err(e)) => {
+                            tracing::debug!(error = %e, "forwarding a proposal; retrying");
+                            tokio::time::sleep(Duration::from_millis(50).min(remaining)).await;
+                        }
                     }
-                    Err(control::ForwardError::Failed(reason)) => {
-                        return Err(MetaError::Raft(reason))
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "forwarding a proposal; retrying");
-                        tokio::time::sleep(Duration::from_millis(50).min(remaining)).await;
-                    }
-                },
+                }
                 None => {
                     let _ = tokio::time::timeout(remaining, self.leader_known()).await;
                 }
+            }
+        }
+    }
+
+    /// Resolves once the known leader is no longer `leader` (none, or
+    /// another); never when the Raft task ended.
+    async fn leader_changed_from(&self, leader: u64) {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if metrics.borrow_and_update().current_leader != Some(leader) {
+                return;
+            }
+            if metrics.changed().await.is_err() {
+                std::future::pending::<()>().await;
             }
         }
     }
