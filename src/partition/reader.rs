@@ -534,4 +534,96 @@ mod tests {
         p.stop(Closed::Shutdown).await;
         nats.shutdown().await;
     }
+
+    /// A subscriber that takes nothing holds at most its budget: the reader
+    /// stops after two reads' worth of records and reads again only when a
+    /// delivery is dropped.
+    #[tokio::test]
+    async fn a_reader_stops_at_its_budget_until_deliveries_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_path_buf();
+        let log = tokio::task::spawn_blocking(move || {
+            PartitionLog::open(&d, "log", LogConfig::default())
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        static VALUE: [u8; 4000] = [7; 4000];
+        log.append(0, (0..200).map(|_| rec(&VALUE)).collect())
+            .await
+            .unwrap();
+        let nats = crate::nats::NatsServer::start(crate::config::nats::NatsOptions {
+            host: "127.0.0.1".into(),
+            port: 0,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let p = Partition::new(
+            "s".into(),
+            0,
+            "s".into(),
+            String::new(),
+            1,
+            log.clone(),
+            PartitionSettings {
+                max_bytes: 1 << 20,
+                occ: false,
+                leader_epoch: 0,
+                encrypt: None,
+            },
+            false,
+            nats.local_client("test"),
+            crate::partition::Role::Leader,
+            crate::partition::Membership {
+                replicas: vec!["me".into()],
+                isr: vec!["me".into()],
+                min_isr: 1,
+            },
+            crate::partition::ReplicaContext::standalone("me"),
+        );
+        let budget = Budget::new();
+        let (tx, mut rx) = mpsc::channel(4);
+        let reader = tokio::spawn(run(p.clone(), 0, None, budget.clone(), tx));
+        // Two reads fit the budget; the third waits for credit.
+        let t0 = tokio::time::Instant::now();
+        while rx.len() < 2 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "reader never filled its budget"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(rx.len(), 2, "a reader read past its budget");
+        assert!(budget.available() < READ_BYTES);
+        let first = rx.recv().await.unwrap().unwrap();
+        let second = rx.recv().await.unwrap().unwrap();
+        // The store limits a read by encoded size: the values held fit the
+        // budget (the records' in-memory overhead is what the credit adds).
+        let held: usize = [&first, &second]
+            .iter()
+            .flat_map(|d| d.records.iter())
+            .map(|r| r.value.len())
+            .sum();
+        assert!(held <= SUBSCRIBER_BUFFER, "{held} bytes held");
+        assert!(
+            held > SUBSCRIBER_BUFFER / 2,
+            "reads far below their size: {held}"
+        );
+        assert_eq!(first.records[0].offset, 0);
+        let next = second.records.last().unwrap().offset + 1;
+        // Dropping a delivery returns its credit: the reader goes on.
+        drop(first);
+        let third = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("a read after credit came back")
+            .unwrap()
+            .unwrap();
+        assert_eq!(third.records[0].offset, next);
+        drop((second, third, rx));
+        reader.abort();
+        p.stop(Closed::Shutdown).await;
+        nats.shutdown().await;
+    }
 }
