@@ -37,6 +37,7 @@ pub mod config;
 pub mod crypt;
 pub mod http;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod nats;
 pub mod node;

@@ -454,15 +454,24 @@ impl Api for ApiService {
 fn batch_items(
     stream: Arc<str>,
     partition: i32,
-    item: Result<reader::Batch, ReadEnd>,
+    item: Result<reader::Delivery, ReadEnd>,
 ) -> impl Iterator<Item = Result<proto::Message, Status>> {
-    let (batch, end) = match item {
-        Ok(b) => (b, None),
-        Err(e) => (Vec::new(), Some(Status::from(e))),
+    let (batch, credit, end) = match item {
+        Ok(d) => {
+            let (b, c) = d.into_parts();
+            (b, Some(c), None)
+        }
+        Err(e) => (Vec::new(), None, Some(Status::from(e))),
     };
+    // The credit lives as long as the iterator, which the stream drops
+    // once tonic has taken its last message: the reader reads again only
+    // when what it read before is encoded.
     batch
         .into_iter()
-        .map(move |r| Ok(convert::record_to_message(&stream, partition, r)))
+        .map(move |r| {
+            let _held = &credit;
+            Ok(convert::record_to_message(&stream, partition, r))
+        })
         .chain(end.map(Err))
 }
 

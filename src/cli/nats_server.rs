@@ -639,6 +639,8 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         println!("nats-server: v{VERSION}");
         return ExitCode::SUCCESS;
     }
+    // Memory freed after a load goes back to the system.
+    crate::memory::start_trimmer();
     if let Some(spec) = &flags.signal {
         return send_signal(spec);
     }

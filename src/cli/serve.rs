@@ -30,6 +30,8 @@ pub struct ServeArgs {
 /// Runs the server until it is told to stop.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let cfg = load(&args.flags).context("loading the configuration")?;
+    // Memory freed after a load goes back to the system.
+    crate::memory::start_trimmer();
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

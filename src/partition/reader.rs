@@ -7,11 +7,22 @@
 //! committed); a reader never looks at it.
 //!
 //! A reader owns nothing shared but a clone of the log handle and watches,
-//! so a slow subscriber only fills its own bounded channel and never slows
-//! the stenographer. Records go to the subscriber one store read at a
-//! time ([`Batch`]): one channel hand-off and one wake-up per read rather
-//! than per message. Start and stop offsets are resolved once, up front
-//! (`resolve_start`, `resolve_stop`), with Liftbridge's rules.
+//! so a slow subscriber only fills its own bounded buffer and never slows
+//! the stenographer or another subscriber. Records go to the subscriber one
+//! store read at a time ([`Delivery`]): one channel hand-off and one wake-up
+//! per read rather than per message. Start and stop offsets are resolved
+//! once, up front (`resolve_start`, `resolve_stop`), with Liftbridge's
+//! rules.
+//!
+//! Memory per subscriber is bounded in bytes, not in batches: each read
+//! first takes [`READ_BYTES`] of credit from the subscription's
+//! [`Budget`] ([`SUBSCRIBER_BUFFER`] bytes), keeps what the records it read
+//! weigh, and the credit comes back only when the consumer drops the
+//! delivery (after the gRPC layer has encoded its last message). So a
+//! subscriber that stops reading stops its reader after at most
+//! `SUBSCRIBER_BUFFER` bytes of records (plus one record per read when a
+//! single record is bigger than `READ_BYTES`); reads are paced by what the
+//! client consumes. The reader waits for credit without holding any lock.
 //!
 //! Speaks the domain only: positions in, stored [`Record`]s out. Turning a
 //! gRPC request into positions and records into `proto.Message`s is the
@@ -19,7 +30,7 @@
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::leader::{Closed, Partition};
 use crate::store::{Record, StoreError};
@@ -27,10 +38,103 @@ use crate::store::{Record, StoreError};
 /// Records read per store call.
 const READ_BATCH: usize = 512;
 /// Bytes read per store call (soft limit; at least one record is returned).
-const READ_BYTES: usize = 1 << 20;
+pub const READ_BYTES: usize = 64 << 10;
+/// Bytes of records one subscription may hold between its store reads and
+/// the client (read, queued, or being encoded): two reads, so the next read
+/// overlaps the sending of the previous one.
+pub const SUBSCRIBER_BUFFER: usize = 2 * READ_BYTES;
+/// What a record costs in memory besides its fields (the `Record` itself
+/// and its share of the batch's vector), so that a read of tiny records is
+/// not counted as nearly free.
+const RECORD_OVERHEAD: usize = 128;
 
 /// The records of one store read, in the order they are delivered.
 pub type Batch = Vec<Record>;
+
+/// The byte budget of one subscription, shared by its reader (which takes
+/// credit before each read) and its consumer (which returns it by dropping
+/// deliveries). Never closed.
+#[derive(Debug, Clone)]
+pub struct Budget(Arc<Semaphore>);
+
+impl Budget {
+    /// A budget of [`SUBSCRIBER_BUFFER`] bytes.
+    pub fn new() -> Self {
+        Budget(Arc::new(Semaphore::new(SUBSCRIBER_BUFFER)))
+    }
+
+    /// Bytes not currently held by deliveries or a read in progress.
+    pub fn available(&self) -> usize {
+        self.0.available_permits()
+    }
+
+    /// Waits for credit for one read; `None` if the budget was closed
+    /// (it never is; kept total rather than panicking).
+    async fn take_read(&self) -> Option<OwnedSemaphorePermit> {
+        self.0
+            .clone()
+            .acquire_many_owned(READ_BYTES as u32)
+            .await
+            .ok()
+    }
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One store read on its way to the subscriber, holding the credit of the
+/// bytes it weighs until it is dropped.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The records, in delivery order.
+    pub records: Batch,
+    /// Returned to the subscription's budget on drop.
+    credit: OwnedSemaphorePermit,
+}
+
+impl Delivery {
+    /// Wraps `records` read under `credit`, giving back the part of the
+    /// credit they do not use.
+    fn new(records: Batch, mut credit: OwnedSemaphorePermit) -> Self {
+        let used = batch_bytes(&records).min(credit.num_permits());
+        let spare = credit.num_permits() - used;
+        if spare > 0 {
+            drop(credit.split(spare));
+        }
+        Delivery { records, credit }
+    }
+
+    /// Splits into the records and the credit that must live as long as
+    /// they (or what they are turned into) are held.
+    pub fn into_parts(self) -> (Batch, OwnedSemaphorePermit) {
+        (self.records, self.credit)
+    }
+}
+
+/// What a batch weighs in memory, roughly (its fields plus a fixed
+/// overhead per record).
+pub fn batch_bytes(b: &[Record]) -> usize {
+    b.iter()
+        .map(|r| {
+            RECORD_OVERHEAD
+                + r.value.len()
+                + r.key.as_ref().map_or(0, |k| k.len())
+                + r.headers
+                    .iter()
+                    .map(|(k, v)| k.len() + v.len())
+                    .sum::<usize>()
+                + r.subject.len()
+                + r.reply.as_ref().map_or(0, |x| x.len())
+        })
+        .sum()
+}
+
+/// The channel from a reader to its consumer: deliveries, then the reason
+/// the subscription ended.
+pub type ReadSender = mpsc::Sender<Result<Delivery, ReadEnd>>;
 
 /// Where a subscription starts (Liftbridge's start positions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,12 +253,14 @@ pub async fn resolve_stop(p: &Partition, pos: StopPosition) -> Result<Option<u64
 }
 
 /// Streams records `start..=stop` of `p` into `tx` until the stop, the
-/// client's departure, or the partition's end. Sends the final `Err` itself.
+/// client's departure, or the partition's end, reading only with credit
+/// from `budget`. Sends the final `Err` itself.
 pub async fn run(
     p: Arc<Partition>,
     mut next: u64,
     stop: Option<u64>,
-    tx: mpsc::Sender<Result<Batch, ReadEnd>>,
+    budget: Budget,
+    tx: ReadSender,
 ) {
     let _guard = p.subscriber_guard();
     let log = p.log().clone();
@@ -172,6 +278,22 @@ pub async fn run(
         }
         let end = *end_rx.borrow_and_update();
         if next < end {
+            // Credit first: a subscriber that does not read stops its
+            // reader here, holding no records beyond its budget. The
+            // partition closing or the client leaving still end it.
+            let credit = tokio::select! {
+                c = budget.take_read() => match c {
+                    Some(c) => c,
+                    None => return,
+                },
+                r = closed_rx.changed() => {
+                    if r.is_err() {
+                        break ReadEnd::Shutdown;
+                    }
+                    continue;
+                }
+                _ = tx.closed() => return,
+            };
             let committed = usize::try_from(end - next).unwrap_or(usize::MAX);
             let max = match stop {
                 Some(s) => ((s - next + 1) as usize).min(READ_BATCH),
@@ -206,7 +328,7 @@ pub async fn run(
                 next = r.offset + 1;
                 batch.push(r);
             }
-            if !batch.is_empty() && tx.send(Ok(batch)).await.is_err() {
+            if !batch.is_empty() && tx.send(Ok(Delivery::new(batch, credit))).await.is_err() {
                 return;
             }
             continue;
@@ -229,11 +351,16 @@ pub async fn run(
 /// stop offset ends the subscription only when it is delivered
 /// ([`ReadEnd::StopReached`]; the caller refused a stop below the start),
 /// and reaching the oldest record ends it with [`ReadEnd::ReverseEnd`].
+///
+/// A reverse read takes a window of offsets below `hi` (a forward read
+/// with a byte limit would stop short of `hi`), so the window's length
+/// follows the records' average size to keep a read near [`READ_BYTES`].
 pub async fn run_reverse(
     p: Arc<Partition>,
     start: u64,
     stop: Option<u64>,
-    tx: mpsc::Sender<Result<Batch, ReadEnd>>,
+    budget: Budget,
+    tx: ReadSender,
 ) {
     let _guard = p.subscriber_guard();
     let log = p.log().clone();
@@ -243,21 +370,33 @@ pub async fn run_reverse(
     };
     let low = log.oldest_offset().unwrap_or(0);
     let mut hi = start.min(newest);
+    let mut window: u64 = 16;
     let end = loop {
         if hi < low {
             break ReadEnd::ReverseEnd;
         }
-        let from = hi.saturating_sub(READ_BATCH as u64 - 1).max(low);
+        let credit = tokio::select! {
+            c = budget.take_read() => match c {
+                Some(c) => c,
+                None => return,
+            },
+            _ = tx.closed() => return,
+        };
+        let from = hi.saturating_sub(window - 1).max(low);
         let recs = match log.read(from, (hi - from + 1) as usize, usize::MAX).await {
             Ok(r) => r,
             Err(e) => break store_end(&p, e),
         };
         let mut batch: Batch = recs.into_iter().rev().filter(|r| r.offset <= hi).collect();
+        if !batch.is_empty() {
+            let avg = (batch_bytes(&batch) / batch.len()).max(1);
+            window = ((READ_BYTES / avg) as u64).clamp(1, READ_BATCH as u64);
+        }
         let stop_at = stop.and_then(|st| batch.iter().position(|r| r.offset == st));
         if let Some(i) = stop_at {
             batch.truncate(i + 1);
         }
-        if !batch.is_empty() && tx.send(Ok(batch)).await.is_err() {
+        if !batch.is_empty() && tx.send(Ok(Delivery::new(batch, credit))).await.is_err() {
             return;
         }
         if stop_at.is_some() {
@@ -312,9 +451,9 @@ mod tests {
         }
     }
 
-    async fn next_batch(rx: &mut mpsc::Receiver<Result<Batch, ReadEnd>>) -> Vec<u64> {
+    async fn next_batch(rx: &mut mpsc::Receiver<Result<Delivery, ReadEnd>>) -> Vec<u64> {
         match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
-            Ok(Some(Ok(b))) => b.iter().map(|r| r.offset).collect(),
+            Ok(Some(Ok(b))) => b.records.iter().map(|r| r.offset).collect(),
             other => panic!("expected a batch, got {other:?}"),
         }
     }
@@ -374,7 +513,7 @@ mod tests {
         assert_eq!(resolve_start(&p, StartPosition::Latest).await.unwrap(), 1);
 
         let (tx, mut rx) = mpsc::channel(4);
-        let reader = tokio::spawn(run(p.clone(), 0, None, tx));
+        let reader = tokio::spawn(run(p.clone(), 0, None, Budget::new(), tx));
         assert_eq!(next_batch(&mut rx).await, vec![0, 1]);
         // Nothing more until the watermark moves.
         assert!(
@@ -391,6 +530,98 @@ mod tests {
         p.advance_committed(4);
         assert_eq!(next_batch(&mut rx).await, vec![3]);
         drop(rx);
+        reader.abort();
+        p.stop(Closed::Shutdown).await;
+        nats.shutdown().await;
+    }
+
+    /// A subscriber that takes nothing holds at most its budget: the reader
+    /// stops after two reads' worth of records and reads again only when a
+    /// delivery is dropped.
+    #[tokio::test]
+    async fn a_reader_stops_at_its_budget_until_deliveries_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_path_buf();
+        let log = tokio::task::spawn_blocking(move || {
+            PartitionLog::open(&d, "log", LogConfig::default())
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        static VALUE: [u8; 4000] = [7; 4000];
+        log.append(0, (0..200).map(|_| rec(&VALUE)).collect())
+            .await
+            .unwrap();
+        let nats = crate::nats::NatsServer::start(crate::config::nats::NatsOptions {
+            host: "127.0.0.1".into(),
+            port: 0,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let p = Partition::new(
+            "s".into(),
+            0,
+            "s".into(),
+            String::new(),
+            1,
+            log.clone(),
+            PartitionSettings {
+                max_bytes: 1 << 20,
+                occ: false,
+                leader_epoch: 0,
+                encrypt: None,
+            },
+            false,
+            nats.local_client("test"),
+            crate::partition::Role::Leader,
+            crate::partition::Membership {
+                replicas: vec!["me".into()],
+                isr: vec!["me".into()],
+                min_isr: 1,
+            },
+            crate::partition::ReplicaContext::standalone("me"),
+        );
+        let budget = Budget::new();
+        let (tx, mut rx) = mpsc::channel(4);
+        let reader = tokio::spawn(run(p.clone(), 0, None, budget.clone(), tx));
+        // Two reads fit the budget; the third waits for credit.
+        let t0 = tokio::time::Instant::now();
+        while rx.len() < 2 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "reader never filled its budget"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(rx.len(), 2, "a reader read past its budget");
+        assert!(budget.available() < READ_BYTES);
+        let first = rx.recv().await.unwrap().unwrap();
+        let second = rx.recv().await.unwrap().unwrap();
+        // The store limits a read by encoded size: the values held fit the
+        // budget (the records' in-memory overhead is what the credit adds).
+        let held: usize = [&first, &second]
+            .iter()
+            .flat_map(|d| d.records.iter())
+            .map(|r| r.value.len())
+            .sum();
+        assert!(held <= SUBSCRIBER_BUFFER, "{held} bytes held");
+        assert!(
+            held > SUBSCRIBER_BUFFER / 2,
+            "reads far below their size: {held}"
+        );
+        assert_eq!(first.records[0].offset, 0);
+        let next = second.records.last().unwrap().offset + 1;
+        // Dropping a delivery returns its credit: the reader goes on.
+        drop(first);
+        let third = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("a read after credit came back")
+            .unwrap()
+            .unwrap();
+        assert_eq!(third.records[0].offset, next);
+        drop((second, third, rx));
         reader.abort();
         p.stop(Closed::Shutdown).await;
         nats.shutdown().await;

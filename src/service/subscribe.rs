@@ -9,8 +9,10 @@
 //! checked here (the member asked the coordinator for them).
 //!
 //! The reader runs as its own task and hands out one store read per item on
-//! a small bounded channel ([`Subscription::batches`]); it ends when the
-//! subscriber drops the channel or the partition stops.
+//! a small channel ([`Subscription::batches`]) whose contents are bounded in
+//! bytes by the subscription's [`reader::Budget`] (each delivery holds its
+//! credit until the consumer drops it); it ends when the subscriber drops
+//! the channel or the partition stops.
 
 use std::sync::atomic::Ordering;
 
@@ -18,10 +20,13 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{Service, ServiceError, START_WAIT};
-use crate::partition::reader::{self, Batch, ReadEnd, StartPosition, StopPosition};
+use crate::partition::reader::{
+    self, Batch, Budget, Delivery, ReadEnd, StartPosition, StopPosition,
+};
 
-/// Store reads buffered per subscription: a few keep the stream busy while
-/// the reader fetches the next (each holds up to 512 records).
+/// Items queued per subscription. The bound that matters is in bytes (the
+/// reader's budget: two reads' worth); this only has to hold those reads
+/// and the final end-of-subscription item without making the reader wait.
 const BATCHES_BUFFERED: usize = 4;
 
 /// A consumer group member subscribing to an assigned partition.
@@ -75,7 +80,9 @@ pub(super) struct GroupSub {
 /// A running subscription.
 pub struct Subscription {
     /// One item per store read, then the reason the subscription ended.
-    pub batches: mpsc::Receiver<Result<Batch, ReadEnd>>,
+    /// A delivery holds part of the subscription's byte budget until it is
+    /// dropped: drop it once its records are handed on.
+    pub batches: mpsc::Receiver<Result<Delivery, ReadEnd>>,
 }
 
 impl Service {
@@ -156,16 +163,18 @@ impl Service {
             ));
         }
         let (tx, mut rx) = mpsc::channel(BATCHES_BUFFERED);
+        let budget = Budget::new();
         let read = async move {
             if r.reverse {
-                reader::run_reverse(p, start, stop, tx).await
+                reader::run_reverse(p, start, stop, budget, tx).await
             } else {
-                reader::run(p, start, stop, tx).await
+                reader::run(p, start, stop, budget, tx).await
             }
         };
         if let Some(mk) = self.inner.parts.defaults().encryption_key(&s) {
             // Values are stored sealed: open them between the reader and
-            // the subscriber (a small second queue of the same policy).
+            // the subscriber (a small second queue; the deliveries keep
+            // their credit, so the byte bound covers both queues).
             let (dtx, drx) = mpsc::channel(BATCHES_BUFFERED);
             let mut raw = rx;
             tokio::spawn(async move {
@@ -250,8 +259,9 @@ impl Service {
 
 /// Decrypts the values of a batch read from an encrypted partition; a
 /// value that does not open ends the subscription (FAILED_PRECONDITION).
-fn open_batch(mk: &crate::crypt::MasterKey, mut batch: Batch) -> Result<Batch, ReadEnd> {
-    for r in &mut batch {
+fn open_batch(mk: &crate::crypt::MasterKey, mut d: Delivery) -> Result<Delivery, ReadEnd> {
+    let batch: &mut Batch = &mut d.records;
+    for r in batch.iter_mut() {
         match mk.open(&r.value) {
             Ok(v) => r.value = v.into(),
             Err(e) => {
@@ -260,5 +270,5 @@ fn open_batch(mk: &crate::crypt::MasterKey, mut batch: Batch) -> Result<Batch, R
             }
         }
     }
-    Ok(batch)
+    Ok(d)
 }

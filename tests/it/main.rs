@@ -18,6 +18,7 @@ mod api_lifecycle;
 mod api_parity;
 mod api_positions;
 mod api_stream_names;
+mod api_subscribers;
 mod bench_cluster;
 mod cluster_bad_peers;
 mod cluster_crash;
