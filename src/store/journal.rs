@@ -72,6 +72,14 @@ pub struct Frame {
     pub payload: Bytes,
 }
 
+/// A position in the journal (see [`Journal::mark`]).
+#[derive(Debug, Clone, Copy)]
+pub struct JournalMark {
+    pos: u64,
+    last_crc: u32,
+    unsynced: bool,
+}
+
 /// The open journal of one partition, owned by the writer thread.
 #[derive(Debug)]
 pub struct Journal {
@@ -222,6 +230,34 @@ impl Journal {
         self.pos += buf.len() as u64;
         self.last_crc = crc;
         self.unsynced = true;
+        Ok(())
+    }
+
+    /// Where the next frame goes: give it to [`Journal::rewind`] to cut
+    /// off the frames appended after this point.
+    pub fn mark(&self) -> JournalMark {
+        JournalMark {
+            pos: self.pos,
+            last_crc: self.last_crc,
+            unsynced: self.unsynced,
+        }
+    }
+
+    /// Cuts off what was appended since `mark` (a frame whose write or
+    /// fsync failed): the next frame goes at the mark, and the first bytes
+    /// there are zeroed so that no reader takes a frame written there for
+    /// part of the journal, even if no new frame follows.
+    pub fn rewind(&mut self, mark: JournalMark) -> std::io::Result<()> {
+        self.pos = mark.pos;
+        self.last_crc = mark.last_crc;
+        self.unsynced = mark.unsynced;
+        let len = self.file.metadata()?.len();
+        if mark.pos < len {
+            let n = (len - mark.pos).min(FRAME_HEADER as u64) as usize;
+            self.file
+                .write_all_at(&[0u8; FRAME_HEADER][..n], mark.pos)?;
+            self.unsynced = true;
+        }
         Ok(())
     }
 
