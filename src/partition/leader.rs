@@ -752,7 +752,16 @@ impl Partition {
     /// may have copied the lost batch from the staged records, and the next
     /// write would give its offsets to other messages.
     fn write_failed(&self, e: StoreError) {
-        tracing::error!(stream = %self.stream, partition = self.id, error = %e, "recording batch");
+        // A batch refused because of an earlier failure is not news: the
+        // store logged that failure once, and publishers flat out would
+        // otherwise write one error line per batch.
+        let refused = matches!(&e, StoreError::Storage { source, .. }
+            if matches!(**source, crate::store::EngineError::Stopped(_)));
+        if refused {
+            tracing::debug!(stream = %self.stream, partition = self.id, error = %e, "batch refused");
+        } else {
+            tracing::error!(stream = %self.stream, partition = self.id, error = %e, "recording batch");
+        }
         if self.staged.is_some() {
             self.mark_failed(format!("write failed: {e}"));
         }

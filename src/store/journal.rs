@@ -355,6 +355,32 @@ mod tests {
     }
 
     #[test]
+    fn a_rewound_frame_is_never_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = path(dir.path(), "p");
+        let (mut j, _) = Journal::open(p.clone()).unwrap();
+        j.append(0, 1, b"kept").unwrap();
+        let mark = j.mark();
+        // A frame whose fsync failed: whole in the file, but cut off.
+        j.append(1, 2, b"failed").unwrap();
+        j.rewind(mark).unwrap();
+        drop(j);
+        let (mut j, frames) = Journal::open(p.clone()).unwrap();
+        assert_eq!(frames.len(), 1);
+        assert_eq!(&frames[0].payload[..], b"kept");
+        // The next frame takes its place and continues the chain.
+        let mark = j.mark();
+        j.append(1, 2, b"failed").unwrap();
+        j.rewind(mark).unwrap();
+        j.append(1, 3, b"next").unwrap();
+        drop(j);
+        let (_, frames) = Journal::open(p).unwrap();
+        assert_eq!(frames.len(), 2);
+        assert_eq!((frames[1].base_leo, frames[1].end_leo), (1, 3));
+        assert_eq!(&frames[1].payload[..], b"next");
+    }
+
+    #[test]
     fn reset_starts_a_new_chain_and_old_frames_stay_unread() {
         let dir = tempfile::tempdir().unwrap();
         let p = path(dir.path(), "p");

@@ -43,8 +43,16 @@
 //! - readers take a snapshot of the tail before opening their read
 //!   transaction, so a batch moving from the tail into redb meanwhile is
 //!   seen in one place or the other, never in neither;
-//! - after a journal or engine failure the writer stops accepting writes
-//!   (answers [`EngineError::Stopped`]); reopening replays the journal;
+//! - after a journal or engine failure (a full device, an I/O error) the
+//!   writer refuses writes at once (answers [`EngineError::Stopped`]) and
+//!   publishes the fault ([`PartitionLog::fault`]); a frame whose write or
+//!   fsync failed is cut off the journal (never replayed, never
+//!   acknowledged); a failed redb call poisons its handle, so the writer
+//!   reopens the database at once (reads go on: the open writes only
+//!   within the file) and rebuilds the tail from the journal; every
+//!   [`RETRY_EVERY`] it retries a durable commit (first checking free
+//!   space when the device was full) and, once that succeeds, accepts
+//!   writes again at the next offset — no gap, no reuse;
 //! - nothing here runs redb on a tokio worker: async methods hand work to the
 //!   writer thread or to `spawn_blocking`.
 

@@ -72,6 +72,14 @@
 //! only after the database file, so a journal next to a missing or empty
 //! database file means the file was lost, and [`PartitionLog::open`]
 //! refuses it ([`StoreError::Lost`]) instead of starting over at offset 0.
+//! An I/O failure while running (a full device, EIO, a failed commit or
+//! fsync) does not lose or reorder anything: the appends of the failed
+//! group are answered with the error, later ones are refused at once, the
+//! log keeps serving reads, reports the failure in [`PartitionLog::fault`],
+//! and retries every [`RETRY_EVERY`] until it can write again. A log that
+//! cannot be created removes the files it made, so nothing half-created
+//! is left behind.
+//!
 //! A damaged file gives [`StoreError::Corrupt`] (never a panic);
 //! [`StoreError::is_corruption`] tells callers to stop serving the log.
 //!

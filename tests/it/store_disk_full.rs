@@ -18,6 +18,7 @@ use futures::StreamExt;
 use tonic::transport::Channel;
 
 use liftbridge::api::proto::{self, api_client::ApiClient};
+use liftbridge::store::{LogConfig, NewRecord, PartitionLog, SyncPolicy};
 use liftbridge::wire::{envelope, AckError, AckPolicy, Message};
 
 use crate::support::procs::Proc;
@@ -487,4 +488,122 @@ async fn disk_full_refuses_writes_serves_reads_and_recovers() {
     let (code, _) = node.get("/healthz").await;
     assert_eq!(code, 200);
     node.proc.stop(Duration::from_secs(20)).await;
+}
+
+/// The log alone on a full device, under `sync`: appends fail with the OS
+/// error and are refused at once afterwards, everything acknowledged stays
+/// readable, the fault is reported, and once space is freed appends
+/// resume at the next offset without reopening; a reopen then finds
+/// exactly what was acknowledged.
+async fn log_on_a_full_device(sync: SyncPolicy) {
+    let fs = Tmpfs::mount(FS_SIZE);
+    let dir = fs.path().join("log");
+    let cfg = LogConfig {
+        sync,
+        ..Default::default()
+    };
+    let open = {
+        let (dir, cfg) = (dir.clone(), cfg.clone());
+        move || PartitionLog::open(&dir, "p", cfg)
+    };
+    let log = tokio::task::spawn_blocking(open.clone())
+        .await
+        .unwrap()
+        .expect("open");
+    let rec = |o: i64, size: usize| NewRecord {
+        value: value(o, size).into(),
+        subject: "s".into(),
+        ..Default::default()
+    };
+    for o in 0..3 {
+        let a = log.append(0, vec![rec(o, 100)]).await.expect("append");
+        assert_eq!(a.first_offset, o as u64);
+    }
+    let filler = fill(fs.path());
+    let mut last_ok = 2i64;
+    let err = loop {
+        let o = last_ok + 1;
+        match log.append(0, vec![rec(o, BIG)]).await {
+            Ok(a) => {
+                assert_eq!(a.first_offset, o as u64, "offsets are dense");
+                last_ok = o;
+                assert!(o < 2000, "the log never refused a write on a full device");
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(err.is_no_space(), "{err}");
+    let fault = log.fault().expect("the fault is reported");
+    assert!(fault.no_space, "{fault:?}");
+    assert!(
+        fault
+            .reason
+            .to_lowercase()
+            .contains("no space left on device"),
+        "{fault:?}"
+    );
+    assert!(log.io_errors() >= 1);
+    let started = Instant::now();
+    let again = log
+        .append(0, vec![rec(last_ok + 1, 100)])
+        .await
+        .expect_err("refused while full");
+    assert!(again.is_no_space(), "{again}");
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(log.log_end_offset(), (last_ok + 1) as u64);
+
+    let size_of = |o: i64| if o < 3 { 100 } else { BIG };
+    let check = |recs: Vec<liftbridge::store::Record>, last: i64, size: &dyn Fn(i64) -> usize| {
+        assert_eq!(recs.len() as i64, last + 1);
+        for (i, r) in recs.iter().enumerate() {
+            let o = i as i64;
+            assert_eq!(r.offset, o as u64);
+            assert!(r.value[..] == value(o, size(o))[..], "value at {o}");
+        }
+    };
+    let recs = log
+        .read(0, 100_000, usize::MAX)
+        .await
+        .expect("read while full");
+    check(recs, last_ok, &size_of);
+
+    std::fs::remove_file(&filler).expect("remove filler");
+    let next = last_ok + 1;
+    let end = Instant::now() + Duration::from_secs(20);
+    let a = loop {
+        match log.append(0, vec![rec(next, 100)]).await {
+            Ok(a) => break a,
+            Err(e) => {
+                assert!(e.is_no_space(), "{e}");
+                assert!(Instant::now() < end, "appends did not resume: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_eq!(a.first_offset, next as u64, "no gap, no reuse");
+    assert!(log.fault().is_none());
+    let size_after = move |o: i64| if o < 3 || o >= next { 100 } else { BIG };
+    let recs = log.read(0, 100_000, usize::MAX).await.expect("read");
+    check(recs, next, &size_after);
+
+    log.close().await.expect("close");
+    drop(log);
+    let log = tokio::task::spawn_blocking(open)
+        .await
+        .unwrap()
+        .expect("reopen");
+    assert_eq!(log.log_end_offset(), (next + 1) as u64);
+    let recs = log.read(0, 100_000, usize::MAX).await.expect("read");
+    check(recs, next, &size_after);
+    log.close().await.expect("close");
+}
+
+#[tokio::test]
+async fn store_disk_full_sync_always() {
+    log_on_a_full_device(SyncPolicy::Always).await;
+}
+
+#[tokio::test]
+async fn store_disk_full_sync_interval() {
+    log_on_a_full_device(SyncPolicy::Interval(Duration::from_millis(20))).await;
 }
