@@ -89,11 +89,14 @@ impl Service {
     /// for a full device, INTERNAL otherwise, with the OS error in the
     /// message. `partition` `None`: any partition of the stream.
     pub fn write_refusal(&self, stream: &str, partition: Option<i32>) -> Option<ServiceError> {
-        let parts = self.inner.parts.replicas();
+        // The publish path asks for one partition: a map lookup, no scan.
+        let parts = match partition {
+            Some(id) => self.inner.parts.get(stream, id).into_iter().collect(),
+            None => self.inner.parts.replicas(),
+        };
         let (p, fault) = parts
             .iter()
-            .filter(|p| p.stream == stream && partition.is_none_or(|id| p.id == id))
-            .filter(|p| p.is_leader())
+            .filter(|p| p.stream == stream && p.is_leader())
             .find_map(|p| p.log().fault().map(|f| (p, f)))?;
         let m = format!(
             "partition {} of stream {} cannot store messages: {}",
