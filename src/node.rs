@@ -654,8 +654,9 @@ pub struct NodeHandle {
 /// Entry point.
 pub struct Node;
 
-/// The embedded NATS server as the source of the monitoring endpoints.
-struct NatsMonitor(NatsServer);
+/// The embedded NATS server as the source of the monitoring endpoints;
+/// `/healthz` also reports the partitions that cannot write here.
+struct NatsMonitor(NatsServer, PartitionManager);
 
 impl crate::http::MonitorSource for NatsMonitor {
     fn varz(&self) -> serde_json::Value {
@@ -668,7 +669,7 @@ impl crate::http::MonitorSource for NatsMonitor {
         self.0.subsz_json(query)
     }
     fn healthz(&self) -> serde_json::Value {
-        self.0.healthz_json()
+        crate::admin::healthz_degraded(&self.1).unwrap_or_else(|| self.0.healthz_json())
     }
     fn routez(&self, query: &str) -> serde_json::Value {
         self.0.routez_json(query)
@@ -713,7 +714,10 @@ async fn start_http(
     };
     let nats = admin.nats.clone();
     let router = Router::new()
-        .merge(crate::http::monitoring_routes(Arc::new(NatsMonitor(nats))))
+        .merge(crate::http::monitoring_routes(Arc::new(NatsMonitor(
+            nats,
+            admin.parts.clone(),
+        ))))
         .merge(crate::admin::routes(admin.clone()))
         .merge(crate::metrics::routes(metrics))
         // Merged last: the UI's `/` wins over the monitoring endpoint list.

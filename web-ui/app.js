@@ -588,7 +588,8 @@
       messages += typeof p.messages === 'number' ? p.messages : 0;
       bytes += typeof p.bytes === 'number' ? p.bytes : 0;
     }
-    return { count: ps.length, paused, readonly, newest, messages, bytes };
+    const degraded = ps.filter((p) => p.degraded).map((p) => `#${p.id}: ${p.degraded}`);
+    return { count: ps.length, paused, readonly, newest, messages, bytes, degraded };
   }
 
   function badges(paused, readonly, total) {
@@ -598,6 +599,12 @@
     if (readonly > 0) out.push(h('span', { class: 'badge readonly', testid: 'badge-readonly' }, 'read-only' + part(readonly)));
     if (!out.length) out.push(h('span', { class: 'badge active', testid: 'badge-active' }, 'active'));
     return out;
+  }
+
+  /** A warning badge when the log refuses writes after an I/O failure (e.g. a full disk); the reason is its title. */
+  function degradedBadge(reasons) {
+    if (!reasons || !reasons.length) return [];
+    return [' ', h('span', { class: 'badge degraded', testid: 'badge-degraded', title: `Writes are refused and retried every second; reads go on. ${reasons.join('; ')}` }, 'degraded: cannot write')];
   }
 
   /** A warning badge when a replica is out of the ISR or the ISR is below its minimum. */
@@ -693,7 +700,7 @@
           td('Newest offset', 'num', h('span', { testid: 'stream-newest' }, fmtOffset(sum.newest))),
           td('Messages', 'num', h('span', { testid: 'stream-messages' }, fmtNum(sum.messages))),
           td('Size', 'num', fmtBytes(sum.bytes)),
-          td('State', '', h('span', { testid: 'stream-state' }, badges(sum.paused, sum.readonly, sum.count))),
+          td('State', '', h('span', { testid: 'stream-state' }, badges(sum.paused, sum.readonly, sum.count)), ...degradedBadge(sum.degraded)),
           td('Actions', '', actionButtons(s.name, sum, load)));
       }));
     }
@@ -811,7 +818,7 @@
       head.replaceChildren(
         h('div', { class: 'title-row' },
           h('h1', { testid: 'stream-name' }, s.name),
-          h('span', { testid: 'stream-state' }, badges(sum.paused, sum.readonly, sum.count))),
+          h('span', { testid: 'stream-state' }, badges(sum.paused, sum.readonly, sum.count)), ...degradedBadge(sum.degraded)),
         h('div', { class: 'panel' },
           h('dl', { class: 'kv' },
             h('div', {}, h('dt', {}, 'Subject'), h('dd', { class: 'mono', testid: 'stream-subject' }, s.subject)),
@@ -834,7 +841,7 @@
           td('HW', 'num', fmtOffset(p.high_watermark)),
           td('Messages', 'num', fmtNum(p.messages)),
           td('Size', 'num', fmtBytes(p.bytes)),
-          td('State', '', badges(p.paused ? 1 : 0, p.readonly ? 1 : 0, 1)));
+          td('State', '', badges(p.paused ? 1 : 0, p.readonly ? 1 : 0, 1), ...degradedBadge(p.degraded ? [p.degraded] : [])));
       }));
     }
     load();
@@ -887,7 +894,7 @@
       const unset = (v) => v === null || v === undefined;
       const dur = (ms) => (unset(ms) ? 'default' : ms > 0 ? fmtDuration(ms) : 'unlimited');
       const lim = (n, f) => (unset(n) ? 'default' : n > 0 ? f(n) : 'unlimited');
-      main.querySelector('[data-testid=partition-state]').replaceChildren(...badges(p.paused ? 1 : 0, p.readonly ? 1 : 0, 1));
+      main.querySelector('[data-testid=partition-state]').replaceChildren(...badges(p.paused ? 1 : 0, p.readonly ? 1 : 0, 1), ...degradedBadge(p.degraded ? [p.degraded] : []));
       details.replaceChildren(
         h('dl', { class: 'kv' },
           kv('Leader', p.leader || '—', 'part-leader'),
@@ -903,6 +910,7 @@
           kv('Size (disk)', `${fmtBytes(p.bytes)} (${fmtBytes(p.disk_bytes)})`, 'part-bytes'),
           kv('Paused', when(p.paused, p.paused_timestamp_ns), 'part-paused'),
           kv('Read-only', when(p.readonly, p.readonly_timestamp_ns), 'part-readonly'),
+          kv('Writes', p.degraded ? `refused (retried every second): ${p.degraded}` : 'accepted', 'part-degraded'),
           kv('First / latest received', `${fmtNs(rx.first)} / ${fmtNs(rx.latest)}`, 'part-received'),
           kv('Subscribers', fmtNum(p.subscribers), 'part-subscribers')),
         h('h3', {}, 'Retention and settings'),

@@ -440,6 +440,12 @@ impl AdminContext {
             .parts
             .failure(&s.name, p.id, s.creation_timestamp_ns)
             .map(|f| f.reason);
+        // Why the log here refuses writes for now (it serves reads and
+        // retries), if it does.
+        let degraded = local
+            .as_ref()
+            .and_then(|part| part.log().fault())
+            .map(|f| f.reason);
         let me = self.service.server_id();
         let role = if p.leader == me {
             "leader"
@@ -480,6 +486,9 @@ impl AdminContext {
             // Why the partition's log could not be opened here (null when
             // it runs or is not led here).
             "failed": failed,
+            // Why the log here refuses writes for now (null when it
+            // accepts them): a full device or an I/O error; it retries.
+            "degraded": degraded,
         })
     }
 
@@ -628,9 +637,69 @@ fn cluster_json(meta: &Metadata, state: &MetadataState) -> Value {
     })
 }
 
+/// The partitions that cannot write here, as `/api/v1/health` and
+/// `/healthz` list them.
+pub fn degraded_json(d: &[crate::partition::DegradedPartition]) -> Vec<Value> {
+    d.iter()
+        .map(|p| {
+            json!({
+                "stream": p.stream,
+                "partition": p.partition,
+                "reason": p.reason,
+                "no_space": p.no_space,
+                "running": p.running,
+                "since_ns": p.since_ns,
+            })
+        })
+        .collect()
+}
+
+/// `/healthz` as nats-server answers when unhealthy (HTTP 503, `status`
+/// "unavailable", `status_code`, `error`, and `errors` with one entry per
+/// cause, typed as its JetStream stream errors are), listing the
+/// partitions that cannot write; `None` when every partition can.
+pub fn healthz_degraded(parts: &PartitionManager) -> Option<Value> {
+    let d = parts.degraded();
+    let first = d.first()?;
+    let errors: Vec<Value> = d
+        .iter()
+        .map(|p| {
+            json!({
+                "type": "STREAM",
+                "stream": p.stream,
+                "partition": p.partition,
+                "error": format!("partition {} of stream {} is degraded: {}", p.partition, p.stream, p.reason),
+            })
+        })
+        .collect();
+    Some(json!({
+        "status": "unavailable",
+        "status_code": 503,
+        "error": format!(
+            "{} partition(s) degraded: partition {} of stream {} cannot write: {}",
+            d.len(), first.partition, first.stream, first.reason
+        ),
+        "errors": errors,
+    }))
+}
+
 fn health(ctx: &AdminContext) -> HttpResponse {
-    if ctx.meta.leader_id().is_some() {
+    let degraded = ctx.parts.degraded();
+    if ctx.meta.leader_id().is_some() && degraded.is_empty() {
         HttpResponse::json(200, &json!({"status": "ok"}))
+    } else if let Some(first) = degraded.first() {
+        HttpResponse::json(
+            503,
+            &json!({
+                "code": 503,
+                "status": "degraded",
+                "error": format!(
+                    "{} partition(s) cannot write: partition {} of stream {}: {}",
+                    degraded.len(), first.partition, first.stream, first.reason
+                ),
+                "degraded": degraded_json(&degraded),
+            }),
+        )
     } else {
         HttpResponse::json(
             503,

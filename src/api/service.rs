@@ -529,7 +529,13 @@ impl ApiService {
         // Acks owed for requests published so far; `None` while the input
         // is still open.
         let (owed_tx, owed_rx) = tokio::sync::watch::channel::<Option<u64>>(None);
-        let acker = tokio::spawn(forward_acks(acks, window.clone(), owed_rx, tx.clone()));
+        let acker = tokio::spawn(forward_acks(
+            self.service.clone(),
+            acks,
+            window.clone(),
+            owed_rx,
+            tx.clone(),
+        ));
         let mut published: u64 = 0;
         // The input ends with the client half-closing it (or failing).
         while let Ok(Some(r)) = input.message().await {
@@ -590,6 +596,7 @@ impl ApiService {
 /// becomes a response, until the input has ended and every owed ack came
 /// (or none came for [`ASYNC_ACK_TIMEOUT`]).
 async fn forward_acks(
+    service: Service,
     mut acks: crate::service::acks::AckQueue,
     window: Arc<tokio::sync::Semaphore>,
     mut owed: tokio::sync::watch::Receiver<Option<u64>>,
@@ -631,7 +638,12 @@ async fn forward_acks(
                     proto::ack::Error::IncorrectOffset => async_error(Code::IncorrectOffset, corr, "incorrect expected offset".into()),
                     proto::ack::Error::TooLarge => async_error(Code::BadRequest, corr, "message too large".into()),
                     proto::ack::Error::Encryption => async_error(Code::EncryptionFailed, corr, "encryption failed".into()),
-                    proto::ack::Error::Unknown => async_error(Code::Unknown, corr, "unknown error".into()),
+                    // A failed write: the log's fault says why, when the
+                    // partition is led here.
+                    proto::ack::Error::Unknown => {
+                        let why = service.write_failure(&ack.stream).map_or_else(|| "unknown error".into(), |e| e.to_string());
+                        async_error(Code::Unknown, corr, why)
+                    }
                 };
                 if tx.send(Ok(resp)).await.is_err() {
                     break;

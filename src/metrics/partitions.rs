@@ -3,7 +3,8 @@
 //! node leads: messages and bytes appended since the log was opened here,
 //! high watermark, log end, newest and oldest offsets, messages and bytes
 //! stored, bytes on disk, paused, readonly, failed (the log could not be
-//! opened here), ISR size and subscribers.
+//! opened here), degraded (the log refuses writes after an I/O failure)
+//! and its I/O error count, ISR size and subscribers.
 //!
 //! Offsets follow Liftbridge's convention: -1 when there is none. Paused
 //! partitions have no open log here, so only their metadata series
@@ -69,6 +70,9 @@ struct LogRow {
     bytes: u64,
     disk: u64,
     subscribers: usize,
+    /// The log refuses writes after an I/O failure (it retries).
+    degraded: bool,
+    io_errors: u64,
 }
 
 fn log_row(p: &Arc<Partition>) -> LogRow {
@@ -88,6 +92,8 @@ fn log_row(p: &Arc<Partition>) -> LogRow {
         bytes: log.record_bytes(),
         disk: log.disk_size(),
         subscribers: p.subscriber_count(),
+        degraded: log.fault().is_some(),
+        io_errors: log.io_errors(),
     }
 }
 
@@ -291,6 +297,22 @@ impl Collector for PartitionCollector {
             "1 when the partition's log could not be opened here (lost or corrupt files); it is refused.",
             None,
             |r| Some(r.failed as i64),
+        )?;
+        family_gauge(
+            &mut enc,
+            &rows,
+            "liftbridge_partition_degraded",
+            "1 while the partition's log refuses writes after an I/O failure (a full device, an I/O error); reads go on and writes are retried every second.",
+            None,
+            |r| r.log.as_ref().map(|l| l.degraded as i64),
+        )?;
+        family_counter(
+            &mut enc,
+            &rows,
+            "liftbridge_partition_io_errors",
+            "I/O failures of the partition's log writer (failed writes, commits or fsyncs) since the log was opened here.",
+            None,
+            |r| r.log.as_ref().map(|l| l.io_errors),
         )?;
         family_gauge(
             &mut enc,

@@ -729,7 +729,20 @@ impl Partition {
         match r {
             Ok(a) => self.written(a, pending, reception_ns),
             Err(StoreError::Closed(_)) => {}
-            Err(e) => self.write_failed(e),
+            Err(e) => {
+                self.write_failed(e);
+                self.refuse(&pending);
+            }
+        }
+    }
+
+    /// A write failed: the batch was not stored. Publishers waiting for an
+    /// ack get an error ack (UNKNOWN: the envelope's Ack has no field for
+    /// the cause; the gRPC API adds the log's fault, see
+    /// `PartitionLog::fault`) at once rather than a timeout.
+    fn refuse(&self, pending: &[Pending]) {
+        for p in pending {
+            self.send_ack(p, 0, AckError::Unknown);
         }
     }
 
@@ -739,7 +752,16 @@ impl Partition {
     /// may have copied the lost batch from the staged records, and the next
     /// write would give its offsets to other messages.
     fn write_failed(&self, e: StoreError) {
-        tracing::error!(stream = %self.stream, partition = self.id, error = %e, "recording batch");
+        // A batch refused because of an earlier failure is not news: the
+        // store logged that failure once, and publishers flat out would
+        // otherwise write one error line per batch.
+        let refused = matches!(&e, StoreError::Storage { source, .. }
+            if matches!(**source, crate::store::EngineError::Stopped(_)));
+        if refused {
+            tracing::debug!(stream = %self.stream, partition = self.id, error = %e, "batch refused");
+        } else {
+            tracing::error!(stream = %self.stream, partition = self.id, error = %e, "recording batch");
+        }
         if self.staged.is_some() {
             self.mark_failed(format!("write failed: {e}"));
         }
@@ -840,7 +862,10 @@ impl Partition {
                     Err(StoreError::OffsetMismatch { .. }) => {
                         self.send_ack(&p, 0, AckError::IncorrectOffset);
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => {
+                        self.refuse(std::slice::from_ref(&p));
+                        return Err(e);
+                    }
                 }
             }
             return Ok(None);
@@ -935,8 +960,9 @@ impl Partition {
 
     /// Sends the ack of a message, as Liftbridge does: a success only when
     /// the message asked for one (policy not NONE); an error (TOO_LARGE,
-    /// INCORRECT_OFFSET) whenever there is an inbox, with offset 0, and a
-    /// TOO_LARGE nack without a commit timestamp (it was never committed).
+    /// INCORRECT_OFFSET, UNKNOWN for a failed write) whenever there is an
+    /// inbox, with offset 0, and a TOO_LARGE or UNKNOWN nack without a
+    /// commit timestamp (it was never committed).
     fn send_ack(&self, p: &Pending, offset: i64, err: AckError) {
         if p.ack_inbox.is_empty() {
             return;
@@ -944,7 +970,7 @@ impl Partition {
         if err == AckError::Ok && p.ack_policy == AckPolicy::None as i32 {
             return;
         }
-        let commit_timestamp = if err == AckError::TooLarge {
+        let commit_timestamp = if matches!(err, AckError::TooLarge | AckError::Unknown) {
             0
         } else {
             now_ns()

@@ -210,6 +210,26 @@ pub struct PausedOffsets {
     pub received: (i64, i64),
 }
 
+/// A partition that cannot write here now (see [`PartitionManager::degraded`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DegradedPartition {
+    /// Stream name.
+    pub stream: String,
+    /// Partition id.
+    pub partition: i32,
+    /// The I/O failure, with the OS error text.
+    pub reason: String,
+    /// The device is full.
+    pub no_space: bool,
+    /// When the running log stopped writing (ns since the Unix epoch; 0
+    /// for a log that could not be opened).
+    pub since_ns: i64,
+    /// The partition runs (serves reads) and retries writes by itself;
+    /// `false`: its log could not be opened and is retried at the next
+    /// reconciliation.
+    pub running: bool,
+}
+
 /// Why a partition led here does not run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionFailure {
@@ -221,6 +241,8 @@ pub struct PartitionFailure {
     /// partition is not reopened until the node restarts. Other causes
     /// (I/O, a lock still held) are retried at the next reconciliation.
     pub permanent: bool,
+    /// The cause is a full device (ENOSPC or a quota).
+    pub no_space: bool,
 }
 
 struct Inner {
@@ -421,6 +443,43 @@ impl PartitionManager {
             .cloned()
     }
 
+    /// Partitions here that cannot write now, ordered by stream and id: a
+    /// running log whose writer met an I/O failure (it keeps serving reads
+    /// and retries on its own), or a log that could not be opened for an
+    /// I/O reason (retried at each reconciliation). Lost or corrupt logs
+    /// are [`failures`](Self::failures), not listed here.
+    pub fn degraded(&self) -> Vec<DegradedPartition> {
+        let mut v: Vec<DegradedPartition> = self
+            .replicas()
+            .into_iter()
+            .filter_map(|p| {
+                let f = p.log().fault()?;
+                Some(DegradedPartition {
+                    stream: p.stream.clone(),
+                    partition: p.id,
+                    reason: f.reason,
+                    no_space: f.no_space,
+                    since_ns: f.since_ns,
+                    running: true,
+                })
+            })
+            .collect();
+        for (stream, partition, f) in self.failures() {
+            if !f.permanent {
+                v.push(DegradedPartition {
+                    stream,
+                    partition,
+                    reason: f.reason,
+                    no_space: f.no_space,
+                    since_ns: 0,
+                    running: false,
+                });
+            }
+        }
+        v.sort_by(|a, b| (&a.stream, a.partition).cmp(&(&b.stream, b.partition)));
+        v
+    }
+
     /// Every partition that failed to start here, ordered by stream and id.
     pub fn failures(&self) -> Vec<(String, i32, PartitionFailure)> {
         let mut v: Vec<_> = self
@@ -503,15 +562,16 @@ impl PartitionManager {
                 if found.is_some() {
                     return found;
                 }
-                // A partition that failed to start will not start: do not
-                // make the caller wait the whole timeout for it.
+                // A partition that failed to start will not start (nor,
+                // soon, one whose device is full): do not make the caller
+                // wait the whole timeout for it.
                 let key = (stream.to_string(), id);
                 if self
                     .inner
                     .failed
                     .lock()
                     .get(&key)
-                    .is_some_and(|f| f.permanent)
+                    .is_some_and(|f| f.permanent || f.no_space)
                 {
                     return None;
                 }
@@ -770,6 +830,7 @@ impl PartitionManager {
                         creation_ns: s.creation_timestamp_ns,
                         reason: e.to_string(),
                         permanent,
+                        no_space: matches!(&e, PartitionError::Store(se) if se.is_no_space()),
                     };
                     self.inner.failed.lock().insert(key, failure);
                 }
@@ -975,6 +1036,7 @@ impl PartitionManager {
                 creation_ns: p.creation_ns,
                 reason,
                 permanent: true,
+                no_space: false,
             },
         );
         p.stop(Closed::Failed).await;

@@ -36,6 +36,6 @@ pub mod subjects;
 
 pub use leader::{Closed, Membership, Partition, PartitionSettings, ReplicaContext, Role};
 pub use manager::{
-    ManagerTasks, PartitionDefaults, PartitionError, PartitionFailure, PartitionManager,
-    PausedOffsets,
+    DegradedPartition, ManagerTasks, PartitionDefaults, PartitionError, PartitionFailure,
+    PartitionManager, PausedOffsets,
 };

@@ -84,6 +84,37 @@ fn resume_failed(e: ServiceError, in_session: bool) -> ServiceError {
 }
 
 impl Service {
+    /// Why a partition of `stream` led here cannot store messages now (its
+    /// log met an I/O failure and retries on its own): RESOURCE_EXHAUSTED
+    /// for a full device, INTERNAL otherwise, with the OS error in the
+    /// message. `partition` `None`: any partition of the stream.
+    pub fn write_refusal(&self, stream: &str, partition: Option<i32>) -> Option<ServiceError> {
+        // The publish path asks for one partition: a map lookup, no scan.
+        let parts = match partition {
+            Some(id) => self.inner.parts.get(stream, id).into_iter().collect(),
+            None => self.inner.parts.replicas(),
+        };
+        let (p, fault) = parts
+            .iter()
+            .filter(|p| p.stream == stream && p.is_leader())
+            .find_map(|p| p.log().fault().map(|f| (p, f)))?;
+        let m = format!(
+            "partition {} of stream {} cannot store messages: {}",
+            p.id, p.stream, fault.reason
+        );
+        Some(if fault.no_space {
+            ServiceError::ResourceExhausted(m)
+        } else {
+            ServiceError::Internal(m)
+        })
+    }
+
+    /// [`Service::write_refusal`] for an error ack of `stream` (acks do
+    /// not name the partition).
+    pub fn write_failure(&self, stream: &str) -> Option<ServiceError> {
+        self.write_refusal(stream, None)
+    }
+
     /// Publishes to a stream partition and, when `wait` is given (and the
     /// policy is not NONE), waits that long for the ack. An ack that
     /// reports an error is an error here (as gRPC Publish reports it).
@@ -92,6 +123,7 @@ impl Service {
         r: Publish,
         wait: Option<Duration>,
     ) -> Result<Option<Ack>, ServiceError> {
+        let r_partition = r.partition;
         let ack = self.publish_one(r, wait, false).await?;
         if let Some(a) = &ack {
             match AckError::try_from(a.ack_error).unwrap_or(AckError::Unknown) {
@@ -103,6 +135,16 @@ impl Service {
                 }
                 AckError::IncorrectOffset => {
                     return Err(ServiceError::Unknown("incorrect expected offset".into()))
+                }
+                // The leader could not write it: say why when it is here.
+                AckError::Unknown => {
+                    return Err(self
+                        .write_refusal(&a.stream, Some(r_partition))
+                        .unwrap_or_else(|| {
+                            ServiceError::Internal(
+                                "the partition leader could not store the message".into(),
+                            )
+                        }))
                 }
                 other => return Err(ServiceError::Internal(format!("ack error {other:?}"))),
             }
@@ -139,6 +181,11 @@ impl Service {
         }
         // Before any wait for the partition to start: a failed one will not.
         self.check_not_failed(s, r.partition)?;
+        // A log led here that cannot write now refuses at once (it retries
+        // on its own and accepts writes again when it can).
+        if let Some(e) = self.write_refusal(&r.stream, Some(r.partition)) {
+            return Err(e);
+        }
         if let Err(e) = self.ensure_resumed(s, r.partition).await {
             return Err(resume_failed(e, in_session));
         }

@@ -111,11 +111,54 @@ impl Service {
         let state = self.state();
         if let Some(s) = state.stream(&r.name) {
             let me = self.inner.parts.server_id().to_string();
+            let mut refused = None;
             for p in s.partitions.iter().filter(|p| p.leader == me && !p.paused) {
                 self.inner.parts.wait_for(&r.name, p.id, START_WAIT).await;
+                if refused.is_none() {
+                    refused = self
+                        .inner
+                        .parts
+                        .failure(&r.name, p.id, s.creation_timestamp_ns)
+                        .map(|f| (p.id, f));
+                }
+            }
+            if let Some((id, f)) = refused {
+                return Err(self.roll_back_create(&r.name, id, f).await);
             }
         }
         Ok(())
+    }
+
+    /// A partition of a stream just created could not create its files
+    /// here (a full device, an I/O error): the stream is deleted again, so
+    /// that nothing half-created stays listed, and the client gets the
+    /// cause (RESOURCE_EXHAUSTED for a full device). If the deletion cannot
+    /// be committed either, the partition stays listed as failed (with the
+    /// reason) and is opened again at the next reconciliation or start.
+    async fn roll_back_create(
+        &self,
+        name: &str,
+        id: i32,
+        f: crate::partition::PartitionFailure,
+    ) -> ServiceError {
+        let m = format!(
+            "stream {name} was not created: partition {id} could not create its files: {}",
+            f.reason
+        );
+        tracing::error!(stream = %name, partition = id, error = %f.reason, "creating a stream failed; deleting it again");
+        if let Err(e) = self
+            .propose(MetaCommand::DeleteStream {
+                name: name.to_string(),
+            })
+            .await
+        {
+            tracing::error!(stream = %name, error = %e, "deleting a half-created stream");
+        }
+        if f.no_space {
+            ServiceError::ResourceExhausted(m)
+        } else {
+            ServiceError::Internal(m)
+        }
     }
 
     /// Deletes a stream and waits until its partitions stopped here.

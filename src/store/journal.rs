@@ -72,6 +72,14 @@ pub struct Frame {
     pub payload: Bytes,
 }
 
+/// A position in the journal (see [`Journal::mark`]).
+#[derive(Debug, Clone, Copy)]
+pub struct JournalMark {
+    pos: u64,
+    last_crc: u32,
+    unsynced: bool,
+}
+
 /// The open journal of one partition, owned by the writer thread.
 #[derive(Debug)]
 pub struct Journal {
@@ -225,6 +233,34 @@ impl Journal {
         Ok(())
     }
 
+    /// Where the next frame goes: give it to [`Journal::rewind`] to cut
+    /// off the frames appended after this point.
+    pub fn mark(&self) -> JournalMark {
+        JournalMark {
+            pos: self.pos,
+            last_crc: self.last_crc,
+            unsynced: self.unsynced,
+        }
+    }
+
+    /// Cuts off what was appended since `mark` (a frame whose write or
+    /// fsync failed): the next frame goes at the mark, and the first bytes
+    /// there are zeroed so that no reader takes a frame written there for
+    /// part of the journal, even if no new frame follows.
+    pub fn rewind(&mut self, mark: JournalMark) -> std::io::Result<()> {
+        self.pos = mark.pos;
+        self.last_crc = mark.last_crc;
+        self.unsynced = mark.unsynced;
+        let len = self.file.metadata()?.len();
+        if mark.pos < len {
+            let n = (len - mark.pos).min(FRAME_HEADER as u64) as usize;
+            self.file
+                .write_all_at(&[0u8; FRAME_HEADER][..n], mark.pos)?;
+            self.unsynced = true;
+        }
+        Ok(())
+    }
+
     /// Makes every appended frame durable (`fdatasync`: the data and the
     /// file size, not the other metadata).
     pub fn sync(&mut self) -> std::io::Result<()> {
@@ -316,6 +352,32 @@ mod tests {
         let (j, frames) = Journal::open(p.clone()).unwrap();
         assert_eq!(frames.len(), 1);
         assert_eq!(j.len(), (FRAME_HEADER + 1) as u64);
+    }
+
+    #[test]
+    fn a_rewound_frame_is_never_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = path(dir.path(), "p");
+        let (mut j, _) = Journal::open(p.clone()).unwrap();
+        j.append(0, 1, b"kept").unwrap();
+        let mark = j.mark();
+        // A frame whose fsync failed: whole in the file, but cut off.
+        j.append(1, 2, b"failed").unwrap();
+        j.rewind(mark).unwrap();
+        drop(j);
+        let (mut j, frames) = Journal::open(p.clone()).unwrap();
+        assert_eq!(frames.len(), 1);
+        assert_eq!(&frames[0].payload[..], b"kept");
+        // The next frame takes its place and continues the chain.
+        let mark = j.mark();
+        j.append(1, 2, b"failed").unwrap();
+        j.rewind(mark).unwrap();
+        j.append(1, 3, b"next").unwrap();
+        drop(j);
+        let (_, frames) = Journal::open(p).unwrap();
+        assert_eq!(frames.len(), 2);
+        assert_eq!((frames[1].base_leo, frames[1].end_leo), (1, 3));
+        assert_eq!(&frames[1].payload[..], b"next");
     }
 
     #[test]

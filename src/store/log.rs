@@ -43,8 +43,16 @@
 //! - readers take a snapshot of the tail before opening their read
 //!   transaction, so a batch moving from the tail into redb meanwhile is
 //!   seen in one place or the other, never in neither;
-//! - after a journal or engine failure the writer stops accepting writes
-//!   (answers [`EngineError::Stopped`]); reopening replays the journal;
+//! - after a journal or engine failure (a full device, an I/O error) the
+//!   writer refuses writes at once (answers [`EngineError::Stopped`]) and
+//!   publishes the fault ([`PartitionLog::fault`]); a frame whose write or
+//!   fsync failed is cut off the journal (never replayed, never
+//!   acknowledged); a failed redb call poisons its handle, so the writer
+//!   reopens the database at once (reads go on: the open writes only
+//!   within the file) and rebuilds the tail from the journal; every
+//!   [`RETRY_EVERY`] it retries a durable commit (first checking free
+//!   space when the device was full) and, once that succeeds, accepts
+//!   writes again at the next offset — no gap, no reuse;
 //! - nothing here runs redb on a tokio worker: async methods hand work to the
 //!   writer thread or to `spawn_blocking`.
 
@@ -68,8 +76,8 @@ use tokio::sync::{oneshot, watch};
 use super::codec::{self, RecordRef};
 use super::journal::{self, Journal};
 use super::{
-    AppendResult, CommitStats, CompactionStats, EngineError, LogConfig, NewRecord, Observer,
-    Record, RetentionStats, StoreError, SyncPolicy,
+    AppendResult, CommitStats, CompactionStats, EngineError, LogConfig, LogFault, NewRecord,
+    Observer, Record, RetentionStats, StoreError, SyncPolicy,
 };
 
 /// Chunks of records: key = offset of the chunk's first record, value =
@@ -113,6 +121,22 @@ pub(crate) const CHECKPOINT_EVERY: Duration = Duration::from_secs(2);
 const RETENTION_CHUNK: u64 = 1024;
 /// File name suffix of a partition database.
 const SUFFIX: &str = ".redb";
+/// How often a writer stopped by an I/O failure tries again (reopening
+/// the database and committing what is pending). Appends meanwhile are
+/// refused at once with the failure.
+pub const RETRY_EVERY: Duration = Duration::from_secs(1);
+/// A writer stopped by a full device tries again only once the file
+/// system has at least this much free space (plus what is pending), so a
+/// still-full device costs a `statvfs` per retry, not a failed commit.
+const RETRY_MIN_FREE: u64 = 1 << 20;
+/// How long a reopen waits for reads in progress to release the old
+/// database handle (redb locks the file).
+const REOPEN_WAIT: Duration = Duration::from_secs(2);
+
+/// The current database handle of a log, shared by the handle (readers)
+/// and the writer, which replaces it when it reopens the file after an
+/// I/O failure (redb refuses every call on a handle that saw one).
+type DbSlot = Arc<RwLock<Option<Arc<Database>>>>;
 
 /// How the writer answers a request: called once, on the writer thread.
 type Reply<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
@@ -278,6 +302,10 @@ struct Shared {
     appended_bytes: AtomicU64,
     /// Journaled batches not yet in redb, oldest first.
     tail: Mutex<VecDeque<Arc<TailBatch>>>,
+    /// Set while the writer refuses writes after an I/O failure.
+    fault: Mutex<Option<LogFault>>,
+    /// I/O failures met by the writer since the log was opened.
+    io_errors: AtomicU64,
 }
 
 impl Shared {
@@ -319,7 +347,7 @@ struct Inner {
     name: String,
     path: PathBuf,
     journal_path: PathBuf,
-    db: RwLock<Option<Arc<Database>>>,
+    db: DbSlot,
     tx: RwLock<Option<mpsc::Sender<Op>>>,
     shared: Arc<Shared>,
     config: Arc<Mutex<LogConfig>>,
@@ -438,6 +466,10 @@ impl PartitionLog {
             path: path.clone(),
             source,
         };
+        // Whether this call creates the log: if it fails half-way (a full
+        // device), the files it made are removed, so nothing half-created
+        // is found later and mistaken for a damaged log.
+        let mut fresh = false;
         if create {
             std::fs::create_dir_all(dir).map_err(io)?;
             // The journal is created only after the database file was
@@ -460,6 +492,7 @@ impl PartitionLog {
                     },
                 });
             }
+            fresh = db_len.is_none();
         } else {
             match std::fs::metadata(&path) {
                 Ok(_) => {}
@@ -475,6 +508,29 @@ impl PartitionLog {
         if path.is_dir() {
             return Err(io(std::io::Error::other("path is a directory")));
         }
+        let opened = Self::open_files(dir, name, cfg, create, path.clone());
+        if opened.is_err() && fresh {
+            // Best effort: the error returned says what went wrong.
+            let _ = Journal::remove(&journal::path(dir, name));
+            let _ = std::fs::remove_file(&path);
+        }
+        opened
+    }
+
+    /// Opens (or creates) the database and the journal, replays the
+    /// journal and starts the writer and the cleaner.
+    fn open_files(
+        dir: &Path,
+        name: &str,
+        cfg: LogConfig,
+        create: bool,
+        path: PathBuf,
+    ) -> Result<Self, StoreError> {
+        let io = |source| StoreError::Io {
+            partition: name.to_owned(),
+            path: path.clone(),
+            source,
+        };
         let corrupt = |detail: String| StoreError::Corrupt {
             partition: name.to_owned(),
             path: path.clone(),
@@ -514,7 +570,18 @@ impl PartitionLog {
         })?;
         let mut state = catch_unwind(AssertUnwindSafe(|| load_state(&db)))
             .map_err(|_| corrupt("storage engine failed while loading the log".into()))?
-            .map_err(|e| corrupt(e.to_string()))?;
+            .map_err(|e| {
+                // Creating the tables writes: on a full device that is an
+                // I/O failure, not a damaged file.
+                if e.io_error().is_some() {
+                    StoreError::Storage {
+                        partition: name.to_owned(),
+                        source: Arc::new(e),
+                    }
+                } else {
+                    corrupt(e.to_string())
+                }
+            })?;
         let observer = cfg.observer.clone();
 
         // Replay the journal frames past redb's last durable commit, then
@@ -527,26 +594,7 @@ impl PartitionLog {
             source,
         };
         let (mut journal, frames) = Journal::open(journal_path.clone()).map_err(jio)?;
-        let mut batches = Vec::new();
-        let mut leo = state.leo;
-        for f in frames {
-            if f.end_leo <= leo {
-                // Already in redb (the journal was not emptied before a crash).
-                continue;
-            }
-            if f.base_leo != leo {
-                break;
-            }
-            let Some(b) = TailBatch::parse(f.payload) else {
-                break;
-            };
-            let inside = |o: u64| o >= f.base_leo && o < f.end_leo;
-            if !b.entries.iter().all(|e| inside(e.offset)) || b.entries.is_empty() {
-                break;
-            }
-            leo = f.end_leo;
-            batches.push(Arc::new(b));
-        }
+        let batches = frames_past(frames, state.leo);
         let replayed: u64 = batches.iter().map(|b| b.entries.len() as u64).sum();
         if !batches.is_empty() {
             let applied = catch_unwind(AssertUnwindSafe(|| {
@@ -580,15 +628,22 @@ impl PartitionLog {
             appended: AtomicU64::new(0),
             appended_bytes: AtomicU64::new(0),
             tail: Mutex::new(VecDeque::new()),
+            fault: Mutex::new(None),
+            io_errors: AtomicU64::new(0),
         });
         shared.publish(&state);
         let db = Arc::new(db);
+        let slot: DbSlot = Arc::new(RwLock::new(Some(db.clone())));
+        let cache_bytes = cfg.cache_bytes.max(MIN_CACHE_BYTES);
         let config = Arc::new(Mutex::new(cfg));
         let (tx, rx) = mpsc::channel();
         let now = Instant::now();
         let writer = Writer {
             name: name.to_owned(),
-            db: db.clone(),
+            db: Some(db),
+            slot: slot.clone(),
+            path: path.clone(),
+            cache_bytes,
             rx,
             shared: shared.clone(),
             config: config.clone(),
@@ -601,6 +656,7 @@ impl PartitionLog {
             last_journal_sync: now,
             dirty: false,
             stopped: None,
+            retry_at: None,
         };
         let writer = std::thread::Builder::new()
             .name(format!("store-w-{name}"))
@@ -610,7 +666,7 @@ impl PartitionLog {
             name: name.to_owned(),
             path: path.clone(),
             journal_path,
-            db: RwLock::new(Some(db)),
+            db: slot,
             tx: RwLock::new(Some(tx)),
             shared,
             config,
@@ -636,6 +692,18 @@ impl PartitionLog {
     /// stopped).
     pub fn replayed_records(&self) -> u64 {
         self.inner.replayed
+    }
+
+    /// Why the log refuses writes for now (`None` when it accepts them).
+    /// Set by the first failed write, commit or fsync; cleared when a
+    /// retry succeeds (every [`RETRY_EVERY`]). Reads keep working.
+    pub fn fault(&self) -> Option<LogFault> {
+        self.inner.shared.fault.lock().clone()
+    }
+
+    /// I/O failures of the writer since the log was opened.
+    pub fn io_errors(&self) -> u64 {
+        self.inner.shared.io_errors.load(Ordering::Relaxed)
     }
 
     /// Path of the journal file.
@@ -1432,40 +1500,103 @@ fn load_state(db: &Database) -> Result<State, EngineError> {
         let index = txn.open_table(TIME_INDEX)?;
         let epochs = txn.open_table(EPOCHS)?;
         let meta = txn.open_table(META)?;
-        let get = |k: &str| -> Result<u64, EngineError> {
-            Ok(meta.get(k)?.map(|v| v.value()).unwrap_or(0))
-        };
-        let oldest = records.first()?.map(|(k, _)| k.value());
-        let newest = last_offset(&records)?;
-        let rmax = index.last()?.map(|(k, _)| k.value().0);
-        let mut ep = Vec::new();
-        for item in epochs.iter()? {
-            let (k, v) = item?;
-            ep.push((k.value(), v.value()));
-        }
-        let mut leo = get(META_LEO)?;
-        if let Some(n) = newest {
-            if leo <= n {
-                return Err(EngineError::LeoBehindRecords { leo, newest: n });
-            }
-        }
-        if let Some(o) = oldest {
-            leo = leo.max(o + 1);
-        }
-        State {
-            leo,
-            oldest,
-            newest,
-            count: get(META_COUNT)?,
-            bytes: get(META_BYTES)?,
-            rmax,
-            epochs: ep,
-            generation: 0,
-            appended: (0, 0),
-        }
+        state_from(&records, &index, &epochs, &meta)?
     };
     txn.commit()?;
     Ok(state)
+}
+
+/// Reads the state of a log whose tables exist, in a read transaction:
+/// nothing is written, so it works on a full device (reopening after a
+/// failure).
+fn read_state(db: &Database) -> Result<State, EngineError> {
+    let rtx = db.begin_read()?;
+    let records = rtx.open_table(RECORDS)?;
+    let index = rtx.open_table(TIME_INDEX)?;
+    let epochs = rtx.open_table(EPOCHS)?;
+    let meta = rtx.open_table(META)?;
+    state_from(&records, &index, &epochs, &meta)
+}
+
+fn state_from(
+    records: &impl ReadableTable<u64, &'static [u8]>,
+    index: &impl ReadableTable<(i64, u64), ()>,
+    epochs: &impl ReadableTable<u64, u64>,
+    meta: &impl ReadableTable<&'static str, u64>,
+) -> Result<State, EngineError> {
+    let get =
+        |k: &str| -> Result<u64, EngineError> { Ok(meta.get(k)?.map(|v| v.value()).unwrap_or(0)) };
+    let oldest = records.first()?.map(|(k, _)| k.value());
+    let newest = last_offset(records)?;
+    let rmax = index.last()?.map(|(k, _)| k.value().0);
+    let mut ep = Vec::new();
+    for item in epochs.iter()? {
+        let (k, v) = item?;
+        ep.push((k.value(), v.value()));
+    }
+    let mut leo = get(META_LEO)?;
+    if let Some(n) = newest {
+        if leo <= n {
+            return Err(EngineError::LeoBehindRecords { leo, newest: n });
+        }
+    }
+    if let Some(o) = oldest {
+        leo = leo.max(o + 1);
+    }
+    Ok(State {
+        leo,
+        oldest,
+        newest,
+        count: get(META_COUNT)?,
+        bytes: get(META_BYTES)?,
+        rmax,
+        epochs: ep,
+        generation: 0,
+        appended: (0, 0),
+    })
+}
+
+/// The journal frames past `leo` (what redb does not hold), as tail
+/// batches: they must continue one another from `leo`; a gap, a malformed
+/// payload or an entry outside its frame's range ends the journal there.
+fn frames_past(frames: Vec<journal::Frame>, mut leo: u64) -> Vec<Arc<TailBatch>> {
+    let mut batches = Vec::new();
+    for f in frames {
+        if f.end_leo <= leo {
+            // Already in redb (the journal was not emptied before a crash).
+            continue;
+        }
+        if f.base_leo != leo {
+            break;
+        }
+        let Some(b) = TailBatch::parse(f.payload) else {
+            break;
+        };
+        let inside = |o: u64| o >= f.base_leo && o < f.end_leo;
+        if !b.entries.iter().all(|e| inside(e.offset)) || b.entries.is_empty() {
+            break;
+        }
+        leo = f.end_leo;
+        batches.push(Arc::new(b));
+    }
+    batches
+}
+
+/// Free bytes for unprivileged use on the file system holding `path`
+/// (`None` if it cannot be asked).
+fn free_space(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `c` is a NUL-terminated path and `st` points to writable
+    // memory of the right type; statvfs(3) only writes into it.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled the struct.
+    let st = unsafe { st.assume_init() };
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 fn cleaner_loop(weak: Weak<Inner>, rx: mpsc::Receiver<CleanerMsg>) {
@@ -1500,7 +1631,14 @@ fn cleaner_loop(weak: Weak<Inner>, rx: mpsc::Receiver<CleanerMsg>) {
 /// for one partition.
 struct Writer {
     name: String,
-    db: Arc<Database>,
+    /// The database; `None` only while a reopen after a failure has not
+    /// succeeded yet.
+    db: Option<Arc<Database>>,
+    /// Where readers find the database (the writer swaps it on reopen).
+    slot: DbSlot,
+    /// The database file and its page cache size (for reopening).
+    path: PathBuf,
+    cache_bytes: usize,
     rx: mpsc::Receiver<Op>,
     shared: Arc<Shared>,
     config: Arc<Mutex<LogConfig>>,
@@ -1517,9 +1655,12 @@ struct Writer {
     last_journal_sync: Instant,
     /// Non-durable redb commits exist since the last durable one.
     dirty: bool,
-    /// Set after a failure that leaves the journal or redb in doubt: every
-    /// later write is refused with it.
+    /// Set after an I/O failure of the journal or redb: every write is
+    /// refused with it until a retry (every [`RETRY_EVERY`]) reopens the
+    /// database and commits what is pending.
     stopped: Option<Arc<EngineError>>,
+    /// When the next retry is due while stopped.
+    retry_at: Option<Instant>,
 }
 
 struct Tables<'t> {
@@ -1626,6 +1767,7 @@ impl Writer {
                     Err(_) => break,
                 },
             };
+            self.retry_if_due();
             let Some(op) = first else {
                 self.idle(policy);
                 continue;
@@ -1666,7 +1808,7 @@ impl Writer {
     /// tail, for a checkpoint, or for the interval's journal sync.
     fn deadline(&self, policy: SyncPolicy) -> Option<Instant> {
         if self.stopped.is_some() {
-            return None;
+            return self.retry_at;
         }
         let mut at: Option<Instant> = None;
         let mut add = |t: Instant| at = Some(at.map_or(t, |a| a.min(t)));
@@ -1745,8 +1887,156 @@ impl Writer {
     }
 
     fn stop(&mut self, e: EngineError) {
-        tracing::error!(partition = %self.name, error = %e, "storage writer stopped; reopen the log to recover");
-        self.stopped = Some(Arc::new(e));
+        self.stop_shared(Arc::new(e));
+    }
+
+    /// Stops writing after an I/O failure: later writes are refused with
+    /// it at once, the fault is published (health, metrics), and a retry
+    /// is scheduled. A failure inside redb leaves its handle refusing
+    /// every call, reads included, so the database is reopened right away
+    /// (opening writes only within the file, which works on a full
+    /// device): reads of what is stored keep working.
+    fn stop_shared(&mut self, e: Arc<EngineError>) {
+        let no_space = e.is_no_space();
+        if no_space {
+            tracing::error!(partition = %self.name, path = %self.path.display(), error = %e, "storage writer stopped: the device is full; writes are refused until space is freed (retried every {:?})", RETRY_EVERY);
+        } else {
+            tracing::error!(partition = %self.name, path = %self.path.display(), error = %e, "storage writer stopped after an I/O failure; writes are refused until a retry succeeds (every {:?})", RETRY_EVERY);
+        }
+        self.shared.io_errors.fetch_add(1, Ordering::Relaxed);
+        let engine_failed = !matches!(&*e, EngineError::Journal { .. });
+        *self.shared.fault.lock() = Some(LogFault {
+            reason: e.to_string(),
+            no_space,
+            since_ns: crate::time::now_ns(),
+        });
+        self.stopped = Some(e);
+        self.retry_at = Some(Instant::now() + RETRY_EVERY);
+        if engine_failed {
+            if let Err(e) = self.reopen() {
+                tracing::error!(partition = %self.name, error = %e, "reopening the database after a failure; retrying");
+            }
+        }
+    }
+
+    fn database(&self) -> Result<&Database, EngineError> {
+        match &self.db {
+            Some(db) => Ok(db),
+            None => Err(EngineError::Storage(Box::new(redb::StorageError::Io(
+                std::io::Error::other("the database is not open (reopening after a failure)"),
+            )))),
+        }
+    }
+
+    /// While stopped, once the retry is due: reopens the database if
+    /// needed and commits what is pending durably; on success the log
+    /// accepts writes again, offsets continuing where they stopped.
+    fn retry_if_due(&mut self) {
+        let Some(stopped) = self.stopped.clone() else {
+            return;
+        };
+        if self.retry_at.is_some_and(|at| Instant::now() < at) {
+            return;
+        }
+        self.retry_at = Some(Instant::now() + RETRY_EVERY);
+        if stopped.is_no_space() {
+            let need = RETRY_MIN_FREE + self.tail_bytes as u64;
+            let dir = self.path.parent().unwrap_or(Path::new("."));
+            if free_space(dir).is_some_and(|free| free < need) {
+                return;
+            }
+        }
+        if self.db.is_none() {
+            if let Err(e) = self.reopen() {
+                tracing::debug!(partition = %self.name, error = %e, "reopen still failing");
+                return;
+            }
+        }
+        self.stopped = None;
+        let r = self.checkpoint();
+        match r {
+            Ok(()) => {
+                self.retry_at = None;
+                *self.shared.fault.lock() = None;
+                tracing::info!(partition = %self.name, leo = self.logical.leo, "storage writer recovered; accepting writes again");
+            }
+            Err(e) => self.stop_shared(Arc::new(e)),
+        }
+    }
+
+    /// Closes the database and opens it again, then rebuilds the tail from
+    /// the journal: redb keeps its last durable commit, the journal holds
+    /// everything acknowledged since (it is emptied only after a durable
+    /// commit), so the log is the same as before the failure.
+    fn reopen(&mut self) -> Result<(), EngineError> {
+        let old = self.slot.write().take();
+        let weak = old.as_ref().map(Arc::downgrade);
+        drop(old);
+        self.db = None;
+        if let Some(w) = weak {
+            // Reads in progress hold the old handle for a moment.
+            let until = Instant::now() + REOPEN_WAIT;
+            while w.strong_count() > 0 {
+                if Instant::now() >= until {
+                    return Err(EngineError::Storage(Box::new(redb::StorageError::Io(
+                        std::io::Error::other("reads still hold the old database handle"),
+                    ))));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let cache = self.cache_bytes;
+        let path = self.path.clone();
+        let db = catch_unwind(AssertUnwindSafe(|| {
+            let mut b = Database::builder();
+            b.set_cache_size(cache);
+            b.open(&path)
+        }))
+        .map_err(|_| EngineError::Panicked("reopening"))?
+        .map_err(|e| match e {
+            DatabaseError::Storage(s) => EngineError::Storage(Box::new(s)),
+            other => EngineError::Storage(Box::new(redb::StorageError::Io(std::io::Error::other(
+                other.to_string(),
+            )))),
+        })?;
+        let state = catch_unwind(AssertUnwindSafe(|| read_state(&db)))
+            .unwrap_or(Err(EngineError::Panicked("reopening")))?;
+        let jpath = self.journal.path().to_owned();
+        let (journal, frames) =
+            Journal::open(jpath.clone()).map_err(|source| EngineError::Journal {
+                path: jpath,
+                source,
+            })?;
+        let batches = frames_past(frames, state.leo);
+        let mut logical = state.clone();
+        for b in &batches {
+            for e in &b.entries {
+                logical.note_epoch(e.leader_epoch, e.offset);
+                logical.note_record(e.offset, e.end - e.start);
+            }
+        }
+        if logical.leo != self.logical.leo {
+            tracing::warn!(partition = %self.name, before = self.logical.leo, after = logical.leo, "the reopened log ends elsewhere than before the failure");
+        }
+        // Plans made against the old handle are stale.
+        let generation = self.state.generation + 1;
+        logical.appended = self.logical.appended;
+        logical.generation = generation;
+        self.state = State {
+            generation,
+            ..state
+        };
+        self.logical = logical;
+        self.tail_bytes = batches.iter().map(|b| b.payload.len()).sum();
+        *self.shared.tail.lock() = batches.into_iter().collect();
+        self.journal = journal;
+        self.dirty = false;
+        let db = Arc::new(db);
+        self.db = Some(db.clone());
+        *self.slot.write() = Some(db);
+        self.shared.publish(&self.logical);
+        tracing::info!(partition = %self.name, leo = self.logical.leo, "reopened the database after a failure; reads are served");
+        Ok(())
     }
 
     fn journal_err(&self, source: std::io::Error) -> EngineError {
@@ -1756,10 +2046,16 @@ impl Writer {
         }
     }
 
-    fn err(&self, e: EngineError) -> StoreError {
+    /// A maintenance write failed: an I/O failure stops writing (as for
+    /// appends) and reopens the database; the caller gets the failure.
+    fn failed(&mut self, e: EngineError) -> StoreError {
+        let e = Arc::new(e);
+        if e.io_error().is_some() {
+            self.stop_shared(e.clone());
+        }
         StoreError::Storage {
             partition: self.name.clone(),
-            source: Arc::new(e),
+            source: e,
         }
     }
 
@@ -1794,7 +2090,7 @@ impl Writer {
         }
         let started = Instant::now();
         let (st, commit_time) = catch_unwind(AssertUnwindSafe(|| {
-            apply_batches(&self.db, &self.state, &batches, durable)
+            apply_batches(self.database()?, &self.state, &batches, durable)
         }))
         .unwrap_or(Err(EngineError::Panicked("a write")))?;
         let applied: u64 = batches.iter().map(|b| b.entries.len() as u64).sum();
@@ -1954,6 +2250,7 @@ impl Writer {
         let end = self.logical.leo;
         let started = Instant::now();
         let always = matches!(policy, SyncPolicy::Always);
+        let mark = self.journal.mark();
         let written = self.journal.append(base, end, &payload).and_then(|()| {
             if always {
                 self.journal.sync()
@@ -1962,13 +2259,17 @@ impl Writer {
             }
         });
         if let Err(source) = written {
-            // The frame may be partly on disk and, after a failed fsync, the
-            // page cache cannot be trusted: refuse writes until reopened
-            // (replay then stops at the torn frame).
+            // The frame may be partly on disk (or, after a failed fsync,
+            // whole in the page cache but not on disk): it is cut off the
+            // journal, so that neither a replay nor the next frame, written
+            // in its place, can take it for acknowledged. Writes stop until
+            // a retry.
             self.logical = saved;
+            if let Err(e) = self.journal.rewind(mark) {
+                tracing::error!(partition = %self.name, error = %e, "cutting a failed frame off the journal");
+            }
             let e = Arc::new(self.journal_err(source));
-            tracing::error!(partition = %self.name, error = %e, "journal write failed; the log stops writing");
-            self.stopped = Some(e.clone());
+            self.stop_shared(e.clone());
             for a in answers {
                 let r = match a.result {
                     Ok(_) => Err(StoreError::Storage {
@@ -2026,7 +2327,7 @@ impl Writer {
                         .reset(true)
                         .map_err(|source| self.journal_err(source))
                 });
-                reply(r.map_err(|e| self.err(e)));
+                reply(r.map_err(|e| self.failed(e)));
             }
             Maint::DeletePrefix {
                 before,
@@ -2041,7 +2342,7 @@ impl Writer {
                     return reply(Ok((0, 0)));
                 }
                 let r = self.transact(false, |t, st| delete_prefix(t, st, before, max));
-                reply(r.map_err(|e| self.err(e)));
+                reply(r.map_err(|e| self.failed(e)));
             }
             Maint::DeleteOffsets {
                 offsets,
@@ -2055,7 +2356,7 @@ impl Writer {
                     return reply(Ok((0, 0)));
                 }
                 let r = self.transact(false, |t, st| delete_offsets(t, st, &offsets));
-                reply(r.map_err(|e| self.err(e)));
+                reply(r.map_err(|e| self.failed(e)));
             }
         }
     }
@@ -2071,7 +2372,7 @@ impl Writer {
         let mut st = self.state.clone();
         let started = Instant::now();
         let (out, commit_time) = catch_unwind(AssertUnwindSafe(|| {
-            let txn = begin(&self.db, durable)?;
+            let txn = begin(self.database()?, durable)?;
             let out = {
                 let mut t = Tables::open(&txn)?;
                 let out = f(&mut t, &mut st)?;

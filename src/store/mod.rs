@@ -72,6 +72,14 @@
 //! only after the database file, so a journal next to a missing or empty
 //! database file means the file was lost, and [`PartitionLog::open`]
 //! refuses it ([`StoreError::Lost`]) instead of starting over at offset 0.
+//! An I/O failure while running (a full device, EIO, a failed commit or
+//! fsync) does not lose or reorder anything: the appends of the failed
+//! group are answered with the error, later ones are refused at once, the
+//! log keeps serving reads, reports the failure in [`PartitionLog::fault`],
+//! and retries every [`RETRY_EVERY`] until it can write again. A log that
+//! cannot be created removes the files it made, so nothing half-created
+//! is left behind.
+//!
 //! A damaged file gives [`StoreError::Corrupt`] (never a panic);
 //! [`StoreError::is_corruption`] tells callers to stop serving the log.
 //!
@@ -123,7 +131,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use thiserror::Error;
 
-pub use log::{open_all, OpenedPartition, PartitionLog};
+pub use log::{open_all, OpenedPartition, PartitionLog, RETRY_EVERY};
 pub use observer::{NoopObserver, Observer, StoreObserver};
 
 /// When appends reach the disk.
@@ -285,6 +293,21 @@ pub struct CompactionStats {
     pub removed_bytes: u64,
 }
 
+/// Why a log refuses writes for now: the writer met an I/O failure (a full
+/// device, an I/O error, a failed commit) and retries on its own; reads of
+/// what is stored keep working meanwhile. See [`PartitionLog::fault`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogFault {
+    /// The failure, with the OS error text (e.g. "No space left on
+    /// device (os error 28)").
+    pub reason: String,
+    /// The device is full (ENOSPC or a quota): writes resume once space is
+    /// freed.
+    pub no_space: bool,
+    /// When the failure happened, in ns since the Unix epoch.
+    pub since_ns: i64,
+}
+
 /// Errors of the partition log. Every variant about a file names the file
 /// and the partition.
 #[derive(Debug, Error)]
@@ -418,7 +441,58 @@ impl StoreError {
     }
 }
 
+impl StoreError {
+    /// Whether the error comes from a full device (ENOSPC or a quota):
+    /// the caller's answer is RESOURCE_EXHAUSTED rather than INTERNAL.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            StoreError::Io { source, .. } => is_no_space_io(source),
+            StoreError::Storage { source, .. } => source.is_no_space(),
+            _ => false,
+        }
+    }
+}
+
+/// Whether an OS error says the device (or the user's quota) is full.
+pub fn is_no_space_io(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+        || e.kind() == std::io::ErrorKind::StorageFull
+}
+
 impl EngineError {
+    /// The OS error under this failure, if it is one.
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        fn storage(e: &redb::StorageError) -> Option<&std::io::Error> {
+            match e {
+                redb::StorageError::Io(e) => Some(e),
+                _ => None,
+            }
+        }
+        match self {
+            EngineError::Storage(e) => storage(e),
+            EngineError::Transaction(e) => match &**e {
+                redb::TransactionError::Storage(s) => storage(s),
+                _ => None,
+            },
+            EngineError::Table(e) => match &**e {
+                redb::TableError::Storage(s) => storage(s),
+                _ => None,
+            },
+            EngineError::Commit(e) => match &**e {
+                redb::CommitError::Storage(s) => storage(s),
+                _ => None,
+            },
+            EngineError::Journal { source, .. } => Some(source),
+            EngineError::Stopped(e) => e.io_error(),
+            _ => None,
+        }
+    }
+
+    /// Whether the failure is a full device (see [`is_no_space_io`]).
+    pub fn is_no_space(&self) -> bool {
+        self.io_error().is_some_and(is_no_space_io)
+    }
+
     /// Whether the engine found a damaged page (or panicked on one).
     pub fn is_corruption(&self) -> bool {
         match self {

@@ -48,6 +48,7 @@ mod nats_ws;
 mod packaging;
 mod store_basic;
 mod store_crash;
+mod store_disk_full;
 mod store_missing_files;
 mod store_model;
 mod support;
