@@ -1,5 +1,9 @@
-//! [`PartitionLog`]: the handle, its writer thread (journal, then group
-//! commit into redb) and its cleaner thread (retention and compaction).
+//! [`PartitionLog`]: the handle, its writer (journal, then group commit
+//! into redb) and its cleaner (retention and compaction). Neither owns a
+//! thread: the writer runs on the process's shared writer pool and the
+//! cleaner on its maintenance thread ([`sched`](super::sched)); "the writer
+//! thread" below is whichever pool thread runs this log's writer, one at a
+//! time.
 //!
 //! # Write path
 //!
@@ -53,8 +57,7 @@ use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Weak};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -67,6 +70,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::codec::{self, RecordRef};
 use super::journal::{self, Journal};
+use super::sched::{self, Slot, SlotWork};
 use super::{
     AppendResult, CommitStats, CompactionStats, EngineError, LogConfig, NewRecord, Observer,
     Record, RetentionStats, StoreError, SyncPolicy,
@@ -89,8 +93,18 @@ const META_BYTES: &str = "bytes";
 
 /// Sentinel for "no offset" in the published atomics.
 const NO_OFFSET: u64 = u64::MAX;
-/// Smallest page cache given to redb, whatever the configuration says.
-const MIN_CACHE_BYTES: usize = 256 << 10;
+/// Smallest page cache given to redb, whatever the configuration or the
+/// node-wide budget says (16 pages).
+const MIN_CACHE_BYTES: usize = 64 << 10;
+/// The page caches of all open logs share this many times
+/// [`LogConfig::cache_bytes`]: a log opened while `n` logs are open gets
+/// `budget / n` (at most `cache_bytes`, at least [`MIN_CACHE_BYTES`]), so a
+/// node with thousands of partitions does not give each one the cache a
+/// node with a few would. redb fills a cache only with pages it reads or
+/// writes, so an idle partition costs little whatever its share.
+const CACHE_BUDGET_FACTOR: usize = 4;
+/// Logs open in this process (for the cache share).
+static OPEN_LOGS: AtomicU64 = AtomicU64::new(0);
 /// A group stops draining the queue past this many payload bytes, so one
 /// journal frame stays bounded in memory.
 const MAX_BATCH_BYTES: usize = 16 << 20;
@@ -117,7 +131,7 @@ const SUFFIX: &str = ".redb";
 /// How the writer answers a request: called once, on the writer thread.
 type Reply<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
 
-/// A request to the writer thread. The request channel itself has no
+/// A request to the writer thread. The request queue itself has no
 /// limit: its producers bound themselves — the stenographer keeps at most 64
 /// batches in flight, replication and maintenance await each request — and
 /// the writer drains at most [`MAX_BATCH_BYTES`] of it per group.
@@ -311,34 +325,32 @@ impl Shared {
     }
 }
 
-enum CleanerMsg {
-    Wake,
-}
-
 struct Inner {
     name: String,
     path: PathBuf,
     journal_path: PathBuf,
     db: RwLock<Option<Arc<Database>>>,
-    tx: RwLock<Option<mpsc::Sender<Op>>>,
+    /// This log's place in the writer pool (request queue and writer).
+    slot: Arc<Slot<Writer>>,
     shared: Arc<Shared>,
     config: Arc<Mutex<LogConfig>>,
     observer: Observer,
     /// Records replayed from the journal when the log was opened.
     replayed: u64,
     compaction_limit: AtomicU64,
-    writer: Mutex<Option<JoinHandle<()>>>,
-    cleaner: Mutex<Option<(mpsc::Sender<CleanerMsg>, JoinHandle<()>)>>,
+    /// Registration with the maintenance thread (0 until registered).
+    maint_id: AtomicU64,
     /// Serialises retention and compaction passes of this partition.
     maintenance: Mutex<()>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // Dropping the sender lets the writer drain, commit durably and exit;
-        // dropping the cleaner's channel stops the cleaner.
-        self.tx.write().take();
-        self.cleaner.lock().take();
+        // Closing the slot lets the writer drain, commit durably and finish
+        // on the pool; the maintenance thread forgets the log.
+        self.slot.close();
+        sched::unregister(self.maint_id.load(Ordering::Acquire));
+        OPEN_LOGS.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -484,7 +496,7 @@ impl PartitionLog {
         // file must never take the process down: treat a panic as corruption.
         let opened = catch_unwind(AssertUnwindSafe(|| {
             let mut b = Database::builder();
-            b.set_cache_size(cfg.cache_bytes.max(MIN_CACHE_BYTES));
+            b.set_cache_size(cache_share(cfg.cache_bytes));
             if create {
                 b.create(&path)
             } else {
@@ -584,12 +596,10 @@ impl PartitionLog {
         shared.publish(&state);
         let db = Arc::new(db);
         let config = Arc::new(Mutex::new(cfg));
-        let (tx, rx) = mpsc::channel();
         let now = Instant::now();
         let writer = Writer {
             name: name.to_owned(),
             db: db.clone(),
-            rx,
             shared: shared.clone(),
             config: config.clone(),
             observer: observer.clone(),
@@ -602,32 +612,25 @@ impl PartitionLog {
             dirty: false,
             stopped: None,
         };
-        let writer = std::thread::Builder::new()
-            .name(format!("store-w-{name}"))
-            .spawn(move || writer.run())
-            .map_err(io)?;
+        let interval = config.lock().cleaner_interval;
+        OPEN_LOGS.fetch_add(1, Ordering::AcqRel);
         let inner = Arc::new(Inner {
             name: name.to_owned(),
             path: path.clone(),
             journal_path,
             db: RwLock::new(Some(db)),
-            tx: RwLock::new(Some(tx)),
+            slot: Slot::new(writer, MAX_BATCH_BYTES),
             shared,
             config,
             observer,
             replayed,
             compaction_limit: AtomicU64::new(u64::MAX),
-            writer: Mutex::new(Some(writer)),
-            cleaner: Mutex::new(None),
+            maint_id: AtomicU64::new(0),
             maintenance: Mutex::new(()),
         });
-        let (ctx, crx) = mpsc::channel();
-        let weak = Arc::downgrade(&inner);
-        let cleaner = std::thread::Builder::new()
-            .name(format!("store-c-{name}"))
-            .spawn(move || cleaner_loop(weak, crx))
-            .map_err(io)?;
-        *inner.cleaner.lock() = Some((ctx, cleaner));
+        let weak: Weak<dyn sched::Maintained> = Arc::downgrade(&inner) as _;
+        let id = sched::register(weak, cleaner_wait(interval));
+        inner.maint_id.store(id, Ordering::Release);
         Ok(PartitionLog { inner })
     }
 
@@ -677,9 +680,7 @@ impl PartitionLog {
     }
 
     fn send(&self, op: Op) -> Result<(), StoreError> {
-        let guard = self.inner.tx.read();
-        let tx = guard.as_ref().ok_or_else(|| self.closed())?;
-        tx.send(op).map_err(|_| self.closed())
+        self.inner.slot.send(op).map_err(|_| self.closed())
     }
 
     fn closed(&self) -> StoreError {
@@ -789,14 +790,8 @@ impl PartitionLog {
             records,
             reply,
         };
-        let guard = self.inner.tx.read();
-        let res = match guard.as_ref() {
-            Some(tx) => tx.send(op).map_err(|e| e.0),
-            None => Err(op),
-        };
-        drop(guard);
         // The op could not be queued: the caller still gets its answer.
-        if let Err(Op::Append { reply, .. }) = res {
+        if let Err(Op::Append { reply, .. }) = self.inner.slot.send(op) {
             reply(Err(self.closed()));
         }
     }
@@ -1125,11 +1120,12 @@ impl PartitionLog {
     /// Replaces the configuration; the writer and the cleaner pick it up at
     /// their next step.
     pub fn update_config(&self, cfg: LogConfig) {
+        let interval = cfg.cleaner_interval;
         *self.inner.config.lock() = cfg;
-        if let Some((tx, _)) = self.inner.cleaner.lock().as_ref() {
-            // The cleaner may be gone (closing): nothing to wake then.
-            let _ = tx.send(CleanerMsg::Wake);
-        }
+        sched::reschedule(
+            self.inner.maint_id.load(Ordering::Acquire),
+            cleaner_wait(interval),
+        );
     }
 
     /// Current configuration.
@@ -1303,18 +1299,11 @@ impl Inner {
     /// Stops the writer (after it drained and committed) and the cleaner, then
     /// releases the database so the file can be reopened or removed.
     fn shutdown(&self) {
-        self.tx.write().take();
-        if let Some(w) = self.writer.lock().take() {
-            // A writer that panicked has nothing more to clean up.
-            let _ = w.join();
-        }
-        let cleaner = self.cleaner.lock().take();
-        if let Some((tx, handle)) = cleaner {
-            drop(tx);
-            if handle.thread().id() != std::thread::current().id() {
-                let _ = handle.join();
-            }
-        }
+        self.slot.close_and_wait();
+        sched::unregister(self.maint_id.load(Ordering::Acquire));
+        // A pass already running ends at its next request to the (closed)
+        // writer; wait for it, so that it holds no database handle.
+        drop(self.maintenance.lock());
         self.db.write().take();
     }
 }
@@ -1468,31 +1457,49 @@ fn load_state(db: &Database) -> Result<State, EngineError> {
     Ok(state)
 }
 
-fn cleaner_loop(weak: Weak<Inner>, rx: mpsc::Receiver<CleanerMsg>) {
-    loop {
-        let interval = match weak.upgrade() {
-            Some(inner) => inner.config.lock().cleaner_interval,
-            None => return,
-        };
-        match rx.recv_timeout(interval.max(Duration::from_millis(10))) {
-            Ok(CleanerMsg::Wake) => continue,
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
-        }
-        let Some(inner) = weak.upgrade() else { return };
-        let log = PartitionLog { inner };
+/// Time between cleaner passes (as the former per-partition cleaner
+/// waited: never less than 10 ms).
+fn cleaner_wait(interval: Duration) -> Duration {
+    interval.max(Duration::from_millis(10))
+}
+
+/// Page cache for a log opened now: its share of the node-wide budget (see
+/// [`CACHE_BUDGET_FACTOR`]).
+fn cache_share(cache_bytes: usize) -> usize {
+    let open = usize::try_from(OPEN_LOGS.load(Ordering::Acquire))
+        .unwrap_or(usize::MAX)
+        .saturating_add(1);
+    (cache_bytes.saturating_mul(CACHE_BUDGET_FACTOR) / open)
+        .min(cache_bytes)
+        .max(MIN_CACHE_BYTES)
+}
+
+impl sched::Maintained for Inner {
+    /// One cleaner pass, on the maintenance thread: retention and
+    /// compaction as configured.
+    fn maintain(self: Arc<Self>) -> Option<Duration> {
+        let log = PartitionLog { inner: self };
         let cfg = log.config();
         let r = cfg.retention;
         if r.max_age.is_some() || r.max_bytes.is_some() || r.max_messages.is_some() {
-            if let Err(e) = log.retention_blocking(now_ns()) {
-                tracing::warn!(partition = %log.inner.name, error = %e, "retention failed");
+            match log.retention_blocking(now_ns()) {
+                Ok(_) => {}
+                Err(StoreError::Closed(_)) => return None,
+                Err(e) => {
+                    tracing::warn!(partition = %log.inner.name, error = %e, "retention failed")
+                }
             }
         }
         if cfg.compact {
-            if let Err(e) = log.compact_blocking() {
-                tracing::warn!(partition = %log.inner.name, error = %e, "compaction failed");
+            match log.compact_blocking() {
+                Ok(_) => {}
+                Err(StoreError::Closed(_)) => return None,
+                Err(e) => {
+                    tracing::warn!(partition = %log.inner.name, error = %e, "compaction failed")
+                }
             }
         }
+        Some(cleaner_wait(log.config().cleaner_interval))
     }
 }
 
@@ -1501,7 +1508,6 @@ fn cleaner_loop(weak: Weak<Inner>, rx: mpsc::Receiver<CleanerMsg>) {
 struct Writer {
     name: String,
     db: Arc<Database>,
-    rx: mpsc::Receiver<Op>,
     shared: Arc<Shared>,
     config: Arc<Mutex<LogConfig>>,
     observer: Observer,
@@ -1608,41 +1614,32 @@ fn push_entry(
     len
 }
 
-impl Writer {
-    fn run(mut self) {
-        loop {
-            let policy = self.config.lock().sync;
-            let first = match self.deadline(policy) {
-                Some(at) => match self
-                    .rx
-                    .recv_timeout(at.saturating_duration_since(Instant::now()))
-                {
-                    Ok(op) => Some(op),
-                    Err(mpsc::RecvTimeoutError::Timeout) => None,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                },
-                None => match self.rx.recv() {
-                    Ok(op) => Some(op),
-                    Err(_) => break,
-                },
-            };
-            let Some(op) = first else {
-                self.idle(policy);
-                continue;
-            };
-            let mut bytes = op.payload_bytes();
-            let mut batch = vec![op];
-            while bytes < MAX_BATCH_BYTES {
-                match self.rx.try_recv() {
-                    Ok(op) => {
-                        bytes += op.payload_bytes();
-                        batch.push(op);
-                    }
-                    Err(_) => break,
-                }
-            }
-            self.process(batch, policy);
-        }
+/// The writer on the shared pool: each call is one step of what the former
+/// per-partition thread did in its loop (drain the queue into one batch, or
+/// time out and do what is due; on close, a final durable commit).
+impl SlotWork for Writer {
+    type Op = Op;
+
+    fn op_bytes(op: &Op) -> usize {
+        op.payload_bytes()
+    }
+
+    fn batch(&mut self, ops: Vec<Op>) {
+        let policy = self.config.lock().sync;
+        self.process(ops, policy);
+    }
+
+    fn idle(&mut self) {
+        let policy = self.config.lock().sync;
+        Writer::idle(self, policy);
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        let policy = self.config.lock().sync;
+        Writer::deadline(self, policy)
+    }
+
+    fn finish(&mut self) {
         // Closing: everything acknowledged goes into redb durably.
         if self.stopped.is_none() {
             if let Err(e) = self.checkpoint() {
@@ -1650,7 +1647,9 @@ impl Writer {
             }
         }
     }
+}
 
+impl Writer {
     /// Records or changes wait for a durable redb commit.
     fn pending(&self) -> bool {
         self.tail_bytes > 0 || self.dirty || !self.journal.is_empty()

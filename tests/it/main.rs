@@ -47,6 +47,7 @@ mod nats_ws;
 mod packaging;
 mod store_basic;
 mod store_crash;
+mod store_many;
 mod store_missing_files;
 mod store_model;
 mod support;
