@@ -231,8 +231,23 @@ fn preallocate(file: &File, from: u64) -> std::io::Result<()> {
     file.sync_all()
 }
 
+/// Takes an exclusive `flock` on `file` without waiting; `WouldBlock` if
+/// another open file description holds it. Released when the file closes.
+fn try_lock(file: &File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock(2) on a descriptor this `File` owns and keeps open for
+    // the duration of the call; no memory is passed.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 impl Journal {
-    /// Opens (creating if missing) the journal at `path` and reads its
+    /// Opens (creating if missing) the journal at `path`, locks it
+    /// (`ErrorKind::WouldBlock` if it is open already) and reads its
     /// frames. The file is not changed: the caller replays what it needs and
     /// then calls [`reset`](Self::reset).
     pub fn open(path: PathBuf) -> std::io::Result<(Journal, Vec<Frame>)> {
@@ -242,6 +257,10 @@ impl Journal {
             .create(true)
             .truncate(false)
             .open(&path)?;
+        // One writer per journal: a second open of the same log (in this
+        // process or another) fails here, as redb refuses a second open of
+        // its file — which a log that never held a record does not have yet.
+        try_lock(&file)?;
         let meta = file.metadata()?;
         let allocated = meta.len();
         let filled = meta.blocks().saturating_mul(512) >= PREALLOC;
@@ -427,8 +446,13 @@ mod tests {
         j.reset(false).unwrap();
         assert!(j.is_empty());
         assert_eq!(std::fs::metadata(&p).unwrap().len(), PREALLOC);
-        let (_, frames) = Journal::open(p.clone()).unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        let (frames, _, _) = read_frames(&Bytes::from(bytes));
         assert!(frames.is_empty(), "an emptied journal reads as empty");
+        assert!(
+            Journal::open(p.clone()).is_err(),
+            "an open journal cannot be opened twice"
+        );
         // The new frame has the same length as the old first one, so the
         // old second frame starts right after it: the chain check ends the
         // journal there.

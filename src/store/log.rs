@@ -211,6 +211,21 @@ struct State {
 }
 
 impl State {
+    /// The state of a log that never held a record.
+    fn empty() -> State {
+        State {
+            leo: 0,
+            oldest: None,
+            newest: None,
+            count: 0,
+            bytes: 0,
+            rmax: None,
+            epochs: Vec::new(),
+            generation: 0,
+            appended: (0, 0),
+        }
+    }
+
     /// Notes an epoch starting at `offset` if it is newer than the last.
     fn note_epoch(&mut self, epoch: u64, offset: u64) -> bool {
         if self.epochs.last().is_none_or(|&(e, _)| epoch > e) {
@@ -329,7 +344,9 @@ struct Inner {
     name: String,
     path: PathBuf,
     journal_path: PathBuf,
-    db: RwLock<Option<Arc<Database>>>,
+    /// The database: created by the writer before the first record is
+    /// journaled, so a log never written has no database file.
+    db: Arc<RwLock<DbState>>,
     /// This log's place in the writer pool (request queue and writer).
     slot: Arc<Slot<Writer>>,
     shared: Arc<Shared>,
@@ -352,6 +369,15 @@ impl Drop for Inner {
         sched::unregister(self.maint_id.load(Ordering::Acquire));
         OPEN_LOGS.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Whether a log's database exists.
+enum DbState {
+    /// Not created yet: the log has never held a record (a fresh log costs
+    /// no database file — redb's initial layout is over a megabyte).
+    NotCreated,
+    Open(Arc<Database>),
+    Closed,
 }
 
 /// Handle to one partition's log. Cheap to clone; all clones share one
@@ -461,7 +487,17 @@ impl PartitionLog {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                 Err(e) => return Err(io(e)),
             };
-            if db_len.is_none_or(|l| l == 0) && journal::path(dir, name).exists() {
+            // A journal that ever held a frame is never empty again (it
+            // is preallocated from its first frame on), and the database is
+            // created before the first frame: a non-empty journal next to a
+            // missing or empty database proves the log lost its file. An
+            // empty journal belongs to a log that never held a record.
+            let journal_len = match std::fs::metadata(journal::path(dir, name)) {
+                Ok(m) => m.len(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+                Err(e) => return Err(io(e)),
+            };
+            if db_len.is_none_or(|l| l == 0) && journal_len > 0 {
                 return Err(StoreError::Lost {
                     partition: name.to_owned(),
                     path,
@@ -487,6 +523,12 @@ impl PartitionLog {
         if path.is_dir() {
             return Err(io(std::io::Error::other("path is a directory")));
         }
+        // A log that never held a record gets its database file with its
+        // first record (see `Writer::create_db`).
+        let lazy = create
+            && std::fs::metadata(&path)
+                .map(|m| m.len() == 0)
+                .unwrap_or(true);
         let corrupt = |detail: String| StoreError::Corrupt {
             partition: name.to_owned(),
             path: path.clone(),
@@ -494,13 +536,17 @@ impl PartitionLog {
         };
         // The engine is not supposed to panic on a bad file, but a corrupt
         // file must never take the process down: treat a panic as corruption.
+        let cache = cache_share(cfg.cache_bytes);
         let opened = catch_unwind(AssertUnwindSafe(|| {
+            if lazy {
+                return Ok(None);
+            }
             let mut b = Database::builder();
-            b.set_cache_size(cache_share(cfg.cache_bytes));
+            b.set_cache_size(cache);
             if create {
-                b.create(&path)
+                b.create(&path).map(Some)
             } else {
-                b.open(&path)
+                b.open(&path).map(Some)
             }
         }))
         .map_err(|_| corrupt("storage engine failed while opening the file".into()))?;
@@ -524,9 +570,12 @@ impl PartitionLog {
             }
             other => corrupt(other.to_string()),
         })?;
-        let mut state = catch_unwind(AssertUnwindSafe(|| load_state(&db)))
-            .map_err(|_| corrupt("storage engine failed while loading the log".into()))?
-            .map_err(|e| corrupt(e.to_string()))?;
+        let mut state = match &db {
+            Some(db) => catch_unwind(AssertUnwindSafe(|| load_state(db)))
+                .map_err(|_| corrupt("storage engine failed while loading the log".into()))?
+                .map_err(|e| corrupt(e.to_string()))?,
+            None => State::empty(),
+        };
         let observer = cfg.observer.clone();
 
         // Replay the journal frames past redb's last durable commit, then
@@ -538,7 +587,16 @@ impl PartitionLog {
             path: journal_path.clone(),
             source,
         };
-        let (mut journal, frames) = Journal::open(journal_path.clone()).map_err(jio)?;
+        let (mut journal, frames) = match Journal::open(journal_path.clone()) {
+            Ok(j) => j,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                return Err(StoreError::Locked {
+                    partition: name.to_owned(),
+                    path,
+                })
+            }
+            Err(e) => return Err(jio(e)),
+        };
         let mut batches = Vec::new();
         let mut leo = state.leo;
         for f in frames {
@@ -561,8 +619,17 @@ impl PartitionLog {
         }
         let replayed: u64 = batches.iter().map(|b| b.entries.len() as u64).sum();
         if !batches.is_empty() {
+            let Some(db) = &db else {
+                // Unreachable by the check above (frames mean a non-empty
+                // journal); refused rather than replayed into nothing.
+                return Err(StoreError::Lost {
+                    partition: name.to_owned(),
+                    path,
+                    detail: "the journal holds records but the database file is missing".into(),
+                });
+            };
             let applied = catch_unwind(AssertUnwindSafe(|| {
-                apply_batches(&db, &state, &batches, true)
+                apply_batches(db, &state, &batches, true)
             }))
             .unwrap_or(Err(EngineError::Panicked("journal replay")))
             .map_err(|e| StoreError::Storage {
@@ -594,12 +661,19 @@ impl PartitionLog {
             tail: Mutex::new(VecDeque::new()),
         });
         shared.publish(&state);
-        let db = Arc::new(db);
+        let db = db.map(Arc::new);
+        let db_state = Arc::new(RwLock::new(match &db {
+            Some(d) => DbState::Open(d.clone()),
+            None => DbState::NotCreated,
+        }));
         let config = Arc::new(Mutex::new(cfg));
         let now = Instant::now();
         let writer = Writer {
             name: name.to_owned(),
-            db: db.clone(),
+            db,
+            db_state: db_state.clone(),
+            path: path.clone(),
+            cache,
             shared: shared.clone(),
             config: config.clone(),
             observer: observer.clone(),
@@ -618,7 +692,7 @@ impl PartitionLog {
             name: name.to_owned(),
             path: path.clone(),
             journal_path,
-            db: RwLock::new(Some(db)),
+            db: db_state,
             slot: Slot::new(writer, MAX_BATCH_BYTES),
             shared,
             config,
@@ -909,7 +983,7 @@ impl PartitionLog {
         let name = &self.inner.name;
         // `full`: the scan stopped at a budget (not at the end of what redb
         // holds), so the tail must not add records after a gap.
-        let spans = self.with_read(|rtx| {
+        let spans = self.with_read(Ok((Vec::new(), BytesMut::new(), false)), |rtx| {
             let mut spans = Vec::new();
             let mut buf = BytesMut::new();
             let mut full = false;
@@ -969,17 +1043,27 @@ impl PartitionLog {
         Ok(out)
     }
 
-    fn db(&self) -> Result<Arc<Database>, StoreError> {
-        self.inner.db.read().clone().ok_or_else(|| self.closed())
+    /// The database, `None` while it is not created (the log holds nothing
+    /// outside its tail).
+    fn db(&self) -> Result<Option<Arc<Database>>, StoreError> {
+        match &*self.inner.db.read() {
+            DbState::Open(d) => Ok(Some(d.clone())),
+            DbState::NotCreated => Ok(None),
+            DbState::Closed => Err(self.closed()),
+        }
     }
 
     /// Runs `f` in a read transaction, turning engine errors and panics into
-    /// [`StoreError::Storage`].
+    /// [`StoreError::Storage`]; `absent` is the answer while the database
+    /// is not created (nothing is stored there).
     fn with_read<T>(
         &self,
+        absent: T,
         f: impl FnOnce(&ReadTransaction) -> Result<T, EngineError>,
     ) -> Result<T, StoreError> {
-        let db = self.db()?;
+        let Some(db) = self.db()? else {
+            return Ok(absent);
+        };
         catch_unwind(AssertUnwindSafe(|| {
             let rtx = db.begin_read()?;
             f(&rtx)
@@ -995,7 +1079,7 @@ impl PartitionLog {
         self.blocking(move |me| {
             let tail = me.inner.shared.tail_snapshot();
             let mut entries = tail.iter().flat_map(|b| b.entries.iter());
-            match me.with_read(|rtx| time_lookup(rtx, ts_ns))? {
+            match me.with_read(None, |rtx| time_lookup(rtx, ts_ns))? {
                 Some((_, Some(o))) => Ok(Some(o)),
                 // The running maximum reached `ts_ns` at `at`, but no record
                 // at or after it is in redb: the first such tail record.
@@ -1165,7 +1249,7 @@ impl PartitionLog {
         self.apply_tail_blocking()?;
         let policy = self.inner.config.lock().retention;
         let generation = self.inner.shared.generation.load(Ordering::Acquire);
-        let cut = self.with_read(|rtx| {
+        let cut = self.with_read(None, |rtx| {
             let Some(meta) = open_read(rtx, META)? else {
                 return Ok(None);
             };
@@ -1236,7 +1320,7 @@ impl PartitionLog {
         let generation = self.inner.shared.generation.load(Ordering::Acquire);
         let limit = self.inner.compaction_limit.load(Ordering::Acquire);
         let name = self.inner.name.clone();
-        let (scanned, doomed) = self.with_read(|rtx| {
+        let (scanned, doomed) = self.with_read(Ok((0, Vec::new())), |rtx| {
             let Some(t) = open_read(rtx, RECORDS)? else {
                 return Ok(Ok((0, Vec::new())));
             };
@@ -1304,7 +1388,7 @@ impl Inner {
         // A pass already running ends at its next request to the (closed)
         // writer; wait for it, so that it holds no database handle.
         drop(self.maintenance.lock());
-        self.db.write().take();
+        *self.db.write() = DbState::Closed;
     }
 }
 
@@ -1507,7 +1591,12 @@ impl sched::Maintained for Inner {
 /// for one partition.
 struct Writer {
     name: String,
-    db: Arc<Database>,
+    /// `None` until the first record (see [`DbState::NotCreated`]).
+    db: Option<Arc<Database>>,
+    /// Where readers find the database once created.
+    db_state: Arc<RwLock<DbState>>,
+    path: PathBuf,
+    cache: usize,
     shared: Arc<Shared>,
     config: Arc<Mutex<LogConfig>>,
     observer: Observer,
@@ -1626,6 +1715,17 @@ impl SlotWork for Writer {
 
     fn batch(&mut self, ops: Vec<Op>) {
         let policy = self.config.lock().sync;
+        // The database file exists before anything that writes: a frame in
+        // the journal always has a database next to it.
+        let writes = ops
+            .iter()
+            .any(|op| !matches!(op, Op::Sync { .. } | Op::Maint(Maint::Apply { .. })));
+        if writes && self.db.is_none() && self.stopped.is_none() {
+            if let Err(e) = self.create_db() {
+                // Every write of the batch is then refused with it.
+                self.stop(e);
+            }
+        }
         self.process(ops, policy);
     }
 
@@ -1650,6 +1750,30 @@ impl SlotWork for Writer {
 }
 
 impl Writer {
+    /// The database, created when the log takes its first record.
+    fn engine(&self) -> Result<Arc<Database>, EngineError> {
+        self.db.clone().ok_or(EngineError::NotCreated)
+    }
+
+    /// Creates the database file of a log that never held a record and
+    /// makes it visible to readers.
+    fn create_db(&mut self) -> Result<(), EngineError> {
+        let created = catch_unwind(AssertUnwindSafe(|| {
+            let mut b = Database::builder();
+            b.set_cache_size(self.cache);
+            let db = b
+                .create(&self.path)
+                .map_err(|e| EngineError::Create(Box::new(e)))?;
+            load_state(&db)?;
+            Ok::<_, EngineError>(db)
+        }))
+        .unwrap_or(Err(EngineError::Panicked("creating the database")))?;
+        let db = Arc::new(created);
+        *self.db_state.write() = DbState::Open(db.clone());
+        self.db = Some(db);
+        Ok(())
+    }
+
     /// Records or changes wait for a durable redb commit.
     fn pending(&self) -> bool {
         self.tail_bytes > 0 || self.dirty || !self.journal.is_empty()
@@ -1792,8 +1916,9 @@ impl Writer {
             return Ok(());
         }
         let started = Instant::now();
+        let db = self.engine()?;
         let (st, commit_time) = catch_unwind(AssertUnwindSafe(|| {
-            apply_batches(&self.db, &self.state, &batches, durable)
+            apply_batches(&db, &self.state, &batches, durable)
         }))
         .unwrap_or(Err(EngineError::Panicked("a write")))?;
         let applied: u64 = batches.iter().map(|b| b.entries.len() as u64).sum();
@@ -2069,8 +2194,9 @@ impl Writer {
     ) -> Result<T, EngineError> {
         let mut st = self.state.clone();
         let started = Instant::now();
+        let db = self.engine()?;
         let (out, commit_time) = catch_unwind(AssertUnwindSafe(|| {
-            let txn = begin(&self.db, durable)?;
+            let txn = begin(&db, durable)?;
             let out = {
                 let mut t = Tables::open(&txn)?;
                 let out = f(&mut t, &mut st)?;
@@ -2471,10 +2597,12 @@ mod tests {
         assert_eq!(recs[0].offset, 250);
         assert_eq!(recs[0].value, Bytes::from("v250"));
         assert_eq!(recs[349].value, Bytes::from(format!("v{}", n - 1)));
-        let t = log.with_read(|rtx| offset_for_ts(rtx, 1000 + 300)).unwrap();
+        let t = log
+            .with_read(None, |rtx| offset_for_ts(rtx, 1000 + 300))
+            .unwrap();
         assert_eq!(t, Some(300));
         // The old table is gone: the records live in chunks now.
-        let db = log.db().unwrap();
+        let db = log.db().unwrap().expect("the database exists");
         let rtx = db.begin_read().unwrap();
         assert!(open_read(&rtx, RECORDS_V1).unwrap().is_none());
         let chunks = open_read(&rtx, RECORDS).unwrap().unwrap();

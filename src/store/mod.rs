@@ -489,6 +489,12 @@ pub enum EngineError {
     /// A record cannot be stored (it is larger than 4 GiB).
     #[error("record chunk of {0} bytes is too large")]
     ChunkTooLarge(usize),
+    /// The database file could not be created (first record of a new log).
+    #[error("creating the database file: {0}")]
+    Create(Box<redb::DatabaseError>),
+    /// A write reached a log whose database file was never created.
+    #[error("the database file was not created")]
+    NotCreated,
     /// An earlier failure stopped the writer; the log refuses writes until
     /// it is reopened (the journal then replays what was acknowledged).
     #[error("the log stopped writing after an earlier failure: {0}")]
