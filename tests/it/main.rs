@@ -45,6 +45,7 @@ mod nats_raw;
 mod nats_support;
 mod nats_ws;
 mod packaging;
+mod partitions_many;
 mod store_basic;
 mod store_crash;
 mod store_many;
