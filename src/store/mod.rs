@@ -12,7 +12,9 @@
 //! # Storage
 //!
 //! One redb database file per partition (`<dir>/<partition>.redb`), so that
-//! deleting a stream is a file removal. Tables:
+//! deleting a stream is a file removal. The file is created with the log's
+//! first record: redb's initial layout takes over a megabyte, and a node
+//! with thousands of partitions holds many that were never written. Tables:
 //! - `chunks`: offset of a chunk's first record → the records of one
 //!   append (up to 64 KiB or 256 records), each as offset, length and the
 //!   encoded record ([`codec`], versioned, CRC-32C). One B-tree insert per
