@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -16,6 +17,12 @@ use crate::cluster::Metadata;
 use crate::nats::handle::LocalClient;
 use crate::store::{LogConfig, PartitionLog, RetentionPolicy, StoreError, SyncPolicy};
 use crate::time::now_ns;
+
+/// Partitions opened (or stopped) at once: a node with thousands of
+/// partitions starts and stops them in parallel rather than one file after
+/// another, while each open or close holds at most this many blocking
+/// threads.
+const OPEN_CONCURRENCY: usize = 16;
 
 /// Server-wide defaults for partitions (`streams.*` and clustering keys);
 /// per-stream overrides from CreateStream take precedence.
@@ -761,6 +768,7 @@ impl PartitionManager {
             .lock()
             .retain(|k, _| wanted.contains_key(k));
         let mut holding = false;
+        let mut to_open = Vec::new();
         // Start or update what is wanted.
         for (key, (s, id, role)) in wanted {
             let Some(pm) = s.partition(id) else { continue };
@@ -798,10 +806,31 @@ impl PartitionManager {
                 holding = true;
                 continue;
             }
-            match self
-                .open_partition(s, id, settings, pm.readonly, role, membership)
-                .await
-            {
+            to_open.push((key, s, id, settings, pm.readonly, role, membership));
+        }
+        // Open the new ones concurrently (bounded), each result handled as
+        // it comes.
+        // (Futures pushed from a loop, not mapped by a closure: a closure
+        // over borrowed stream metadata makes the task's future not `Send`.)
+        let mut pending = to_open.into_iter();
+        let mut opened = futures::stream::FuturesUnordered::new();
+        loop {
+            while opened.len() < OPEN_CONCURRENCY {
+                let Some((key, s, id, settings, readonly, role, membership)) = pending.next()
+                else {
+                    break;
+                };
+                opened.push(async move {
+                    let r = self
+                        .open_partition(s, id, settings, readonly, role, membership)
+                        .await;
+                    (key, s, r)
+                });
+            }
+            let Some((key, s, r)) = opened.next().await else {
+                break;
+            };
+            match r {
                 Ok(p) => {
                     if let Some(c) = carried.get(&key) {
                         p.advance_committed((*c).min(p.log().log_end_offset()));
@@ -1146,9 +1175,13 @@ impl PartitionManager {
         }
         let parts: Vec<Arc<Partition>> =
             self.inner.running.lock().drain().map(|(_, p)| p).collect();
-        for p in parts {
-            p.stop(Closed::Shutdown).await;
-        }
+        // In parallel (bounded): thousands of partitions stop in the time
+        // of a few hundred sequential closes.
+        futures::stream::iter(parts)
+            .for_each_concurrent(OPEN_CONCURRENCY, |p| async move {
+                p.stop(Closed::Shutdown).await;
+            })
+            .await;
         self.inner.generation.send_modify(|g| *g += 1);
     }
 }

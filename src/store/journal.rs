@@ -17,12 +17,18 @@
 //! previous frame's CRC (0 for the first frame) and the payload, so frames
 //! form a chain from position 0.
 //!
-//! The file is preallocated with zeros ([`PREALLOC`]) and emptying it only
-//! rewinds the write position: frames then overwrite blocks that already
+//! Once the journal has been used, the file is preallocated with zeros
+//! ([`PREALLOC`]) and emptying it only rewinds the write position and
+//! clears the first frame header: frames then overwrite blocks that already
 //! exist, and an `fdatasync` has no file size or block allocation to
 //! record — on ext4 that is several times faster than syncing an append.
-//! Old frames left past the write position are never read back: the chain
-//! ends at the first frame whose previous CRC does not match.
+//! A partition never written keeps an empty file (no 4 MiB per idle
+//! partition): its first frame only extends the file to [`PREALLOC`]
+//! without writing it (a sparse file, no cost on the acknowledgement
+//! path), and the zeros are written at its first reset, after a checkpoint. Old frames left past the write position are never
+//! read back: the chain ends at the first frame whose previous CRC does not
+//! match, and an emptied journal starts with a cleared header, so opening
+//! it reads one header, not the old frames.
 //!
 //! The payload is a record chunk in the [`codec`](super::codec) layout (entry header + encoded record, offsets increasing), so applying a
 //! frame to redb copies slices of it. `base LEO` is the log end offset the
@@ -45,8 +51,8 @@
 //! does — or panic on any file content.
 
 use std::fs::{File, OpenOptions};
-use std::io::{ErrorKind, Read};
-use std::os::unix::fs::FileExt;
+use std::io::ErrorKind;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -56,7 +62,8 @@ const MAGIC: u32 = 0x314A_424C;
 /// Bytes before a frame's payload.
 pub const FRAME_HEADER: usize = 4 + 4 + 8 + 8 + 4 + 4;
 /// Size the journal file is preallocated to (zeros, written and synced
-/// once), so that frames overwrite existing blocks.
+/// once, at the first reset after a frame was written), so that frames
+/// overwrite existing blocks.
 pub const PREALLOC: u64 = 4 << 20;
 /// File name suffix of a partition journal.
 pub const SUFFIX: &str = ".journal";
@@ -91,6 +98,11 @@ pub struct Journal {
     unsynced: bool,
     /// CRC of the last frame (0 at position 0).
     last_crc: u32,
+    /// Length of the file: 0 until the first frame, then at least
+    /// [`PREALLOC`].
+    allocated: u64,
+    /// The zeros up to [`PREALLOC`] are written (blocks exist).
+    filled: bool,
 }
 
 /// Path of the journal of `name` in `dir`.
@@ -118,6 +130,43 @@ pub fn frame_header(
     (h, crc)
 }
 
+/// A frame header that passed its checks: payload length, offsets and the
+/// CRC the payload must complete.
+struct Header {
+    len: usize,
+    base_leo: u64,
+    end_leo: u64,
+    crc: u32,
+    /// CRC of the header's covered fields, to be extended by the payload.
+    partial: u32,
+}
+
+/// Checks a frame header read at the end of a chain whose last CRC is
+/// `prev`; `None` ends the chain.
+fn parse_header(h: &[u8], prev: u32) -> Option<Header> {
+    let h = h.get(..FRAME_HEADER)?;
+    let u32_at = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    let u64_at = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&h[i..i + 8]);
+        u64::from_le_bytes(b)
+    };
+    if u32_at(0) != MAGIC || u32_at(24) != prev {
+        return None;
+    }
+    let (base_leo, end_leo) = (u64_at(8), u64_at(16));
+    if end_leo < base_leo {
+        return None;
+    }
+    Some(Header {
+        len: u32_at(4) as usize,
+        base_leo,
+        end_leo,
+        crc: u32_at(28),
+        partial: crc32c::crc32c(&h[4..28]),
+    })
+}
+
 /// Reads the chain of well-formed frames from the start of `bytes`; stops
 /// at the first torn, corrupt or unchained one. Returns the frames, the
 /// length of the chain and the last frame's CRC.
@@ -125,38 +174,59 @@ pub fn read_frames(bytes: &Bytes) -> (Vec<Frame>, u64, u32) {
     let mut frames = Vec::new();
     let mut pos = 0usize;
     let mut prev = 0u32;
-    while let Some(h) = bytes.get(pos..pos + FRAME_HEADER) {
-        let u32_at = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-        let u64_at = |i: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&h[i..i + 8]);
-            u64::from_le_bytes(b)
-        };
-        if u32_at(0) != MAGIC || u32_at(24) != prev {
-            break;
-        }
-        let len = u32_at(4) as usize;
+    while let Some(h) = bytes
+        .get(pos..pos + FRAME_HEADER)
+        .and_then(|h| parse_header(h, prev))
+    {
         let start = pos + FRAME_HEADER;
-        let Some(payload) = bytes.get(start..start.saturating_add(len)) else {
+        let Some(payload) = bytes.get(start..start.saturating_add(h.len)) else {
             break;
         };
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&h[4..28]), payload);
-        if crc != u32_at(28) {
-            break;
-        }
-        let (base_leo, end_leo) = (u64_at(8), u64_at(16));
-        if end_leo < base_leo {
+        if crc32c::crc32c_append(h.partial, payload) != h.crc {
             break;
         }
         frames.push(Frame {
-            base_leo,
-            end_leo,
-            payload: bytes.slice(start..start + len),
+            base_leo: h.base_leo,
+            end_leo: h.end_leo,
+            payload: bytes.slice(start..start + h.len),
         });
-        prev = crc;
-        pos = start + len;
+        prev = h.crc;
+        pos = start + h.len;
     }
     (frames, pos as u64, prev)
+}
+
+/// [`read_frames`] straight from the file, one frame at a time: only the
+/// chain is read (an emptied journal costs one header read, not the
+/// preallocated megabytes).
+fn read_chain(file: &File, file_len: u64) -> std::io::Result<(Vec<Frame>, u64, u32)> {
+    let mut frames = Vec::new();
+    let mut pos = 0u64;
+    let mut prev = 0u32;
+    let mut h = [0u8; FRAME_HEADER];
+    while pos + FRAME_HEADER as u64 <= file_len {
+        file.read_exact_at(&mut h, pos)?;
+        let Some(hd) = parse_header(&h, prev) else {
+            break;
+        };
+        let start = pos + FRAME_HEADER as u64;
+        if start + hd.len as u64 > file_len {
+            break;
+        }
+        let mut payload = vec![0u8; hd.len];
+        file.read_exact_at(&mut payload, start)?;
+        if crc32c::crc32c_append(hd.partial, &payload) != hd.crc {
+            break;
+        }
+        frames.push(Frame {
+            base_leo: hd.base_leo,
+            end_leo: hd.end_leo,
+            payload: Bytes::from(payload),
+        });
+        prev = hd.crc;
+        pos = start + hd.len as u64;
+    }
+    Ok((frames, pos, prev))
 }
 
 /// Writes zeros from the file's end up to [`PREALLOC`] and syncs them.
@@ -169,23 +239,40 @@ fn preallocate(file: &File, from: u64) -> std::io::Result<()> {
     file.sync_all()
 }
 
+/// Takes an exclusive `flock` on `file` without waiting; `WouldBlock` if
+/// another open file description holds it. Released when the file closes.
+fn try_lock(file: &File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock(2) on a descriptor this `File` owns and keeps open for
+    // the duration of the call; no memory is passed.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 impl Journal {
-    /// Opens (creating if missing) the journal at `path` and reads its
+    /// Opens (creating if missing) the journal at `path`, locks it
+    /// (`ErrorKind::WouldBlock` if it is open already) and reads its
     /// frames. The file is not changed: the caller replays what it needs and
     /// then calls [`reset`](Self::reset).
     pub fn open(path: PathBuf) -> std::io::Result<(Journal, Vec<Frame>)> {
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(&path)?;
-        let mut buf = Vec::new();
-        file.read_to_end(&mut buf)?;
-        let len_at_open = buf.len() as u64;
-        let bytes = Bytes::from(buf);
-        let (frames, pos, last_crc) = read_frames(&bytes);
-        preallocate(&file, len_at_open)?;
+        // One writer per journal: a second open of the same log (in this
+        // process or another) fails here, as redb refuses a second open of
+        // its file — which a log that never held a record does not have yet.
+        try_lock(&file)?;
+        let meta = file.metadata()?;
+        let allocated = meta.len();
+        let filled = meta.blocks().saturating_mul(512) >= PREALLOC;
+        let (frames, pos, last_crc) = read_chain(&file, allocated)?;
         Ok((
             Journal {
                 file,
@@ -193,9 +280,19 @@ impl Journal {
                 pos,
                 unsynced: false,
                 last_crc,
+                allocated,
+                filled,
             },
             frames,
         ))
+    }
+
+    /// Reads the frames of the open journal again (a writer rebuilding its
+    /// tail after reopening its database), without taking the file's lock
+    /// a second time.
+    pub fn frames(&self) -> std::io::Result<Vec<Frame>> {
+        let len = self.file.metadata()?.len();
+        Ok(read_chain(&self.file, len)?.0)
     }
 
     /// Path of the file.
@@ -226,6 +323,10 @@ impl Journal {
         let (h, crc) = frame_header(base_leo, end_leo, self.last_crc, payload);
         buf.extend_from_slice(&h);
         buf.extend_from_slice(payload);
+        if self.allocated < PREALLOC {
+            self.file.set_len(PREALLOC)?;
+            self.allocated = PREALLOC;
+        }
         self.file.write_all_at(&buf, self.pos)?;
         self.pos += buf.len() as u64;
         self.last_crc = crc;
@@ -278,6 +379,7 @@ impl Journal {
     /// truncation), where an old frame could otherwise match the log end
     /// again.
     pub fn reset(&mut self, durable: bool) -> std::io::Result<()> {
+        let used = self.pos > 0;
         self.pos = 0;
         self.last_crc = 0;
         self.unsynced = false;
@@ -285,6 +387,23 @@ impl Journal {
             self.file.set_len(0)?;
             self.file.sync_all()?;
             preallocate(&self.file, 0)?;
+            self.allocated = PREALLOC;
+            self.filled = true;
+        } else if used {
+            if !self.filled {
+                // First reset of a journal that was written: every frame
+                // is in redb, so the file is overwritten with zeros, and
+                // from now on frames overwrite existing blocks.
+                self.file.set_len(0)?;
+                preallocate(&self.file, 0)?;
+                self.allocated = PREALLOC;
+                self.filled = true;
+            }
+            // The old chain is all in redb now; clearing its first header
+            // lets the next open stop there instead of reading it through.
+            // Not synced: an old chain that survives a crash is skipped by
+            // replay all the same (its frames end at or before redb's end).
+            self.file.write_all_at(&[0u8; FRAME_HEADER], 0)?;
         }
         Ok(())
     }
@@ -385,13 +504,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = path(dir.path(), "p");
         let (mut j, _) = Journal::open(p.clone()).unwrap();
-        assert_eq!(std::fs::metadata(&p).unwrap().len(), PREALLOC);
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().len(),
+            0,
+            "a journal never written stays empty"
+        );
         // Old chain: a short frame then longer ones.
         j.append(0, 1, b"o").unwrap();
         j.append(1, 2, b"old-two").unwrap();
         j.append(2, 3, b"old-three").unwrap();
         j.reset(false).unwrap();
         assert!(j.is_empty());
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), PREALLOC);
+        let bytes = std::fs::read(&p).unwrap();
+        let (frames, _, _) = read_frames(&Bytes::from(bytes));
+        assert!(frames.is_empty(), "an emptied journal reads as empty");
+        assert!(
+            Journal::open(p.clone()).is_err(),
+            "an open journal cannot be opened twice"
+        );
         // The new frame has the same length as the old first one, so the
         // old second frame starts right after it: the chain check ends the
         // journal there.

@@ -1,5 +1,9 @@
-//! [`PartitionLog`]: the handle, its writer thread (journal, then group
-//! commit into redb) and its cleaner thread (retention and compaction).
+//! [`PartitionLog`]: the handle, its writer (journal, then group commit
+//! into redb) and its cleaner (retention and compaction). Neither owns a
+//! thread: the writer runs on the process's shared writer pool and the
+//! cleaner on its maintenance thread ([`sched`](super::sched)); "the writer
+//! thread" below is whichever pool thread runs this log's writer, one at a
+//! time.
 //!
 //! # Write path
 //!
@@ -61,8 +65,7 @@ use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Weak};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -75,6 +78,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::codec::{self, RecordRef};
 use super::journal::{self, Journal};
+use super::sched::{self, Slot, SlotWork};
 use super::{
     AppendResult, CommitStats, CompactionStats, EngineError, LogConfig, LogFault, NewRecord,
     Observer, Record, RetentionStats, StoreError, SyncPolicy,
@@ -97,8 +101,18 @@ const META_BYTES: &str = "bytes";
 
 /// Sentinel for "no offset" in the published atomics.
 const NO_OFFSET: u64 = u64::MAX;
-/// Smallest page cache given to redb, whatever the configuration says.
-const MIN_CACHE_BYTES: usize = 256 << 10;
+/// Smallest page cache given to redb, whatever the configuration or the
+/// node-wide budget says (16 pages).
+const MIN_CACHE_BYTES: usize = 64 << 10;
+/// The page caches of all open logs share this many times
+/// [`LogConfig::cache_bytes`]: a log opened while `n` logs are open gets
+/// `budget / n` (at most `cache_bytes`, at least [`MIN_CACHE_BYTES`]), so a
+/// node with thousands of partitions does not give each one the cache a
+/// node with a few would. redb fills a cache only with pages it reads or
+/// writes, so an idle partition costs little whatever its share.
+const CACHE_BUDGET_FACTOR: usize = 4;
+/// Logs open in this process (for the cache share).
+static OPEN_LOGS: AtomicU64 = AtomicU64::new(0);
 /// A group stops draining the queue past this many payload bytes, so one
 /// journal frame stays bounded in memory.
 const MAX_BATCH_BYTES: usize = 16 << 20;
@@ -127,21 +141,17 @@ const SUFFIX: &str = ".redb";
 pub const RETRY_EVERY: Duration = Duration::from_secs(1);
 /// A writer stopped by a full device tries again only once the file
 /// system has at least this much free space (plus what is pending), so a
-/// still-full device costs a `statvfs` per retry, not a failed commit.
+/// still-full device costs a `statvfs` per retry, not a failed commit. A
+/// new log is refused below it too: its files would not fit.
 const RETRY_MIN_FREE: u64 = 1 << 20;
 /// How long a reopen waits for reads in progress to release the old
 /// database handle (redb locks the file).
 const REOPEN_WAIT: Duration = Duration::from_secs(2);
 
-/// The current database handle of a log, shared by the handle (readers)
-/// and the writer, which replaces it when it reopens the file after an
-/// I/O failure (redb refuses every call on a handle that saw one).
-type DbSlot = Arc<RwLock<Option<Arc<Database>>>>;
-
 /// How the writer answers a request: called once, on the writer thread.
 type Reply<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
 
-/// A request to the writer thread. The request channel itself has no
+/// A request to the writer thread. The request queue itself has no
 /// limit: its producers bound themselves — the stenographer keeps at most 64
 /// batches in flight, replication and maintenance await each request — and
 /// the writer drains at most [`MAX_BATCH_BYTES`] of it per group.
@@ -221,6 +231,21 @@ struct State {
 }
 
 impl State {
+    /// The state of a log that never held a record.
+    fn empty() -> State {
+        State {
+            leo: 0,
+            oldest: None,
+            newest: None,
+            count: 0,
+            bytes: 0,
+            rmax: None,
+            epochs: Vec::new(),
+            generation: 0,
+            appended: (0, 0),
+        }
+    }
+
     /// Notes an epoch starting at `offset` if it is newer than the last.
     fn note_epoch(&mut self, epoch: u64, offset: u64) -> bool {
         if self.epochs.last().is_none_or(|&(e, _)| epoch > e) {
@@ -339,35 +364,44 @@ impl Shared {
     }
 }
 
-enum CleanerMsg {
-    Wake,
-}
-
 struct Inner {
     name: String,
     path: PathBuf,
     journal_path: PathBuf,
-    db: DbSlot,
-    tx: RwLock<Option<mpsc::Sender<Op>>>,
+    /// The database: created by the writer before the first record is
+    /// journaled, so a log never written has no database file.
+    db: Arc<RwLock<DbState>>,
+    /// This log's place in the writer pool (request queue and writer).
+    slot: Arc<Slot<Writer>>,
     shared: Arc<Shared>,
     config: Arc<Mutex<LogConfig>>,
     observer: Observer,
     /// Records replayed from the journal when the log was opened.
     replayed: u64,
     compaction_limit: AtomicU64,
-    writer: Mutex<Option<JoinHandle<()>>>,
-    cleaner: Mutex<Option<(mpsc::Sender<CleanerMsg>, JoinHandle<()>)>>,
+    /// Registration with the maintenance thread (0 until registered).
+    maint_id: AtomicU64,
     /// Serialises retention and compaction passes of this partition.
     maintenance: Mutex<()>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // Dropping the sender lets the writer drain, commit durably and exit;
-        // dropping the cleaner's channel stops the cleaner.
-        self.tx.write().take();
-        self.cleaner.lock().take();
+        // Closing the slot lets the writer drain, commit durably and finish
+        // on the pool; the maintenance thread forgets the log.
+        self.slot.close();
+        sched::unregister(self.maint_id.load(Ordering::Acquire));
+        OPEN_LOGS.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Whether a log's database exists.
+enum DbState {
+    /// Not created yet: the log has never held a record (a fresh log costs
+    /// no database file — redb's initial layout is over a megabyte).
+    NotCreated,
+    Open(Arc<Database>),
+    Closed,
 }
 
 /// Handle to one partition's log. Cheap to clone; all clones share one
@@ -466,10 +500,6 @@ impl PartitionLog {
             path: path.clone(),
             source,
         };
-        // Whether this call creates the log: if it fails half-way (a full
-        // device), the files it made are removed, so nothing half-created
-        // is found later and mistaken for a damaged log.
-        let mut fresh = false;
         if create {
             std::fs::create_dir_all(dir).map_err(io)?;
             // The journal is created only after the database file was
@@ -481,7 +511,17 @@ impl PartitionLog {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                 Err(e) => return Err(io(e)),
             };
-            if db_len.is_none_or(|l| l == 0) && journal::path(dir, name).exists() {
+            // A journal that ever held a frame is never empty again (it
+            // is preallocated from its first frame on), and the database is
+            // created before the first frame: a non-empty journal next to a
+            // missing or empty database proves the log lost its file. An
+            // empty journal belongs to a log that never held a record.
+            let journal_len = match std::fs::metadata(journal::path(dir, name)) {
+                Ok(m) => m.len(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+                Err(e) => return Err(io(e)),
+            };
+            if db_len.is_none_or(|l| l == 0) && journal_len > 0 {
                 return Err(StoreError::Lost {
                     partition: name.to_owned(),
                     path,
@@ -492,7 +532,16 @@ impl PartitionLog {
                     },
                 });
             }
-            fresh = db_len.is_none();
+            // A new log on a (nearly) full device is refused now, with the
+            // device's own error, rather than created and failing at its
+            // first record.
+            if db_len.is_none() && journal_len == 0 {
+                if let Some(free) = free_space(dir) {
+                    if free < RETRY_MIN_FREE {
+                        return Err(io(std::io::Error::from_raw_os_error(libc::ENOSPC)));
+                    }
+                }
+            }
         } else {
             match std::fs::metadata(&path) {
                 Ok(_) => {}
@@ -508,29 +557,12 @@ impl PartitionLog {
         if path.is_dir() {
             return Err(io(std::io::Error::other("path is a directory")));
         }
-        let opened = Self::open_files(dir, name, cfg, create, path.clone());
-        if opened.is_err() && fresh {
-            // Best effort: the error returned says what went wrong.
-            let _ = Journal::remove(&journal::path(dir, name));
-            let _ = std::fs::remove_file(&path);
-        }
-        opened
-    }
-
-    /// Opens (or creates) the database and the journal, replays the
-    /// journal and starts the writer and the cleaner.
-    fn open_files(
-        dir: &Path,
-        name: &str,
-        cfg: LogConfig,
-        create: bool,
-        path: PathBuf,
-    ) -> Result<Self, StoreError> {
-        let io = |source| StoreError::Io {
-            partition: name.to_owned(),
-            path: path.clone(),
-            source,
-        };
+        // A log that never held a record gets its database file with its
+        // first record (see `Writer::create_db`).
+        let lazy = create
+            && std::fs::metadata(&path)
+                .map(|m| m.len() == 0)
+                .unwrap_or(true);
         let corrupt = |detail: String| StoreError::Corrupt {
             partition: name.to_owned(),
             path: path.clone(),
@@ -538,13 +570,17 @@ impl PartitionLog {
         };
         // The engine is not supposed to panic on a bad file, but a corrupt
         // file must never take the process down: treat a panic as corruption.
+        let cache = cache_share(cfg.cache_bytes);
         let opened = catch_unwind(AssertUnwindSafe(|| {
+            if lazy {
+                return Ok(None);
+            }
             let mut b = Database::builder();
-            b.set_cache_size(cfg.cache_bytes.max(MIN_CACHE_BYTES));
+            b.set_cache_size(cache);
             if create {
-                b.create(&path)
+                b.create(&path).map(Some)
             } else {
-                b.open(&path)
+                b.open(&path).map(Some)
             }
         }))
         .map_err(|_| corrupt("storage engine failed while opening the file".into()))?;
@@ -568,20 +604,23 @@ impl PartitionLog {
             }
             other => corrupt(other.to_string()),
         })?;
-        let mut state = catch_unwind(AssertUnwindSafe(|| load_state(&db)))
-            .map_err(|_| corrupt("storage engine failed while loading the log".into()))?
-            .map_err(|e| {
-                // Creating the tables writes: on a full device that is an
-                // I/O failure, not a damaged file.
-                if e.io_error().is_some() {
-                    StoreError::Storage {
-                        partition: name.to_owned(),
-                        source: Arc::new(e),
+        let mut state = match &db {
+            Some(db) => catch_unwind(AssertUnwindSafe(|| load_state(db)))
+                .map_err(|_| corrupt("storage engine failed while loading the log".into()))?
+                .map_err(|e| {
+                    // Creating the tables writes: on a full device that is
+                    // an I/O failure, not a damaged file.
+                    if e.io_error().is_some() {
+                        StoreError::Storage {
+                            partition: name.to_owned(),
+                            source: Arc::new(e),
+                        }
+                    } else {
+                        corrupt(e.to_string())
                     }
-                } else {
-                    corrupt(e.to_string())
-                }
-            })?;
+                })?,
+            None => State::empty(),
+        };
         let observer = cfg.observer.clone();
 
         // Replay the journal frames past redb's last durable commit, then
@@ -593,12 +632,30 @@ impl PartitionLog {
             path: journal_path.clone(),
             source,
         };
-        let (mut journal, frames) = Journal::open(journal_path.clone()).map_err(jio)?;
+        let (mut journal, frames) = match Journal::open(journal_path.clone()) {
+            Ok(j) => j,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                return Err(StoreError::Locked {
+                    partition: name.to_owned(),
+                    path,
+                })
+            }
+            Err(e) => return Err(jio(e)),
+        };
         let batches = frames_past(frames, state.leo);
         let replayed: u64 = batches.iter().map(|b| b.entries.len() as u64).sum();
         if !batches.is_empty() {
+            let Some(db) = &db else {
+                // Unreachable by the check above (frames mean a non-empty
+                // journal); refused rather than replayed into nothing.
+                return Err(StoreError::Lost {
+                    partition: name.to_owned(),
+                    path,
+                    detail: "the journal holds records but the database file is missing".into(),
+                });
+            };
             let applied = catch_unwind(AssertUnwindSafe(|| {
-                apply_batches(&db, &state, &batches, true)
+                apply_batches(db, &state, &batches, true)
             }))
             .unwrap_or(Err(EngineError::Panicked("journal replay")))
             .map_err(|e| StoreError::Storage {
@@ -632,19 +689,19 @@ impl PartitionLog {
             io_errors: AtomicU64::new(0),
         });
         shared.publish(&state);
-        let db = Arc::new(db);
-        let slot: DbSlot = Arc::new(RwLock::new(Some(db.clone())));
-        let cache_bytes = cfg.cache_bytes.max(MIN_CACHE_BYTES);
+        let db = db.map(Arc::new);
+        let db_state = Arc::new(RwLock::new(match &db {
+            Some(d) => DbState::Open(d.clone()),
+            None => DbState::NotCreated,
+        }));
         let config = Arc::new(Mutex::new(cfg));
-        let (tx, rx) = mpsc::channel();
         let now = Instant::now();
         let writer = Writer {
             name: name.to_owned(),
-            db: Some(db),
-            slot: slot.clone(),
+            db,
+            db_state: db_state.clone(),
             path: path.clone(),
-            cache_bytes,
-            rx,
+            cache,
             shared: shared.clone(),
             config: config.clone(),
             observer: observer.clone(),
@@ -658,32 +715,25 @@ impl PartitionLog {
             stopped: None,
             retry_at: None,
         };
-        let writer = std::thread::Builder::new()
-            .name(format!("store-w-{name}"))
-            .spawn(move || writer.run())
-            .map_err(io)?;
+        let interval = config.lock().cleaner_interval;
+        OPEN_LOGS.fetch_add(1, Ordering::AcqRel);
         let inner = Arc::new(Inner {
             name: name.to_owned(),
             path: path.clone(),
             journal_path,
-            db: slot,
-            tx: RwLock::new(Some(tx)),
+            db: db_state,
+            slot: Slot::new(writer, MAX_BATCH_BYTES),
             shared,
             config,
             observer,
             replayed,
             compaction_limit: AtomicU64::new(u64::MAX),
-            writer: Mutex::new(Some(writer)),
-            cleaner: Mutex::new(None),
+            maint_id: AtomicU64::new(0),
             maintenance: Mutex::new(()),
         });
-        let (ctx, crx) = mpsc::channel();
-        let weak = Arc::downgrade(&inner);
-        let cleaner = std::thread::Builder::new()
-            .name(format!("store-c-{name}"))
-            .spawn(move || cleaner_loop(weak, crx))
-            .map_err(io)?;
-        *inner.cleaner.lock() = Some((ctx, cleaner));
+        let weak: Weak<dyn sched::Maintained> = Arc::downgrade(&inner) as _;
+        let id = sched::register(weak, cleaner_wait(interval));
+        inner.maint_id.store(id, Ordering::Release);
         Ok(PartitionLog { inner })
     }
 
@@ -745,9 +795,7 @@ impl PartitionLog {
     }
 
     fn send(&self, op: Op) -> Result<(), StoreError> {
-        let guard = self.inner.tx.read();
-        let tx = guard.as_ref().ok_or_else(|| self.closed())?;
-        tx.send(op).map_err(|_| self.closed())
+        self.inner.slot.send(op).map_err(|_| self.closed())
     }
 
     fn closed(&self) -> StoreError {
@@ -857,14 +905,8 @@ impl PartitionLog {
             records,
             reply,
         };
-        let guard = self.inner.tx.read();
-        let res = match guard.as_ref() {
-            Some(tx) => tx.send(op).map_err(|e| e.0),
-            None => Err(op),
-        };
-        drop(guard);
         // The op could not be queued: the caller still gets its answer.
-        if let Err(Op::Append { reply, .. }) = res {
+        if let Err(Op::Append { reply, .. }) = self.inner.slot.send(op) {
             reply(Err(self.closed()));
         }
     }
@@ -982,7 +1024,7 @@ impl PartitionLog {
         let name = &self.inner.name;
         // `full`: the scan stopped at a budget (not at the end of what redb
         // holds), so the tail must not add records after a gap.
-        let spans = self.with_read(|rtx| {
+        let spans = self.with_read(Ok((Vec::new(), BytesMut::new(), false)), |rtx| {
             let mut spans = Vec::new();
             let mut buf = BytesMut::new();
             let mut full = false;
@@ -1042,17 +1084,27 @@ impl PartitionLog {
         Ok(out)
     }
 
-    fn db(&self) -> Result<Arc<Database>, StoreError> {
-        self.inner.db.read().clone().ok_or_else(|| self.closed())
+    /// The database, `None` while it is not created (the log holds nothing
+    /// outside its tail).
+    fn db(&self) -> Result<Option<Arc<Database>>, StoreError> {
+        match &*self.inner.db.read() {
+            DbState::Open(d) => Ok(Some(d.clone())),
+            DbState::NotCreated => Ok(None),
+            DbState::Closed => Err(self.closed()),
+        }
     }
 
     /// Runs `f` in a read transaction, turning engine errors and panics into
-    /// [`StoreError::Storage`].
+    /// [`StoreError::Storage`]; `absent` is the answer while the database
+    /// is not created (nothing is stored there).
     fn with_read<T>(
         &self,
+        absent: T,
         f: impl FnOnce(&ReadTransaction) -> Result<T, EngineError>,
     ) -> Result<T, StoreError> {
-        let db = self.db()?;
+        let Some(db) = self.db()? else {
+            return Ok(absent);
+        };
         catch_unwind(AssertUnwindSafe(|| {
             let rtx = db.begin_read()?;
             f(&rtx)
@@ -1068,7 +1120,7 @@ impl PartitionLog {
         self.blocking(move |me| {
             let tail = me.inner.shared.tail_snapshot();
             let mut entries = tail.iter().flat_map(|b| b.entries.iter());
-            match me.with_read(|rtx| time_lookup(rtx, ts_ns))? {
+            match me.with_read(None, |rtx| time_lookup(rtx, ts_ns))? {
                 Some((_, Some(o))) => Ok(Some(o)),
                 // The running maximum reached `ts_ns` at `at`, but no record
                 // at or after it is in redb: the first such tail record.
@@ -1193,11 +1245,12 @@ impl PartitionLog {
     /// Replaces the configuration; the writer and the cleaner pick it up at
     /// their next step.
     pub fn update_config(&self, cfg: LogConfig) {
+        let interval = cfg.cleaner_interval;
         *self.inner.config.lock() = cfg;
-        if let Some((tx, _)) = self.inner.cleaner.lock().as_ref() {
-            // The cleaner may be gone (closing): nothing to wake then.
-            let _ = tx.send(CleanerMsg::Wake);
-        }
+        sched::reschedule(
+            self.inner.maint_id.load(Ordering::Acquire),
+            cleaner_wait(interval),
+        );
     }
 
     /// Current configuration.
@@ -1237,7 +1290,7 @@ impl PartitionLog {
         self.apply_tail_blocking()?;
         let policy = self.inner.config.lock().retention;
         let generation = self.inner.shared.generation.load(Ordering::Acquire);
-        let cut = self.with_read(|rtx| {
+        let cut = self.with_read(None, |rtx| {
             let Some(meta) = open_read(rtx, META)? else {
                 return Ok(None);
             };
@@ -1308,7 +1361,7 @@ impl PartitionLog {
         let generation = self.inner.shared.generation.load(Ordering::Acquire);
         let limit = self.inner.compaction_limit.load(Ordering::Acquire);
         let name = self.inner.name.clone();
-        let (scanned, doomed) = self.with_read(|rtx| {
+        let (scanned, doomed) = self.with_read(Ok((0, Vec::new())), |rtx| {
             let Some(t) = open_read(rtx, RECORDS)? else {
                 return Ok(Ok((0, Vec::new())));
             };
@@ -1371,19 +1424,12 @@ impl Inner {
     /// Stops the writer (after it drained and committed) and the cleaner, then
     /// releases the database so the file can be reopened or removed.
     fn shutdown(&self) {
-        self.tx.write().take();
-        if let Some(w) = self.writer.lock().take() {
-            // A writer that panicked has nothing more to clean up.
-            let _ = w.join();
-        }
-        let cleaner = self.cleaner.lock().take();
-        if let Some((tx, handle)) = cleaner {
-            drop(tx);
-            if handle.thread().id() != std::thread::current().id() {
-                let _ = handle.join();
-            }
-        }
-        self.db.write().take();
+        self.slot.close_and_wait();
+        sched::unregister(self.maint_id.load(Ordering::Acquire));
+        // A pass already running ends at its next request to the (closed)
+        // writer; wait for it, so that it holds no database handle.
+        drop(self.maintenance.lock());
+        *self.db.write() = DbState::Closed;
     }
 }
 
@@ -1599,31 +1645,49 @@ fn free_space(path: &Path) -> Option<u64> {
     Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
-fn cleaner_loop(weak: Weak<Inner>, rx: mpsc::Receiver<CleanerMsg>) {
-    loop {
-        let interval = match weak.upgrade() {
-            Some(inner) => inner.config.lock().cleaner_interval,
-            None => return,
-        };
-        match rx.recv_timeout(interval.max(Duration::from_millis(10))) {
-            Ok(CleanerMsg::Wake) => continue,
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
-        }
-        let Some(inner) = weak.upgrade() else { return };
-        let log = PartitionLog { inner };
+/// Time between cleaner passes (as the former per-partition cleaner
+/// waited: never less than 10 ms).
+fn cleaner_wait(interval: Duration) -> Duration {
+    interval.max(Duration::from_millis(10))
+}
+
+/// Page cache for a log opened now: its share of the node-wide budget (see
+/// [`CACHE_BUDGET_FACTOR`]).
+fn cache_share(cache_bytes: usize) -> usize {
+    let open = usize::try_from(OPEN_LOGS.load(Ordering::Acquire))
+        .unwrap_or(usize::MAX)
+        .saturating_add(1);
+    (cache_bytes.saturating_mul(CACHE_BUDGET_FACTOR) / open)
+        .min(cache_bytes)
+        .max(MIN_CACHE_BYTES)
+}
+
+impl sched::Maintained for Inner {
+    /// One cleaner pass, on the maintenance thread: retention and
+    /// compaction as configured.
+    fn maintain(self: Arc<Self>) -> Option<Duration> {
+        let log = PartitionLog { inner: self };
         let cfg = log.config();
         let r = cfg.retention;
         if r.max_age.is_some() || r.max_bytes.is_some() || r.max_messages.is_some() {
-            if let Err(e) = log.retention_blocking(now_ns()) {
-                tracing::warn!(partition = %log.inner.name, error = %e, "retention failed");
+            match log.retention_blocking(now_ns()) {
+                Ok(_) => {}
+                Err(StoreError::Closed(_)) => return None,
+                Err(e) => {
+                    tracing::warn!(partition = %log.inner.name, error = %e, "retention failed")
+                }
             }
         }
         if cfg.compact {
-            if let Err(e) = log.compact_blocking() {
-                tracing::warn!(partition = %log.inner.name, error = %e, "compaction failed");
+            match log.compact_blocking() {
+                Ok(_) => {}
+                Err(StoreError::Closed(_)) => return None,
+                Err(e) => {
+                    tracing::warn!(partition = %log.inner.name, error = %e, "compaction failed")
+                }
             }
         }
+        Some(cleaner_wait(log.config().cleaner_interval))
     }
 }
 
@@ -1631,15 +1695,12 @@ fn cleaner_loop(weak: Weak<Inner>, rx: mpsc::Receiver<CleanerMsg>) {
 /// for one partition.
 struct Writer {
     name: String,
-    /// The database; `None` only while a reopen after a failure has not
-    /// succeeded yet.
+    /// `None` until the first record (see [`DbState::NotCreated`]).
     db: Option<Arc<Database>>,
-    /// Where readers find the database (the writer swaps it on reopen).
-    slot: DbSlot,
-    /// The database file and its page cache size (for reopening).
+    /// Where readers find the database once created.
+    db_state: Arc<RwLock<DbState>>,
     path: PathBuf,
-    cache_bytes: usize,
-    rx: mpsc::Receiver<Op>,
+    cache: usize,
     shared: Arc<Shared>,
     config: Arc<Mutex<LogConfig>>,
     observer: Observer,
@@ -1749,48 +1810,85 @@ fn push_entry(
     len
 }
 
-impl Writer {
-    fn run(mut self) {
-        loop {
-            let policy = self.config.lock().sync;
-            let first = match self.deadline(policy) {
-                Some(at) => match self
-                    .rx
-                    .recv_timeout(at.saturating_duration_since(Instant::now()))
-                {
-                    Ok(op) => Some(op),
-                    Err(mpsc::RecvTimeoutError::Timeout) => None,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                },
-                None => match self.rx.recv() {
-                    Ok(op) => Some(op),
-                    Err(_) => break,
-                },
-            };
-            self.retry_if_due();
-            let Some(op) = first else {
-                self.idle(policy);
-                continue;
-            };
-            let mut bytes = op.payload_bytes();
-            let mut batch = vec![op];
-            while bytes < MAX_BATCH_BYTES {
-                match self.rx.try_recv() {
-                    Ok(op) => {
-                        bytes += op.payload_bytes();
-                        batch.push(op);
-                    }
-                    Err(_) => break,
-                }
+/// The writer on the shared pool: each call is one step of what the former
+/// per-partition thread did in its loop (drain the queue into one batch, or
+/// time out and do what is due; on close, a final durable commit).
+impl SlotWork for Writer {
+    type Op = Op;
+
+    fn op_bytes(op: &Op) -> usize {
+        op.payload_bytes()
+    }
+
+    fn batch(&mut self, ops: Vec<Op>) {
+        self.retry_if_due();
+        let policy = self.config.lock().sync;
+        // The database file exists before anything that writes: a frame in
+        // the journal always has a database next to it.
+        let writes = ops
+            .iter()
+            .any(|op| !matches!(op, Op::Sync { .. } | Op::Maint(Maint::Apply { .. })));
+        if writes && self.db.is_none() && self.stopped.is_none() {
+            if let Err(e) = self.create_db() {
+                // Every write of the batch is then refused with it.
+                self.stop(e);
             }
-            self.process(batch, policy);
         }
+        self.process(ops, policy);
+    }
+
+    fn idle(&mut self) {
+        self.retry_if_due();
+        let policy = self.config.lock().sync;
+        Writer::idle(self, policy);
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        let policy = self.config.lock().sync;
+        Writer::deadline(self, policy)
+    }
+
+    fn finish(&mut self) {
         // Closing: everything acknowledged goes into redb durably.
         if self.stopped.is_none() {
             if let Err(e) = self.checkpoint() {
                 tracing::error!(partition = %self.name, error = %e, "final durable commit failed");
             }
         }
+    }
+}
+
+impl Writer {
+    /// The database, created when the log takes its first record.
+    fn engine(&self) -> Result<Arc<Database>, EngineError> {
+        match &self.db {
+            Some(db) => Ok(db.clone()),
+            None if self.stopped.is_some() => Err(EngineError::Storage(Box::new(
+                redb::StorageError::Io(std::io::Error::other(
+                    "the database is not open (reopening after a failure)",
+                )),
+            ))),
+            None => Err(EngineError::NotCreated),
+        }
+    }
+
+    /// Creates the database file of a log that never held a record and
+    /// makes it visible to readers.
+    fn create_db(&mut self) -> Result<(), EngineError> {
+        let created = catch_unwind(AssertUnwindSafe(|| {
+            let mut b = Database::builder();
+            b.set_cache_size(self.cache);
+            let db = b
+                .create(&self.path)
+                .map_err(|e| EngineError::Create(Box::new(e)))?;
+            load_state(&db)?;
+            Ok::<_, EngineError>(db)
+        }))
+        .unwrap_or(Err(EngineError::Panicked("creating the database")))?;
+        let db = Arc::new(created);
+        *self.db_state.write() = DbState::Open(db.clone());
+        self.db = Some(db);
+        Ok(())
     }
 
     /// Records or changes wait for a durable redb commit.
@@ -1919,15 +2017,6 @@ impl Writer {
         }
     }
 
-    fn database(&self) -> Result<&Database, EngineError> {
-        match &self.db {
-            Some(db) => Ok(db),
-            None => Err(EngineError::Storage(Box::new(redb::StorageError::Io(
-                std::io::Error::other("the database is not open (reopening after a failure)"),
-            )))),
-        }
-    }
-
     /// While stopped, once the retry is due: reopens the database if
     /// needed and commits what is pending durably; on success the log
     /// accepts writes again, offsets continuing where they stopped.
@@ -1969,8 +2058,16 @@ impl Writer {
     /// everything acknowledged since (it is emptied only after a durable
     /// commit), so the log is the same as before the failure.
     fn reopen(&mut self) -> Result<(), EngineError> {
-        let old = self.slot.write().take();
-        let weak = old.as_ref().map(Arc::downgrade);
+        // A log whose database was never created has nothing to reopen:
+        // its next record creates it.
+        if !matches!(*self.db_state.read(), DbState::Open(_)) && self.db.is_none() {
+            return Ok(());
+        }
+        let old = std::mem::replace(&mut *self.db_state.write(), DbState::Closed);
+        let weak = match &old {
+            DbState::Open(d) => Some(Arc::downgrade(d)),
+            _ => None,
+        };
         drop(old);
         self.db = None;
         if let Some(w) = weak {
@@ -1985,7 +2082,7 @@ impl Writer {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
-        let cache = self.cache_bytes;
+        let cache = self.cache;
         let path = self.path.clone();
         let db = catch_unwind(AssertUnwindSafe(|| {
             let mut b = Database::builder();
@@ -2001,12 +2098,10 @@ impl Writer {
         })?;
         let state = catch_unwind(AssertUnwindSafe(|| read_state(&db)))
             .unwrap_or(Err(EngineError::Panicked("reopening")))?;
-        let jpath = self.journal.path().to_owned();
-        let (journal, frames) =
-            Journal::open(jpath.clone()).map_err(|source| EngineError::Journal {
-                path: jpath,
-                source,
-            })?;
+        let frames = self
+            .journal
+            .frames()
+            .map_err(|source| self.journal_err(source))?;
         let batches = frames_past(frames, state.leo);
         let mut logical = state.clone();
         for b in &batches {
@@ -2029,11 +2124,10 @@ impl Writer {
         self.logical = logical;
         self.tail_bytes = batches.iter().map(|b| b.payload.len()).sum();
         *self.shared.tail.lock() = batches.into_iter().collect();
-        self.journal = journal;
         self.dirty = false;
         let db = Arc::new(db);
         self.db = Some(db.clone());
-        *self.slot.write() = Some(db);
+        *self.db_state.write() = DbState::Open(db);
         self.shared.publish(&self.logical);
         tracing::info!(partition = %self.name, leo = self.logical.leo, "reopened the database after a failure; reads are served");
         Ok(())
@@ -2089,8 +2183,9 @@ impl Writer {
             return Ok(());
         }
         let started = Instant::now();
+        let db = self.engine()?;
         let (st, commit_time) = catch_unwind(AssertUnwindSafe(|| {
-            apply_batches(self.database()?, &self.state, &batches, durable)
+            apply_batches(&db, &self.state, &batches, durable)
         }))
         .unwrap_or(Err(EngineError::Panicked("a write")))?;
         let applied: u64 = batches.iter().map(|b| b.entries.len() as u64).sum();
@@ -2371,8 +2466,9 @@ impl Writer {
     ) -> Result<T, EngineError> {
         let mut st = self.state.clone();
         let started = Instant::now();
+        let db = self.engine()?;
         let (out, commit_time) = catch_unwind(AssertUnwindSafe(|| {
-            let txn = begin(self.database()?, durable)?;
+            let txn = begin(&db, durable)?;
             let out = {
                 let mut t = Tables::open(&txn)?;
                 let out = f(&mut t, &mut st)?;
@@ -2773,10 +2869,12 @@ mod tests {
         assert_eq!(recs[0].offset, 250);
         assert_eq!(recs[0].value, Bytes::from("v250"));
         assert_eq!(recs[349].value, Bytes::from(format!("v{}", n - 1)));
-        let t = log.with_read(|rtx| offset_for_ts(rtx, 1000 + 300)).unwrap();
+        let t = log
+            .with_read(None, |rtx| offset_for_ts(rtx, 1000 + 300))
+            .unwrap();
         assert_eq!(t, Some(300));
         // The old table is gone: the records live in chunks now.
-        let db = log.db().unwrap();
+        let db = log.db().unwrap().expect("the database exists");
         let rtx = db.begin_read().unwrap();
         assert!(open_read(&rtx, RECORDS_V1).unwrap().is_none());
         let chunks = open_read(&rtx, RECORDS).unwrap().unwrap();

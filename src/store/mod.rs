@@ -12,7 +12,9 @@
 //! # Storage
 //!
 //! One redb database file per partition (`<dir>/<partition>.redb`), so that
-//! deleting a stream is a file removal. Tables:
+//! deleting a stream is a file removal. The file is created with the log's
+//! first record: redb's initial layout takes over a megabyte, and a node
+//! with thousands of partitions holds many that were never written. Tables:
 //! - `chunks`: offset of a chunk's first record → the records of one
 //!   append (up to 64 KiB or 256 records), each as offset, length and the
 //!   encoded record ([`codec`], versioned, CRC-32C). One B-tree insert per
@@ -44,14 +46,18 @@
 //!
 //! # Threads
 //!
-//! One writer thread per database owns the journal and every write
-//! transaction. Async callers send it requests over a channel; it drains
-//! everything queued, writes it as one journal frame (group commit) and
-//! answers every waiter — or runs the completion callback given to
-//! [`PartitionLog::append_then`] right there. Reads run on `spawn_blocking`
-//! in read transactions (or straight from the in-memory tail) and never
-//! block the writer. A cleaner thread per partition applies retention (in
-//! small chunks, so appends interleave) and compaction on
+//! Each database has one writer, which owns the journal and every write
+//! transaction; no partition has a thread of its own. Async callers queue
+//! requests to the writer; a thread of the process's writer pool
+//! ([`writer_threads`] of them, whatever the number of partitions) takes a
+//! log with pending requests, drains everything queued, writes it as one
+//! journal frame (group commit) and answers every waiter — or runs the
+//! completion callback given to [`PartitionLog::append_then`] right there.
+//! Only one pool thread runs a given log's writer at a time, so requests
+//! keep their order. Reads run on `spawn_blocking` in read transactions (or
+//! straight from the in-memory tail) and never block the writer. One
+//! maintenance thread for the whole process applies retention (in small
+//! chunks, so appends interleave) and compaction to every log on its
 //! [`LogConfig::cleaner_interval`]. No redb call ever runs on a tokio
 //! worker. Statistics go to the [`StoreObserver`] given in
 //! [`LogConfig::observer`]; the store calls no process-wide metrics.
@@ -123,6 +129,7 @@ pub mod codec;
 pub mod journal;
 mod log;
 mod observer;
+mod sched;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -133,6 +140,7 @@ use thiserror::Error;
 
 pub use log::{open_all, OpenedPartition, PartitionLog, RETRY_EVERY};
 pub use observer::{NoopObserver, Observer, StoreObserver};
+pub use sched::writer_threads;
 
 /// When appends reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -176,8 +184,10 @@ pub struct LogConfig {
     pub compact: bool,
     /// How often the cleaner runs (Liftbridge's default is 5 minutes).
     pub cleaner_interval: Duration,
-    /// Page cache of the partition's database, in bytes (fixed when the log
-    /// opens). Bounded so that many partitions fit on a small device.
+    /// Page cache of the partition's database at most, in bytes (fixed when
+    /// the log opens). The caches of all open logs share four times this
+    /// much: a log opened while `n` are open gets `4 × cache_bytes / n`
+    /// (at least 64 KiB), so many partitions fit on a small device.
     pub cache_bytes: usize,
     /// Where the log reports its statistics (taken when the log opens;
     /// later configuration updates keep the first one).
@@ -555,6 +565,12 @@ pub enum EngineError {
     /// A record cannot be stored (it is larger than 4 GiB).
     #[error("record chunk of {0} bytes is too large")]
     ChunkTooLarge(usize),
+    /// The database file could not be created (first record of a new log).
+    #[error("creating the database file: {0}")]
+    Create(Box<redb::DatabaseError>),
+    /// A write reached a log whose database file was never created.
+    #[error("the database file was not created")]
+    NotCreated,
     /// An earlier failure stopped the writer; the log refuses writes until
     /// it is reopened (the journal then replays what was acknowledged).
     #[error("the log stopped writing after an earlier failure: {0}")]

@@ -1,0 +1,616 @@
+//! Shared threads for every partition log of the process: a small pool of
+//! writer threads and one maintenance thread.
+//!
+//! Role: run each open log's writer (group commit, apply, checkpoint) and its
+//! cleaner (retention, compaction) without an OS thread per partition, so a
+//! node holds thousands of partitions with a fixed number of threads.
+//!
+//! # Writer pool
+//!
+//! Each log owns a [`Slot`]: its request queue, its writer state and a flag
+//! saying whether it is *scheduled* (in the ready queue or being run). A
+//! request pushed to an unscheduled slot puts the slot at the back of the
+//! pool's ready queue; a pool thread takes it, drains up to
+//! `MAX_BATCH_BYTES` of requests and hands them to the log's batch function
+//! (one group commit), then puts the slot back at the back of the queue if
+//! more requests came meanwhile, or leaves it idle with the deadline its
+//! writer asked for (apply an idle tail, checkpoint, interval sync). The pool
+//! keeps those deadlines in one timer heap and schedules a slot when its
+//! deadline passes without a request, exactly as the former per-partition
+//! thread timed out of its receive.
+//!
+//! Invariants:
+//! - a slot is run by at most one pool thread at a time (the scheduled flag
+//!   is set under the slot's lock before it enters the ready queue and
+//!   cleared only by the thread that ran it), so a partition's requests are
+//!   processed one batch after another, in queue order;
+//! - a slot with queued requests is always scheduled; a slot is requeued at
+//!   the back, so one busy partition cannot starve the others;
+//! - a closed slot refuses new requests, is run until its queue is empty,
+//!   then runs its final step once and signals the closer.
+//!
+//! The ready queue holds at most one entry per open log and the timer heap at
+//! most a few per log (a stale timer is dropped when it fires), so both are
+//! bounded by the number of open logs.
+//!
+//! Must not: block a pool thread on anything but the log's own file I/O —
+//! the batch function and the callbacks it runs must be quick — or run on a
+//! tokio worker.
+//!
+//! # Maintenance thread
+//!
+//! One thread walks a timer heap of registered logs and runs each one's
+//! maintenance step when its interval has passed, then asks the log for its
+//! next due time. A log that is closed or dropped is skipped and forgotten.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+/// What a pool thread does with a slot's work. Implemented by the log's
+/// writer.
+pub(crate) trait SlotWork: Send + 'static {
+    /// The request type queued to the slot.
+    type Op: Send + 'static;
+    /// Bytes a request counts for in one batch.
+    fn op_bytes(op: &Self::Op) -> usize;
+    /// Processes one batch of requests (never empty), in order.
+    fn batch(&mut self, ops: Vec<Self::Op>);
+    /// No request came before the last deadline: do whatever is due.
+    fn idle(&mut self);
+    /// When the writer wants to run again without a request, if ever.
+    fn deadline(&self) -> Option<Instant>;
+    /// The slot is closed and its queue is empty: the last step (final
+    /// durable commit).
+    fn finish(&mut self);
+}
+
+/// The queue side of a slot, under its lock.
+struct SlotQueue<O> {
+    ops: VecDeque<O>,
+    /// In the ready queue or being run.
+    scheduled: bool,
+    /// No request is accepted any more.
+    closing: bool,
+    /// The final step ran: the writer is gone.
+    done: bool,
+    /// When the writer wants to run without a request.
+    wanted: Option<Instant>,
+    /// Earliest timer registered for this slot that has not fired yet.
+    registered: Option<Instant>,
+}
+
+/// One log's place in the pool.
+pub(crate) struct Slot<W: SlotWork> {
+    queue: Mutex<SlotQueue<W::Op>>,
+    finished: Condvar,
+    /// Taken by the pool thread that runs the slot; `None` once finished.
+    work: Mutex<Option<W>>,
+    max_batch_bytes: usize,
+}
+
+/// A slot as the pool sees it.
+trait Runnable: Send + Sync {
+    fn run(self: Arc<Self>, pool: &Pool);
+    /// A timer for `at` fired: schedule the slot if its wish is due.
+    fn timer(self: Arc<Self>, at: Instant, pool: &Pool);
+}
+
+impl<W: SlotWork> Slot<W> {
+    /// A new slot for `work`, idle; `max_batch_bytes` bounds one batch.
+    pub(crate) fn new(work: W, max_batch_bytes: usize) -> Arc<Self> {
+        let wanted = work.deadline();
+        let slot = Arc::new(Slot {
+            queue: Mutex::new(SlotQueue {
+                ops: VecDeque::new(),
+                scheduled: false,
+                closing: false,
+                done: false,
+                wanted,
+                registered: wanted,
+            }),
+            finished: Condvar::new(),
+            work: Mutex::new(Some(work)),
+            max_batch_bytes,
+        });
+        if let Some(at) = wanted {
+            pool().add_timer(at, slot.clone());
+        }
+        slot
+    }
+
+    /// Queues a request; gives it back if the slot is closed.
+    pub(crate) fn send(self: &Arc<Self>, op: W::Op) -> Result<(), W::Op> {
+        let mut q = self.queue.lock();
+        if q.closing {
+            return Err(op);
+        }
+        q.ops.push_back(op);
+        if !q.scheduled {
+            q.scheduled = true;
+            drop(q);
+            pool().ready(self.clone());
+        }
+        Ok(())
+    }
+
+    /// Refuses further requests and lets the writer drain and finish on
+    /// the pool; returns at once.
+    pub(crate) fn close(self: &Arc<Self>) {
+        let mut q = self.queue.lock();
+        if q.closing {
+            return;
+        }
+        q.closing = true;
+        if !q.scheduled && !q.done {
+            q.scheduled = true;
+            drop(q);
+            pool().ready(self.clone());
+        }
+    }
+
+    /// [`close`](Self::close), then waits until the writer has finished.
+    /// Blocking: not on a pool thread or a tokio worker.
+    pub(crate) fn close_and_wait(self: &Arc<Self>) {
+        self.close();
+        let mut q = self.queue.lock();
+        while !q.done {
+            self.finished.wait(&mut q);
+        }
+    }
+}
+
+impl<W: SlotWork> Runnable for Slot<W> {
+    fn run(self: Arc<Self>, pool: &Pool) {
+        let mut guard = self.work.lock();
+        let Some(work) = guard.as_mut() else {
+            // Finished already (a close raced with a timer): nothing to do.
+            let mut q = self.queue.lock();
+            q.scheduled = false;
+            return;
+        };
+        let (batch, closing, due) = {
+            let mut q = self.queue.lock();
+            let mut bytes = 0;
+            let mut batch = Vec::new();
+            while bytes < self.max_batch_bytes {
+                let Some(op) = q.ops.pop_front() else { break };
+                bytes += W::op_bytes(&op);
+                batch.push(op);
+            }
+            let due = q.wanted.is_some_and(|w| w <= Instant::now());
+            (batch, q.closing, due)
+        };
+        if !batch.is_empty() {
+            work.batch(batch);
+        } else if closing {
+            work.finish();
+            *guard = None;
+            drop(guard);
+            let mut q = self.queue.lock();
+            q.done = true;
+            q.scheduled = false;
+            q.wanted = None;
+            self.finished.notify_all();
+            return;
+        } else if due {
+            work.idle();
+        }
+        let wanted = work.deadline();
+        drop(guard);
+        let mut q = self.queue.lock();
+        q.wanted = wanted;
+        if !q.ops.is_empty() || q.closing {
+            drop(q);
+            pool.ready(self);
+            return;
+        }
+        q.scheduled = false;
+        if let Some(at) = wanted {
+            if q.registered.is_none_or(|r| at < r) {
+                q.registered = Some(at);
+                drop(q);
+                pool.add_timer(at, self);
+            }
+        }
+    }
+
+    fn timer(self: Arc<Self>, at: Instant, pool: &Pool) {
+        let mut q = self.queue.lock();
+        if q.registered == Some(at) {
+            q.registered = None;
+        }
+        if q.done {
+            return;
+        }
+        match q.wanted {
+            Some(w) if w <= Instant::now() && !q.scheduled => {
+                q.scheduled = true;
+                drop(q);
+                pool.ready(self);
+            }
+            // Due, but already scheduled: the run sees the deadline.
+            Some(w) if w <= Instant::now() => {}
+            // Pushed back by requests since: wait for the new time.
+            Some(w) if q.registered.is_none_or(|r| w < r) => {
+                q.registered = Some(w);
+                drop(q);
+                pool.add_timer(w, self);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A timer of the pool: when, a tie-breaker, and the slot.
+struct Timer {
+    at: Instant,
+    seq: u64,
+    slot: Weak<dyn Runnable>,
+}
+impl PartialEq for Timer {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Timer {}
+impl PartialOrd for Timer {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Timer {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(o.at, o.seq))
+    }
+}
+
+struct PoolState {
+    /// Slots to run, each at most once (see the scheduled flag).
+    ready: VecDeque<Arc<dyn Runnable>>,
+    timers: BinaryHeap<Reverse<Timer>>,
+    seq: u64,
+}
+
+/// The writer pool.
+pub(crate) struct Pool {
+    state: Mutex<PoolState>,
+    wake: Condvar,
+    threads: usize,
+}
+
+/// Number of writer threads: the cores, at least 4 so that a few
+/// partitions syncing under `always` overlap their fsyncs, at most 16.
+fn pool_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(4, |n| n.get())
+        .clamp(4, 16)
+}
+
+/// The process's writer pool (started on first use).
+fn pool() -> &'static Pool {
+    static POOL: OnceLock<&'static Pool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let pool: &'static Pool = Box::leak(Box::new(Pool {
+            state: Mutex::new(PoolState {
+                ready: VecDeque::new(),
+                timers: BinaryHeap::new(),
+                seq: 0,
+            }),
+            wake: Condvar::new(),
+            threads: pool_threads(),
+        }));
+        for i in 0..pool.threads {
+            let spawned = std::thread::Builder::new()
+                .name(format!("store-w-{i}"))
+                .spawn(move || pool.work());
+            if let Err(e) = spawned {
+                // The other threads still serve every slot; with none at
+                // all, no write would ever complete, which is worth a loud
+                // line.
+                tracing::error!(error = %e, "starting a storage writer thread");
+            }
+        }
+        pool
+    })
+}
+
+/// Number of threads of the writer pool.
+pub fn writer_threads() -> usize {
+    pool().threads
+}
+
+impl Pool {
+    fn ready(&self, slot: Arc<dyn Runnable>) {
+        self.state.lock().ready.push_back(slot);
+        self.wake.notify_one();
+    }
+
+    fn add_timer(&self, at: Instant, slot: Arc<dyn Runnable>) {
+        let mut st = self.state.lock();
+        st.seq += 1;
+        let seq = st.seq;
+        let earliest = st.timers.peek().is_none_or(|Reverse(t)| at < t.at);
+        st.timers.push(Reverse(Timer {
+            at,
+            seq,
+            slot: Arc::downgrade(&slot),
+        }));
+        drop(st);
+        if earliest {
+            // A thread asleep until a later timer must recompute its wait.
+            self.wake.notify_one();
+        }
+    }
+
+    fn work(&self) {
+        let mut st = self.state.lock();
+        loop {
+            let now = Instant::now();
+            let mut fired = Vec::new();
+            while st.timers.peek().is_some_and(|Reverse(t)| t.at <= now) {
+                if let Some(Reverse(t)) = st.timers.pop() {
+                    fired.push(t);
+                }
+            }
+            if !fired.is_empty() {
+                drop(st);
+                for t in fired {
+                    if let Some(slot) = t.slot.upgrade() {
+                        slot.timer(t.at, self);
+                    }
+                }
+                st = self.state.lock();
+                continue;
+            }
+            if let Some(slot) = st.ready.pop_front() {
+                drop(st);
+                slot.run(self);
+                st = self.state.lock();
+                continue;
+            }
+            match st.timers.peek().map(|Reverse(t)| t.at) {
+                Some(at) => {
+                    self.wake.wait_until(&mut st, at);
+                }
+                None => self.wake.wait(&mut st),
+            }
+        }
+    }
+}
+
+/// What the maintenance thread does with a registered log.
+pub(crate) trait Maintained: Send + Sync + 'static {
+    /// Runs one retention/compaction pass if the configuration asks for
+    /// one; returns the time until the next pass, or `None` once the log is
+    /// closed.
+    fn maintain(self: Arc<Self>) -> Option<Duration>;
+}
+
+struct MaintState {
+    /// (due, id, generation): the entry is current only if its generation
+    /// matches the registration's.
+    heap: BinaryHeap<Reverse<(Instant, u64, u64)>>,
+    logs: HashMap<u64, (Weak<dyn Maintained>, u64)>,
+    next_id: u64,
+}
+
+struct Maintenance {
+    state: Mutex<MaintState>,
+    wake: Condvar,
+}
+
+fn maintenance() -> &'static Maintenance {
+    static M: OnceLock<&'static Maintenance> = OnceLock::new();
+    M.get_or_init(|| {
+        let m: &'static Maintenance = Box::leak(Box::new(Maintenance {
+            state: Mutex::new(MaintState {
+                heap: BinaryHeap::new(),
+                logs: HashMap::new(),
+                next_id: 0,
+            }),
+            wake: Condvar::new(),
+        }));
+        if let Err(e) = std::thread::Builder::new()
+            .name("store-maint".into())
+            .spawn(move || m.work())
+        {
+            tracing::error!(error = %e, "starting the storage maintenance thread; retention and compaction will not run");
+        }
+        m
+    })
+}
+
+/// Registers a log for periodic maintenance, first due after its interval;
+/// returns its id for [`reschedule`] and [`unregister`].
+pub(crate) fn register(log: Weak<dyn Maintained>, interval: Duration) -> u64 {
+    let m = maintenance();
+    let mut st = m.state.lock();
+    st.next_id += 1;
+    let id = st.next_id;
+    st.logs.insert(id, (log, 0));
+    st.heap.push(Reverse((Instant::now() + interval, id, 0)));
+    drop(st);
+    m.wake.notify_one();
+    id
+}
+
+/// The next pass of `id` is due `interval` from now (the configuration
+/// changed).
+pub(crate) fn reschedule(id: u64, interval: Duration) {
+    let m = maintenance();
+    let mut st = m.state.lock();
+    let Some(entry) = st.logs.get_mut(&id) else {
+        return;
+    };
+    entry.1 += 1;
+    let generation = entry.1;
+    st.heap
+        .push(Reverse((Instant::now() + interval, id, generation)));
+    drop(st);
+    m.wake.notify_one();
+}
+
+/// Forgets `id` (the log closed).
+pub(crate) fn unregister(id: u64) {
+    maintenance().state.lock().logs.remove(&id);
+}
+
+impl Maintenance {
+    fn work(&self) {
+        let mut st = self.state.lock();
+        loop {
+            let Some(Reverse((at, id, generation))) = st.heap.peek().copied() else {
+                self.wake.wait(&mut st);
+                continue;
+            };
+            if at > Instant::now() {
+                self.wake.wait_until(&mut st, at);
+                continue;
+            }
+            st.heap.pop();
+            let log = match st.logs.get(&id) {
+                Some((w, g)) if *g == generation => w.upgrade(),
+                // Stale (rescheduled) or forgotten.
+                _ => continue,
+            };
+            let Some(log) = log else {
+                st.logs.remove(&id);
+                continue;
+            };
+            drop(st);
+            let next = log.maintain();
+            st = self.state.lock();
+            match next {
+                Some(after) => {
+                    if let Some(entry) = st.logs.get_mut(&id) {
+                        entry.1 += 1;
+                        let g = entry.1;
+                        st.heap.push(Reverse((Instant::now() + after, id, g)));
+                    }
+                }
+                None => {
+                    st.logs.remove(&id);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Records the order of its batches and how often it ran idle.
+    struct Probe {
+        seen: Arc<Mutex<Vec<u32>>>,
+        idles: Arc<AtomicUsize>,
+        finished: Arc<AtomicUsize>,
+        wake_at: Option<Instant>,
+    }
+
+    impl SlotWork for Probe {
+        type Op = u32;
+        fn op_bytes(_: &u32) -> usize {
+            1
+        }
+        fn batch(&mut self, ops: Vec<u32>) {
+            self.seen.lock().extend(ops);
+            self.wake_at = Some(Instant::now() + Duration::from_millis(5));
+        }
+        fn idle(&mut self) {
+            self.idles.fetch_add(1, Ordering::SeqCst);
+            self.wake_at = None;
+        }
+        fn deadline(&self) -> Option<Instant> {
+            self.wake_at
+        }
+        fn finish(&mut self) {
+            self.finished.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn requests_run_in_order_idle_deadlines_fire_and_close_finishes_once() {
+        let mut slots = Vec::new();
+        for _ in 0..50 {
+            let p = Probe {
+                seen: Arc::default(),
+                idles: Arc::default(),
+                finished: Arc::default(),
+                wake_at: None,
+            };
+            let handles = (p.seen.clone(), p.idles.clone(), p.finished.clone());
+            slots.push((Slot::new(p, 7), handles));
+        }
+        for i in 0..1000u32 {
+            for (s, _) in &slots {
+                assert!(s.send(i).is_ok());
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for (s, (seen, idles, finished)) in &slots {
+            // Every batch leaves a 5 ms deadline: the idle step must run
+            // once the requests stop.
+            while idles.load(Ordering::SeqCst) == 0 {
+                assert!(Instant::now() < deadline, "idle step never ran");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            s.close_and_wait();
+            assert_eq!(*seen.lock(), (0..1000).collect::<Vec<_>>());
+            assert_eq!(finished.load(Ordering::SeqCst), 1);
+            assert_eq!(s.send(1), Err(1), "a closed slot refuses requests");
+        }
+    }
+
+    struct Counted {
+        passes: AtomicUsize,
+    }
+
+    impl Maintained for Counted {
+        fn maintain(self: Arc<Self>) -> Option<Duration> {
+            self.passes.fetch_add(1, Ordering::SeqCst);
+            Some(Duration::from_millis(5))
+        }
+    }
+
+    #[test]
+    fn maintenance_runs_each_registered_log_until_it_is_dropped() {
+        let logs: Vec<Arc<Counted>> = (0..20)
+            .map(|_| {
+                Arc::new(Counted {
+                    passes: AtomicUsize::new(0),
+                })
+            })
+            .collect();
+        let ids: Vec<u64> = logs
+            .iter()
+            .map(|l| {
+                let w: Weak<dyn Maintained> = Arc::downgrade(&(l.clone() as Arc<dyn Maintained>));
+                register(w, Duration::from_millis(5))
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for l in &logs {
+            while l.passes.load(Ordering::SeqCst) < 3 {
+                assert!(Instant::now() < deadline, "maintenance never ran");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        unregister(ids[0]);
+        std::thread::sleep(Duration::from_millis(20));
+        let before = logs[0].passes.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            logs[0].passes.load(Ordering::SeqCst) <= before + 1,
+            "an unregistered log is not maintained any more"
+        );
+        for id in ids {
+            unregister(id);
+        }
+    }
+}
