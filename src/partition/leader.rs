@@ -626,7 +626,7 @@ impl Partition {
             return Ok(());
         }
         let queue = (!self.group.is_empty()).then_some(self.group.as_str());
-        let sub = self.nats.subscribe(&self.subject, queue)?;
+        let sub = self.nats.subscribe_recorder(&self.subject, queue)?;
         let token = CancellationToken::new();
         let me = self.clone();
         let t = token.clone();
