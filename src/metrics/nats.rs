@@ -254,7 +254,7 @@ impl NatsCollector {
         let gauges: [(&str, &str, Option<&Unit>, G); 4] = [
             (
                 "liftbridge_nats_recorder_pending",
-                "Bytes (payload and headers) queued for a partition's recorder and not yet taken.",
+                "Bytes (subject, headers, payload and 160 per message of queue overhead) queued for a partition's recorder and not yet taken.",
                 Some(&bytes),
                 |q| q.pending_bytes() as i64,
             ),

@@ -7,8 +7,10 @@
 //!
 //! # Bounded queues and what happens when one is full
 //!
-//! Every [`LocalSubscription`] queue is bounded in bytes (payload plus
-//! headers of the queued messages) by `nats.recorder.max.pending`
+//! Every [`LocalSubscription`] queue is bounded in bytes (subject, reply,
+//! headers and payload of the queued messages plus a fixed 160 bytes per
+//! message for the queue entry, so that the figure is the memory held) by
+//! `nats.recorder.max.pending`
 //! (default [`DEFAULT_LOCAL_MAX_PENDING`], 64 MiB). The limit is per
 //! subscription, not per node: a per-node budget would let one hot
 //! partition stall the publishers of every other partition, while per
@@ -79,6 +81,19 @@ pub struct LocalMsg {
     pub headers: Option<Bytes>,
     /// The payload.
     pub payload: Bytes,
+}
+
+impl LocalMsg {
+    /// The bytes this message counts for in its subscription's queue:
+    /// subject, reply, headers and payload plus the fixed cost of a queue
+    /// entry (`client::LOCAL_MSG_OVERHEAD`).
+    pub fn charge(&self) -> u64 {
+        client::local_charge(
+            self.subject.len(),
+            self.reply.as_ref().map_or(0, |r| r.len()),
+            self.headers.as_ref().map_or(0, |h| h.len()) + self.payload.len(),
+        )
+    }
 }
 
 /// Requests waiting for their reply, by reply token.
@@ -392,8 +407,7 @@ impl LocalSubscription {
     }
 
     fn account(&self, m: &LocalMsg) {
-        let size = m.headers.as_ref().map_or(0, |h| h.len()) + m.payload.len();
-        self.pending.take(size as u64);
+        self.pending.take(m.charge());
     }
 
     /// Bytes queued and not yet taken.
