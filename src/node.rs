@@ -429,6 +429,7 @@ impl NodeConfig {
         apply_cluster(&c.nats.cluster, &mut nats)?;
         apply_websocket(&c.nats.websocket, &mut nats)?;
         apply_leafnodes(&c.nats.leafnodes, &mut nats)?;
+        nats.local_max_pending = usize::try_from(c.nats.recorder_max_pending).unwrap_or(usize::MAX);
         // The node serves HTTP itself (one listener for NATS monitoring and
         // the liftbridge endpoints); a monitoring port from the NATS file
         // takes precedence over the default `http.listen`, an explicit one

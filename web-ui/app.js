@@ -912,7 +912,10 @@
           kv('Read-only', when(p.readonly, p.readonly_timestamp_ns), 'part-readonly'),
           kv('Writes', p.degraded ? `refused (retried every second): ${p.degraded}` : 'accepted', 'part-degraded'),
           kv('First / latest received', `${fmtNs(rx.first)} / ${fmtNs(rx.latest)}`, 'part-received'),
-          kv('Subscribers', fmtNum(p.subscribers), 'part-subscribers')),
+          kv('Subscribers', fmtNum(p.subscribers), 'part-subscribers'),
+          kv('Recorder backlog', p.recorder
+            ? `${fmtBytes(p.recorder.pending_bytes)} in ${fmtNum(p.recorder.pending_msgs)} msgs (max ${fmtBytes(p.recorder.pending_bytes_max)} of ${fmtBytes(p.recorder.limit_bytes)}); publishers stalled ${p.recorder.stall_seconds.toFixed(1)} s`
+            : '—', 'part-recorder')),
         h('h3', {}, 'Retention and settings'),
         h('dl', { class: 'kv', testid: 'part-config' },
           kv('Max bytes', lim(c.retention_max_bytes, fmtBytes)),

@@ -498,6 +498,27 @@ impl AdminContext {
         };
         let mut v = self.partition_summary(s, p);
         let local = self.local(s, id);
+        // The backlog of the NATS queue feeding this partition's log (led
+        // here only): bytes and messages waiting, the most ever queued, the
+        // limit, and how long publishers were stalled by it.
+        let recorder = local.as_ref().and_then(|part| {
+            let qs: Vec<_> = self
+                .nats
+                .recorder_queues()
+                .into_iter()
+                .filter(|q| q.subject == part.subject)
+                .collect();
+            (!qs.is_empty()).then(|| {
+                json!({
+                    "pending_bytes": qs.iter().map(|q| q.pending_bytes()).sum::<u64>(),
+                    "pending_msgs": qs.iter().map(|q| q.pending_msgs()).sum::<u64>(),
+                    "pending_bytes_max": qs.iter().map(|q| q.high_water_bytes()).max(),
+                    "limit_bytes": qs[0].limit,
+                    "stalls": qs.iter().map(|q| q.stalls()).sum::<u64>(),
+                    "stall_seconds": qs.iter().map(|q| q.stall_time().as_secs_f64()).sum::<f64>(),
+                })
+            })
+        });
         let (leo, recv, subscribers) = match &local {
             Some(part) => (
                 i64::try_from(part.log().log_end_offset()).unwrap_or(i64::MAX),
@@ -525,6 +546,7 @@ impl AdminContext {
             "readonly_timestamp_ns": p.readonly_timestamps.latest_ns,
             "message_received_timestamp_ns": { "first": recv.0, "latest": recv.1 },
             "subscribers": subscribers,
+            "recorder": recorder,
             // Effective values (stream overrides over server defaults; 0 =
             // unlimited); null where the server has no setting of its own.
             "config": {

@@ -84,6 +84,7 @@ pub const KEYS: &[&str] = &[
     "nats.leafnodes.advertise",
     "nats.leafnodes.remotes",
     "nats.leafnodes.reconnect",
+    "nats.recorder.max.pending",
     "nats.leafnodes.auth.user",
     "nats.leafnodes.auth.password",
     "nats.leafnodes.tls.cert",
@@ -365,6 +366,10 @@ pub struct NatsConfig {
     pub websocket: NatsWebsocketConfig,
     /// `nats.leafnodes.*`: leaf-node listener and hubs to connect to.
     pub leafnodes: NatsLeafConfig,
+    /// `nats.recorder.max.pending`: byte limit of each in-process
+    /// subscription queue (64 MiB); past 75 % of it, publishers to a
+    /// stream's subject stall (see `nats::handle`).
+    pub recorder_max_pending: u64,
 }
 
 /// `nats.websocket.*`: the embedded server's WebSocket listener, enabled by
@@ -748,6 +753,7 @@ impl Default for LiftbridgeConfig {
                 cluster: NatsClusterConfig::default(),
                 websocket: NatsWebsocketConfig::default(),
                 leafnodes: NatsLeafConfig::default(),
+                recorder_max_pending: crate::nats::handle::DEFAULT_LOCAL_MAX_PENDING as u64,
             },
             http: HttpConfig {
                 listen: "0.0.0.0:8222".into(),
@@ -1188,6 +1194,15 @@ impl Builder {
                 }
                 c.nats.leafnodes.remotes = remotes;
             }
+            "nats.recorder.max.pending" => {
+                let n = size(raw)?;
+                // A queue must hold at least one message of the largest
+                // size an internal reply can have.
+                if n < MIN_RECORDER_MAX_PENDING {
+                    return Err("must be at least 1MB".into());
+                }
+                c.nats.recorder_max_pending = n;
+            }
             "nats.leafnodes.reconnect" => {
                 c.nats.leafnodes.reconnect = Some(positive(duration(raw)?)?)
             }
@@ -1474,6 +1489,9 @@ fn list(raw: &Raw) -> Vec<String> {
     }
 }
 
+/// Smallest `nats.recorder.max.pending` (1 MiB).
+const MIN_RECORDER_MAX_PENDING: u64 = 1024 * 1024;
+
 fn num<T: std::str::FromStr>(raw: &Raw) -> Result<T, String>
 where
     T::Err: std::fmt::Display,
@@ -1739,6 +1757,32 @@ mod tests {
             ("store: {cache: {size: 2G}}", 2_000_000_000),
         ] {
             assert_eq!(yaml(text).unwrap().store.cache_size, want, "{text}");
+        }
+    }
+
+    #[test]
+    fn recorder_max_pending_is_a_size_of_at_least_1mb() {
+        let d = yaml("port: 9292\n").unwrap().nats.recorder_max_pending;
+        assert_eq!(d, 64 << 20);
+        for (text, want) in [
+            ("nats.recorder.max.pending: 8MB", 8u64 << 20),
+            ("nats.recorder.max.pending: 1048576", 1 << 20),
+            ("nats: {recorder: {max: {pending: 2GB}}}", 2 << 30),
+        ] {
+            assert_eq!(
+                yaml(text).unwrap().nats.recorder_max_pending,
+                want,
+                "{text}"
+            );
+        }
+        for bad in [
+            "nats.recorder.max.pending: 4096",
+            "nats.recorder.max.pending: lots",
+            "nats.recorder.max.pending: -1",
+        ] {
+            let e = yaml(bad).unwrap_err();
+            assert!(matches!(e, ConfigError::BadValue { .. }), "{bad}: {e}");
+            assert!(e.to_string().contains("nats.recorder.max.pending"), "{e}");
         }
     }
 

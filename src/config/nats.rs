@@ -35,6 +35,10 @@ pub struct NatsOptions {
     pub max_payload: usize,
     pub max_control_line: usize,
     pub max_pending: usize,
+    /// Byte limit of each in-process subscription queue (a recorder's, an
+    /// internal request subject's): `nats.recorder.max.pending`. See
+    /// `nats::handle` for the policy when one is full.
+    pub local_max_pending: usize,
     pub max_connections: usize,
     /// Maximum subscriptions per connection; `0` means unlimited.
     pub max_subscriptions: usize,
@@ -70,6 +74,7 @@ impl Default for NatsOptions {
             max_payload: DEFAULT_MAX_PAYLOAD,
             max_control_line: DEFAULT_MAX_CONTROL_LINE,
             max_pending: DEFAULT_MAX_PENDING,
+            local_max_pending: crate::nats::handle::DEFAULT_LOCAL_MAX_PENDING,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_subscriptions: 0,
             ping_interval: Duration::from_secs(120),

@@ -1,7 +1,11 @@
 //! NATS series, read at scrape time from the counters the embedded server
 //! already keeps for `/varz` (connections, subscriptions, messages and
 //! bytes in and out, slow consumers, authentication failures, routes, leaf
-//! nodes, and routed and leaf traffic).
+//! nodes, and routed and leaf traffic), and the backlog of the in-process
+//! recorder queues (one per partition led here, labelled by `subject`):
+//! bytes and messages queued, the most bytes ever queued, the limit, and
+//! the time publishers spent stalled on them; plus the messages dropped by
+//! full internal request queues.
 //!
 //! Nothing here touches the message path: the collector only loads atomics
 //! and takes the client-map lock long enough to count TCP clients.
@@ -15,7 +19,9 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
-use crate::nats::client::ClientKind;
+use std::time::Duration;
+
+use crate::nats::client::{ClientKind, LocalQueue};
 use crate::nats::NatsServer;
 
 /// Collects the embedded NATS server's series.
@@ -230,6 +236,78 @@ impl Collector for NatsCollector {
         ] {
             counter(&mut enc, name, help, unit, load(value))?;
         }
-        Ok(())
+        self.encode_recorders(&mut enc)
+    }
+}
+
+impl NatsCollector {
+    /// The recorder queues' series (see the module doc).
+    fn encode_recorders(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let i = &self.server.inner;
+        let queues = self.server.recorder_queues();
+        let labels: Vec<[(&str, String); 1]> = queues
+            .iter()
+            .map(|q| [("subject", super::partitions::escape_label_value(&q.subject))])
+            .collect();
+        let bytes = Unit::Bytes;
+        type G = fn(&LocalQueue) -> i64;
+        let gauges: [(&str, &str, Option<&Unit>, G); 4] = [
+            (
+                "liftbridge_nats_recorder_pending",
+                "Bytes (subject, headers, payload and 160 per message of queue overhead) queued for a partition's recorder and not yet taken.",
+                Some(&bytes),
+                |q| q.pending_bytes() as i64,
+            ),
+            (
+                "liftbridge_nats_recorder_pending_messages",
+                "Messages queued for a partition's recorder and not yet taken.",
+                None,
+                |q| q.pending_msgs() as i64,
+            ),
+            (
+                "liftbridge_nats_recorder_pending_max",
+                "The most bytes ever queued at once for a partition's recorder.",
+                Some(&bytes),
+                |q| q.high_water_bytes() as i64,
+            ),
+            (
+                "liftbridge_nats_recorder_limit",
+                "Byte limit of a recorder queue (nats.recorder.max.pending); publishers stall past 75 % of it.",
+                Some(&bytes),
+                |q| q.limit as i64,
+            ),
+        ];
+        for (name, help, unit, get) in gauges {
+            let mut m = enc.encode_descriptor(name, help, unit, MetricType::Gauge)?;
+            for (q, l) in queues.iter().zip(&labels) {
+                ConstGauge::new(get(q)).encode(m.encode_family(l)?)?;
+            }
+        }
+        let secs = Unit::Seconds;
+        let mut m = enc.encode_descriptor(
+            "liftbridge_nats_recorder_stall",
+            "Time publishers spent stalled because a partition's recorder queue was over its mark.",
+            Some(&secs),
+            MetricType::Counter,
+        )?;
+        for (q, l) in queues.iter().zip(&labels) {
+            ConstCounter::new(q.stall_time().as_secs_f64()).encode(m.encode_family(l)?)?;
+        }
+        let t = &i.local_totals;
+        let m = enc.encode_descriptor(
+            "liftbridge_nats_recorder_stall_all",
+            "Time publishers spent stalled on recorder queues, all partitions since start.",
+            Some(&secs),
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(Duration::from_micros(t.stall_us.load(Ordering::Relaxed)).as_secs_f64())
+            .encode(m)?;
+        counter(
+            enc,
+            "liftbridge_nats_internal_dropped",
+            "Messages dropped because an internal request queue (replication, Raft, notify, inboxes) was full.",
+            None,
+            t.dropped.load(Ordering::Relaxed),
+        )
     }
 }

@@ -270,7 +270,7 @@ impl ClientShared {
                 .lock()
                 .values()
                 .filter_map(|s| s.local.as_ref())
-                .map(|l| l.pending.load(Ordering::Relaxed) as usize)
+                .map(|l| l.q.pending_bytes() as usize)
                 .sum();
         }
         let o = self.out.lock();
@@ -289,12 +289,26 @@ impl ClientShared {
         self.last_activity_ms.store(ms, Ordering::Relaxed);
     }
 
+    /// Called under the outbound lock before appending: when the backlog
+    /// was empty, new work starts now, so the writer's clock of progress
+    /// starts now too. Without this a writer that sat idle longer than
+    /// `STUCK_AFTER_MS` looked stuck to a producer that filled its buffer
+    /// before the writer task was scheduled, and the producer ran past the
+    /// 75 % stall into a slow-consumer close of a live reader.
+    fn note_work(&self, o: &Outbound) {
+        if o.buf.is_empty() && o.inflight == 0 {
+            self.last_drain_ms
+                .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        }
+    }
+
     /// Appends raw protocol bytes (PONG, +OK, -ERR, INFO) and queues a flush.
     pub(crate) fn send_raw(self: &Arc<Self>, data: &[u8], flush: &mut FlushList) {
         let mut o = self.out.lock();
         if o.closed {
             return;
         }
+        self.note_work(&o);
         o.buf.extend_from_slice(data);
         if !o.flush_queued {
             o.flush_queued = true;
@@ -355,6 +369,9 @@ impl ClientShared {
 pub(crate) struct FlushList {
     wake: Vec<Arc<ClientShared>>,
     stalled: Vec<Arc<ClientShared>>,
+    /// Recorder subscriptions (stall policy) whose queue passed its mark:
+    /// the producer waits for them before its next operation.
+    local_stalled: Vec<Arc<Subscription>>,
     /// Routes that get the message being delivered, each with the indexes
     /// (in the match result's `qsubs`) of the queue groups it must serve.
     /// Reused from message to message.
@@ -427,6 +444,23 @@ impl FlushList {
         }
     }
 
+    /// Records that the producer must wait for `c` after this batch (once).
+    fn add_stalled(&mut self, c: &Arc<ClientShared>) {
+        if !self.stalled.iter().any(|s| Arc::ptr_eq(s, c)) {
+            self.stalled.push(c.clone());
+        }
+    }
+
+    /// Whether a recorder queue filled up during this batch.
+    pub(crate) fn has_local_stall(&self) -> bool {
+        !self.local_stalled.is_empty()
+    }
+
+    /// Recorder subscriptions the producer must wait for (taken).
+    pub(crate) fn take_local_stalled(&mut self) -> Vec<Arc<Subscription>> {
+        std::mem::take(&mut self.local_stalled)
+    }
+
     /// Receivers the producer should wait for (taken).
     pub(crate) fn take_stalled(&mut self) -> Vec<Arc<ClientShared>> {
         std::mem::take(&mut self.stalled)
@@ -485,10 +519,267 @@ pub struct Subscription {
     closed: AtomicBool,
 }
 
-/// The receiving side of an in-process subscription.
+/// The receiving side of an in-process subscription. The channel itself is
+/// unbounded; its bound is `q.limit` bytes, enforced at delivery.
 pub(crate) struct LocalSink {
     pub tx: mpsc::UnboundedSender<LocalMsg>,
-    pub pending: Arc<AtomicU64>,
+    pub q: Arc<LocalQueue>,
+}
+
+/// What an in-process subscription does when its queue is over its mark
+/// (see `handle.rs` for who gets which policy and why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FullPolicy {
+    /// A recorder (the subject of a stream partition): every message is
+    /// queued; the reader of the connection that delivered it (TCP or
+    /// WebSocket client, route, leaf) waits until the queue is back under
+    /// the mark. In-process publishers never wait.
+    Stall,
+    /// An internal request subject: a message that does not fit is dropped
+    /// and counted; its requester times out and retries.
+    Drop,
+}
+
+/// Counters of all in-process queues of a server, kept outside the queues
+/// so they never go backwards when a subscription ends.
+#[derive(Debug, Default)]
+pub struct LocalTotals {
+    /// Microseconds producers spent stalled on recorder queues.
+    pub stall_us: AtomicU64,
+    /// Stalls (a producer waited for a recorder queue).
+    pub stalls: AtomicU64,
+    /// Messages dropped by full internal request queues.
+    pub dropped: AtomicU64,
+    /// When the last drop warning was logged.
+    last_warn: Mutex<Option<Instant>>,
+}
+
+/// Memory a queued in-process message costs beyond its subject, reply,
+/// headers and payload: the `LocalMsg` (four `Bytes`, 128 bytes), its slot
+/// in the channel and the protocol line around it in the read buffer the
+/// payload still references. Without it a queue of small messages held
+/// about 2.5 times its accounted bytes.
+pub const LOCAL_MSG_OVERHEAD: u64 = 160;
+
+/// The bytes an in-process queue charges for a message (see
+/// `LOCAL_MSG_OVERHEAD`); `size` is headers plus payload.
+pub fn local_charge(subject: usize, reply: usize, size: usize) -> u64 {
+    (subject + reply + size) as u64 + LOCAL_MSG_OVERHEAD
+}
+
+/// How often a full internal request queue may log a warning.
+const DROP_WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// The byte-bounded queue of one in-process subscription: accounting
+/// (read by `/connz`, `/varz`, `/metrics`, the UI), its mark, and the wake-up
+/// of producers stalled on it.
+#[derive(Debug)]
+pub struct LocalQueue {
+    /// The subscribed subject.
+    pub subject: String,
+    /// What happens when it is full.
+    pub policy: FullPolicy,
+    /// The limit in bytes (of queued messages, as charged by
+    /// `local_charge`: subject, reply, headers, payload and overhead).
+    pub limit: u64,
+    pending: AtomicU64,
+    msgs: AtomicU64,
+    high_water: AtomicU64,
+    stall_us: AtomicU64,
+    stalls: AtomicU64,
+    dropped: AtomicU64,
+    /// Milliseconds since `started` of the consumer's last take (or of the
+    /// moment work arrived on an empty queue).
+    progress_ms: AtomicU64,
+    started: Instant,
+    ended: AtomicBool,
+    drained: Notify,
+    totals: Arc<LocalTotals>,
+}
+
+impl LocalQueue {
+    pub(crate) fn new(
+        subject: &str,
+        policy: FullPolicy,
+        limit: u64,
+        totals: Arc<LocalTotals>,
+    ) -> Arc<LocalQueue> {
+        Arc::new(LocalQueue {
+            subject: subject.to_string(),
+            policy,
+            limit: limit.max(1),
+            pending: AtomicU64::new(0),
+            msgs: AtomicU64::new(0),
+            high_water: AtomicU64::new(0),
+            stall_us: AtomicU64::new(0),
+            stalls: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            progress_ms: AtomicU64::new(0),
+            started: Instant::now(),
+            ended: AtomicBool::new(false),
+            drained: Notify::new(),
+            totals,
+        })
+    }
+
+    /// Producers of a recorder wait while the queue holds more than this
+    /// (75 % of the limit, as for a TCP receiver's `max_pending`), so the
+    /// queue stays under the limit by the last message of each producer.
+    pub fn mark(&self) -> u64 {
+        self.limit - self.limit / 4
+    }
+
+    /// Bytes queued and not yet taken.
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    /// Messages queued and not yet taken.
+    pub fn pending_msgs(&self) -> u64 {
+        self.msgs.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes ever queued at once.
+    pub fn high_water_bytes(&self) -> u64 {
+        self.high_water.load(Ordering::Relaxed)
+    }
+
+    /// Total time producers spent waiting for this queue.
+    pub fn stall_time(&self) -> Duration {
+        Duration::from_micros(self.stall_us.load(Ordering::Relaxed))
+    }
+
+    /// How many times a producer waited for this queue.
+    pub fn stalls(&self) -> u64 {
+        self.stalls.load(Ordering::Relaxed)
+    }
+
+    /// Messages dropped because the queue was full (drop policy only).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Producer side: `size` more bytes queued. Returns the new total.
+    fn push(&self, size: u64) -> u64 {
+        let prev = self.pending.fetch_add(size, Ordering::Relaxed);
+        if prev == 0 {
+            // Work arrives on an empty queue: the consumer's clock of
+            // progress starts now (an idle consumer is not a stuck one).
+            self.progress_ms.store(self.now_ms(), Ordering::Relaxed);
+        }
+        self.msgs.fetch_add(1, Ordering::Relaxed);
+        let now = prev + size;
+        self.high_water.fetch_max(now, Ordering::Relaxed);
+        now
+    }
+
+    /// Undoes `push` (the receiver was gone).
+    fn unpush(&self, size: u64) {
+        self.pending.fetch_sub(size, Ordering::Relaxed);
+        self.msgs.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Consumer side: a message of `size` bytes was taken. Wakes stalled
+    /// producers when the queue falls back under the mark.
+    pub(crate) fn take(&self, size: u64) {
+        let prev = self.pending.fetch_sub(size, Ordering::Relaxed);
+        self.msgs.fetch_sub(1, Ordering::Relaxed);
+        self.progress_ms.store(self.now_ms(), Ordering::Relaxed);
+        let mark = self.mark();
+        if prev > mark && prev - size <= mark {
+            self.drained.notify_waiters();
+        }
+    }
+
+    /// The consumer went away: nobody waits for this queue any more.
+    pub(crate) fn end(&self) {
+        self.ended.store(true, Ordering::Release);
+        self.drained.notify_waiters();
+    }
+
+    /// Counts a dropped message and warns, at most every `DROP_WARN_EVERY`
+    /// per server.
+    fn drop_one(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        let total = self.totals.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut last = self.totals.last_warn.lock();
+        if last.is_none_or(|t| t.elapsed() >= DROP_WARN_EVERY) {
+            *last = Some(Instant::now());
+            drop(last);
+            tracing::warn!(
+                subject = %self.subject,
+                limit = self.limit,
+                dropped_total = total,
+                "internal request queue full: message dropped (the requester retries)"
+            );
+        }
+    }
+
+    fn add_stall(&self, d: Duration) {
+        let us = d.as_micros() as u64;
+        self.stall_us.fetch_add(us, Ordering::Relaxed);
+        self.stalls.fetch_add(1, Ordering::Relaxed);
+        self.totals.stall_us.fetch_add(us, Ordering::Relaxed);
+        self.totals.stalls.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Who waits for a full recorder queue, and how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StallBound {
+    /// A client connection: waits as long as the queue is over its mark
+    /// (TCP flow control slows the publisher); ends when the connection or
+    /// the subscription does.
+    Client,
+    /// A route or leaf: waits while the recorder makes progress, but not
+    /// for one that took nothing for `STUCK_AFTER_MS`: the connection also
+    /// carries Raft and replication traffic. The message stays queued.
+    Peer,
+}
+
+/// Recorder stall: waits until `sub`'s queue is back under its mark (see
+/// `StallBound`), adding the time waited to the queue's stall time.
+pub(crate) async fn wait_local_drained(
+    sub: &Subscription,
+    bound: StallBound,
+    cancel: &CancellationToken,
+) {
+    let Some(local) = &sub.local else {
+        return;
+    };
+    let q = &local.q;
+    let start = Instant::now();
+    loop {
+        let notified = q.drained.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if q.pending_bytes() <= q.mark()
+            || q.ended.load(Ordering::Acquire)
+            || sub.closed.load(Ordering::Acquire)
+            || local.tx.is_closed()
+            || cancel.is_cancelled()
+        {
+            break;
+        }
+        if bound == StallBound::Peer
+            && q.now_ms()
+                .saturating_sub(q.progress_ms.load(Ordering::Relaxed))
+                > STUCK_AFTER_MS
+        {
+            break;
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            // Woken when the consumer brings the queue under the mark;
+            // re-checked regularly for the end conditions above.
+            _ = tokio::time::timeout(STALL_MAX, notified) => {}
+        }
+    }
+    q.add_stall(start.elapsed());
 }
 
 impl Subscription {
@@ -707,6 +998,7 @@ fn send_routed(
         if o.closed {
             continue;
         }
+        route.note_work(&o);
         proto::route::put_msg(
             &mut o.buf,
             dialect,
@@ -749,9 +1041,9 @@ fn send_routed(
         if !o.flush_queued {
             o.flush_queued = true;
             flush.push(route.clone());
-            if stall {
-                flush.stalled.push(route.clone());
-            }
+        }
+        if stall {
+            flush.add_stalled(&route);
         }
         drop(o);
         let tally = if leaf {
@@ -790,17 +1082,34 @@ fn deliver_one(
     }
     let client = &sub.client;
     let size = if let Some(local) = &sub.local {
+        let size = msg.size();
+        let charge = local_charge(msg.subject.len(), msg.reply.map_or(0, |r| r.len()), size);
+        let q = &local.q;
+        // An empty queue takes any message (one reply may be as large as
+        // the limit: replication batches, snapshots).
+        let queued_now = q.pending_bytes();
+        if q.policy == FullPolicy::Drop && queued_now > 0 && queued_now + charge > q.limit {
+            // Taken, then lost: the requester times out and retries (a
+            // "no responders" answer would be wrong, someone is there).
+            q.drop_one();
+            return true;
+        }
         let m = LocalMsg {
             subject: msg.subject.clone(),
             reply: msg.reply.cloned(),
             headers: msg.headers.cloned(),
             payload: msg.payload.clone(),
         };
-        let size = msg.size();
-        local.pending.fetch_add(size as u64, Ordering::Relaxed);
+        let queued = q.push(charge);
         if local.tx.send(m).is_err() {
-            local.pending.fetch_sub(size as u64, Ordering::Relaxed);
+            q.unpush(charge);
             return false;
+        }
+        if q.policy == FullPolicy::Stall
+            && queued > q.mark()
+            && !flush.local_stalled.iter().any(|s| Arc::ptr_eq(s, sub))
+        {
+            flush.local_stalled.push(sub.clone());
         }
         client.stats.out_msgs.fetch_add(1, Ordering::Relaxed);
         client
@@ -819,6 +1128,7 @@ fn deliver_one(
         if o.closed {
             return false;
         }
+        client.note_work(&o);
         let reply = msg.reply.map(|r| &r[..]);
         match msg.headers {
             Some(h) if with_headers => {
@@ -846,9 +1156,11 @@ fn deliver_one(
         if !o.flush_queued {
             o.flush_queued = true;
             flush.push(client.clone());
-            if stall {
-                flush.stalled.push(client.clone());
-            }
+        }
+        // Checked on every message, not only the first of the batch to
+        // reach this receiver: a batch may cross the 75 % mark part way.
+        if stall {
+            flush.add_stalled(client);
         }
         size
     };
@@ -1080,6 +1392,14 @@ impl Reader {
             let _ = n;
             self.client.touch();
             loop {
+                if self.flush.has_local_stall() {
+                    // A recorder queue is over its mark: stop reading (TCP
+                    // flow control slows the publisher) until it drains.
+                    self.end_batch();
+                    for s in self.flush.take_local_stalled() {
+                        wait_local_drained(&s, StallBound::Client, &cancel).await;
+                    }
+                }
                 match self.parser.parse(&mut buf) {
                     Ok(Parsed::Incomplete) => break,
                     Ok(Parsed::Op(op)) => match self.apply(op) {
@@ -1104,6 +1424,9 @@ impl Reader {
                 }
             }
             self.end_batch();
+            for s in self.flush.take_local_stalled() {
+                wait_local_drained(&s, StallBound::Client, &cancel).await;
+            }
             for c in self.flush.take_stalled() {
                 wait_drained(&c).await;
             }

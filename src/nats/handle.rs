@@ -2,11 +2,48 @@
 //!
 //! A [`LocalClient`] is a pseudo-connection registered with the server:
 //! its publishes go through the same matching and delivery code as a TCP
-//! client's, and TCP clients' messages reach its subscriptions. A
-//! [`LocalSubscription`] receives into an unbounded queue so that no
-//! message is ever dropped (the stenographer must record every one); the
-//! queued bytes are accounted for monitoring. Dropping the subscription
-//! unsubscribes it.
+//! client's, and TCP clients' messages reach its subscriptions. Dropping a
+//! [`LocalSubscription`] unsubscribes it.
+//!
+//! # Bounded queues and what happens when one is full
+//!
+//! Every [`LocalSubscription`] queue is bounded in bytes (subject, reply,
+//! headers and payload of the queued messages plus a fixed 160 bytes per
+//! message for the queue entry, so that the figure is the memory held) by
+//! `nats.recorder.max.pending`
+//! (default [`DEFAULT_LOCAL_MAX_PENDING`], 64 MiB). The limit is per
+//! subscription, not per node: a per-node budget would let one hot
+//! partition stall the publishers of every other partition, while per
+//! subscription each partition's backlog is bounded and only the
+//! publishers of a slow partition are slowed. 64 MiB holds about a tenth
+//! of a second of the store's pace, so bursts are absorbed without stalls
+//! and memory stays well under the cost of a node. Two policies:
+//!
+//! - **Recorders** ([`LocalClient::subscribe_recorder`], the stream
+//!   partitions' subjects): nothing is ever dropped. Once the queue holds
+//!   more than 75 % of the limit, the connection that delivered the
+//!   message stops reading before its next operation until the
+//!   stenographer brings the queue back under 75 %, as for a slow TCP
+//!   receiver. Who stalls: TCP and WebSocket clients (for as long as the
+//!   queue is over the mark: TCP flow control then slows the publisher;
+//!   the wait ends if the connection or the subscription ends), routes and
+//!   leaf connections (while the recorder makes progress; one that took
+//!   nothing for 2.5 s is not waited for, since the same connection
+//!   carries Raft and replication traffic; the message stays queued). The
+//!   queue thus exceeds the mark by at most one message per stalled
+//!   producer. In-process publishers never stall inside `publish` (acks,
+//!   replication answers, notifications, activity, cursors are published
+//!   from tasks that may be the very consumer of the full queue: waiting
+//!   there could deadlock); the gRPC publish path, which is not such a
+//!   task, waits after publishing with [`LocalClient::publish_paced`].
+//! - **Internal request subjects** ([`LocalClient::subscribe`]: replication
+//!   `<ns>.<stream>.<p>.replicate` and `.offset`, `<ns>.notify.<server>`,
+//!   Raft RPC, control requests, ack and request inboxes): a message that
+//!   does not fit under the limit is dropped, counted (`/varz`,
+//!   `/metrics`) and reported by a warning at most every 10 s; its
+//!   requester times out and retries. Stalling there is not safe: these
+//!   are published by the node itself, often from the task that drains
+//!   another of these queues.
 //!
 //! In a cluster the in-process client is a client like any other: its
 //! subscriptions are announced to routes (`RS+`) and its publishes and
@@ -23,10 +60,15 @@ use std::collections::HashMap;
 use tokio::sync::{mpsc, oneshot};
 
 use super::client::{
-    self, ClientKind, ClientShared, FlushList, LocalSink, MsgRef, Origin, Subscription,
+    self, ClientKind, ClientShared, FlushList, FullPolicy, LocalQueue, LocalSink, MsgRef, Origin,
+    StallBound, Subscription,
 };
 use super::server::{NatsError, ServerInner};
 use super::subject::{is_valid_literal_subject, is_valid_subject};
+
+/// Default byte limit of each in-process subscription queue
+/// (`nats.recorder.max.pending`).
+pub const DEFAULT_LOCAL_MAX_PENDING: usize = 64 * 1024 * 1024;
 
 /// A message received by an in-process subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +81,19 @@ pub struct LocalMsg {
     pub headers: Option<Bytes>,
     /// The payload.
     pub payload: Bytes,
+}
+
+impl LocalMsg {
+    /// The bytes this message counts for in its subscription's queue:
+    /// subject, reply, headers and payload plus the fixed cost of a queue
+    /// entry (`client::LOCAL_MSG_OVERHEAD`).
+    pub fn charge(&self) -> u64 {
+        client::local_charge(
+            self.subject.len(),
+            self.reply.as_ref().map_or(0, |r| r.len()),
+            self.headers.as_ref().map_or(0, |h| h.len()) + self.payload.len(),
+        )
+    }
 }
 
 /// Requests waiting for their reply, by reply token.
@@ -100,12 +155,44 @@ impl LocalClient {
             .map(|_| ())
     }
 
+    /// Publishes, then waits while a recorder queue that took the message
+    /// is over its mark (see the module doc). Only for callers that are
+    /// not themselves the consumer of a recorder queue (the gRPC publish
+    /// path); the message is never dropped.
+    pub async fn publish_paced(
+        &self,
+        subject: &str,
+        reply: Option<&str>,
+        headers: Option<Bytes>,
+        payload: Bytes,
+    ) -> Result<(), NatsError> {
+        let mut stalled = Vec::new();
+        self.publish_inner(subject, reply, headers, payload, Some(&mut stalled))?;
+        for s in stalled {
+            client::wait_local_drained(&s, StallBound::Client, &self.inner.client.cancel).await;
+        }
+        Ok(())
+    }
+
     fn publish_counted(
         &self,
         subject: &str,
         reply: Option<&str>,
         headers: Option<Bytes>,
         payload: Bytes,
+    ) -> Result<usize, NatsError> {
+        self.publish_inner(subject, reply, headers, payload, None)
+    }
+
+    /// Publishes; with `stalled`, collects the recorder subscriptions whose
+    /// queue is over its mark (without, nobody waits for them).
+    fn publish_inner(
+        &self,
+        subject: &str,
+        reply: Option<&str>,
+        headers: Option<Bytes>,
+        payload: Bytes,
+        stalled: Option<&mut Vec<Arc<Subscription>>>,
     ) -> Result<usize, NatsError> {
         let server = &self.inner.server;
         if !is_valid_literal_subject(subject) {
@@ -141,6 +228,9 @@ impl LocalClient {
         );
         flush.flush();
         flush.count_routed(server);
+        if let Some(st) = stalled {
+            *st = flush.take_local_stalled();
+        }
         let tally = std::mem::take(&mut flush.tally);
         let c = &self.inner.client.stats;
         c.in_msgs.fetch_add(1, Ordering::Relaxed);
@@ -153,17 +243,45 @@ impl LocalClient {
         Ok(n)
     }
 
-    /// Subscribes to `subject` (wildcards allowed), optionally in a queue group.
+    /// Subscribes to an internal request subject (wildcards allowed),
+    /// optionally in a queue group: a message that finds the queue full is
+    /// dropped and counted (see the module doc).
     pub fn subscribe(
         &self,
         subject: &str,
         queue: Option<&str>,
     ) -> Result<LocalSubscription, NatsError> {
+        self.subscribe_with(subject, queue, FullPolicy::Drop)
+    }
+
+    /// Subscribes a recorder (a stream partition's subject): nothing is
+    /// dropped; the publishers that fill its queue stall (see the module
+    /// doc).
+    pub fn subscribe_recorder(
+        &self,
+        subject: &str,
+        queue: Option<&str>,
+    ) -> Result<LocalSubscription, NatsError> {
+        self.subscribe_with(subject, queue, FullPolicy::Stall)
+    }
+
+    fn subscribe_with(
+        &self,
+        subject: &str,
+        queue: Option<&str>,
+        policy: FullPolicy,
+    ) -> Result<LocalSubscription, NatsError> {
         if !is_valid_subject(subject) {
             return Err(NatsError::InvalidSubject(subject.to_string()));
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        let pending = Arc::new(AtomicU64::new(0));
+        let server = &self.inner.server;
+        let pending = LocalQueue::new(
+            subject,
+            policy,
+            server.opts.local_max_pending as u64,
+            server.local_totals.clone(),
+        );
         let sid = self.inner.next_sid.fetch_add(1, Ordering::Relaxed);
         let sub = Subscription::new(
             subject.to_string(),
@@ -172,7 +290,7 @@ impl LocalClient {
             self.inner.client.clone(),
             Some(LocalSink {
                 tx,
-                pending: pending.clone(),
+                q: pending.clone(),
             }),
         );
         self.inner
@@ -264,7 +382,7 @@ impl LocalClient {
 /// An in-process subscription; unsubscribes when dropped.
 pub struct LocalSubscription {
     rx: mpsc::UnboundedReceiver<LocalMsg>,
-    pending: Arc<AtomicU64>,
+    pending: Arc<LocalQueue>,
     /// Weak so that removal from the server (shutdown) drops the sender
     /// and ends the stream.
     sub: std::sync::Weak<Subscription>,
@@ -289,13 +407,17 @@ impl LocalSubscription {
     }
 
     fn account(&self, m: &LocalMsg) {
-        let size = m.headers.as_ref().map_or(0, |h| h.len()) + m.payload.len();
-        self.pending.fetch_sub(size as u64, Ordering::Relaxed);
+        self.pending.take(m.charge());
     }
 
     /// Bytes queued and not yet taken.
     pub fn pending_bytes(&self) -> u64 {
-        self.pending.load(Ordering::Relaxed)
+        self.pending.pending_bytes()
+    }
+
+    /// The queue's accounting (backlog, stalls, drops), for monitoring.
+    pub fn queue(&self) -> Arc<LocalQueue> {
+        self.pending.clone()
     }
 
     /// The subscribed subject.
@@ -306,6 +428,7 @@ impl LocalSubscription {
 
 impl Drop for LocalSubscription {
     fn drop(&mut self) {
+        self.pending.end();
         if let Some(sub) = self.sub.upgrade() {
             self.server.remove_subscription(&sub);
         }

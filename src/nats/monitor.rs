@@ -151,11 +151,43 @@ impl NatsServer {
             "leaf": super::leaf::varz_leaf(i),
             "http_req_stats": {},
             "config_load_time": rfc3339(i.start),
+            // Ours (nats-server has no such field): the in-process
+            // recorder queues and internal request drops.
+            "liftbridge": self.varz_liftbridge(),
         });
         if let (Value::Object(a), Value::Object(b)) = (&mut v, runtime) {
             a.extend(b);
         }
         v
+    }
+
+    /// The `liftbridge` object of `/varz`: each recorder queue's backlog
+    /// and stall time, the limit, and the internal request drops.
+    fn varz_liftbridge(&self) -> Value {
+        let t = &self.inner.local_totals;
+        let recorders: Vec<Value> = self
+            .recorder_queues()
+            .iter()
+            .map(|q| {
+                json!({
+                    "subject": q.subject,
+                    "pending_bytes": q.pending_bytes(),
+                    "pending_msgs": q.pending_msgs(),
+                    "pending_bytes_max": q.high_water_bytes(),
+                    "stalls": q.stalls(),
+                    "stall_seconds": q.stall_time().as_secs_f64(),
+                })
+            })
+            .collect();
+        json!({
+            "recorder_max_pending": self.inner.opts.local_max_pending,
+            "recorder_stall_seconds": std::time::Duration::from_micros(
+                t.stall_us.load(Ordering::Relaxed)
+            ).as_secs_f64(),
+            "recorder_stalls": t.stalls.load(Ordering::Relaxed),
+            "internal_dropped": t.dropped.load(Ordering::Relaxed),
+            "recorders": recorders,
+        })
     }
 
     /// `/connz` with nats-server's query arguments.

@@ -914,6 +914,14 @@ pub(crate) async fn read_peer<P: PeerReader, R: AsyncRead + Unpin>(
         }
         pending_input = false;
         loop {
+            if p.flush_list().has_local_stall() {
+                // A recorder queue is over its mark: stop reading this
+                // peer until it drains (bounded, see `StallBound::Peer`).
+                p.end_batch();
+                for s in p.flush_list().take_local_stalled() {
+                    client::wait_local_drained(&s, client::StallBound::Peer, &cancel).await;
+                }
+            }
             match p.parser().parse(&mut buf) {
                 Ok(RouteParsed::Incomplete) => break,
                 Ok(RouteParsed::Op(op)) => {
@@ -938,6 +946,9 @@ pub(crate) async fn read_peer<P: PeerReader, R: AsyncRead + Unpin>(
             }
         }
         p.end_batch();
+        for s in p.flush_list().take_local_stalled() {
+            client::wait_local_drained(&s, client::StallBound::Peer, &cancel).await;
+        }
         for c in p.flush_list().take_stalled() {
             client::wait_drained(&c).await;
         }

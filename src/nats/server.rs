@@ -129,6 +129,8 @@ pub(crate) struct ServerInner {
     tls: Option<tokio_rustls::TlsAcceptor>,
     pub stats: ClientStats,
     pub slow_consumers: AtomicU64,
+    /// Stall time and drops of the in-process subscription queues.
+    pub local_totals: Arc<super::client::LocalTotals>,
     /// Connections refused for bad credentials or authentication timeout.
     pub auth_failures: AtomicU64,
     pub total_connections: AtomicU64,
@@ -437,6 +439,7 @@ impl NatsServer {
             tls,
             stats: ClientStats::default(),
             slow_consumers: AtomicU64::new(0),
+            local_totals: Arc::default(),
             auth_failures: AtomicU64::new(0),
             total_connections: AtomicU64::new(0),
             clients: Mutex::new(HashMap::new()),
@@ -476,6 +479,40 @@ impl NatsServer {
     /// The server name (defaults to the id).
     pub fn server_name(&self) -> &str {
         &self.inner.server_name
+    }
+
+    /// The queues of all the node's in-process subscriptions.
+    pub fn local_queues(&self) -> Vec<Arc<super::client::LocalQueue>> {
+        let locals: Vec<Arc<ClientShared>> = self
+            .inner
+            .clients
+            .lock()
+            .values()
+            .filter(|c| c.kind == ClientKind::Local)
+            .cloned()
+            .collect();
+        let mut out = Vec::new();
+        for c in locals {
+            out.extend(
+                c.subs
+                    .lock()
+                    .values()
+                    .filter_map(|s| s.local.as_ref().map(|l| l.q.clone())),
+            );
+        }
+        out
+    }
+
+    /// The recorder queues (stall policy) of the node's in-process
+    /// subscriptions: one per partition this node leads.
+    pub fn recorder_queues(&self) -> Vec<Arc<super::client::LocalQueue>> {
+        let mut v: Vec<_> = self
+            .local_queues()
+            .into_iter()
+            .filter(|q| q.policy == super::client::FullPolicy::Stall)
+            .collect();
+        v.sort_by(|a, b| a.subject.cmp(&b.subject));
+        v
     }
 
     /// The options the server runs with.

@@ -626,7 +626,7 @@ impl Partition {
             return Ok(());
         }
         let queue = (!self.group.is_empty()).then_some(self.group.as_str());
-        let sub = self.nats.subscribe(&self.subject, queue)?;
+        let sub = self.nats.subscribe_recorder(&self.subject, queue)?;
         let token = CancellationToken::new();
         let me = self.clone();
         let t = token.clone();
@@ -674,9 +674,15 @@ impl Partition {
         // batch is journaled (see `PartitionLog::append_then`): no task
         // wake-up between the write and the acks. While one batch is being
         // written (and fsynced), the next ones queue up and the writer takes
-        // them together. At most MAX_IN_FLIGHT batches are outstanding; past
-        // that, this loop waits, and messages wait in the subscription.
+        // them together. At most MAX_IN_FLIGHT batches, and at most the
+        // subscription queue's limit in bytes (KiB permits), are
+        // outstanding; past that, this loop waits, messages wait in the
+        // subscription, and once it is full its publishers are stalled.
         let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
+        let budget_kib = u32::try_from(sub.queue().limit / 1024)
+            .unwrap_or(u32::MAX)
+            .max(1);
+        let in_flight_bytes = Arc::new(tokio::sync::Semaphore::new(budget_kib as usize));
         let mut batch: Vec<LocalMsg> = Vec::with_capacity(64);
         loop {
             let first = tokio::select! {
@@ -692,9 +698,17 @@ impl Partition {
                     None => break,
                 }
             }
+            let bytes: u64 = batch.iter().map(LocalMsg::charge).sum();
+            let kib = u32::try_from(bytes / 1024)
+                .unwrap_or(u32::MAX)
+                .clamp(1, budget_kib);
             match self.record_batch(std::mem::take(&mut batch)).await {
                 Ok(Some(rec)) => {
                     let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                        break;
+                    };
+                    let Ok(bytes_permit) = in_flight_bytes.clone().acquire_many_owned(kib).await
+                    else {
                         break;
                     };
                     let me = self.clone();
@@ -703,6 +717,7 @@ impl Partition {
                         .append_then(rec.epoch, None, rec.records, move |r| {
                             me.acknowledge(r, rec.pending, rec.reception_ns);
                             drop(permit);
+                            drop(bytes_permit);
                         });
                 }
                 Ok(None) => {}
@@ -717,6 +732,7 @@ impl Partition {
         // ends: a permit comes back when its answer ran, or when the store
         // dropped the request.
         let _ = in_flight.acquire_many(MAX_IN_FLIGHT as u32).await;
+        let _ = in_flight_bytes.acquire_many(budget_kib).await;
     }
 
     /// Sends the acks of a written batch (runs on the store's writer thread).

@@ -259,7 +259,10 @@ impl Service {
     ) -> Result<Option<Ack>, ServiceError> {
         let Some(wait) = wait else {
             let payload = envelope::encode_message(&msg);
-            self.inner.nats.publish(subject, None, None, payload)?;
+            self.inner
+                .nats
+                .publish_paced(subject, None, None, payload)
+                .await?;
             return Ok(None);
         };
         if !msg.ack_inbox.is_empty() {
@@ -271,7 +274,10 @@ impl Service {
         let waiter: AckWait = self.inner.acks.wait_one()?;
         msg.ack_inbox = waiter.inbox.clone();
         let payload = envelope::encode_message(&msg);
-        self.inner.nats.publish(subject, None, None, payload)?;
+        self.inner
+            .nats
+            .publish_paced(subject, None, None, payload)
+            .await?;
         match tokio::time::timeout(wait, waiter.recv()).await {
             Ok(Some(ack)) => Ok(Some(ack)),
             Ok(None) => Err(ServiceError::Internal("server shutting down".into())),
@@ -289,7 +295,10 @@ impl Service {
         let payload = envelope::encode_message(&msg);
         // Subscribe before publishing so the ack cannot be missed.
         let mut sub = self.inner.nats.subscribe(&msg.ack_inbox, None)?;
-        self.inner.nats.publish(subject, None, None, payload)?;
+        self.inner
+            .nats
+            .publish_paced(subject, None, None, payload)
+            .await?;
         let got = tokio::time::timeout(wait, async {
             while let Some(m) = sub.next().await {
                 if let Ok(ack) = envelope::decode_ack(&m.payload) {

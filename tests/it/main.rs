@@ -40,6 +40,7 @@ mod config_liftbridge;
 mod http_limits;
 mod metrics;
 mod nats_auth;
+mod nats_backpressure;
 mod nats_core;
 mod nats_leaf;
 mod nats_raw;
