@@ -46,6 +46,7 @@ mod nats_support;
 mod nats_ws;
 mod packaging;
 mod store_basic;
+mod store_check;
 mod store_crash;
 mod store_missing_files;
 mod store_model;
