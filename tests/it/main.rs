@@ -6,6 +6,7 @@
 mod admin_api;
 mod admin_auth;
 mod admin_http;
+mod admin_paths;
 mod api_acks;
 mod api_activity;
 mod api_authz;
