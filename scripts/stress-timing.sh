@@ -6,7 +6,8 @@
 # Usage: scripts/stress-timing.sh [N] [TEST...]
 #   TEST is a full test name of the `it` binary (module::function); the
 #   default list is the slow-consumer, lame-duck, group-eviction and crash
-#   tests. STRESS_LOAD=0 runs without the busy loops.
+#   tests. STRESS_LOAD=0 runs without the busy loops; STRESS_BIN=path runs
+#   an already built `it` test binary instead of building it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-50}
@@ -28,14 +29,18 @@ if [ ${#tests[@]} -eq 0 ]; then
 fi
 
 # Build once; run the test binary directly (no cargo between runs).
-bin=$(cargo test --test it --no-run --message-format=json 2>/dev/null \
-  | sed -n 's/.*"executable":"\([^"]*\/it-[^"]*\)".*/\1/p' | tail -n1)
+bin=${STRESS_BIN:-}
+if [ -z "$bin" ]; then
+  bin=$(cargo test --test it --no-run --message-format=json 2>/dev/null \
+    | sed -n 's/.*"executable":"\([^"]*\/it-[^"]*\)".*/\1/p' | tail -n1)
+fi
 if [ -z "$bin" ] || [ ! -x "$bin" ]; then
   echo "stress-timing: could not build the integration test binary" >&2
   exit 2
 fi
 for t in "${tests[@]}"; do
-  if ! "$bin" --list --exact "$t" 2>/dev/null | grep -q ": test$"; then
+  listed=$("$bin" --list --exact "$t" 2>/dev/null || true)
+  if ! grep -q ": test$" <<< "$listed"; then
     echo "stress-timing: no test named $t" >&2
     exit 2
   fi
