@@ -175,10 +175,10 @@ pub fn run_check(args: CheckArgs) -> ExitCode {
         println!(
             "{} partition(s) checked, {damaged} with problems; metadata {}",
             entries.len(),
-            if raft_problem.is_some() {
-                "damaged"
-            } else {
-                "ok"
+            match (&raft.error, &raft_problem) {
+                (Some(_), _) => "not checked",
+                (None, Some(_)) => "damaged",
+                (None, None) => "ok",
             }
         );
     }
@@ -194,6 +194,7 @@ pub fn run_check(args: CheckArgs) -> ExitCode {
 fn print_raft(raft: &RaftEntry, problem: Option<&str>) {
     let path = raft.path.display();
     match (&raft.report, problem) {
+        (_, Some(p)) if raft.error.is_some() => println!("metadata {path}: NOT CHECKED: {p}"),
         (_, Some(p)) => println!("metadata {path}: DAMAGED: {p}"),
         (Some(r), None) => println!(
             "metadata {path}: ok ({} log entries{}, snapshot {}{})",
