@@ -613,6 +613,12 @@
     return [' ', h('span', { class: 'badge paused', testid: 'badge-under-replicated', title: 'A replica is out of the in-sync set, or the set is below its minimum (then nothing commits)' }, 'under-replicated')];
   }
 
+  /** A red badge when the partition's files are lost or damaged; the reason is its title. */
+  function failedBadge(p) {
+    if (!p.failed) return [];
+    return [' ', h('span', { class: 'badge failed', testid: 'badge-failed', title: p.failed }, 'failed')];
+  }
+
   /** Pause / resume / read-only / delete buttons for a stream (or some of its partitions). */
   function actionButtons(name, sum, after, partitions) {
     const body = partitions ? { partitions } : {};
@@ -841,7 +847,7 @@
           td('HW', 'num', fmtOffset(p.high_watermark)),
           td('Messages', 'num', fmtNum(p.messages)),
           td('Size', 'num', fmtBytes(p.bytes)),
-          td('State', '', badges(p.paused ? 1 : 0, p.readonly ? 1 : 0, 1), ...degradedBadge(p.degraded ? [p.degraded] : [])));
+          td('State', '', badges(p.paused ? 1 : 0, p.readonly ? 1 : 0, 1), ...degradedBadge(p.degraded ? [p.degraded] : []), ...failedBadge(p)));
       }));
     }
     load();
@@ -894,9 +900,10 @@
       const unset = (v) => v === null || v === undefined;
       const dur = (ms) => (unset(ms) ? 'default' : ms > 0 ? fmtDuration(ms) : 'unlimited');
       const lim = (n, f) => (unset(n) ? 'default' : n > 0 ? f(n) : 'unlimited');
-      main.querySelector('[data-testid=partition-state]').replaceChildren(...badges(p.paused ? 1 : 0, p.readonly ? 1 : 0, 1), ...degradedBadge(p.degraded ? [p.degraded] : []));
+      main.querySelector('[data-testid=partition-state]').replaceChildren(...badges(p.paused ? 1 : 0, p.readonly ? 1 : 0, 1), ...degradedBadge(p.degraded ? [p.degraded] : []), ...failedBadge(p));
       details.replaceChildren(
         h('dl', { class: 'kv' },
+          ...(p.failed ? [kv('Failed', p.failed, 'part-failed')] : []),
           kv('Leader', p.leader || '—', 'part-leader'),
           kv('Replicas', fmtList(p.replicas), 'part-replicas'),
           kv('ISR', [fmtList(p.isr), ...underReplicated(p)], 'part-isr'),

@@ -168,6 +168,14 @@ fn local_partition(
             s.name
         )));
     }
+    // A partition whose files are lost or damaged never opens: say so
+    // (409, as gRPC's FailedPrecondition), not that it is starting.
+    if let Some(f) = ctx.parts.failure(&s.name, id, s.creation_timestamp_ns) {
+        return Err(AdminError::Conflict(format!(
+            "partition {}/{id} failed: {}",
+            s.name, f.reason
+        )));
+    }
     let leader = pm.map(|p| p.leader.as_str()).unwrap_or_default();
     if leader != ctx.parts.server_id() {
         return Err(AdminError::Conflict(format!(

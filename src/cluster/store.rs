@@ -809,6 +809,111 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 }
 
+/// What an offline check of `raft.redb` found (`liftbridge check`).
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct RaftFileReport {
+    /// Log entries stored.
+    pub entries: u64,
+    /// Index of the first stored entry.
+    pub first_index: Option<u64>,
+    /// Index of the last stored entry.
+    pub last_index: Option<u64>,
+    /// A snapshot of the metadata is stored.
+    pub snapshot: bool,
+    /// The directory's identity (Raft id, server id), if stored.
+    pub identity: Option<Identity>,
+    /// What is wrong; empty when the file is sound.
+    pub problems: Vec<String>,
+}
+
+/// Reads `path` (a `raft.redb`) offline, without writing to it, and
+/// decodes every stored entry and marker. A file a running node holds is
+/// refused ([`CheckError::Locked`]); a file redb cannot open is a problem
+/// in the report, never a panic.
+///
+/// [`CheckError::Locked`]: crate::store::check::CheckError::Locked
+pub fn check_file(path: &Path) -> Result<RaftFileReport, crate::store::check::CheckError> {
+    use crate::store::check::{open_database, CheckError, ReadOnlyFile};
+    let mut report = RaftFileReport::default();
+    let backend = ReadOnlyFile::open(path)?;
+    let db = match open_database(backend, path) {
+        Ok(db) => db,
+        Err(CheckError::Unreadable { detail, .. }) => {
+            report.problems.push(detail);
+            return Ok(report);
+        }
+        Err(e) => return Err(e),
+    };
+    let scanned = catch_quiet(|| -> Result<(), Box<redb::Error>> {
+        let rtx = db.begin_read().map_err(boxed)?;
+        match rtx.open_table(LOG) {
+            Ok(log) => {
+                for item in log.iter().map_err(boxed)? {
+                    let (k, v) = item.map_err(boxed)?;
+                    let index = k.value();
+                    report.first_index.get_or_insert(index);
+                    report.last_index = Some(index);
+                    report.entries += 1;
+                    if let Err(e) = decode::<Entry<TypeConfig>>("log entry", v.value()) {
+                        report.problems.push(format!("log entry {index}: {e}"));
+                    }
+                }
+            }
+            Err(redb::TableError::TableDoesNotExist(_)) => {}
+            Err(e) => return Err(boxed(e)),
+        }
+        match rtx.open_table(META) {
+            Ok(meta) => {
+                let mut value = |key: &str| match meta.get(key) {
+                    Ok(v) => v.map(|v| v.value().to_vec()),
+                    Err(e) => {
+                        report.problems.push(format!("{key}: {e}"));
+                        None
+                    }
+                };
+                let vote = value(KEY_VOTE);
+                let committed = value(KEY_COMMITTED);
+                let purged = value(KEY_PURGED);
+                let snapshot = value(KEY_SNAPSHOT);
+                let identity = value(KEY_IDENTITY);
+                let mut check = |r: Result<(), StoreError>| {
+                    if let Err(e) = r {
+                        report.problems.push(e.to_string());
+                    }
+                };
+                if let Some(v) = vote {
+                    check(decode::<Vote<NodeId>>("vote", &v).map(drop));
+                }
+                if let Some(v) = committed {
+                    check(decode::<Option<LogId<NodeId>>>("committed", &v).map(drop));
+                }
+                if let Some(v) = purged {
+                    check(decode::<Option<LogId<NodeId>>>("purged", &v).map(drop));
+                }
+                if let Some(v) = snapshot {
+                    report.snapshot = true;
+                    check(decode::<StoredSnapshot>("snapshot", &v).map(drop));
+                }
+                if let Some(v) = identity {
+                    match decode::<Identity>("identity", &v) {
+                        Ok(id) => report.identity = Some(id),
+                        Err(e) => report.problems.push(e.to_string()),
+                    }
+                }
+            }
+            Err(redb::TableError::TableDoesNotExist(_)) => {}
+            Err(e) => return Err(boxed(e)),
+        }
+        Ok(())
+    });
+    match scanned {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => report.problems.push(e.to_string()),
+        Err(panic) => report.problems.push(panic),
+    }
+    Ok(report)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

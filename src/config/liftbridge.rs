@@ -2104,4 +2104,83 @@ mod tests {
             );
         }
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Values of every shape a YAML scalar or collection can take,
+        /// including ones no key accepts.
+        fn any_value() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("".to_string()),
+                Just("~".to_string()),
+                Just("[]".to_string()),
+                Just("{}".to_string()),
+                Just("[a, 1, {b: c}]".to_string()),
+                Just("{x: 1}".to_string()),
+                any::<i64>().prop_map(|n| n.to_string()),
+                any::<bool>().prop_map(|b| b.to_string()),
+                "[0-9]{1,4}(ns|us|ms|s|m|h|KB|MB|GB|x)?",
+                "\"\\PC{0,12}\"",
+                "[a-z0-9.:/_-]{0,16}",
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// Arbitrary text is a configuration or an error, never a panic.
+            #[test]
+            fn any_text_never_panics(text in "\\PC{0,200}") {
+                let _ = from_yaml_str(&text, Path::new("p.yaml"));
+            }
+
+            /// Every known key with a value of any shape, flat or nested,
+            /// is accepted or refused with an error: never a panic.
+            #[test]
+            fn known_keys_with_any_value_never_panic(
+                entries in proptest::collection::vec(
+                    (proptest::sample::select(KEYS), any_value(), any::<bool>()), 0..6),
+            ) {
+                let mut text = String::new();
+                for (key, value, nested) in &entries {
+                    match key.split_once('.') {
+                        Some((head, rest)) if *nested => {
+                            text.push_str(&format!("{head}:\n  {rest}: {value}\n"));
+                        }
+                        _ => text.push_str(&format!("{key}: {value}\n")),
+                    }
+                }
+                let _ = from_yaml_str(&text, Path::new("p.yaml"));
+            }
+
+            /// Values written to a file are the values loaded, for keys of
+            /// each kind (number, size, duration, boolean, choice, path).
+            #[test]
+            fn valid_values_round_trip(
+                port in 1u16..,
+                max_messages in 0i64..1_000_000_000,
+                max_bytes in 0i64..1_000_000_000,
+                age_s in 1u64..1_000_000,
+                compact in any::<bool>(),
+                level in proptest::sample::select(vec!["debug", "info", "warn", "error"]),
+                dir in "/[a-z0-9_]{1,12}(/[a-z0-9_]{1,12}){0,2}",
+            ) {
+                let text = format!(
+                    "port: {port}\ndata.dir: {dir}\nstreams.retention.max.messages: {max_messages}\n\
+                     streams.retention.max.bytes: {max_bytes}\nstreams.retention.max.age: {age_s}s\n\
+                     streams.compact.enabled: {compact}\nlogging.level: {level}\n"
+                );
+                let c = from_yaml_str(&text, Path::new("p.yaml")).unwrap();
+                prop_assert_eq!(c.port, port);
+                prop_assert_eq!(c.data_dir, PathBuf::from(&dir));
+                prop_assert_eq!(c.streams.retention_max_messages, max_messages);
+                prop_assert_eq!(c.streams.retention_max_bytes, max_bytes);
+                prop_assert_eq!(c.streams.retention_max_age, Duration::from_secs(age_s));
+                prop_assert_eq!(c.streams.compact_enabled, compact);
+                prop_assert_eq!(format!("{:?}", c.logging.level).to_lowercase(), level);
+            }
+        }
+    }
 }

@@ -1973,5 +1973,96 @@ no_auth_user: bob
             let s: String = parts.concat();
             let _ = from_str(&s, Path::new("p.conf"));
         }
+
+        /// A tree of blocks, arrays and scalars written in any of the
+        /// syntaxes (`k: v`, `k = v`, `k v`; `,` `;` or newline between
+        /// entries) parses back to the same tree.
+        #[test]
+        fn written_trees_parse_back(tree in tree_entries(), style in 0usize..3, sep in 0usize..3) {
+            let text = render_entries(&tree, style, sep);
+            let parsed = parse_str(&text, Path::new("t.conf"))
+                .map_err(|e| proptest::test_runner::TestCaseError::fail(format!("{text}: {e}")))?;
+            let got: Vec<(String, Plain)> =
+                parsed.iter().map(|(k, n)| (k.clone(), plain(&n.value))).collect();
+            proptest::prop_assert_eq!(got, tree, "{}", text);
+        }
+    }
+
+    /// A parsed value without positions, for comparing trees.
+    #[derive(Debug, Clone, PartialEq)]
+    enum Plain {
+        Str(String),
+        Int(i64),
+        Bool(bool),
+        Array(Vec<Plain>),
+        Map(Vec<(String, Plain)>),
+    }
+
+    fn plain(v: &Value) -> Plain {
+        match v {
+            Value::Str(s) => Plain::Str(s.clone()),
+            Value::Int(i) => Plain::Int(*i),
+            Value::Float(f) => Plain::Str(format!("float {f}")),
+            Value::Bool(b) => Plain::Bool(*b),
+            Value::Array(a) => Plain::Array(a.iter().map(|n| plain(&n.value)).collect()),
+            Value::Map(m) => Plain::Map(
+                m.iter()
+                    .map(|(k, n)| (k.clone(), plain(&n.value)))
+                    .collect(),
+            ),
+        }
+    }
+
+    fn tree_entries() -> impl proptest::strategy::Strategy<Value = Vec<(String, Plain)>> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            (0i64..1_000_000).prop_map(Plain::Int),
+            any::<bool>().prop_map(Plain::Bool),
+            "[a-zA-Z0-9 _.-]{0,10}".prop_map(Plain::Str),
+        ];
+        let value = leaf.prop_recursive(2, 12, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Plain::Array),
+                keyed(inner).prop_map(Plain::Map),
+            ]
+        });
+        keyed(value)
+    }
+
+    /// Entries with distinct keys (`k_…`, never a keyword).
+    fn keyed(
+        v: impl proptest::strategy::Strategy<Value = Plain>,
+    ) -> impl proptest::strategy::Strategy<Value = Vec<(String, Plain)>> {
+        use proptest::prelude::*;
+        proptest::collection::vec(("k_[a-z0-9_]{0,6}", v), 0..4).prop_map(|mut e| {
+            let mut seen = std::collections::HashSet::new();
+            e.retain(|(k, _)| seen.insert(k.clone()));
+            e
+        })
+    }
+
+    fn render_value(v: &Plain, style: usize, sep: usize) -> String {
+        match v {
+            Plain::Str(s) => format!("\"{s}\""),
+            Plain::Int(i) => i.to_string(),
+            Plain::Bool(b) => b.to_string(),
+            Plain::Array(a) => format!(
+                "[{}]",
+                a.iter()
+                    .map(|x| render_value(x, style, sep))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Plain::Map(m) => format!("{{\n{}\n}}", render_entries(m, style, sep)),
+        }
+    }
+
+    fn render_entries(e: &[(String, Plain)], style: usize, sep: usize) -> String {
+        let kv = [": ", " = ", " "][style];
+        let between = [",\n", ";\n", "\n"][sep];
+        e.iter()
+            .map(|(k, v)| format!("{k}{kv}{}", render_value(v, style, sep)))
+            .collect::<Vec<_>>()
+            .join(between)
     }
 }

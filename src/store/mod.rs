@@ -125,6 +125,7 @@
 //!
 //! This module knows nothing of NATS or gRPC: subjects are plain strings.
 
+pub mod check;
 pub mod codec;
 pub mod journal;
 mod log;

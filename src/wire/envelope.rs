@@ -252,4 +252,100 @@ mod tests {
         };
         assert_eq!(decode_ack(&encode_ack(&a)).unwrap(), a);
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        const TYPES: [MsgType; 7] = [
+            MsgType::Publish,
+            MsgType::Ack,
+            MsgType::ReplicationRequest,
+            MsgType::ReplicationResponse,
+            MsgType::LeaderEpochOffsetRequest,
+            MsgType::LeaderEpochOffsetResponse,
+            MsgType::PartitionNotification,
+        ];
+
+        fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
+            proptest::collection::vec(any::<u8>(), 0..max)
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// Any bytes, or a valid header followed by any bytes, decode to
+            /// a value or an error for every type: never a panic.
+            #[test]
+            fn any_bytes_never_panic(data in bytes(80), t in 0usize..7, header in any::<bool>()) {
+                let mut v = Vec::new();
+                if header {
+                    v.extend_from_slice(&MAGIC);
+                    v.push(VERSION);
+                }
+                v.extend_from_slice(&data);
+                let _ = decode_raw(&v, TYPES[t]);
+                let _ = decode_message(&v);
+                let _ = decode_ack(&v);
+            }
+
+            /// Frames round-trip with and without a CRC, are refused as
+            /// another type, and a flipped payload bit under a CRC is
+            /// refused as such.
+            #[test]
+            fn raw_frames_round_trip(
+                payload in bytes(200), t in 0usize..7, other in 0usize..7,
+                crc in any::<bool>(), flip in any::<proptest::sample::Index>(), bit in 0u8..8,
+            ) {
+                let e = encode_raw(TYPES[t], &payload, crc);
+                prop_assert_eq!(decode_raw(&e, TYPES[t]).unwrap(), &payload[..]);
+                if other != t {
+                    let wrong = matches!(
+                        decode_raw(&e, TYPES[other]),
+                        Err(EnvelopeError::WrongType { .. })
+                    );
+                    prop_assert!(wrong);
+                }
+                if crc && !payload.is_empty() {
+                    let mut v = e.to_vec();
+                    v[HEADER_LEN_CRC + flip.index(payload.len())] ^= 1 << bit;
+                    prop_assert_eq!(decode_raw(&v, TYPES[t]).unwrap_err(), EnvelopeError::BadCrc);
+                }
+            }
+
+            /// Publish and ack payloads round-trip through their envelope.
+            #[test]
+            fn messages_and_acks_round_trip(
+                key in bytes(20), value in bytes(200), offset in any::<i64>(),
+                timestamp in any::<i64>(), subject in "\\PC{0,16}", reply in "\\PC{0,16}",
+                inbox in "\\PC{0,16}", cid in "\\PC{0,16}", policy in 0i32..3,
+                headers in proptest::collection::hash_map("\\PC{0,8}", bytes(8), 0..4),
+            ) {
+                let m = pb::Message {
+                    offset,
+                    key: Bytes::from(key),
+                    value: Bytes::from(value),
+                    timestamp,
+                    subject: subject.clone(),
+                    reply_subject: reply,
+                    headers: headers.into_iter().map(|(k, v)| (k, Bytes::from(v))).collect(),
+                    ack_inbox: inbox.clone(),
+                    correlation_id: cid.clone(),
+                    ack_policy: policy,
+                    ..Default::default()
+                };
+                prop_assert_eq!(decode_message(&encode_message(&m)).unwrap(), m);
+                let a = pb::Ack {
+                    stream: subject,
+                    offset,
+                    ack_inbox: inbox,
+                    correlation_id: cid,
+                    ack_policy: policy,
+                    commit_timestamp: timestamp,
+                    ..Default::default()
+                };
+                prop_assert_eq!(decode_ack(&encode_ack(&a)).unwrap(), a);
+            }
+        }
+    }
 }

@@ -230,4 +230,90 @@ mod tests {
         assert_eq!(decode_notification(&n).unwrap().partition, 2);
         assert!(decode_notification(&e).is_err());
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// Any bytes after a fetch-answer header, or none at all,
+            /// decode to an answer or an error: never a panic.
+            #[test]
+            fn any_answer_bytes_never_panic(
+                data in proptest::collection::vec(any::<u8>(), 0..120), header in any::<bool>(),
+            ) {
+                let mut v = Vec::new();
+                if header {
+                    v.extend_from_slice(&MAGIC);
+                    v.extend_from_slice(&[VERSION, HEADER_LEN as u8, 0, MsgType::ReplicationResponse as u8]);
+                }
+                v.extend_from_slice(&data);
+                let v = Bytes::from(v);
+                let _ = decode_response(v.clone());
+                let _ = decode_fetch(&v);
+                let _ = decode_epoch_request(&v);
+                let _ = decode_epoch_response(&v);
+                let _ = decode_notification(&v);
+            }
+
+            /// A written answer decodes to what was written; every strict
+            /// prefix of it that cuts an entry is refused as truncated.
+            #[test]
+            fn answers_round_trip_and_prefixes_are_truncated(
+                epoch in any::<u64>(), hw in any::<i64>(),
+                records in proptest::collection::vec(
+                    (any::<u64>(), proptest::collection::vec(any::<u8>(), 0..40)), 0..8),
+                cut in any::<proptest::sample::Index>(),
+            ) {
+                let mut w = ResponseWriter::new(epoch, hw, 64);
+                for (o, r) in &records {
+                    w.push_with(*o, r.len(), |b| b.copy_from_slice(r));
+                }
+                let data = w.finish();
+                let got = decode_response(data.clone()).unwrap();
+                prop_assert_eq!(got.leader_epoch, epoch);
+                prop_assert_eq!(got.hw, hw);
+                let want: Vec<(u64, Bytes)> =
+                    records.iter().map(|(o, r)| (*o, Bytes::from(r.clone()))).collect();
+                prop_assert_eq!(got.records, want);
+                // Cut inside the fixed fields or inside the last entry.
+                let at = cut.index(data.len());
+                let ends_an_entry = {
+                    let mut pos = HEADER_LEN + FIXED_LEN;
+                    let mut ends = vec![pos];
+                    for (_, r) in &records {
+                        pos += ENTRY_OVERHEAD + r.len();
+                        ends.push(pos);
+                    }
+                    ends.contains(&at)
+                };
+                if !ends_an_entry {
+                    prop_assert!(decode_response(data.slice(..at)).is_err());
+                }
+            }
+
+            /// The small messages round-trip through their envelopes.
+            #[test]
+            fn small_messages_round_trip_props(
+                replica in "\\PC{0,12}", offset in any::<i64>(), epoch in any::<u64>(),
+                stream in "\\PC{0,12}", partition in any::<i32>(),
+            ) {
+                let f = pb::ReplicationRequest {
+                    replica_id: replica,
+                    offset,
+                    leader_epoch: epoch,
+                    ..Default::default()
+                };
+                prop_assert_eq!(decode_fetch(&encode_fetch(&f)).unwrap(), f);
+                let q = pb::LeaderEpochOffsetRequest { leader_epoch: epoch };
+                prop_assert_eq!(decode_epoch_request(&encode_epoch_request(&q)).unwrap(), q);
+                let a = pb::LeaderEpochOffsetResponse { end_offset: offset, ..Default::default() };
+                prop_assert_eq!(decode_epoch_response(&encode_epoch_response(&a)).unwrap(), a);
+                let n = pb::PartitionNotification { stream, partition };
+                prop_assert_eq!(decode_notification(&encode_notification(&n)).unwrap(), n);
+            }
+        }
+    }
 }

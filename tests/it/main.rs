@@ -6,6 +6,7 @@
 mod admin_api;
 mod admin_auth;
 mod admin_http;
+mod admin_paths;
 mod api_acks;
 mod api_activity;
 mod api_authz;
@@ -49,6 +50,7 @@ mod nats_ws;
 mod packaging;
 mod partitions_many;
 mod store_basic;
+mod store_check;
 mod store_crash;
 mod store_disk_full;
 mod store_many;

@@ -114,14 +114,16 @@ class Server {
     return { status: r.status, body: text ? JSON.parse(text) : null };
   }
 
-  async stop() {
-    if (!this.proc || this.proc.exitCode !== null) return;
-    const done = new Promise((r) => this.proc.once('exit', r));
-    this.proc.kill('SIGTERM');
-    const t = setTimeout(() => this.proc.kill('SIGKILL'), 10000);
-    await done;
-    clearTimeout(t);
-    fs.rmSync(this.dir, { recursive: true, force: true });
+  /** Stops the process; the data directory is removed unless `keep`. */
+  async stop(keep = false) {
+    if (this.proc && this.proc.exitCode === null) {
+      const done = new Promise((r) => this.proc.once('exit', r));
+      this.proc.kill('SIGTERM');
+      const t = setTimeout(() => this.proc.kill('SIGKILL'), 10000);
+      await done;
+      clearTimeout(t);
+    }
+    if (!keep) fs.rmSync(this.dir, { recursive: true, force: true });
   }
 }
 
@@ -469,6 +471,37 @@ uiTest('a partition whose ISR is below its minimum is shown under-replicated', a
   assert.equal((await server.api('DELETE', '/api/v1/streams/thin')).status, 200);
   await page.click(byTestId('nav-streams'));
   await page.locator(byTestId('streams-refresh')).waitFor();
+});
+
+uiTest('a partition whose log file was lost is shown failed with the reason', async () => {
+  // A server of its own: its data is damaged while it is stopped.
+  const own = await new Server().start();
+  try {
+    const r = await own.api('POST', '/api/v1/streams', { name: 'hurt', subject: 'hurt' });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const m = await own.api('POST', '/api/v1/streams/hurt/partitions/0/messages', { value: 'x' });
+    assert.ok(m.status < 300, JSON.stringify(m.body));
+    await own.stop(true);
+    fs.writeFileSync(path.join(own.dir, 'data', 'streams', 'hurt', '0', 'log.redb'), '');
+    own.output = '';
+    await own.start();
+    assert.match((await own.api('GET', '/api/v1/streams/hurt/partitions/0')).body.failed || '', /log\.redb/);
+    await page.goto(own.base + '/#/streams/hurt');
+    const badge = page.locator(`${byTestId('partition-row')} ${byTestId('badge-failed')}`);
+    await badge.waitFor();
+    assert.match(await badge.getAttribute('title'), /empty/);
+    await page.goto(own.base + '/#/streams/hurt/partitions/0');
+    await page.locator(`${byTestId('partition-state')} ${byTestId('badge-failed')}`).waitFor();
+    assert.match(await page.locator(byTestId('part-failed')).textContent(), /log\.redb/);
+    // Reading its messages says why it cannot be read.
+    const read = await own.api('GET', '/api/v1/streams/hurt/partitions/0/messages');
+    assert.equal(read.status, 409, JSON.stringify(read.body));
+    assert.match(read.body.error, /failed: .*log\.redb/);
+    await shot(page, 'partition-failed');
+  } finally {
+    await own.stop();
+  }
+  await page.goto(server.base + '/#/streams');
 });
 
 uiTest('deleting a stream asks first', async () => {
