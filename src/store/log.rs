@@ -1863,11 +1863,11 @@ impl Writer {
     fn engine(&self) -> Result<Arc<Database>, EngineError> {
         match &self.db {
             Some(db) => Ok(db.clone()),
-            None if self.stopped.is_some() => Err(EngineError::Storage(Box::new(
-                redb::StorageError::Io(std::io::Error::other(
-                    "the database is not open (reopening after a failure)",
-                )),
-            ))),
+            None if self.stopped.is_some() => {
+                Err(EngineError::Storage(Box::new(redb::StorageError::Io(
+                    std::io::Error::other("the database is not open (reopening after a failure)"),
+                ))))
+            }
             None => Err(EngineError::NotCreated),
         }
     }
