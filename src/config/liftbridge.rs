@@ -2009,6 +2009,7 @@ mod tests {
                 "all",
                 "info",
                 "https://a.example.com",
+                "64MB",
             ];
             let ok = samples.iter().any(|v| {
                 load_with_env(&LiftbridgeFlags::default(), |k| {
