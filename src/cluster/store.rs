@@ -32,13 +32,13 @@
 //! directory still holds stream data, since starting would silently drop
 //! every stream (their files would stay on disk, unknown to the metadata).
 
-use std::cell::{Cell, RefCell};
 use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::{Bound, RangeBounds};
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
+
+use crate::store::check::catch_quiet;
 
 use openraft::storage::{LogFlushed, RaftLogStorage, RaftStateMachine};
 use openraft::{
@@ -120,51 +120,6 @@ pub enum StoreError {
         /// The directory holding stream data.
         streams: PathBuf,
     },
-}
-
-thread_local! {
-    /// Set while `catch_quiet` runs on this thread: the panic hook stays silent.
-    static QUIET: Cell<bool> = const { Cell::new(false) };
-    /// Where the last silenced panic happened (for the error message).
-    static QUIET_AT: RefCell<Option<String>> = const { RefCell::new(None) };
-}
-
-static QUIET_HOOK: Once = Once::new();
-
-/// Runs `f`, turning a panic into `Err(message)` without printing it.
-///
-/// redb 2 asserts on some malformed files instead of returning an error; a
-/// damaged file on disk must give a clear error, not a panic report. The
-/// hook installed once here only silences panics on a thread inside
-/// `catch_quiet`; every other panic goes to the previous hook unchanged.
-fn catch_quiet<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    QUIET_HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if QUIET.with(Cell::get) {
-                let at = info
-                    .location()
-                    .map(|l| format!("{}:{}", l.file(), l.line()));
-                QUIET_AT.with(|a| *a.borrow_mut() = at);
-            } else {
-                previous(info);
-            }
-        }));
-    });
-    let was = QUIET.with(|q| q.replace(true));
-    let res = std::panic::catch_unwind(AssertUnwindSafe(f));
-    QUIET.with(|q| q.set(was));
-    res.map_err(|payload| {
-        let msg = payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".to_owned());
-        match QUIET_AT.with(|a| a.borrow_mut().take()) {
-            Some(at) => format!("redb failed a check reading it: {msg} at {at}"),
-            None => format!("redb failed a check reading it: {msg}"),
-        }
-    })
 }
 
 fn boxed<E: Into<redb::Error>>(e: E) -> Box<redb::Error> {

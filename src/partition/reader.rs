@@ -460,17 +460,9 @@ mod tests {
 
     /// Readers deliver only below the partition's committed end, whatever
     /// the store holds, and wake when the leader moves it.
-    #[tokio::test]
-    async fn readers_stop_at_the_high_watermark_and_wait_on_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path().to_path_buf();
-        let log = tokio::task::spawn_blocking(move || {
-            PartitionLog::open(&d, "log", LogConfig::default())
-        })
-        .await
-        .unwrap()
-        .unwrap();
-        log.append(0, vec![rec(b"a"), rec(b"b")]).await.unwrap();
+    /// A leader partition of `log` on a node of its own (with an embedded
+    /// NATS server, shut down by the caller).
+    async fn standalone_leader(log: &PartitionLog) -> (crate::nats::NatsServer, Arc<Partition>) {
         let nats = crate::nats::NatsServer::start(crate::config::nats::NatsOptions {
             host: "127.0.0.1".into(),
             port: 0,
@@ -501,6 +493,21 @@ mod tests {
             },
             crate::partition::ReplicaContext::standalone("me"),
         );
+        (nats, p)
+    }
+
+    #[tokio::test]
+    async fn readers_stop_at_the_high_watermark_and_wait_on_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_path_buf();
+        let log = tokio::task::spawn_blocking(move || {
+            PartitionLog::open(&d, "log", LogConfig::default())
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        log.append(0, vec![rec(b"a"), rec(b"b")]).await.unwrap();
+        let (nats, p) = standalone_leader(&log).await;
         // What the log held when the partition opened is committed.
         assert_eq!(p.high_watermark(), Some(1));
         // Written to the store but not committed (as a follower's or an
@@ -552,36 +559,7 @@ mod tests {
         log.append(0, (0..200).map(|_| rec(&VALUE)).collect())
             .await
             .unwrap();
-        let nats = crate::nats::NatsServer::start(crate::config::nats::NatsOptions {
-            host: "127.0.0.1".into(),
-            port: 0,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-        let p = Partition::new(
-            "s".into(),
-            0,
-            "s".into(),
-            String::new(),
-            1,
-            log.clone(),
-            PartitionSettings {
-                max_bytes: 1 << 20,
-                occ: false,
-                leader_epoch: 0,
-                encrypt: None,
-            },
-            false,
-            nats.local_client("test"),
-            crate::partition::Role::Leader,
-            crate::partition::Membership {
-                replicas: vec!["me".into()],
-                isr: vec!["me".into()],
-                min_isr: 1,
-            },
-            crate::partition::ReplicaContext::standalone("me"),
-        );
+        let (nats, p) = standalone_leader(&log).await;
         let budget = Budget::new();
         let (tx, mut rx) = mpsc::channel(4);
         let reader = tokio::spawn(run(p.clone(), 0, None, budget.clone(), tx));
