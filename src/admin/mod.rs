@@ -681,7 +681,7 @@ pub fn degraded_json(d: &[crate::partition::DegradedPartition]) -> Vec<Value> {
 /// cause, typed as its JetStream stream errors are), listing the
 /// partitions that cannot write; `None` when every partition can.
 pub fn healthz_degraded(parts: &PartitionManager) -> Option<Value> {
-    let d = parts.degraded();
+    let d = parts.unhealthy();
     let first = d.first()?;
     let errors: Vec<Value> = d
         .iter()
@@ -706,7 +706,7 @@ pub fn healthz_degraded(parts: &PartitionManager) -> Option<Value> {
 }
 
 fn health(ctx: &AdminContext) -> HttpResponse {
-    let degraded = ctx.parts.degraded();
+    let degraded = ctx.parts.unhealthy();
     if ctx.meta.leader_id().is_some() && degraded.is_empty() {
         HttpResponse::json(200, &json!({"status": "ok"}))
     } else if let Some(first) = degraded.first() {

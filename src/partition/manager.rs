@@ -487,6 +487,28 @@ impl PartitionManager {
         v
     }
 
+    /// Partitions here that cannot write, for health checks: the
+    /// [`degraded`](Self::degraded) ones and the lost or corrupt ones
+    /// ([`failures`](Self::failures), which stay refused until repaired),
+    /// ordered by stream and id.
+    pub fn unhealthy(&self) -> Vec<DegradedPartition> {
+        let mut v = self.degraded();
+        for (stream, partition, f) in self.failures() {
+            if f.permanent {
+                v.push(DegradedPartition {
+                    stream,
+                    partition,
+                    reason: f.reason,
+                    no_space: f.no_space,
+                    since_ns: 0,
+                    running: false,
+                });
+            }
+        }
+        v.sort_by(|a, b| (&a.stream, a.partition).cmp(&(&b.stream, b.partition)));
+        v
+    }
+
     /// Every partition that failed to start here, ordered by stream and id.
     pub fn failures(&self) -> Vec<(String, i32, PartitionFailure)> {
         let mut v: Vec<_> = self

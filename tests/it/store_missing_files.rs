@@ -145,6 +145,15 @@ async fn damaged_partition_is_refused(how: Damage) {
         metrics.contains("liftbridge_partition_failed{stream=\"fine\",partition=\"0\"} 0"),
         "{how:?}: {metrics}"
     );
+    // Health checks name it: /api/v1/health and nats-style /healthz say 503.
+    for path in ["/api/v1/health", "/healthz"] {
+        let health = http_get(http, path).await;
+        assert!(
+            health.starts_with("HTTP/1.1 503"),
+            "{how:?} {path}: {health}"
+        );
+        assert!(health.contains("hurt"), "{how:?} {path}: {health}");
+    }
 
     // The other stream keeps its messages and its offsets.
     let ack = publish_acked(&mut c, "fine", 0, b"", b"more").await;
