@@ -70,7 +70,9 @@ class Server {
     this.output = '';
   }
 
-  async start() {
+  /** Starts the node; resolves once /api/v1/health is ok, or (with
+   * `degraded`) once it answers 503 "degraded" (a partition here cannot write). */
+  async start({ degraded = false } = {}) {
     [this.grpcPort, this.natsPort, this.httpPort] = [await freePort(), await freePort(), await freePort()];
     const cfg = path.join(this.dir, 'liftbridge.yml');
     fs.writeFileSync(cfg,
@@ -94,7 +96,14 @@ class Server {
       if (exited !== null) throw new Error(`liftbridge exited with ${exited}:\n${this.output}`);
       return this.output.includes(`serving gRPC on 127.0.0.1:${this.grpcPort}`);
     }, 30000);
-    await waitUntil('/api/v1/health to be ok', async () => (await fetch(`${this.base}/api/v1/health`)).ok, 30000);
+    if (degraded) {
+      await waitUntil('/api/v1/health to say degraded', async () => {
+        const r = await fetch(`${this.base}/api/v1/health`);
+        return r.status === 503 && (await r.json()).status === 'degraded';
+      }, 30000);
+    } else {
+      await waitUntil('/api/v1/health to be ok', async () => (await fetch(`${this.base}/api/v1/health`)).ok, 30000);
+    }
     return this;
   }
 
@@ -484,7 +493,10 @@ uiTest('a partition whose log file was lost is shown failed with the reason', as
     await own.stop(true);
     fs.writeFileSync(path.join(own.dir, 'data', 'streams', 'hurt', '0', 'log.redb'), '');
     own.output = '';
-    await own.start();
+    await own.start({ degraded: true });
+    const health = await own.api('GET', '/api/v1/health');
+    assert.equal(health.status, 503, JSON.stringify(health.body));
+    assert.equal(health.body.degraded[0].stream, 'hurt', JSON.stringify(health.body));
     assert.match((await own.api('GET', '/api/v1/streams/hurt/partitions/0')).body.failed || '', /log\.redb/);
     await page.goto(own.base + '/#/streams/hurt');
     const badge = page.locator(`${byTestId('partition-row')} ${byTestId('badge-failed')}`);
