@@ -55,9 +55,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, Once};
 
 use bytes::Bytes;
-use redb::{
-    Database, DatabaseError, Durability, ReadableTable, StorageBackend, TableDefinition, TableError,
-};
+use redb::{Database, DatabaseError, Durability, ReadableTable, StorageBackend, TableError};
 use serde::Serialize;
 use thiserror::Error;
 
@@ -65,14 +63,7 @@ use super::codec::{self, Entry};
 use super::journal;
 
 // The layout of `log.rs` (see the module doc there).
-const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("chunks");
-const RECORDS_V1: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
-const TIME_INDEX: TableDefinition<(i64, u64), ()> = TableDefinition::new("time_index");
-const EPOCHS: TableDefinition<u64, u64> = TableDefinition::new("epochs");
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-const META_LEO: &str = "leo";
-const META_COUNT: &str = "count";
-const META_BYTES: &str = "bytes";
+use super::log::{EPOCHS, META, META_BYTES, META_COUNT, META_LEO, RECORDS, RECORDS_V1, TIME_INDEX};
 
 /// File name of a partition's database inside its directory.
 pub const DB_FILE: &str = "log.redb";

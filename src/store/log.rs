@@ -87,17 +87,17 @@ use super::{
 /// Chunks of records: key = offset of the chunk's first record, value =
 /// entries (see [`codec`]). A chunk is never empty and its key always equals
 /// its first entry's offset.
-const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("chunks");
+pub(super) const RECORDS: TableDefinition<u64, &[u8]> = TableDefinition::new("chunks");
 /// The first layout, one record per value (key = its offset); migrated into
 /// [`RECORDS`] when a file that still has it is opened.
-const RECORDS_V1: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
-const TIME_INDEX: TableDefinition<(i64, u64), ()> = TableDefinition::new("time_index");
-const EPOCHS: TableDefinition<u64, u64> = TableDefinition::new("epochs");
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+pub(super) const RECORDS_V1: TableDefinition<u64, &[u8]> = TableDefinition::new("records");
+pub(super) const TIME_INDEX: TableDefinition<(i64, u64), ()> = TableDefinition::new("time_index");
+pub(super) const EPOCHS: TableDefinition<u64, u64> = TableDefinition::new("epochs");
+pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
-const META_LEO: &str = "leo";
-const META_COUNT: &str = "count";
-const META_BYTES: &str = "bytes";
+pub(super) const META_LEO: &str = "leo";
+pub(super) const META_COUNT: &str = "count";
+pub(super) const META_BYTES: &str = "bytes";
 
 /// Sentinel for "no offset" in the published atomics.
 const NO_OFFSET: u64 = u64::MAX;
