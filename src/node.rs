@@ -1024,6 +1024,17 @@ impl NodeHandle {
         }
     }
 
+    /// Applies the NATS part of a re-read configuration to the embedded
+    /// server (SIGHUP): the lines to log, or why nothing changed.
+    pub async fn reload_nats(
+        &self,
+        mut opts: NatsOptions,
+    ) -> Result<Vec<String>, crate::nats::reload::ReloadError> {
+        // The node serves monitoring on its own HTTP listener.
+        opts.http = None;
+        self.nats.reload(opts).await
+    }
+
     /// Address the gRPC API listens on.
     pub fn grpc_addr(&self) -> SocketAddr {
         self.grpc_addr

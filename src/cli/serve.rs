@@ -9,9 +9,11 @@
 //! Under systemd (`Type=notify`) it reports READY once every listener is up,
 //! pings the watchdog, and reports STOPPING on the way out. SIGHUP re-reads
 //! the configuration: an invalid file is refused (the running server keeps
-//! its settings) and `logging.level` applies at once; the authorization
-//! policy (`tls.client.authz.*`) is re-read, as Liftbridge does; other keys
-//! take effect at the next start.
+//! its settings); the embedded NATS server applies what nats-server would
+//! (users, permissions, TLS certificates, limits; see `nats::reload`) or
+//! refuses the whole file; `logging.level` applies at once; the
+//! authorization policy (`tls.client.authz.*`) is re-read, as Liftbridge
+//! does; other keys take effect at the next start.
 
 use anyhow::Context;
 use clap::Args;
@@ -117,6 +119,47 @@ pub fn log_filter(logging: &crate::config::liftbridge::LoggingConfig) -> String 
 type LevelHandle =
     tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>;
 
+/// SIGHUP: re-reads the configuration; the embedded NATS server takes its
+/// new options (users, permissions, TLS certificates, limits — as
+/// nats-server reloads them) and the log level applies. A file that does
+/// not load, or a NATS change that cannot apply at run time, changes
+/// nothing and is logged.
+async fn reload(flags: &LiftbridgeFlags, level: &LevelHandle, node: &crate::node::NodeHandle) {
+    let cfg = match load(flags) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "configuration not reloaded");
+            return;
+        }
+    };
+    let nats = match NodeConfig::from_liftbridge(&cfg) {
+        Ok(n) => n.nats,
+        Err(e) => {
+            tracing::error!(error = %e, "configuration not reloaded");
+            return;
+        }
+    };
+    match node.reload_nats(nats).await {
+        Ok(lines) => {
+            for l in lines {
+                tracing::info!("{l}");
+            }
+        }
+        Err(e) => {
+            tracing::error!(
+                "Failed to reload server configuration: {e}; configuration not reloaded"
+            );
+            return;
+        }
+    }
+    let filter = tracing_subscriber::EnvFilter::new(log_filter(&cfg.logging));
+    match level.reload(filter) {
+        Ok(()) => tracing::info!(level = cfg.logging.level.as_str(), "configuration reloaded"),
+        Err(e) => tracing::warn!(error = %e, "log level not changed"),
+    }
+    tracing::info!("Reloaded server configuration");
+}
+
 /// The signals the server handles, installed before start-up completes.
 struct Signals {
     term: tokio::signal::unix::Signal,
@@ -153,16 +196,7 @@ async fn wait_for_signal(
             _ = int.recv() => return Ok(()),
             _ = hup.recv() => {
                 crate::systemd::reloading();
-                match load(flags) {
-                    Ok(cfg) => {
-                        let filter = tracing_subscriber::EnvFilter::new(log_filter(&cfg.logging));
-                        match level.reload(filter) {
-                            Ok(()) => tracing::info!(level = cfg.logging.level.as_str(), "configuration reloaded"),
-                            Err(e) => tracing::warn!(error = %e, "log level not changed"),
-                        }
-                    }
-                    Err(e) => tracing::error!(error = %format!("{e:#}"), "configuration not reloaded"),
-                }
+                reload(flags, level, node).await;
                 // As Liftbridge: SIGHUP re-reads the authorization policy.
                 match node.reload_authz().await {
                     Ok(true) => tracing::info!("reloaded authorization permissions"),

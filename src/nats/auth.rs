@@ -253,6 +253,21 @@ impl Authenticator {
         self.no_auth_user.is_some()
     }
 
+    /// Whether a user/password user of this name is configured.
+    pub fn has_user(&self, name: &str) -> bool {
+        self.users.contains_key(name)
+    }
+
+    /// Whether an nkey user with this public key is configured.
+    pub fn has_nkey(&self, key: &str) -> bool {
+        self.nkeys.contains_key(key)
+    }
+
+    /// Whether a token is configured.
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
     /// Whether some secret is a bcrypt hash (checks then cost milliseconds).
     pub fn uses_bcrypt(&self) -> bool {
         self.uses_bcrypt

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use super::auth::{Credentials, PermissionSet};
 use super::handle::LocalMsg;
 use super::proto::{self, ClientOp, ConnectOptions, Parsed, Parser};
+use super::reload::{ConnAuth, Live};
 use super::server::ServerInner;
 use super::sublist::MatchResult;
 
@@ -207,6 +208,9 @@ pub struct ClientShared {
     ping_sent_us: AtomicU64,
     pub(crate) connected: AtomicBool,
     max_pending: usize,
+    /// Credentials and permissions of a client since its CONNECT (a reload
+    /// re-checks them and may replace the permissions).
+    pub(crate) auth: Mutex<Option<ConnAuth>>,
 }
 
 impl ClientShared {
@@ -245,6 +249,7 @@ impl ClientShared {
             ping_sent_us: AtomicU64::new(0),
             connected: AtomicBool::new(kind == ClientKind::Local),
             max_pending,
+            auth: Mutex::new(None),
         })
     }
 
@@ -1321,6 +1326,10 @@ pub(crate) struct Reader {
     flush: FlushList,
     in_msgs: u64,
     in_bytes: u64,
+    /// The reloadable settings this reader applies, and the reload
+    /// generation they belong to.
+    live: Arc<Live>,
+    live_gen: u64,
 }
 
 /// What to do after an operation.
@@ -1339,8 +1348,9 @@ impl Reader {
         nonce: Option<String>,
         urls_gen: u64,
     ) -> Reader {
-        let o = &server.opts;
-        let parser = Parser::new(o.max_control_line, o.max_payload);
+        let live_gen = server.reload_gen.load(Ordering::SeqCst);
+        let live = server.live();
+        let parser = Parser::new(live.opts.max_control_line, live.opts.max_payload);
         Reader {
             client,
             server,
@@ -1363,6 +1373,27 @@ impl Reader {
             flush: FlushList::new(),
             in_msgs: 0,
             in_bytes: 0,
+            live,
+            live_gen,
+        }
+    }
+
+    /// Takes the settings of a reload that happened since the last read:
+    /// limits, and the permissions the reload gave this client.
+    fn refresh_live(&mut self) {
+        let g = self.server.reload_gen.load(Ordering::SeqCst);
+        if g == self.live_gen {
+            return;
+        }
+        self.live_gen = g;
+        self.live = self.server.live();
+        let o = &self.live.opts;
+        self.parser.set_limits(o.max_control_line, o.max_payload);
+        if self.st.connected {
+            if let Some(a) = self.client.auth.lock().as_ref() {
+                self.st.perms = a.perms.clone();
+            }
+            self.perm_cache.clear();
         }
     }
 
@@ -1391,6 +1422,7 @@ impl Reader {
             };
             let _ = n;
             self.client.touch();
+            self.refresh_live();
             loop {
                 if self.flush.has_local_stall() {
                     // A recorder queue is over its mark: stop reading (TCP
@@ -1566,39 +1598,47 @@ impl Reader {
     }
 
     /// Verifies CONNECT credentials; bcrypt hashes are checked on the
-    /// blocking pool so a slow hash never stalls a runtime worker.
+    /// blocking pool so a slow hash never stalls a runtime worker. A reload
+    /// that lands during the check makes it run again with the new users;
+    /// one that lands between the check and the client counting as
+    /// connected may have skipped this client, so it re-checks itself.
     async fn authenticate(&mut self, co: Box<ConnectOptions>) -> Flow {
-        let Some(auth) = self.server.authenticator.as_ref() else {
-            self.finish_connect(*co, None, String::new());
-            return Flow::Continue;
-        };
-        let bcrypt = auth.uses_bcrypt() && co.pass.is_some();
-        let server = self.server.clone();
-        let nonce = self.nonce.clone();
-        let check = move |co: Box<ConnectOptions>| {
-            let creds = Credentials {
-                user: co.user.as_deref(),
-                pass: co.pass.as_deref(),
-                auth_token: co.auth_token.as_deref(),
-                nkey: co.nkey.as_deref(),
-                sig: co.sig.as_deref(),
+        let mut co = co;
+        let (result, gen) = loop {
+            let gen = self.server.reload_gen.load(Ordering::SeqCst);
+            let auth = self.server.live().authenticator.clone();
+            let Some(auth) = auth.filter(|a| a.required()) else {
+                self.finish_connect(*co, None, String::new());
+                return Flow::Continue;
             };
-            let r = match server.authenticator.as_ref() {
-                Some(a) => a.authenticate_identity(&creds, nonce.as_deref()),
-                None => Err(super::auth::AuthError::Violation("no authenticator")),
+            let bcrypt = auth.uses_bcrypt() && co.pass.is_some();
+            let nonce = self.nonce.clone();
+            let check = move |co: Box<ConnectOptions>| {
+                let creds = Credentials {
+                    user: co.user.as_deref(),
+                    pass: co.pass.as_deref(),
+                    auth_token: co.auth_token.as_deref(),
+                    nkey: co.nkey.as_deref(),
+                    sig: co.sig.as_deref(),
+                };
+                let r = auth.authenticate_identity(&creds, nonce.as_deref());
+                (r, co)
             };
-            (r, co)
-        };
-        let (result, co) = if bcrypt {
-            match tokio::task::spawn_blocking(move || check(co)).await {
-                Ok(v) => v,
-                Err(_) => {
-                    self.client.close_with_err(Some("Authorization Violation"));
-                    return Flow::Close;
+            let (result, back) = if bcrypt {
+                match tokio::task::spawn_blocking(move || check(co)).await {
+                    Ok(v) => v,
+                    Err(_) => {
+                        self.client.close_with_err(Some("Authorization Violation"));
+                        return Flow::Close;
+                    }
                 }
+            } else {
+                check(co)
+            };
+            co = back;
+            if self.server.reload_gen.load(Ordering::SeqCst) == gen {
+                break (result, gen);
             }
-        } else {
-            check(co)
         };
         match result {
             Ok(outcome) => {
@@ -1610,6 +1650,21 @@ impl Reader {
                     }
                 };
                 self.finish_connect(*co, outcome.permissions, who);
+                if self.server.reload_gen.load(Ordering::SeqCst) != gen {
+                    let (server, client) = (self.server.clone(), self.client.clone());
+                    let _ = tokio::task::spawn_blocking(move || {
+                        let live = server.live();
+                        super::reload::recheck_client(&server, &client, &live)
+                    })
+                    .await;
+                    if self.client.is_closed() {
+                        return Flow::Close;
+                    }
+                    if let Some(a) = self.client.auth.lock().as_ref() {
+                        self.st.perms = a.perms.clone();
+                    }
+                    self.perm_cache.clear();
+                }
                 Flow::Continue
             }
             Err(e) => {
@@ -1637,6 +1692,15 @@ impl Reader {
             perms,
         };
         self.perm_cache.clear();
+        *self.client.auth.lock() = Some(ConnAuth {
+            user: co.user.clone(),
+            pass: co.pass.clone(),
+            auth_token: co.auth_token.clone(),
+            nkey: co.nkey.clone(),
+            sig: co.sig.clone(),
+            nonce: self.nonce.clone(),
+            perms: self.st.perms.clone(),
+        });
         self.client.headers.store(co.headers, Ordering::Relaxed);
         self.client.connected.store(true, Ordering::SeqCst);
         self.client.connected_notify.notify_one();
@@ -1766,7 +1830,7 @@ impl Reader {
             self.ok();
             return;
         }
-        let max_subs = self.server.opts.max_subscriptions;
+        let max_subs = self.live.opts.max_subscriptions;
         if max_subs > 0 && self.client.subs.lock().len() >= max_subs {
             self.send_err("maximum subscriptions exceeded");
             return;
@@ -1800,12 +1864,12 @@ impl Reader {
 
 /// Periodic server PINGs, stale detection and the auth timeout.
 pub(crate) async fn ping_loop(client: Arc<ClientShared>, server: Arc<ServerInner>) {
-    let opts = &server.opts;
     let cancel = client.cancel.clone();
     if server.auth_required() {
+        let timeout = server.live().opts.auth_timeout;
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(opts.auth_timeout) => {}
+            _ = tokio::time::sleep(timeout) => {}
         }
         if !client.connected.load(Ordering::Acquire) {
             client.close_with_err(Some("Authentication Timeout"));
@@ -1822,19 +1886,25 @@ pub(crate) async fn ping_loop(client: Arc<ClientShared>, server: Arc<ServerInner
             _ = client.connected_notify.notified() => {}
         }
     }
-    let first = opts.ping_interval.min(Duration::from_secs(2));
+    // Interval and limit are read at each tick, so a reload applies to
+    // the next one.
+    let first = server.live().opts.ping_interval.min(Duration::from_secs(2));
     let mut wait = first;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
-        wait = opts.ping_interval;
+        let (interval, ping_max) = {
+            let live = server.live();
+            (live.opts.ping_interval, live.opts.ping_max)
+        };
+        wait = interval;
         if !client.connected.load(Ordering::Acquire) {
             continue;
         }
         let out = client.pings_out.load(Ordering::Relaxed);
-        if out + 1 > u64::from(opts.ping_max) {
+        if out + 1 > u64::from(ping_max) {
             client.close_with_err(Some("Stale Connection"));
             return;
         }

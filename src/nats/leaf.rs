@@ -630,7 +630,7 @@ async fn accept_one(server: Arc<ServerInner>, mut stream: TcpStream, addr: Socke
         auth_required: leafs.auth.is_some() || server.auth_required(),
         tls_required: leafs.tls_acceptor.is_some(),
         tls_verify: leafs.opts.tls.as_ref().is_some_and(|t| t.verify),
-        max_payload: server.opts.max_payload,
+        max_payload: server.live().opts.max_payload,
         client_id: cid,
         nonce: &nonce,
         cluster: server.routes.as_ref().map(|r| r.cluster_name()),
@@ -779,7 +779,8 @@ async fn check_connect(
             sig: sig.as_deref(),
         };
         let leafs = srv.leafs.as_ref()?;
-        let auth = match (&leafs.auth, &srv.authenticator) {
+        let client_auth = srv.live().authenticator.clone();
+        let auth = match (&leafs.auth, &client_auth) {
             (Some(a), _) => a,
             (None, Some(a)) if a.required() => a,
             _ => return Some(Ok(())),

@@ -11,7 +11,8 @@
 //! - [`ws`]: NATS clients over WebSocket (a second client listener);
 //! - [`leaf`]: leaf nodes, both roles (hub and leaf of a hub);
 //! - [`handle`]: the in-process client used by the log layer ([`LocalClient`]);
-//! - [`monitor`]: `/varz`, `/connz`, `/subsz`, `/healthz` bodies.
+//! - [`monitor`]: `/varz`, `/connz`, `/subsz`, `/healthz` bodies;
+//! - [`reload`]: applying a new configuration to the running server.
 
 pub mod auth;
 pub mod client;
@@ -19,6 +20,7 @@ pub mod handle;
 pub mod leaf;
 pub mod monitor;
 pub mod proto;
+pub mod reload;
 pub mod route;
 pub mod server;
 pub mod subject;

@@ -85,9 +85,10 @@ impl NatsServer {
     /// `/varz`.
     pub fn varz_json(&self) -> Value {
         let i = &self.inner;
-        let o = &i.opts;
+        let live = i.live();
+        let o = &live.opts;
         let now = chrono::Utc::now();
-        let (http_host, http_port) = o.http.clone().unwrap_or_default();
+        let (http_host, http_port) = i.opts.http.clone().unwrap_or_default();
         // As nats-server, count client connections only: the node's own
         // in-process clients are not connections.
         let conns = i

@@ -29,11 +29,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::auth::{AuthError, Authenticator};
+use super::auth::AuthError;
 use super::client::{self, ClientKind, ClientShared, ClientStats, Reader, Subscription};
 use super::handle::LocalClient;
 use super::leaf::Leafnodes;
 use super::proto;
+use super::reload::Live;
 use super::route::Routes;
 use super::sublist::{Sublist, SublistError};
 use crate::config::nats::NatsOptions;
@@ -120,13 +121,19 @@ fn is_false(b: &bool) -> bool {
 
 /// Server-wide state shared by all connections.
 pub(crate) struct ServerInner {
+    /// The options at start-up. Listeners and other fixed settings are
+    /// read here; values a reload may change are read from `live`.
     pub opts: NatsOptions,
     pub server_id: String,
     pub server_name: String,
     pub addr: SocketAddr,
     pub sublist: Sublist<Subscription>,
-    pub authenticator: Option<Authenticator>,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    /// What a reload may change (options, auth, TLS, INFO); see `reload`.
+    pub(crate) live: parking_lot::RwLock<Arc<Live>>,
+    /// Bumped by each reload; readers refresh their snapshot when it moves.
+    pub(crate) reload_gen: AtomicU64,
+    /// Serialises reloads.
+    pub(crate) reload_lock: tokio::sync::Mutex<()>,
     pub stats: ClientStats,
     pub slow_consumers: AtomicU64,
     /// Stall time and drops of the in-process subscription queues.
@@ -140,7 +147,6 @@ pub(crate) struct ServerInner {
     lame_duck: AtomicBool,
     stopped: watch::Sender<bool>,
     pub start: chrono::DateTime<chrono::Utc>,
-    pub info: Info,
     /// The cluster side (routes); `None` when not clustered.
     pub routes: Option<Routes>,
     /// Leaf nodes; `None` when not configured.
@@ -167,7 +173,16 @@ pub(crate) enum ClientStart {
 
 impl ServerInner {
     pub(crate) fn auth_required(&self) -> bool {
-        self.authenticator.as_ref().is_some_and(|a| a.required())
+        self.live
+            .read()
+            .authenticator
+            .as_ref()
+            .is_some_and(|a| a.required())
+    }
+
+    /// The current reloadable state (options, authenticator, TLS, INFO).
+    pub(crate) fn live(&self) -> Arc<Live> {
+        self.live.read().clone()
     }
 
     /// Cancelled when the server stops accepting (lame duck, shutdown).
@@ -182,7 +197,8 @@ impl ServerInner {
     pub(crate) fn start_client(&self, addr: SocketAddr, websocket: bool) -> ClientStart {
         let cid = self.next_client_id();
         let urls_gen = self.connect_urls_gen.load(Ordering::SeqCst);
-        let nonce = match &self.authenticator {
+        let live = self.live();
+        let nonce = match &live.authenticator {
             Some(a) if a.needs_nonce() => Some(new_nonce()),
             _ => None,
         };
@@ -196,7 +212,7 @@ impl ServerInner {
             .values()
             .filter(|c| c.kind == ClientKind::Tcp)
             .count()
-            >= self.opts.max_connections;
+            >= live.opts.max_connections;
         if over_limit {
             proto::encode_err(&mut info, "maximum connections exceeded");
             return ClientStart::Refused(info);
@@ -337,7 +353,7 @@ impl ServerInner {
         ldm: bool,
         with_urls: bool,
     ) -> String {
-        let mut info = self.info.clone();
+        let mut info = self.live().info.clone();
         info.client_id = cid;
         info.client_ip = ip;
         info.nonce = nonce;
@@ -360,17 +376,8 @@ pub struct NatsServer {
 impl NatsServer {
     /// Binds the client listener and starts accepting connections.
     pub async fn start(opts: NatsOptions) -> Result<NatsServer, NatsError> {
-        let authenticator = if opts.auth.required() || opts.auth.no_auth_user.is_some() {
-            Some(Authenticator::new(&opts.auth)?)
-        } else {
-            None
-        };
-        let tls = match &opts.tls {
-            Some(files) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(
-                files,
-            )?)),
-            None => None,
-        };
+        let authenticator = super::reload::authenticator_for(&opts)?;
+        let tls = super::reload::tls_acceptor(opts.tls.as_ref())?;
         let bind = format!("{}:{}", opts.host, opts.port);
         let listener = TcpListener::bind(&bind)
             .await
@@ -429,14 +436,21 @@ impl NatsServer {
             None => (None, None),
         };
         let (stopped, _) = watch::channel(false);
+        let live = Live {
+            opts: opts.clone(),
+            authenticator,
+            tls,
+            info,
+        };
         let inner = Arc::new(ServerInner {
             opts,
             server_id,
             server_name,
             addr,
             sublist: Sublist::new(),
-            authenticator,
-            tls,
+            live: parking_lot::RwLock::new(Arc::new(live)),
+            reload_gen: AtomicU64::new(0),
+            reload_lock: tokio::sync::Mutex::new(()),
             stats: ClientStats::default(),
             slow_consumers: AtomicU64::new(0),
             local_totals: Arc::default(),
@@ -448,7 +462,6 @@ impl NatsServer {
             lame_duck: AtomicBool::new(false),
             stopped,
             start: chrono::Utc::now(),
-            info,
             routes,
             leafs,
             connect_urls_gen: AtomicU64::new(0),
@@ -720,10 +733,11 @@ async fn serve_conn(inner: Arc<ServerInner>, mut stream: TcpStream, addr: Socket
             (client, nonce, urls_gen)
         }
     };
-    let deadline = inner.opts.write_deadline;
+    let live = inner.live();
+    let deadline = live.opts.write_deadline;
     tokio::spawn(client::ping_loop(client.clone(), inner.clone()));
     let reader = Reader::new(client.clone(), inner.clone(), nonce, urls_gen);
-    match inner.tls.clone() {
+    match live.tls.clone() {
         None => {
             let (r, w) = stream.into_split();
             tokio::spawn(client::write_loop(
@@ -736,7 +750,7 @@ async fn serve_conn(inner: Arc<ServerInner>, mut stream: TcpStream, addr: Socket
         }
         Some(acceptor) => {
             let hs = tokio::time::timeout(
-                inner.opts.auth_timeout.max(Duration::from_secs(2)),
+                live.opts.auth_timeout.max(Duration::from_secs(2)),
                 acceptor.accept(stream),
             )
             .await;

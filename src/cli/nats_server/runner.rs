@@ -192,7 +192,12 @@ async fn serve(mut conf: NatsConf, flags: Flags, log: Arc<NatsLogger>) -> ExitCo
         path
     });
 
-    let code = signal_loop(&server, &log, &flags).await;
+    let mut files = ReloadableFiles {
+        log_file: conf.log_file.clone(),
+        pid_file: conf.pid_file.clone(),
+        ports_file_dir: conf.ports_file_dir.clone(),
+    };
+    let code = signal_loop(&server, &log, &flags, &mut files).await;
 
     if let Some((h, _)) = monitor {
         h.shutdown().await;
@@ -204,7 +209,12 @@ async fn serve(mut conf: NatsConf, flags: Flags, log: Arc<NatsLogger>) -> ExitCo
     code
 }
 
-async fn signal_loop(server: &NatsServer, log: &NatsLogger, flags: &Flags) -> ExitCode {
+async fn signal_loop(
+    server: &NatsServer,
+    log: &NatsLogger,
+    flags: &Flags,
+    files: &mut ReloadableFiles,
+) -> ExitCode {
     let streams = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
@@ -229,7 +239,18 @@ async fn signal_loop(server: &NatsServer, log: &NatsLogger, flags: &Flags) -> Ex
                 log.log(Level::Debug, "Trapped \"interrupt\" signal");
                 break ExitCode::SUCCESS;
             }
-            _ = hup.recv() => reload(log, flags),
+            _ = hup.recv() => {
+                log.info("Trapped \"hangup\" signal");
+                match reload(server, log, flags, files).await {
+                    Ok(lines) => {
+                        for l in lines {
+                            log.info(&l);
+                        }
+                        log.info("Reloaded server configuration");
+                    }
+                    Err(e) => log.error(&format!("Failed to reload server configuration: {e}")),
+                }
+            }
             _ = usr1.recv() => {
                 log.reopen();
                 log.info("Reopened log file");
@@ -255,15 +276,90 @@ async fn signal_loop(server: &NatsServer, log: &NatsLogger, flags: &Flags) -> Ex
     code
 }
 
-/// SIGHUP: re-reads and validates the configuration and applies what can
-/// change live (debug/trace logging). Listeners, limits and auth keep their
-/// start-up values until the next start.
-fn reload(log: &NatsLogger, flags: &Flags) {
-    match super::build_config(flags) {
-        Ok(c) => {
-            log.set_levels(c.options.debug, c.options.trace);
-            log.info("Reloaded server configuration");
-        }
-        Err(e) => log.error(&format!("Failed to reload server configuration: {e}")),
+/// Settings of the configuration file kept outside the server options.
+struct ReloadableFiles {
+    log_file: Option<PathBuf>,
+    pid_file: Option<PathBuf>,
+    ports_file_dir: Option<PathBuf>,
+}
+
+/// Why a reload was refused (nothing changed).
+#[derive(Debug, thiserror::Error)]
+enum ReloadFailure {
+    #[error("can only reload config when a file is provided using -c or --config")]
+    NoConfigFile,
+    #[error(transparent)]
+    Setup(#[from] super::SetupError),
+    /// A key the loader does not know (start-up only warns about it).
+    #[error("{0}")]
+    UnknownField(String),
+    #[error(transparent)]
+    Reload(#[from] crate::nats::reload::ReloadError),
+}
+
+fn path_text(p: &Option<PathBuf>) -> String {
+    p.as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+/// SIGHUP: re-reads the configuration file (flags still apply over it)
+/// and applies it to the running server, as nats-server does (see
+/// `nats::reload`). Any error leaves everything as it was. Returns the
+/// lines to log for what changed.
+async fn reload(
+    server: &NatsServer,
+    log: &NatsLogger,
+    flags: &Flags,
+    files: &mut ReloadableFiles,
+) -> Result<Vec<String>, ReloadFailure> {
+    if flags.config.is_none() {
+        return Err(ReloadFailure::NoConfigFile);
     }
+    let mut conf = super::build_config(flags)?;
+    // Unknown keys are only warned about at start-up; a reload would apply
+    // a file whose intent we cannot know, so it is refused (nats-server
+    // refuses unknown fields too).
+    if let Some(w) = conf
+        .warnings
+        .iter()
+        .find(|w| w.contains(": unknown field "))
+    {
+        return Err(ReloadFailure::UnknownField(
+            w.trim_end_matches(" ignored").to_string(),
+        ));
+    }
+    let refuse = |field, old: &Option<PathBuf>, new: &Option<PathBuf>| {
+        crate::nats::reload::ReloadError::NotSupported {
+            field,
+            old: path_text(old),
+            new: path_text(new),
+        }
+    };
+    if conf.log_file != files.log_file {
+        return Err(refuse("LogFile", &files.log_file, &conf.log_file).into());
+    }
+    if conf.ports_file_dir != files.ports_file_dir {
+        return Err(refuse("PortsFileDir", &files.ports_file_dir, &conf.ports_file_dir).into());
+    }
+    // The monitoring port was bound at start-up; a random one in the file
+    // means the same listener.
+    if let (Some(run), Some(new)) = (&server.options().http, &mut conf.options.http) {
+        if new.1 == 0 {
+            new.1 = run.1;
+        }
+    }
+    let (debug, trace) = (conf.options.debug, conf.options.trace);
+    let mut lines = server.reload(conf.options).await?;
+    log.set_levels(debug, trace);
+    if conf.pid_file != files.pid_file {
+        if let Some(p) = &conf.pid_file {
+            if let Err(e) = write_pid_file(p, std::process::id()) {
+                log.error(&format!("Failed to write pidfile: {e}"));
+            }
+            lines.push(format!("Reloaded: pid_file = {}", p.display()));
+        }
+        files.pid_file = conf.pid_file;
+    }
+    Ok(lines)
 }

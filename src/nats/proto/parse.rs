@@ -213,6 +213,13 @@ pub struct Parser {
 
 impl Parser {
     /// A parser enforcing these limits.
+    /// Changes the limits (a configuration reload); they apply from the
+    /// next operation on.
+    pub fn set_limits(&mut self, max_control_line: usize, max_payload: usize) {
+        self.max_control_line = max_control_line;
+        self.max_payload = max_payload;
+    }
+
     pub fn new(max_control_line: usize, max_payload: usize) -> Parser {
         Parser {
             max_control_line,

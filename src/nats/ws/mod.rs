@@ -70,7 +70,21 @@ pub(crate) struct WsListener {
     pub opts: WebsocketOptions,
     /// Bound address (port 0 resolved).
     pub addr: SocketAddr,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Read per handshake, so a reload's new certificate applies to new
+    /// connections only.
+    tls: parking_lot::RwLock<Option<tokio_rustls::TlsAcceptor>>,
+}
+
+impl WsListener {
+    /// Whether the listener serves `wss://`.
+    pub(crate) fn has_tls(&self) -> bool {
+        self.tls.read().is_some()
+    }
+
+    /// Replaces the certificate (a reload; TLS stays on).
+    pub(crate) fn set_tls(&self, tls: tokio_rustls::TlsAcceptor) {
+        *self.tls.write() = Some(tls);
+    }
 }
 
 /// The `/varz` `websocket` object (nats-server omits empty fields; `{}`
@@ -90,7 +104,7 @@ pub(crate) fn varz_websocket(inner: &ServerInner) -> serde_json::Value {
                 (o.handshake_timeout.as_nanos() as u64).into(),
             );
         }
-        if ws.tls.is_none() {
+        if !ws.has_tls() {
             m.insert("no_tls".into(), true.into());
         }
         if o.same_origin {
@@ -133,7 +147,7 @@ pub(crate) async fn bind(opts: &WebsocketOptions) -> Result<(WsListener, TcpList
         WsListener {
             opts: opts.clone(),
             addr,
-            tls,
+            tls: parking_lot::RwLock::new(tls),
         },
         listener,
     ))
@@ -142,9 +156,9 @@ pub(crate) async fn bind(opts: &WebsocketOptions) -> Result<(WsListener, TcpList
 /// Starts accepting WebSocket clients on `listener`.
 pub(crate) fn spawn(inner: Arc<ServerInner>, listener: TcpListener) {
     if let Some(ws) = &inner.ws {
-        let scheme = if ws.tls.is_some() { "wss" } else { "ws" };
+        let scheme = if ws.has_tls() { "wss" } else { "ws" };
         tracing::info!("Listening for websocket clients on {scheme}://{}", ws.addr);
-        if ws.tls.is_none() {
+        if !ws.has_tls() {
             tracing::warn!("Websocket not configured with TLS. DO NOT USE IN PRODUCTION!");
         }
     }
@@ -177,7 +191,8 @@ async fn serve(inner: Arc<ServerInner>, stream: TcpStream, addr: SocketAddr) {
         return;
     };
     let timeout = ws.opts.handshake_timeout;
-    match ws.tls.clone() {
+    let tls = ws.tls.read().clone();
+    match tls {
         None => {
             let up = tokio::time::timeout(timeout, upgrade(stream, &ws.opts, false)).await;
             if let Ok(Ok((stream, up))) = up {
@@ -324,13 +339,14 @@ async fn run<R, W>(
             client.send_now(&info);
             shared.set_client(&client);
             let reader = Reader::new(client.clone(), inner.clone(), nonce, urls_gen);
-            let max_payload = inner.opts.max_payload as u64;
+            let live = inner.live();
+            let max_payload = live.opts.max_payload as u64;
             let read = WsRead::new(r, shared, up.compress, !up.no_masking, max_payload);
             tokio::spawn(client::ping_loop(client.clone(), inner.clone()));
             tokio::spawn(client::write_loop(
                 client.clone(),
                 writer,
-                inner.opts.write_deadline,
+                live.opts.write_deadline,
                 inner.clone(),
             ));
             reader.run(read).await;
