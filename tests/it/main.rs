@@ -45,6 +45,7 @@ mod nats_backpressure;
 mod nats_core;
 mod nats_leaf;
 mod nats_raw;
+mod nats_reload;
 mod nats_support;
 mod nats_ws;
 mod packaging;

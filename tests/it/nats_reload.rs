@@ -1,0 +1,695 @@
+//! Configuration reload (SIGHUP, `--signal reload=PID`) of the built
+//! binary, in `nats-server` mode and in the liftbridge (serve) mode, with
+//! async-nats clients and raw sockets (for exact `-ERR` lines): users
+//! added and removed, permissions narrowed, limits, TLS certificates,
+//! refused configurations — and clients the change does not concern stay
+//! connected throughout.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A random client port unless the file names one (a `-p` flag would
+/// override the file's port on reload too, as in nats-server).
+fn with_port(conf: &str) -> String {
+    if conf.starts_with("port:") {
+        conf.to_string()
+    } else {
+        format!("port: -1\n{conf}")
+    }
+}
+
+/// `liftbridge nats-server -a 127.0.0.1 -c <conf>`, killed on drop.
+struct Server {
+    child: Child,
+    log: PathBuf,
+    conf: PathBuf,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start(conf_text: &str) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("server.conf");
+        std::fs::write(&conf, with_port(conf_text)).unwrap();
+        let log = dir.path().join("server.log");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_liftbridge"))
+            .args(["nats-server", "-a", "127.0.0.1", "-c"])
+            .arg(&conf)
+            .arg("-l")
+            .arg(&log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let end = Instant::now() + WAIT;
+        let port = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let port = text
+                .lines()
+                .find_map(|l| l.split("client connections on 127.0.0.1:").nth(1))
+                .and_then(|p| p.trim().parse::<u16>().ok());
+            if let (Some(p), true) = (port, text.contains("Server is ready")) {
+                break p;
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!("server exited ({st}); log:\n{text}");
+            }
+            assert!(Instant::now() < end, "server not ready; log:\n{text}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Server {
+            child,
+            log,
+            conf,
+            port,
+            _dir: dir,
+        }
+    }
+
+    fn dir(&self) -> &Path {
+        self._dir.path()
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Writes a new configuration and sends SIGHUP; returns the log lines
+    /// the reload added once it finished (successfully or not).
+    async fn reload(&self, conf_text: &str) -> String {
+        std::fs::write(&self.conf, with_port(conf_text)).unwrap();
+        let send = || {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGHUP) };
+        };
+        self.wait_reload(send).await
+    }
+
+    /// Runs `trigger` and waits for the next reload outcome in the log.
+    async fn wait_reload(&self, trigger: impl FnOnce()) -> String {
+        let before = self.log_text().len();
+        let outcomes = |t: &str| {
+            t.matches("Reloaded server configuration").count()
+                + t.matches("Failed to reload server configuration").count()
+        };
+        let n = outcomes(&self.log_text());
+        trigger();
+        let end = Instant::now() + WAIT;
+        loop {
+            let text = self.log_text();
+            if outcomes(&text) > n {
+                return text[before..].to_string();
+            }
+            assert!(Instant::now() < end, "no reload outcome; log:\n{text}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A raw protocol connection (exact `-ERR` lines).
+struct Raw<S> {
+    s: S,
+    buf: Vec<u8>,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Raw<S> {
+    async fn send(&mut self, data: &str) {
+        self.s.write_all(data.as_bytes()).await.unwrap();
+    }
+
+    /// Reads until the buffered text contains `want`; returns everything
+    /// read so far (and clears it).
+    async fn until(&mut self, want: &str) -> String {
+        let end = tokio::time::Instant::now() + WAIT;
+        loop {
+            let text = String::from_utf8_lossy(&self.buf).into_owned();
+            if text.contains(want) {
+                self.buf.clear();
+                return text;
+            }
+            let mut chunk = [0u8; 4096];
+            let n = tokio::time::timeout_at(end, self.s.read(&mut chunk))
+                .await
+                .unwrap_or_else(|_| panic!("{want:?} not received; got {text:?}"))
+                .unwrap();
+            assert!(n > 0, "closed before {want:?}; got {text:?}");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Reads until the server closes the connection; returns what came.
+    async fn until_closed(&mut self) -> String {
+        let end = tokio::time::Instant::now() + WAIT;
+        loop {
+            let mut chunk = [0u8; 4096];
+            let r = tokio::time::timeout_at(end, self.s.read(&mut chunk))
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("not closed; got {:?}", String::from_utf8_lossy(&self.buf))
+                });
+            match r {
+                Ok(0) | Err(_) => return String::from_utf8_lossy(&self.buf).into_owned(),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// Round trip: everything the server sent before our PONG.
+    async fn sync(&mut self) -> String {
+        self.send("PING\r\n").await;
+        self.until("PONG\r\n").await
+    }
+}
+
+/// Connects, reads INFO and sends CONNECT with `creds` (a JSON fragment,
+/// e.g. `"user":"a","pass":"a"`), verbose off; checks the server answers.
+async fn raw(port: u16, creds: &str) -> Raw<TcpStream> {
+    let s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut r = Raw { s, buf: Vec::new() };
+    r.until("\r\n").await;
+    let sep = if creds.is_empty() { "" } else { "," };
+    r.send(&format!(
+        "CONNECT {{\"verbose\":false,\"pedantic\":false{sep}{creds}}}\r\n"
+    ))
+    .await;
+    let got = r.sync().await;
+    assert!(!got.contains("-ERR"), "{got}");
+    r
+}
+
+/// An async-nats client that counts its disconnections.
+async fn client(url: &str, user: &str, pass: &str) -> (async_nats::Client, Arc<AtomicUsize>) {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let d = drops.clone();
+    let c = async_nats::ConnectOptions::with_user_and_password(user.into(), pass.into())
+        .event_callback(move |e| {
+            let d = d.clone();
+            async move {
+                if matches!(e, async_nats::Event::Disconnected) {
+                    d.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        })
+        .connect(url)
+        .await
+        .unwrap();
+    c.flush().await.unwrap();
+    (c, drops)
+}
+
+/// Whether `user` can connect now (a fresh connection, no retries).
+async fn can_connect(url: &str, user: &str, pass: &str) -> bool {
+    let r = async_nats::ConnectOptions::with_user_and_password(user.into(), pass.into())
+        .connection_timeout(Duration::from_secs(5))
+        .connect(url)
+        .await;
+    match r {
+        Ok(c) => c.flush().await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// `sub` receives what `publisher` sends on `subject`.
+async fn delivers(
+    publisher: &async_nats::Client,
+    sub: &mut async_nats::Subscriber,
+    subject: &str,
+    payload: &str,
+) {
+    publisher
+        .publish(subject.to_string(), payload.to_string().into())
+        .await
+        .unwrap();
+    publisher.flush().await.unwrap();
+    let m = tokio::time::timeout(WAIT, sub.next())
+        .await
+        .expect("message in time")
+        .expect("subscription open");
+    assert_eq!(&m.payload[..], payload.as_bytes());
+}
+
+fn users_conf(users: &[(&str, &str)]) -> String {
+    let list: Vec<String> = users
+        .iter()
+        .map(|(u, p)| format!("{{user: {u}, password: {p}}}"))
+        .collect();
+    format!("authorization {{ users = [ {} ] }}\n", list.join(", "))
+}
+
+/// A user added can connect after the reload; a user removed is
+/// disconnected (without an error, as nats-server treats a vanished user);
+/// a user whose password changed gets `-ERR 'Authorization Violation'`;
+/// an unaffected client stays connected and keeps receiving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_users_added_removed_and_changed() {
+    let srv = Server::start(&users_conf(&[("alice", "a"), ("bob", "b"), ("carl", "c")]));
+    let url = srv.url();
+    let (alice, alice_drops) = client(&url, "alice", "a").await;
+    let mut inbox = alice.subscribe("keep.>").await.unwrap();
+    alice.flush().await.unwrap();
+    let mut bob = raw(srv.port, r#""user":"bob","pass":"b""#).await;
+    let mut carl = raw(srv.port, r#""user":"carl","pass":"c""#).await;
+    assert!(
+        !can_connect(&url, "dave", "d").await,
+        "dave is not a user yet"
+    );
+
+    let lines = srv
+        .reload(&users_conf(&[
+            ("alice", "a"),
+            ("carl", "c2"),
+            ("dave", "d"),
+        ]))
+        .await;
+    assert!(
+        lines.contains("[INF] Reloaded: authorization users"),
+        "{lines}"
+    );
+    assert!(
+        lines.contains("[INF] Reloaded server configuration"),
+        "{lines}"
+    );
+
+    // Removed: closed, no error (nats-server's behaviour).
+    let got = bob.until_closed().await;
+    assert!(!got.contains("-ERR"), "{got:?}");
+    // Password changed: the credentials no longer pass.
+    let got = carl.until_closed().await;
+    assert!(got.contains("-ERR 'Authorization Violation'"), "{got:?}");
+    assert!(
+        lines.contains("authentication error - User \"carl\""),
+        "{lines}"
+    );
+
+    assert!(can_connect(&url, "dave", "d").await, "dave added");
+    assert!(!can_connect(&url, "bob", "b").await, "bob removed");
+    assert!(can_connect(&url, "carl", "c2").await, "carl's new password");
+    let (dave, _) = client(&url, "dave", "d").await;
+    delivers(&dave, &mut inbox, "keep.1", "after reload").await;
+    assert_eq!(alice_drops.load(Ordering::SeqCst), 0, "alice never dropped");
+}
+
+/// Narrowed permissions apply to the connected client: a publish to a
+/// now-denied subject gets nats-server's `-ERR`, an existing subscription
+/// no longer allowed is removed with its `-ERR`, the connection stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_narrows_permissions_of_connected_clients() {
+    let wide = "authorization { users = [ {user: a, password: a}, {user: w, password: w} ] }\n";
+    let srv = Server::start(wide);
+    let (watcher, watcher_drops) = client(&srv.url(), "w", "w").await;
+    let mut seen = watcher.subscribe(">").await.unwrap();
+    watcher.flush().await.unwrap();
+    let mut a = raw(srv.port, r#""user":"a","pass":"a""#).await;
+    a.send("SUB secret.> 1\r\nSUB public.> 2\r\nPUB secret.x 2\r\nhi\r\n")
+        .await;
+    let got = a.sync().await;
+    assert!(got.contains("MSG secret.x 1 2"), "{got:?}");
+
+    let narrow = "authorization { users = [ \
+        {user: a, password: a, permissions: {publish: \"public.>\", subscribe: \"public.>\"}}, \
+        {user: w, password: w} ] }\n";
+    let lines = srv.reload(narrow).await;
+    assert!(
+        lines.contains("Removed sub \"secret.>\" (sid \"1\") for User \"a\" - not authorized"),
+        "{lines}"
+    );
+    let got = a.until("\r\n").await;
+    assert!(
+        got.contains("-ERR 'Permissions Violation for Subscription to \"secret.>\" (sid \"1\")'"),
+        "{got:?}"
+    );
+    a.send("PUB secret.y 2\r\nno\r\n").await;
+    let got = a.sync().await;
+    assert!(
+        got.contains("-ERR 'Permissions Violation for Publish to \"secret.y\"'"),
+        "{got:?}"
+    );
+    // Allowed subjects still work both ways on the same connection.
+    a.send("PUB public.y 2\r\nok\r\n").await;
+    let got = a.sync().await;
+    assert!(got.contains("MSG public.y 2 2"), "{got:?}");
+    assert!(!got.contains("-ERR"), "{got:?}");
+    // Nothing on secret.y reached anyone; the watcher saw the allowed ones.
+    let first = tokio::time::timeout(WAIT, seen.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.subject.as_str(), "secret.x");
+    let next = tokio::time::timeout(WAIT, seen.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.subject.as_str(), "public.y");
+    // A new SUB to the removed subject is refused too.
+    a.send("SUB secret.> 3\r\n").await;
+    let got = a.sync().await;
+    assert!(
+        got.contains("-ERR 'Permissions Violation for Subscription to \"secret.>\"'"),
+        "{got:?}"
+    );
+    assert_eq!(watcher_drops.load(Ordering::SeqCst), 0);
+}
+
+/// Limits: a new `max_payload` is in the INFO of new connections and
+/// applies to connected clients; `max_connections` lowered below the
+/// count closes the newest connections only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_limits() {
+    let srv = Server::start("max_payload: 1000\n");
+    let old = async_nats::connect(srv.url()).await.unwrap();
+    old.flush().await.unwrap();
+    assert_eq!(old.server_info().max_payload, 1000);
+    let mut r1 = raw(srv.port, "").await;
+    let mut r2 = raw(srv.port, "").await;
+
+    let lines = srv
+        .reload("max_payload: 2000\nping_interval: \"30s\"\nmax_connections: 2\n")
+        .await;
+    assert!(
+        lines.contains("[INF] Reloaded: max_payload = 2000"),
+        "{lines}"
+    );
+    assert!(
+        lines.contains("[INF] Reloaded: ping_interval = 30s"),
+        "{lines}"
+    );
+    assert!(
+        lines.contains("[INF] Reloaded: max_connections = 2"),
+        "{lines}"
+    );
+    assert!(
+        lines.contains("Closed 1 connections to fall within max_connections"),
+        "{lines}"
+    );
+    // The newest (r2) went; the two older ones stay.
+    let got = r2.until_closed().await;
+    assert!(
+        got.contains("-ERR 'maximum connections exceeded'"),
+        "{got:?}"
+    );
+    // The connected raw client may now send 1500 bytes.
+    let body = "x".repeat(1500);
+    r1.send(&format!("SUB big 1\r\nPUB big 1500\r\n{body}\r\n"))
+        .await;
+    let got = r1.sync().await;
+    assert!(got.contains("MSG big 1 1500"), "{got:?}");
+    old.flush()
+        .await
+        .expect("the first client is still connected");
+    drop(r1);
+
+    let lines = srv.reload("max_payload: 2000\n").await;
+    assert!(lines.contains("Reloaded server configuration"), "{lines}");
+    let new = async_nats::connect(srv.url()).await.unwrap();
+    new.flush().await.unwrap();
+    assert_eq!(new.server_info().max_payload, 2000);
+    // /varz-free check of the raw INFO as well.
+    let mut s = TcpStream::connect(("127.0.0.1", srv.port)).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).await.unwrap();
+    let info = String::from_utf8_lossy(&buf[..n]);
+    assert!(info.contains("\"max_payload\":2000"), "{info}");
+}
+
+/// Refused configurations change nothing: a syntax error, a changed
+/// listen port, an unknown key; the old users keep working and connected
+/// clients are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_refuses_bad_configs_and_keeps_the_old_one() {
+    let good = users_conf(&[("alice", "a")]);
+    let srv = Server::start(&good);
+    let url = srv.url();
+    let (alice, drops) = client(&url, "alice", "a").await;
+    let mut inbox = alice.subscribe("in").await.unwrap();
+    alice.flush().await.unwrap();
+
+    let bob = users_conf(&[("bob", "b")]);
+    let cases: Vec<(String, String)> = vec![
+        (
+            "authorization { users = [ {user: bob, password: b} ] \n".into(),
+            "[ERR] Failed to reload server configuration: ".into(),
+        ),
+        (
+            format!("port: {}\n{bob}", srv.port + 1),
+            format!(
+                "[ERR] Failed to reload server configuration: config reload not supported for Port: old={}, new={}",
+                srv.port,
+                srv.port + 1
+            ),
+        ),
+        (
+            format!("bogus_key: 1\n{bob}"),
+            "[ERR] Failed to reload server configuration: ".into(),
+        ),
+        (
+            format!("server_name: other\n{bob}"),
+            "config reload not supported for ServerName: old=, new=other".into(),
+        ),
+        (
+            format!("no_auth_user: bob\n{bob}"),
+            "config reload not supported for NoAuthUser: old=, new=bob".into(),
+        ),
+    ];
+    for (conf, want) in &cases {
+        let lines = srv.reload(conf).await;
+        assert!(
+            lines.contains(want.as_str()),
+            "want {want:?} for {conf:?}; got:\n{lines}"
+        );
+        assert!(!lines.contains("Reloaded server configuration"), "{lines}");
+        assert!(!lines.contains("Reloaded: "), "nothing applied: {lines}");
+        assert!(can_connect(&url, "alice", "a").await, "old user works");
+        assert!(!can_connect(&url, "bob", "b").await, "new user not applied");
+    }
+    assert!(srv.log_text().contains("unknown field \"bogus_key\""));
+    let (other, _) = client(&url, "alice", "a").await;
+    delivers(&other, &mut inbox, "in", "still here").await;
+    assert_eq!(drops.load(Ordering::SeqCst), 0);
+}
+
+/// `liftbridge nats-server --signal reload=PID` triggers the reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_by_signal_command() {
+    let srv = Server::start(&users_conf(&[("alice", "a")]));
+    std::fs::write(
+        &srv.conf,
+        with_port(&users_conf(&[("alice", "a"), ("bob", "b")])),
+    )
+    .unwrap();
+    let pid = srv.child.id();
+    let lines = srv
+        .wait_reload(|| {
+            let st = Command::new(env!("CARGO_BIN_EXE_liftbridge"))
+                .args(["nats-server", "--signal", &format!("reload={pid}")])
+                .status()
+                .unwrap();
+            assert!(st.success());
+        })
+        .await;
+    assert!(
+        lines.contains("[INF] Reloaded server configuration"),
+        "{lines}"
+    );
+    assert!(can_connect(&srv.url(), "bob", "b").await);
+}
+
+/// A CA and server certificates for `localhost` signed by it, written as
+/// `<name>.pem` / `<name>-key.pem`; returns each certificate's DER.
+fn write_certs(dir: &Path, names: &[&str]) -> Vec<Vec<u8>> {
+    use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "reload test CA");
+    ca.distinguished_name = dn;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
+    names
+        .iter()
+        .map(|n| {
+            let key = KeyPair::generate().unwrap();
+            let mut p = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+            let mut dn = DistinguishedName::new();
+            dn.push(DnType::CommonName, *n);
+            p.distinguished_name = dn;
+            let c = p.signed_by(&key, &ca_cert, &ca_key).unwrap();
+            std::fs::write(dir.join(format!("{n}.pem")), c.pem()).unwrap();
+            std::fs::write(dir.join(format!("{n}-key.pem")), key.serialize_pem()).unwrap();
+            c.der().to_vec()
+        })
+        .collect()
+}
+
+/// Connects over TLS as a NATS client does (INFO in clear, then the
+/// handshake) and returns the certificate the server presented.
+async fn presented_cert(port: u16, ca: &Path) -> Vec<u8> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut b = [0u8; 1];
+    loop {
+        s.read_exact(&mut b).await.unwrap();
+        if b[0] == b'\n' {
+            break;
+        }
+    }
+    let cfg = liftbridge::tls::client_config(ca, None).unwrap();
+    let connector = tokio_rustls::TlsConnector::from(cfg);
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = connector.connect(name, s).await.unwrap();
+    tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+fn fingerprint(der: &[u8]) -> String {
+    // FNV-1a over the DER: enough to tell two certificates apart in a
+    // failure message without a hashing dependency.
+    let h = der.iter().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
+    });
+    format!("{h:016x}")
+}
+
+/// The certificate files are read again on reload: a new connection sees
+/// the new certificate; a connection made before keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_tls_certificate_replaced() {
+    let pki = tempfile::tempdir().unwrap();
+    let ders = write_certs(pki.path(), &["one", "two"]);
+    let conf = |n: &str| {
+        format!(
+            "tls {{ cert_file: \"{}\", key_file: \"{}\" }}\n",
+            pki.path().join(format!("{n}.pem")).display(),
+            pki.path().join(format!("{n}-key.pem")).display()
+        )
+    };
+    let srv = Server::start(&conf("one"));
+    let ca = pki.path().join("ca.pem");
+    assert_eq!(
+        fingerprint(&presented_cert(srv.port, &ca).await),
+        fingerprint(&ders[0])
+    );
+    let old = async_nats::ConnectOptions::new()
+        .add_root_certificates(ca.clone())
+        .require_tls(true)
+        .connect(format!("tls://localhost:{}", srv.port))
+        .await
+        .unwrap();
+    let mut sub = old.subscribe("t").await.unwrap();
+    old.flush().await.unwrap();
+
+    // Replace the files in place (same paths), as certificate renewal does.
+    std::fs::copy(pki.path().join("two.pem"), pki.path().join("one.pem")).unwrap();
+    std::fs::copy(
+        pki.path().join("two-key.pem"),
+        pki.path().join("one-key.pem"),
+    )
+    .unwrap();
+    let lines = srv.reload(&conf("one")).await;
+    assert!(lines.contains("[INF] Reloaded: tls = enabled"), "{lines}");
+    assert_eq!(
+        fingerprint(&presented_cert(srv.port, &ca).await),
+        fingerprint(&ders[1]),
+        "new handshakes use the new certificate"
+    );
+    delivers(&old, &mut sub, "t", "same session").await;
+
+    // A key file that does not parse is refused; the certificate stays.
+    std::fs::write(pki.path().join("bad-key.pem"), "not a key").unwrap();
+    let bad = format!(
+        "tls {{ cert_file: \"{}\", key_file: \"{}\" }}\n",
+        pki.path().join("two.pem").display(),
+        pki.path().join("bad-key.pem").display()
+    );
+    let lines = srv.reload(&bad).await;
+    assert!(
+        lines.contains("[ERR] Failed to reload server configuration"),
+        "{lines}"
+    );
+    assert_eq!(
+        fingerprint(&presented_cert(srv.port, &ca).await),
+        fingerprint(&ders[1])
+    );
+    let _ = srv.dir();
+}
+
+/// SIGHUP to a liftbridge node; returns its log once `want` appeared one
+/// more time.
+async fn hup(node: &super::support::procs::LiftbridgeNode, want: &str) -> String {
+    let pid = node.proc.pid().expect("running") as i32;
+    let before = node.proc.log_text().matches(want).count();
+    // SAFETY: kill(2) with our own child's pid.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    let end = Instant::now() + WAIT;
+    loop {
+        let text = node.proc.log_text();
+        if text.matches(want).count() > before {
+            return text;
+        }
+        assert!(Instant::now() < end, "{want:?} not logged:\n{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The liftbridge mode: SIGHUP applies `nats.embedded.config`'s users to
+/// the embedded server; an unaffected client stays connected; a refused
+/// change is logged and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_in_serve_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let nats_conf = dir.path().join("nats.conf");
+    std::fs::write(&nats_conf, users_conf(&[("alice", "a"), ("bob", "b")])).unwrap();
+    let yaml = format!("  embedded.config: {}\n", nats_conf.display());
+    let node = super::support::procs::LiftbridgeNode::start("reload", &[], &yaml).await;
+    let url = node.url();
+    let (alice, drops) = client(&url, "alice", "a").await;
+    let mut inbox = alice.subscribe("in").await.unwrap();
+    alice.flush().await.unwrap();
+    let mut bob = raw(node.client_port, r#""user":"bob","pass":"b""#).await;
+    assert!(!can_connect(&url, "carl", "c").await);
+
+    std::fs::write(&nats_conf, users_conf(&[("alice", "a"), ("carl", "c")])).unwrap();
+    hup(&node, "Reloaded server configuration").await;
+    let got = bob.until_closed().await;
+    assert!(!got.contains("-ERR"), "{got:?}");
+    assert!(can_connect(&url, "carl", "c").await);
+
+    // A setting that cannot change at run time: refused, nothing applied
+    // (dave stays out).
+    std::fs::write(
+        &nats_conf,
+        format!(
+            "max_pending: 100000000\n{}",
+            users_conf(&[("alice", "a"), ("dave", "d")])
+        ),
+    )
+    .unwrap();
+    let text = hup(&node, "Failed to reload server configuration").await;
+    assert!(
+        text.contains("config reload not supported for MaxPending"),
+        "{text}"
+    );
+    assert!(!can_connect(&url, "dave", "d").await);
+    let (carl, _) = client(&url, "carl", "c").await;
+    delivers(&carl, &mut inbox, "in", "serve mode").await;
+    assert_eq!(drops.load(Ordering::SeqCst), 0);
+}
