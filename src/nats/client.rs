@@ -1590,11 +1590,31 @@ impl Reader {
             self.client.close_with_err(Some("Authorization Violation"));
             return Flow::Close;
         }
+        let gen = self.server.reload_gen.load(Ordering::SeqCst);
         if self.server.auth_required() {
             return Flow::Authenticate(Box::new(co));
         }
         self.finish_connect(co, None, String::new());
+        if self.server.reload_gen.load(Ordering::SeqCst) != gen {
+            // A reload (which may have turned authentication on) ran
+            // while this client was not yet counted as connected.
+            self.recheck_self();
+            if self.client.is_closed() {
+                return Flow::Close;
+            }
+        }
         Flow::Continue
+    }
+
+    /// Applies the current configuration to this client as a reload does
+    /// (the rare case of a reload racing its CONNECT).
+    fn recheck_self(&mut self) {
+        let live = self.server.live();
+        super::reload::recheck_client(&self.server, &self.client, &live);
+        if let Some(a) = self.client.auth.lock().as_ref() {
+            self.st.perms = a.perms.clone();
+        }
+        self.perm_cache.clear();
     }
 
     /// Verifies CONNECT credentials; bcrypt hashes are checked on the
@@ -1609,6 +1629,12 @@ impl Reader {
             let auth = self.server.live().authenticator.clone();
             let Some(auth) = auth.filter(|a| a.required()) else {
                 self.finish_connect(*co, None, String::new());
+                if self.server.reload_gen.load(Ordering::SeqCst) != gen {
+                    self.recheck_self();
+                    if self.client.is_closed() {
+                        return Flow::Close;
+                    }
+                }
                 return Flow::Continue;
             };
             let bcrypt = auth.uses_bcrypt() && co.pass.is_some();
@@ -1651,19 +1677,12 @@ impl Reader {
                 };
                 self.finish_connect(*co, outcome.permissions, who);
                 if self.server.reload_gen.load(Ordering::SeqCst) != gen {
-                    let (server, client) = (self.server.clone(), self.client.clone());
-                    let _ = tokio::task::spawn_blocking(move || {
-                        let live = server.live();
-                        super::reload::recheck_client(&server, &client, &live)
-                    })
-                    .await;
+                    // Rare (a reload between the check and now): checked
+                    // inline, even when that means a bcrypt hash.
+                    self.recheck_self();
                     if self.client.is_closed() {
                         return Flow::Close;
                     }
-                    if let Some(a) = self.client.auth.lock().as_ref() {
-                        self.st.perms = a.perms.clone();
-                    }
-                    self.perm_cache.clear();
                 }
                 Flow::Continue
             }

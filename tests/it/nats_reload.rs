@@ -693,3 +693,52 @@ async fn nats_reload_in_serve_mode() {
     delivers(&carl, &mut inbox, "in", "serve mode").await;
     assert_eq!(drops.load(Ordering::SeqCst), 0);
 }
+
+/// The WebSocket listener's certificate files are read again on reload
+/// (the TLS handshake comes first there, before any NATS byte).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_websocket_certificate_replaced() {
+    let pki = tempfile::tempdir().unwrap();
+    let ders = write_certs(pki.path(), &["one", "two"]);
+    let conf = |n: &str| {
+        format!(
+            "websocket {{ host: 127.0.0.1, port: -1, tls {{ cert_file: \"{}\", key_file: \"{}\" }} }}\n",
+            pki.path().join(format!("{n}.pem")).display(),
+            pki.path().join(format!("{n}-key.pem")).display()
+        )
+    };
+    let srv = Server::start(&conf("one"));
+    let text = srv.log_text();
+    let ws_port: u16 = text
+        .lines()
+        .find_map(|l| l.split("websocket clients on wss://127.0.0.1:").nth(1))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no websocket line:\n{text}"));
+    let ca = pki.path().join("ca.pem");
+    let presented = || async {
+        let s = TcpStream::connect(("127.0.0.1", ws_port)).await.unwrap();
+        let cfg = liftbridge::tls::client_config(&ca, None).unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let tls = tokio_rustls::TlsConnector::from(cfg)
+            .connect(name, s)
+            .await
+            .unwrap();
+        tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+    };
+    assert_eq!(fingerprint(&presented().await), fingerprint(&ders[0]));
+    let lines = srv.reload(&conf("two")).await;
+    assert!(
+        lines.contains("[INF] Reloaded server configuration"),
+        "{lines}"
+    );
+    assert_eq!(fingerprint(&presented().await), fingerprint(&ders[1]));
+    // Turning WebSocket TLS off would change the listener: refused.
+    let lines = srv
+        .reload("websocket { host: 127.0.0.1, port: -1, no_tls: true }\n")
+        .await;
+    assert!(
+        lines.contains("config reload not supported for Websocket"),
+        "{lines}"
+    );
+    assert_eq!(fingerprint(&presented().await), fingerprint(&ders[1]));
+}
