@@ -204,7 +204,7 @@ impl LocalClient {
             }
         }
         let size = headers.as_ref().map_or(0, |h| h.len()) + payload.len();
-        if size > server.live().opts.max_payload {
+        if size > server.max_payload.load(Ordering::Relaxed) {
             return Err(NatsError::MaxPayload);
         }
         let result = server.sublist.match_subject(subject);

@@ -533,6 +533,9 @@ impl NatsServer {
         let live = Arc::new(live);
         // Nothing can fail from here on: swap, then bring clients in line.
         *inner.live.write() = live.clone();
+        inner
+            .max_payload
+            .store(live.opts.max_payload, Ordering::Relaxed);
         if let (Some(ws), Some(t)) = (&inner.ws, ws_tls) {
             ws.set_tls(t);
         }

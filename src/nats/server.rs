@@ -132,6 +132,8 @@ pub(crate) struct ServerInner {
     pub(crate) live: parking_lot::RwLock<Arc<Live>>,
     /// Bumped by each reload; readers refresh their snapshot when it moves.
     pub(crate) reload_gen: AtomicU64,
+    /// `live.opts.max_payload`, for the in-process publish path (no lock).
+    pub(crate) max_payload: std::sync::atomic::AtomicUsize,
     /// Serialises reloads.
     pub(crate) reload_lock: tokio::sync::Mutex<()>,
     pub stats: ClientStats,
@@ -436,6 +438,7 @@ impl NatsServer {
             None => (None, None),
         };
         let (stopped, _) = watch::channel(false);
+        let max_payload = opts.max_payload;
         let live = Live {
             opts: opts.clone(),
             authenticator,
@@ -450,6 +453,7 @@ impl NatsServer {
             sublist: Sublist::new(),
             live: parking_lot::RwLock::new(Arc::new(live)),
             reload_gen: AtomicU64::new(0),
+            max_payload: std::sync::atomic::AtomicUsize::new(max_payload),
             reload_lock: tokio::sync::Mutex::new(()),
             stats: ClientStats::default(),
             slow_consumers: AtomicU64::new(0),

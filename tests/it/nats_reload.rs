@@ -742,3 +742,47 @@ async fn nats_reload_websocket_certificate_replaced() {
     );
     assert_eq!(fingerprint(&presented().await), fingerprint(&ders[1]));
 }
+
+/// In process (the node's own publishers): a reloaded `max_payload` bounds
+/// the log layer's publishes too; a refused reload returns its error and
+/// leaves the limit as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_in_process_limits() {
+    use liftbridge::nats::reload::ReloadError;
+    let opts = liftbridge::config::nats::NatsOptions {
+        max_payload: 1000,
+        ..super::nats_support::test_opts()
+    };
+    let srv = super::nats_support::start(opts.clone()).await;
+    let local = srv.local_client("reload-test");
+    let big = bytes::Bytes::from(vec![b'x'; 1500]);
+    assert!(local.publish("a", None, None, big.clone()).is_err());
+
+    let refused = liftbridge::config::nats::NatsOptions {
+        max_payload: 2000,
+        host: "127.0.0.2".into(),
+        ..opts.clone()
+    };
+    let e = srv.reload(refused).await.unwrap_err();
+    assert!(
+        matches!(e, ReloadError::NotSupported { field: "Host", .. }),
+        "{e}"
+    );
+    assert!(local.publish("a", None, None, big.clone()).is_err());
+
+    let lines = srv
+        .reload(liftbridge::config::nats::NatsOptions {
+            max_payload: 2000,
+            ..opts
+        })
+        .await
+        .unwrap();
+    assert!(
+        lines.iter().any(|l| l == "Reloaded: max_payload = 2000"),
+        "{lines:?}"
+    );
+    local
+        .publish("a", None, None, big)
+        .expect("within the new limit");
+    srv.shutdown().await;
+}
