@@ -30,7 +30,7 @@ use super::auth::{Credentials, PermissionSet};
 use super::handle::LocalMsg;
 use super::proto::{self, ClientOp, ConnectOptions, Parsed, Parser};
 use super::server::ServerInner;
-use super::sublist::MatchResult;
+use super::sublist::{MatchResult, Sublist};
 
 /// Read buffer growth step.
 const READ_CHUNK: usize = 64 * 1024;
@@ -59,10 +59,10 @@ impl MatchCache {
     /// The receivers of `subject` (`None` for a subject that is not UTF-8).
     pub(crate) fn lookup(
         &mut self,
-        server: &ServerInner,
+        sublist: &Sublist<Subscription>,
         subject: &[u8],
     ) -> Option<Arc<MatchResult<Subscription>>> {
-        let gen = server.sublist.genid();
+        let gen = sublist.genid();
         if gen != self.gen {
             self.map.clear();
             self.gen = gen;
@@ -71,7 +71,7 @@ impl MatchCache {
             return Some(r.clone());
         }
         let s = std::str::from_utf8(subject).ok()?;
-        let r = server.sublist.match_subject(s);
+        let r = sublist.match_subject(s);
         if self.map.len() >= self.max {
             self.map.clear();
         }
@@ -207,6 +207,9 @@ pub struct ClientShared {
     ping_sent_us: AtomicU64,
     pub(crate) connected: AtomicBool,
     max_pending: usize,
+    /// The account, set once when the client is bound to one (at CONNECT,
+    /// or at creation for in-process clients); unset = `$G`.
+    pub(crate) account: std::sync::OnceLock<Arc<super::account::Account>>,
 }
 
 impl ClientShared {
@@ -245,6 +248,7 @@ impl ClientShared {
             ping_sent_us: AtomicU64::new(0),
             connected: AtomicBool::new(kind == ClientKind::Local),
             max_pending,
+            account: std::sync::OnceLock::new(),
         })
     }
 
@@ -1321,6 +1325,8 @@ pub(crate) struct Reader {
     flush: FlushList,
     in_msgs: u64,
     in_bytes: u64,
+    /// The connection's account (`$G` until CONNECT binds another).
+    account: Arc<super::account::Account>,
 }
 
 /// What to do after an operation.
@@ -1341,7 +1347,9 @@ impl Reader {
     ) -> Reader {
         let o = &server.opts;
         let parser = Parser::new(o.max_control_line, o.max_payload);
+        let account = server.accounts.global().clone();
         Reader {
+            account,
             client,
             server,
             parser,
@@ -1561,7 +1569,7 @@ impl Reader {
         if self.server.auth_required() {
             return Flow::Authenticate(Box::new(co));
         }
-        self.finish_connect(co, None, String::new());
+        self.finish_connect(co, None, String::new(), None);
         Flow::Continue
     }
 
@@ -1569,7 +1577,7 @@ impl Reader {
     /// blocking pool so a slow hash never stalls a runtime worker.
     async fn authenticate(&mut self, co: Box<ConnectOptions>) -> Flow {
         let Some(auth) = self.server.authenticator.as_ref() else {
-            self.finish_connect(*co, None, String::new());
+            self.finish_connect(*co, None, String::new(), None);
             return Flow::Continue;
         };
         let bcrypt = auth.uses_bcrypt() && co.pass.is_some();
@@ -1609,7 +1617,20 @@ impl Reader {
                         String::new()
                     }
                 };
-                self.finish_connect(*co, outcome.permissions, who);
+                let account = match outcome.account.as_deref() {
+                    None => None,
+                    Some(name) => match self.server.accounts.get(name) {
+                        Some(a) => Some(a.clone()),
+                        // Accounts are checked against users at start-up;
+                        // refuse rather than fall back to `$G`.
+                        None => {
+                            self.server.auth_failures.fetch_add(1, Ordering::Relaxed);
+                            self.client.close_with_err(Some("Authorization Violation"));
+                            return Flow::Close;
+                        }
+                    },
+                };
+                self.finish_connect(*co, outcome.permissions, who, account);
                 Flow::Continue
             }
             Err(e) => {
@@ -1626,7 +1647,15 @@ impl Reader {
         co: ConnectOptions,
         perms: Option<Arc<PermissionSet>>,
         who: String,
+        account: Option<Arc<super::account::Account>>,
     ) {
+        if let Some(a) = account {
+            // Bound once: a second CONNECT cannot move a connection (and
+            // its subscriptions) to another account.
+            if self.client.account.set(a.clone()).is_ok() {
+                self.account = a;
+            }
+        }
         self.st = ConnState {
             connected: true,
             verbose: co.verbose,
@@ -1697,7 +1726,7 @@ impl Reader {
             self.send_err(&text);
             return Flow::Continue;
         }
-        let Some(result) = self.cache.lookup(&self.server, &subject) else {
+        let Some(result) = self.cache.lookup(&self.account.sublist, &subject) else {
             return Flow::Continue;
         };
         let msg = MsgRef {
@@ -1706,7 +1735,7 @@ impl Reader {
             headers: headers.as_ref(),
             payload: &payload,
         };
-        let n = deliver(
+        let mut n = deliver(
             &self.server,
             &self.client,
             self.st.echo,
@@ -1714,6 +1743,13 @@ impl Reader {
             &result,
             &mut self.flush,
             Origin::Client,
+        );
+        n += super::account::deliver_imports(
+            &self.server,
+            &self.account,
+            &self.client,
+            &msg,
+            &mut self.flush,
         );
         if n == 0 && self.st.no_responders {
             if let Some(reply) = &reply {
@@ -1728,7 +1764,7 @@ impl Reader {
         let Ok(r) = std::str::from_utf8(reply) else {
             return;
         };
-        let result = self.server.sublist.match_subject(r);
+        let result = self.account.sublist.match_subject(r);
         let Some(sub) = result
             .psubs
             .iter()
