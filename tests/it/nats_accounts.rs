@@ -34,6 +34,8 @@ accounts {{
       {{stream: "pub.>"}}
       {{service: "req.>"}}
       {{stream: "private.>", accounts: [C]}}
+      {{stream: "map.>"}}
+      {{service: "multi.>", response_type: stream}}
     ]
   }}
   B {{
@@ -41,6 +43,8 @@ accounts {{
     imports: [
       {{stream: {{account: A, subject: "pub.>"}}, prefix: "froma"}}
       {{service: {{account: A, subject: "req.echo"}}, to: "local.echo"}}
+      {{stream: {{account: A, subject: "map.>"}}, to: "mine.>"}}
+      {{service: {{account: A, subject: "multi.x"}}}}
     ]
   }}
   C {{
@@ -275,6 +279,72 @@ async fn shared_body(server: Server, port: u16, http: u16) {
     let m = next(&mut responder, "A req.echo one-way").await;
     assert_eq!((m.payload, m.reply), ("oneway".into(), None));
 
+    // A stream import remapped with `to`.
+    let mut mine = b.subscribe("mine.>").await.unwrap();
+    sync(&b).await;
+    a.publish("map.q", "remapped".into()).await.unwrap();
+    sync(&a).await;
+    assert_eq!(next(&mut mine, "B mine.>").await.subject.as_str(), "mine.q");
+
+    // Singleton responses: the mapping goes after the first answer, so a
+    // second answer on the same reply never reaches the requester (the
+    // requester's own sentinel, published after it, comes first).
+    let mut responder = a.subscribe("req.echo").await.unwrap();
+    let inbox = b.new_inbox();
+    let mut answers = b.subscribe(inbox.clone()).await.unwrap();
+    sync(&a).await;
+    sync(&b).await;
+    b.publish_with_reply("local.echo", inbox.clone(), "once".into())
+        .await
+        .unwrap();
+    sync(&b).await;
+    let req = next(&mut responder, "A req.echo singleton").await;
+    let r = req.reply.expect("reply");
+    a.publish(r.clone(), "first".into()).await.unwrap();
+    a.publish(r.clone(), "second".into()).await.unwrap();
+    sync(&a).await;
+    b.publish(inbox.clone(), "sentinel".into()).await.unwrap();
+    sync(&b).await;
+    assert_eq!(next(&mut answers, "first answer").await.payload, "first");
+    assert_eq!(
+        next(&mut answers, "sentinel").await.payload,
+        "sentinel",
+        "{server:?}: a second singleton answer got through"
+    );
+
+    // Stream responses: every answer until an empty message ends it.
+    let mut multi = a.subscribe("multi.x").await.unwrap();
+    sync(&a).await;
+    b.publish_with_reply("multi.x", inbox.clone(), "many".into())
+        .await
+        .unwrap();
+    sync(&b).await;
+    let req = next(&mut multi, "A multi.x").await;
+    let r = req.reply.expect("reply");
+    assert!(r.starts_with("_R_."), "{r}");
+    for p in ["r1", "r2", "r3"] {
+        a.publish(r.clone(), p.into()).await.unwrap();
+    }
+    a.publish(r.clone(), "".into()).await.unwrap();
+    a.publish(r.clone(), "late".into()).await.unwrap();
+    sync(&a).await;
+    b.publish(inbox.clone(), "sentinel2".into()).await.unwrap();
+    sync(&b).await;
+    let mut got = Vec::new();
+    loop {
+        let m = next(&mut answers, "stream answers").await;
+        if m.payload.is_empty() {
+            continue; // the end marker itself may or may not be passed on
+        }
+        let p = String::from_utf8_lossy(&m.payload).into_owned();
+        let end = p == "sentinel2";
+        got.push(p);
+        if end {
+            break;
+        }
+    }
+    assert_eq!(got, ["r1", "r2", "r3", "sentinel2"], "{server:?}");
+
     // Per-user permissions inside an account (raw socket: the exact -ERR).
     let out = raw_session(port, "c", "cpw", "PUB nope 2\r\nhi\r\nSUB nope 1\r\n").await;
     assert!(
@@ -336,7 +406,7 @@ async fn shared_body(server: Server, port: u16, http: u16) {
         .iter()
         .filter_map(|e| e["subject"].as_str())
         .collect();
-    for want in ["pub.>", "req.>", "private.>"] {
+    for want in ["pub.>", "req.>", "private.>", "map.>", "multi.>"] {
         assert!(exported.contains(&want), "{server:?}: {acc_a}");
     }
     let acc_b = monitor(http, "/accountz?acc=B").await;
@@ -358,7 +428,9 @@ async fn shared_body(server: Server, port: u16, http: u16) {
     assert_eq!(
         kinds,
         vec![
+            ("service".to_string(), "multi.x".to_string()),
             ("service".to_string(), "req.echo".to_string()),
+            ("stream".to_string(), "map.>".to_string()),
             ("stream".to_string(), "pub.>".to_string())
         ],
         "{server:?}: {acc_b}"
