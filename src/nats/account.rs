@@ -237,22 +237,43 @@ struct Responses {
 }
 
 impl Responses {
+    /// Drops expired mappings from the front of `order`. A refreshed
+    /// mapping (stream responses) is queued again with its new expiry;
+    /// records of mappings already gone are dropped.
     fn sweep(&mut self, now: Instant) {
-        while let Some((s, at)) = self.order.front() {
-            if *at > now {
+        while self.order.front().is_some_and(|(_, at)| *at <= now) {
+            let Some((s, _)) = self.order.pop_front() else {
                 break;
+            };
+            match self.map.get(&s) {
+                Some(p) if p.expires <= now => {
+                    self.map.remove(&s);
+                }
+                Some(p) => {
+                    let at = p.expires;
+                    self.order.push_back((s, at));
+                }
+                None => {}
             }
-            if self.map.get(s).is_some_and(|p| p.expires <= now) {
-                self.map.remove(s);
-            }
-            self.order.pop_front();
         }
-        // Refreshed entries leave stale order records behind; keep the
-        // queue proportional to the map.
-        if self.order.len() > 2 * MAX_RESPONSES {
+        // Answered singletons leave their record behind until it expires;
+        // under a high request rate that would be thousands per second
+        // for the whole threshold. Keep `order` proportional to the map
+        // (amortised: the retain runs after at least 1024 pushes).
+        if self.order.len() > 2 * self.map.len() + 1024 {
             let map = &self.map;
             self.order
                 .retain(|(s, at)| map.get(s).is_some_and(|p| p.expires == *at));
+            // Refreshed mappings lost their record above: requeue them.
+            let queued: std::collections::HashSet<&String> =
+                self.order.iter().map(|(s, _)| s).collect();
+            let missing: Vec<(String, Instant)> = self
+                .map
+                .iter()
+                .filter(|(s, _)| !queued.contains(s))
+                .map(|(s, p)| (s.clone(), p.expires))
+                .collect();
+            self.order.extend(missing);
         }
     }
 
@@ -675,9 +696,8 @@ fn deliver_response(
                         .headers
                         .is_none_or(|h| h.len() <= b"NATS/1.0\r\n\r\n".len());
                 if !empty {
+                    // Requeued by the next sweep that meets its old record.
                     p.expires = now + p.threshold;
-                    let exp = p.expires;
-                    r.order.push_back((subject.to_string(), exp));
                 }
                 empty
             }
@@ -956,6 +976,28 @@ mod tests {
         }
         assert_eq!(r.map.len(), MAX_RESPONSES);
         assert!(!r.map.contains_key("_R_.x.live"));
+    }
+
+    #[test]
+    fn answered_mappings_do_not_pile_up_in_the_order_queue() {
+        let mut r = Responses::default();
+        for i in 0..10_000 {
+            let key = format!("_R_.x.{i}");
+            r.insert(
+                key.clone(),
+                Pending {
+                    requester: 1,
+                    reply: Bytes::from_static(b"inbox"),
+                    response_type: ResponseType::Singleton,
+                    threshold: Duration::from_secs(120),
+                    expires: Instant::now() + Duration::from_secs(120),
+                },
+            );
+            // Answered at once, as a singleton is.
+            r.map.remove(&key);
+        }
+        assert!(r.map.is_empty());
+        assert!(r.order.len() <= 1024 + 1, "{}", r.order.len());
     }
 
     #[test]
