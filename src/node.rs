@@ -430,6 +430,17 @@ impl NodeConfig {
         apply_websocket(&c.nats.websocket, &mut nats)?;
         apply_leafnodes(&c.nats.leafnodes, &mut nats)?;
         nats.local_max_pending = usize::try_from(c.nats.recorder_max_pending).unwrap_or(usize::MAX);
+        nats.local_account = match c.nats.account.as_deref() {
+            None | Some(crate::nats::account::GLOBAL_ACCOUNT) => None,
+            Some(name) if nats.auth.accounts.iter().any(|a| a.name == name) => {
+                Some(name.to_string())
+            }
+            Some(name) => {
+                return Err(NodeError::Config(format!(
+                    "nats.account: account {name:?} is not configured (declare it in the accounts block of nats.embedded.config)"
+                )))
+            }
+        };
         // The node serves HTTP itself (one listener for NATS monitoring and
         // the liftbridge endpoints); a monitoring port from the NATS file
         // takes precedence over the default `http.listen`, an explicit one

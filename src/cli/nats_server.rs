@@ -304,6 +304,7 @@ pub fn build_config(flags: &Flags) -> Result<NatsConf, SetupError> {
             username: u.clone(),
             password: flags.pass.clone().unwrap_or_default(),
             permissions: None,
+            account: None,
         });
     } else if flags.pass.is_some() {
         return Err(SetupError::Invalid("--pass given without --user".into()));

@@ -85,6 +85,7 @@ pub const KEYS: &[&str] = &[
     "nats.leafnodes.remotes",
     "nats.leafnodes.reconnect",
     "nats.recorder.max.pending",
+    "nats.account",
     "nats.leafnodes.auth.user",
     "nats.leafnodes.auth.password",
     "nats.leafnodes.tls.cert",
@@ -370,6 +371,10 @@ pub struct NatsConfig {
     /// subscription queue (64 MiB); past 75 % of it, publishers to a
     /// stream's subject stall (see `nats::handle`).
     pub recorder_max_pending: u64,
+    /// `nats.account`: the account of the node's in-process NATS clients
+    /// (its streams record that account's subjects); `None` = the global
+    /// account `$G`. Must be an account of `nats.embedded.config`.
+    pub account: Option<String>,
 }
 
 /// `nats.websocket.*`: the embedded server's WebSocket listener, enabled by
@@ -754,6 +759,7 @@ impl Default for LiftbridgeConfig {
                 websocket: NatsWebsocketConfig::default(),
                 leafnodes: NatsLeafConfig::default(),
                 recorder_max_pending: crate::nats::handle::DEFAULT_LOCAL_MAX_PENDING as u64,
+                account: None,
             },
             http: HttpConfig {
                 listen: "0.0.0.0:8222".into(),
@@ -1113,6 +1119,7 @@ impl Builder {
             "tls.client.authz.policy" => c.tls.client_authz_policy = path(raw)?,
             "nats.servers" => c.nats.servers = list(raw),
             "nats.user" => c.nats.user = opt_string(raw)?,
+            "nats.account" => c.nats.account = opt_string(raw)?,
             "nats.password" => c.nats.password = opt_string(raw)?,
             "nats.tls.cert" => c.nats.tls_cert = path(raw)?,
             "nats.tls.key" => c.nats.tls_key = path(raw)?,

@@ -62,6 +62,9 @@ pub struct NatsOptions {
     /// Leaf nodes (`leafnodes { … }`): a listener for leaves and remotes
     /// (hubs) to solicit; `None` = no leaf-node support.
     pub leafnodes: Option<LeafnodeOptions>,
+    /// The account of the server's in-process clients (the log's
+    /// recorders and internal requests): `nats.account`; `None` = `$G`.
+    pub local_account: Option<String>,
 }
 
 impl Default for NatsOptions {
@@ -90,6 +93,7 @@ impl Default for NatsOptions {
             cluster: None,
             websocket: None,
             leafnodes: None,
+            local_account: None,
         }
     }
 }
@@ -108,6 +112,79 @@ pub struct AuthConfig {
     pub default_permissions: Option<Permissions>,
     /// Name of the user that clients without credentials are mapped to.
     pub no_auth_user: Option<String>,
+    /// `accounts { … }`: named accounts with their exports and imports
+    /// (their users are in `users`/`nkeys`, tagged with the account).
+    /// Empty = only the global account `$G`.
+    pub accounts: Vec<AccountConfig>,
+}
+
+/// One account of `accounts { NAME { … } }`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AccountConfig {
+    /// The account name (never `$G`).
+    pub name: String,
+    /// What other accounts may import from this one.
+    pub exports: Vec<ExportConfig>,
+    /// What this account takes from others.
+    pub imports: Vec<ImportConfig>,
+}
+
+/// Whether an export or import is a stream (messages flow to the
+/// importer) or a service (requests flow to the exporter, replies back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportKind {
+    /// `stream`.
+    Stream,
+    /// `service`.
+    Service,
+}
+
+/// How many responses a service request may get back through an import
+/// (`response_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ResponseType {
+    /// One response, then the reply mapping is gone (the default).
+    #[default]
+    Singleton,
+    /// Any number, until an empty message or the threshold.
+    Stream,
+    /// As `Stream` (chunked responses end the same way).
+    Chunked,
+}
+
+/// `exports [ {stream|service: SUBJECT, accounts: [...]} ]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportConfig {
+    /// Stream or service.
+    pub kind: ExportKind,
+    /// The exported subject (wildcards allowed).
+    pub subject: String,
+    /// Accounts allowed to import; empty = public.
+    pub accounts: Vec<String>,
+    /// Services: how many responses a request may get.
+    pub response_type: ResponseType,
+    /// Services: how long a reply mapping lives (2 min by default).
+    pub response_threshold: Duration,
+}
+
+/// Default lifetime of a service import's reply mapping (nats-server's
+/// `DEFAULT_SERVICE_EXPORT_RESPONSE_THRESHOLD`).
+pub const DEFAULT_RESPONSE_THRESHOLD: Duration = Duration::from_secs(120);
+
+/// `imports [ {stream|service: {account, subject}, prefix|to} ]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportConfig {
+    /// Stream or service.
+    pub kind: ExportKind,
+    /// The exporting account.
+    pub account: String,
+    /// The subject as the exporter names it.
+    pub subject: String,
+    /// Streams: the local subject is `prefix.` + the exporter's subject.
+    pub prefix: Option<String>,
+    /// Local subject (streams: remap; services: what local clients
+    /// publish to, default the exported subject).
+    pub to: Option<String>,
 }
 
 impl AuthConfig {
@@ -124,6 +201,8 @@ pub struct User {
     /// Plain text, or a bcrypt hash (`$2a$`, `$2b$`, `$2y$`).
     pub password: String,
     pub permissions: Option<Permissions>,
+    /// The account the user belongs to; `None` = the global account `$G`.
+    pub account: Option<String>,
 }
 
 /// An nkey-authenticated user.
@@ -132,6 +211,8 @@ pub struct NkeyUser {
     /// Public user nkey (starts with `U`).
     pub nkey: String,
     pub permissions: Option<Permissions>,
+    /// The account the user belongs to; `None` = the global account `$G`.
+    pub account: Option<String>,
 }
 
 /// Publish and subscribe rules of one user.

@@ -20,10 +20,12 @@
 //! semantics); booleans `true/false/yes/no/on/off`. Keys are
 //! case-insensitive in the mapping; the last occurrence wins.
 //!
-//! `cluster { … }` configures routes and `leafnodes { … }` leaf nodes;
-//! inside them, fields we do not provide are refused with an error naming
-//! them. Unknown keys and unsupported
-//! subsystems (`jetstream`, `gateway`, `accounts`, …) are accepted and
+//! `cluster { … }` configures routes, `leafnodes { … }` leaf nodes and
+//! `accounts { … }` accounts (users, exports, imports); inside them, fields
+//! we do not provide are refused with an error naming them, and accounts
+//! are checked across blocks as nats-server does (duplicate users, imports
+//! of unknown accounts or unexported subjects). Unknown keys and unsupported
+//! subsystems (`jetstream`, `gateway`, …) are accepted and
 //! reported as warnings, as nats-server
 //! does for unknown fields; malformed values are errors naming the file, the
 //! line and the key. Nothing here panics on input.
@@ -787,47 +789,35 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
                     "operator (JWT) mode is not supported; use authorization { users … }",
                 );
             }
-            "accounts" if accounts_have_users(n) => {
-                return invalid(
-                    key,
-                    n,
-                    "users inside accounts are not supported; use authorization { users … }",
-                );
-            }
+            "accounts" => accounts_block(key, n, &mut o.auth, &mut c.warnings)?,
             "cluster" => o.cluster = Some(cluster_block(key, n, &mut c.warnings)?),
             "websocket" | "ws" => o.websocket = websocket_block(key, n, &mut c.warnings)?,
             "leafnodes" | "leaf" => o.leafnodes = Some(leafnodes_block(key, n, &mut c.warnings)?),
-            "gateway" | "mqtt" | "accounts" | "resolver_preload" | "system_account" => {
-                c.warnings.push(format!(
-                    "{}:{}: {key:?} is not supported; ignored",
-                    n.file, n.line
-                ))
-            }
+            "gateway" | "mqtt" | "resolver_preload" | "system_account" => c.warnings.push(format!(
+                "{}:{}: {key:?} is not supported; ignored",
+                n.file, n.line
+            )),
             _ => c.warnings.push(format!(
                 "{}:{}: unknown field {key:?} ignored",
                 n.file, n.line
             )),
         }
     }
+    let single_user = entries
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+        .any(|(_, n)| {
+            matches!(&n.value, Value::Map(m) if m.iter().any(|(k, _)| {
+                k.eq_ignore_ascii_case("user") || k.eq_ignore_ascii_case("username")
+            }))
+        });
+    check_accounts(entries, &c.options.auth, single_user)?;
     if http_port.is_some() || http_host.is_some() {
         c.http_host_explicit = http_host.is_some();
         let host = http_host.unwrap_or_else(|| c.options.host.clone());
         c.options.http = Some((host, http_port.unwrap_or(0)));
     }
     Ok(())
-}
-
-/// Whether an `accounts { A: { users: [...] } }` block declares users.
-fn accounts_have_users(n: &Node) -> bool {
-    let Value::Map(accounts) = &n.value else {
-        return false;
-    };
-    accounts.iter().any(|(_, acc)| match &acc.value {
-        Value::Map(fields) => fields.iter().any(|(k, v)| {
-            k.eq_ignore_ascii_case("users") && !matches!(&v.value, Value::Array(a) if a.is_empty())
-        }),
-        _ => false,
-    })
 }
 
 /// `cluster { name, listen | host/port, routes, authorization, tls,
@@ -1346,6 +1336,7 @@ fn apply_authorization(
             username: u,
             password: pass.unwrap_or_default(),
             permissions: default_perms.clone(),
+            account: None,
         });
     } else if pass.is_some() {
         return invalid(key, n, "password without user");
@@ -1365,38 +1356,337 @@ fn apply_authorization(
             return invalid(key, n, "cannot have a token and a users array");
         }
         for item in items {
-            let mut name: Option<String> = None;
-            let mut password: Option<String> = None;
-            let mut nkey: Option<String> = None;
-            let mut perms: Option<Permissions> = None;
-            for (k, v) in want_map("users", item)? {
-                match k.to_ascii_lowercase().as_str() {
-                    "user" | "username" => name = Some(want_str(k, v)?.to_string()),
-                    "password" | "pass" => password = Some(want_str(k, v)?.to_string()),
-                    "nkey" => nkey = Some(want_str(k, v)?.to_string()),
-                    "permissions" => perms = Some(permissions(k, v)?),
-                    "allowed_connection_types" | "account" => {}
-                    other => return invalid("users", v, format!("unknown user field {other:?}")),
-                }
-            }
-            // Users without their own permissions get the block's default.
-            let perms = perms.or_else(|| default_perms.clone());
-            match (name, nkey) {
-                (_, Some(nkey)) => auth.nkeys.push(NkeyUser {
-                    nkey,
-                    permissions: perms,
-                }),
-                (Some(username), None) => auth.users.push(User {
-                    username,
-                    password: password.unwrap_or_default(),
-                    permissions: perms,
-                }),
-                (None, None) => return invalid("users", item, "a user needs user or nkey"),
+            match user_entry(item, default_perms.as_ref(), None)? {
+                UserEntry::Password(u) => auth.users.push(u),
+                UserEntry::Nkey(u) => auth.nkeys.push(u),
             }
         }
     }
     auth.default_permissions = default_perms;
     Ok(())
+}
+
+/// A user of a `users` array.
+enum UserEntry {
+    Password(User),
+    Nkey(NkeyUser),
+}
+
+/// One `{user, password | nkey, permissions}` entry of a `users` array;
+/// users without their own permissions get `default_perms`.
+fn user_entry(
+    item: &Node,
+    default_perms: Option<&Permissions>,
+    account: Option<&str>,
+) -> Result<UserEntry, ConfError> {
+    let mut name: Option<String> = None;
+    let mut password: Option<String> = None;
+    let mut nkey: Option<String> = None;
+    let mut perms: Option<Permissions> = None;
+    for (k, v) in want_map("users", item)? {
+        match k.to_ascii_lowercase().as_str() {
+            "user" | "username" => name = Some(want_str(k, v)?.to_string()),
+            "password" | "pass" => password = Some(want_str(k, v)?.to_string()),
+            "nkey" => nkey = Some(want_str(k, v)?.to_string()),
+            "permissions" => perms = Some(permissions(k, v)?),
+            "allowed_connection_types" => {}
+            // A user's account comes from the `accounts` block it is
+            // declared in; naming another one here would be ignored.
+            "account" => {
+                return invalid(
+                    k,
+                    v,
+                    "declare the user inside accounts { NAME { users [...] } } instead",
+                )
+            }
+            other => return invalid("users", v, format!("unknown user field {other:?}")),
+        }
+    }
+    let perms = perms.or_else(|| default_perms.cloned());
+    let account = account.map(str::to_string);
+    match (name, nkey) {
+        (_, Some(nkey)) => Ok(UserEntry::Nkey(NkeyUser {
+            nkey,
+            permissions: perms,
+            account,
+        })),
+        (Some(username), None) => Ok(UserEntry::Password(User {
+            username,
+            password: password.unwrap_or_default(),
+            permissions: perms,
+            account,
+        })),
+        (None, None) => invalid("users", item, "a user needs user or nkey"),
+    }
+}
+
+/// `accounts { NAME { users, exports, imports, default_permissions } }`
+/// (or a bare list of names): users go to `auth.users`/`auth.nkeys`
+/// tagged with their account, the rest to `auth.accounts`. Keys for
+/// account features we do not provide (subject mappings, limits, JWT
+/// nkeys, message tracing) are refused by name: each changes what
+/// clients of the account may do or see.
+fn accounts_block(
+    key: &str,
+    n: &Node,
+    auth: &mut AuthConfig,
+    warnings: &mut Vec<String>,
+) -> Result<(), ConfError> {
+    let entries: Vec<(String, Option<&Node>, &Node)> = match &n.value {
+        Value::Array(items) => items
+            .iter()
+            .map(|i| Ok((want_str(key, i)?.to_string(), None, i)))
+            .collect::<Result<_, ConfError>>()?,
+        Value::Map(m) => m.iter().map(|(k, v)| (k.clone(), Some(v), v)).collect(),
+        v => {
+            return invalid(
+                key,
+                n,
+                format!("expected a block or a list of names, found {}", v.kind()),
+            )
+        }
+    };
+    for (name, body, at) in entries {
+        if name == crate::nats::account::GLOBAL_ACCOUNT {
+            return invalid(key, at, format!("{name:?} is a Reserved Account"));
+        }
+        if auth.accounts.iter().any(|a| a.name == name) {
+            return invalid(key, at, format!("Duplicate Account Entry: {name}"));
+        }
+        let mut acc = crate::config::nats::AccountConfig {
+            name: name.clone(),
+            ..Default::default()
+        };
+        let Some(body) = body else {
+            auth.accounts.push(acc);
+            continue;
+        };
+        let fields = match &body.value {
+            Value::Map(m) => m,
+            _ => return invalid(key, body, "Expected map entries for accounts"),
+        };
+        let mut default_perms: Option<Permissions> = None;
+        let mut users: Vec<&Node> = Vec::new();
+        for (k, v) in fields {
+            match k.to_ascii_lowercase().as_str() {
+                "users" => match &v.value {
+                    Value::Array(items) => users.extend(items.iter()),
+                    other => {
+                        return invalid(k, v, format!("expected an array, found {}", other.kind()))
+                    }
+                },
+                "default_permissions" => default_perms = Some(permissions(k, v)?),
+                "exports" => {
+                    for item in want_array(k, v)? {
+                        acc.exports.push(export_entry(item)?);
+                    }
+                }
+                "imports" => {
+                    for item in want_array(k, v)? {
+                        acc.imports.push(import_entry(item)?);
+                    }
+                }
+                "jetstream" => warnings.push(format!(
+                    "{}:{}: JetStream is not provided by this server; account {name:?} \"jetstream\" ignored",
+                    v.file, v.line
+                )),
+                other => {
+                    return invalid(
+                        k,
+                        v,
+                        format!("account field {other:?} is not supported (users, exports, imports and default_permissions are)"),
+                    )
+                }
+            }
+        }
+        for u in users {
+            match user_entry(u, default_perms.as_ref(), Some(&name))? {
+                UserEntry::Password(u) => auth.users.push(u),
+                UserEntry::Nkey(u) => auth.nkeys.push(u),
+            }
+        }
+        auth.accounts.push(acc);
+    }
+    Ok(())
+}
+
+fn want_array<'n>(key: &str, n: &'n Node) -> Result<&'n [Node], ConfError> {
+    match &n.value {
+        Value::Array(items) => Ok(items),
+        v => invalid(key, n, format!("expected an array, found {}", v.kind())),
+    }
+}
+
+/// One entry of `exports`.
+fn export_entry(item: &Node) -> Result<crate::config::nats::ExportConfig, ConfError> {
+    use crate::config::nats::{ExportConfig, ExportKind, ResponseType};
+    let mut kind_subject: Option<(ExportKind, String)> = None;
+    let mut accounts = Vec::new();
+    let mut response: Option<(ResponseType, &Node)> = None;
+    let mut threshold: Option<(Duration, &Node)> = None;
+    for (k, v) in want_map("exports", item)? {
+        match k.to_ascii_lowercase().as_str() {
+            "stream" => kind_subject = Some((ExportKind::Stream, want_str(k, v)?.to_string())),
+            "service" => kind_subject = Some((ExportKind::Service, want_str(k, v)?.to_string())),
+            "accounts" => {
+                for a in want_array(k, v)? {
+                    accounts.push(want_str(k, a)?.to_string());
+                }
+            }
+            "response" | "response_type" => {
+                let t = want_str(k, v)?;
+                let rt = match t.to_ascii_lowercase().as_str() {
+                    "single" | "singleton" => ResponseType::Singleton,
+                    "stream" => ResponseType::Stream,
+                    "chunk" | "chunked" => ResponseType::Chunked,
+                    _ => return invalid(k, v, format!("Unknown response type: {t:?}")),
+                };
+                response = Some((rt, v));
+            }
+            "threshold" | "response_threshold" | "response_max_time" | "response_time" => {
+                threshold = Some((want_duration(k, v)?, v));
+            }
+            other => {
+                return invalid(
+                    k,
+                    v,
+                    format!("export field {other:?} is not supported (stream, service, accounts, response_type and response_threshold are)"),
+                )
+            }
+        }
+    }
+    let Some((kind, subject)) = kind_subject else {
+        return invalid("exports", item, "an export needs stream or service");
+    };
+    if kind == ExportKind::Stream {
+        if let Some((_, at)) = response.or(threshold.map(|(_, n)| (ResponseType::Singleton, n))) {
+            return invalid("exports", at, "Detected response directive on non-service");
+        }
+    }
+    Ok(ExportConfig {
+        kind,
+        subject,
+        accounts,
+        response_type: response.map(|r| r.0).unwrap_or_default(),
+        response_threshold: threshold
+            .map(|t| t.0)
+            .unwrap_or(crate::config::nats::DEFAULT_RESPONSE_THRESHOLD),
+    })
+}
+
+/// One entry of `imports`.
+fn import_entry(item: &Node) -> Result<crate::config::nats::ImportConfig, ConfError> {
+    use crate::config::nats::{ExportKind, ImportConfig};
+    let mut src: Option<(ExportKind, String, String)> = None;
+    let mut prefix: Option<String> = None;
+    let mut to: Option<String> = None;
+    for (k, v) in want_map("imports", item)? {
+        match k.to_ascii_lowercase().as_str() {
+            kind @ ("stream" | "service") => {
+                let mut account = None;
+                let mut subject = None;
+                for (ik, iv) in want_map(k, v)? {
+                    match ik.to_ascii_lowercase().as_str() {
+                        "account" => account = Some(want_str(ik, iv)?.to_string()),
+                        "subject" => subject = Some(want_str(ik, iv)?.to_string()),
+                        other => return invalid(k, iv, format!("unknown import field {other:?}")),
+                    }
+                }
+                let (Some(account), Some(subject)) = (account, subject) else {
+                    return invalid(k, v, "Expect an account name and a subject");
+                };
+                let kind = if kind == "stream" {
+                    ExportKind::Stream
+                } else {
+                    ExportKind::Service
+                };
+                src = Some((kind, account, subject));
+            }
+            "prefix" => prefix = Some(want_str(k, v)?.to_string()),
+            "to" | "local_subject" => to = Some(want_str(k, v)?.to_string()),
+            // Latency-tracking headers: we do not track latency.
+            "share" => {
+                if want_bool(k, v)? {
+                    return invalid(
+                        k,
+                        v,
+                        "service import sharing (latency tracking) is not supported",
+                    );
+                }
+            }
+            other => {
+                return invalid(
+                    k,
+                    v,
+                    format!(
+                    "import field {other:?} is not supported (stream, service, prefix and to are)"
+                ),
+                )
+            }
+        }
+    }
+    let Some((kind, account, subject)) = src else {
+        return invalid("imports", item, "an import needs stream or service");
+    };
+    if kind == ExportKind::Stream && prefix.is_some() && to.is_some() {
+        return invalid(
+            "imports",
+            item,
+            "Stream import can not have a 'prefix' and a 'to' property",
+        );
+    }
+    if kind == ExportKind::Service && prefix.is_some() {
+        return invalid("prefix", item, "a service import has no prefix (use to)");
+    }
+    Ok(ImportConfig {
+        kind,
+        account,
+        subject,
+        prefix,
+        to,
+    })
+}
+
+/// Checks across blocks once the whole file is read (their order in the
+/// file is free): users unique across `authorization` and every account,
+/// no single user or token next to account users, `no_auth_user` known,
+/// and the accounts' imports and exports wired (nats-server's texts).
+fn check_accounts(
+    entries: &[(String, Node)],
+    auth: &AuthConfig,
+    single_user: bool,
+) -> Result<(), ConfError> {
+    let Some((akey, anode)) = entries
+        .iter()
+        .rev()
+        .find(|(k, _)| k.eq_ignore_ascii_case("accounts"))
+    else {
+        return Ok(());
+    };
+    let account_users = auth.users.iter().any(|u| u.account.is_some())
+        || auth.nkeys.iter().any(|u| u.account.is_some());
+    if account_users && single_user {
+        return invalid(akey, anode, "Can not have a single user/pass and accounts");
+    }
+    if account_users && auth.token.is_some() {
+        return invalid(akey, anode, "Can not have a token and accounts");
+    }
+    let mut seen = std::collections::HashSet::new();
+    for k in &auth.nkeys {
+        if !seen.insert(k.nkey.as_str()) {
+            return invalid(akey, anode, format!("Duplicate nkey {:?} detected", k.nkey));
+        }
+    }
+    for u in &auth.users {
+        if !seen.insert(u.username.as_str()) {
+            return invalid(
+                akey,
+                anode,
+                format!("Duplicate user {:?} detected", u.username),
+            );
+        }
+    }
+    crate::nats::account::check(&auth.accounts).or_else(|e| invalid(akey, anode, e.to_string()))
 }
 
 /// `permissions { publish: X, subscribe: Y }` where X/Y is a subject, a
@@ -1765,11 +2055,7 @@ no_auth_user: bob
 
     #[test]
     fn auth_defining_blocks_we_cannot_honour_are_errors() {
-        for text in [
-            "operator: eyJhbGciOi.x.y\n",
-            "resolver: MEMORY\n",
-            "accounts { A { users: [ {user: a, password: b} ] } }\n",
-        ] {
+        for text in ["operator: eyJhbGciOi.x.y\n", "resolver: MEMORY\n"] {
             let e = from_str(text, Path::new("t.conf")).unwrap_err().to_string();
             assert!(e.contains("not supported"), "{text}: {e}");
         }

@@ -589,6 +589,10 @@ pub trait MonitorSource: Send + Sync + 'static {
     fn routez(&self, query: &str) -> Value;
     /// `/leafz` with the raw query.
     fn leafz(&self, query: &str) -> Value;
+    /// `/accountz` with the raw query (`Err` = unknown account → 400).
+    fn accountz(&self, _query: &str) -> Result<Value, String> {
+        Err("accounts are not available".to_string())
+    }
 }
 
 impl MonitorSource for crate::nats::server::NatsServer {
@@ -610,11 +614,14 @@ impl MonitorSource for crate::nats::server::NatsServer {
     fn leafz(&self, query: &str) -> Value {
         self.leafz_json(query)
     }
+    fn accountz(&self, query: &str) -> Result<Value, String> {
+        self.accountz_json(query)
+    }
 }
 
 /// Routes for the NATS monitoring endpoints served from `src`: `/varz`,
-/// `/connz`, `/subsz` (and `/subscriptionsz`), `/healthz`, and `/` listing
-/// them.
+/// `/connz`, `/subsz` (and `/subscriptionsz`), `/routez`, `/leafz`,
+/// `/accountz`, `/healthz`, and `/` listing them.
 pub fn monitoring_routes<M: MonitorSource>(src: Arc<M>) -> Router {
     let (a, b, c, d, e) = (
         src.clone(),
@@ -629,7 +636,12 @@ pub fn monitoring_routes<M: MonitorSource>(src: Arc<M>) -> Router {
     };
     let subsz = Arc::new(subsz);
     let subsz2 = subsz.clone();
+    let accz = src.clone();
     Router::new()
+        .route_sync("/accountz", move |r| match accz.accountz(&r.query) {
+            Ok(v) => HttpResponse::json(200, &v),
+            Err(e) => HttpResponse::error(400, &e),
+        })
         .route_sync("/varz", move |_| HttpResponse::json(200, &a.varz()))
         .route_sync("/connz", move |r| match b.connz(&r.query) {
             Ok(v) => HttpResponse::json(200, &v),
@@ -652,7 +664,7 @@ pub fn monitoring_routes<M: MonitorSource>(src: Arc<M>) -> Router {
             HttpResponse::json(
                 200,
                 &serde_json::json!({
-                    "endpoints": ["/varz", "/connz", "/routez", "/leafz", "/subsz", "/healthz"]
+                    "endpoints": ["/varz", "/connz", "/routez", "/leafz", "/subsz", "/accountz", "/healthz"]
                 }),
             )
         })

@@ -88,7 +88,7 @@ impl Collector for NatsCollector {
             &mut enc,
             "liftbridge_nats_subscriptions",
             "Current NATS subscriptions (in-process ones included).",
-            i.sublist.count() as i64,
+            i.accounts.num_subscriptions() as i64,
         )?;
         counter(
             &mut enc,

@@ -137,12 +137,14 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 struct PasswordUser {
     secret: Secret,
     perms: Option<Arc<PermissionSet>>,
+    account: Option<String>,
 }
 
 #[derive(Debug)]
 struct NkeyEntry {
     key: nkeys::KeyPair,
     perms: Option<Arc<PermissionSet>>,
+    account: Option<String>,
 }
 
 /// Who a client authenticated as (for logs and `/connz?auth=1`).
@@ -164,6 +166,8 @@ pub struct AuthOutcome {
     pub identity: Identity,
     /// `None` = no restrictions.
     pub permissions: Option<Arc<PermissionSet>>,
+    /// The user's account; `None` = the global account `$G`.
+    pub account: Option<String>,
 }
 
 /// Checks CONNECT credentials against the configured users. Cheap to share
@@ -189,7 +193,14 @@ impl Authenticator {
             uses_bcrypt |= matches!(secret, Secret::Bcrypt(_));
             let perms = build_perms(u.permissions.as_ref())?;
             if users
-                .insert(u.username.clone(), PasswordUser { secret, perms })
+                .insert(
+                    u.username.clone(),
+                    PasswordUser {
+                        secret,
+                        perms,
+                        account: u.account.clone(),
+                    },
+                )
                 .is_some()
             {
                 return Err(AuthError::DuplicateUser(u.username.clone()));
@@ -216,7 +227,14 @@ impl Authenticator {
             }
             let perms = build_perms(n.permissions.as_ref())?;
             if nkeys_map
-                .insert(n.nkey.clone(), NkeyEntry { key, perms })
+                .insert(
+                    n.nkey.clone(),
+                    NkeyEntry {
+                        key,
+                        perms,
+                        account: n.account.clone(),
+                    },
+                )
                 .is_some()
             {
                 return Err(AuthError::DuplicateUser(n.nkey.clone()));
@@ -297,17 +315,23 @@ impl Authenticator {
             return Ok(AuthOutcome {
                 identity: Identity::Anonymous,
                 permissions: None,
+                account: None,
             });
         }
         if creds.is_empty() {
             if let Some(name) = &self.no_auth_user {
-                let permissions = match self.users.get(name) {
-                    Some(u) => u.perms.clone(),
-                    None => self.nkeys.get(name).and_then(|n| n.perms.clone()),
+                let (permissions, account) = match self.users.get(name) {
+                    Some(u) => (u.perms.clone(), u.account.clone()),
+                    None => self
+                        .nkeys
+                        .get(name)
+                        .map(|n| (n.perms.clone(), n.account.clone()))
+                        .unwrap_or_default(),
                 };
                 return Ok(AuthOutcome {
                     identity: Identity::User(name.clone()),
                     permissions,
+                    account,
                 });
             }
             return Err(AuthError::Violation("no credentials"));
@@ -321,6 +345,7 @@ impl Authenticator {
                     return Ok(AuthOutcome {
                         identity: Identity::User(user.to_string()),
                         permissions: u.perms.clone(),
+                        account: u.account.clone(),
                     });
                 }
                 return Err(AuthError::Violation("bad password"));
@@ -340,6 +365,7 @@ impl Authenticator {
                     return Ok(AuthOutcome {
                         identity: Identity::Token,
                         permissions: self.token_perms.clone(),
+                        account: None,
                     });
                 }
             }
@@ -368,6 +394,7 @@ impl Authenticator {
         Ok(AuthOutcome {
             identity: Identity::Nkey(nkey.to_string()),
             permissions: entry.perms.clone(),
+            account: entry.account.clone(),
         })
     }
 }
@@ -601,11 +628,13 @@ mod tests {
         let cfg = AuthConfig {
             users: vec![
                 User {
+                    account: None,
                     username: "derek".into(),
                     password: "s3cr3t".into(),
                     permissions: None,
                 },
                 User {
+                    account: None,
                     username: "alice".into(),
                     password: "wonder".into(),
                     permissions: None,
@@ -650,6 +679,7 @@ mod tests {
         for hash in hashes {
             let cfg = AuthConfig {
                 users: vec![User {
+                    account: None,
                     username: "u".into(),
                     password: hash.clone(),
                     permissions: None,
@@ -670,6 +700,7 @@ mod tests {
         }
         let bad = AuthConfig {
             users: vec![User {
+                account: None,
                 username: "u".into(),
                 password: "$2a$xx$broken".into(),
                 permissions: None,
@@ -723,6 +754,7 @@ mod tests {
         let other = nkeys::KeyPair::new_user();
         let cfg = AuthConfig {
             nkeys: vec![NkeyUser {
+                account: None,
                 nkey: kp.public_key(),
                 permissions: None,
             }],
@@ -789,6 +821,7 @@ mod tests {
         ] {
             let cfg = AuthConfig {
                 nkeys: vec![NkeyUser {
+                    account: None,
                     nkey: bad,
                     permissions: None,
                 }],
@@ -810,11 +843,13 @@ mod tests {
         let cfg = AuthConfig {
             users: vec![
                 User {
+                    account: None,
                     username: "guest".into(),
                     password: "g".into(),
                     permissions: Some(perms),
                 },
                 User {
+                    account: None,
                     username: "admin".into(),
                     password: "a".into(),
                     permissions: None,
@@ -929,6 +964,7 @@ mod tests {
     fn user_permissions_are_returned() {
         let cfg = AuthConfig {
             users: vec![User {
+                account: None,
                 username: "u".into(),
                 password: "p".into(),
                 permissions: Some(Permissions {

@@ -31,7 +31,7 @@ use super::handle::LocalMsg;
 use super::proto::{self, ClientOp, ConnectOptions, Parsed, Parser};
 use super::reload::{ConnAuth, Live};
 use super::server::ServerInner;
-use super::sublist::MatchResult;
+use super::sublist::{MatchResult, Sublist};
 
 /// Read buffer growth step.
 const READ_CHUNK: usize = 64 * 1024;
@@ -60,10 +60,10 @@ impl MatchCache {
     /// The receivers of `subject` (`None` for a subject that is not UTF-8).
     pub(crate) fn lookup(
         &mut self,
-        server: &ServerInner,
+        sublist: &Sublist<Subscription>,
         subject: &[u8],
     ) -> Option<Arc<MatchResult<Subscription>>> {
-        let gen = server.sublist.genid();
+        let gen = sublist.genid();
         if gen != self.gen {
             self.map.clear();
             self.gen = gen;
@@ -72,7 +72,7 @@ impl MatchCache {
             return Some(r.clone());
         }
         let s = std::str::from_utf8(subject).ok()?;
-        let r = server.sublist.match_subject(s);
+        let r = sublist.match_subject(s);
         if self.map.len() >= self.max {
             self.map.clear();
         }
@@ -211,6 +211,9 @@ pub struct ClientShared {
     /// Credentials and permissions of a client since its CONNECT (a reload
     /// re-checks them and may replace the permissions).
     pub(crate) auth: Mutex<Option<ConnAuth>>,
+    /// The account, set once when the client is bound to one (at CONNECT,
+    /// or at creation for in-process clients); unset = `$G`.
+    pub(crate) account: std::sync::OnceLock<Arc<super::account::Account>>,
 }
 
 impl ClientShared {
@@ -250,6 +253,7 @@ impl ClientShared {
             connected: AtomicBool::new(kind == ClientKind::Local),
             max_pending,
             auth: Mutex::new(None),
+            account: std::sync::OnceLock::new(),
         })
     }
 
@@ -1330,6 +1334,8 @@ pub(crate) struct Reader {
     /// generation they belong to.
     live: Arc<Live>,
     live_gen: u64,
+    /// The connection's account (`$G` until CONNECT binds another).
+    account: Arc<super::account::Account>,
 }
 
 /// What to do after an operation.
@@ -1351,7 +1357,9 @@ impl Reader {
         let live_gen = server.reload_gen.load(Ordering::SeqCst);
         let live = server.live();
         let parser = Parser::new(live.opts.max_control_line, live.opts.max_payload);
+        let account = server.accounts.global().clone();
         Reader {
+            account,
             client,
             server,
             parser,
@@ -1594,7 +1602,7 @@ impl Reader {
         if self.server.auth_required() {
             return Flow::Authenticate(Box::new(co));
         }
-        self.finish_connect(co, None, String::new());
+        self.finish_connect(co, None, String::new(), None);
         if self.server.reload_gen.load(Ordering::SeqCst) != gen {
             // A reload (which may have turned authentication on) ran
             // while this client was not yet counted as connected.
@@ -1628,7 +1636,7 @@ impl Reader {
             let gen = self.server.reload_gen.load(Ordering::SeqCst);
             let auth = self.server.live().authenticator.clone();
             let Some(auth) = auth.filter(|a| a.required()) else {
-                self.finish_connect(*co, None, String::new());
+                self.finish_connect(*co, None, String::new(), None);
                 if self.server.reload_gen.load(Ordering::SeqCst) != gen {
                     self.recheck_self();
                     if self.client.is_closed() {
@@ -1675,7 +1683,20 @@ impl Reader {
                         String::new()
                     }
                 };
-                self.finish_connect(*co, outcome.permissions, who);
+                let account = match outcome.account.as_deref() {
+                    None => None,
+                    Some(name) => match self.server.accounts.get(name) {
+                        Some(a) => Some(a.clone()),
+                        // Accounts are checked against users at start-up;
+                        // refuse rather than fall back to `$G`.
+                        None => {
+                            self.server.auth_failures.fetch_add(1, Ordering::Relaxed);
+                            self.client.close_with_err(Some("Authorization Violation"));
+                            return Flow::Close;
+                        }
+                    },
+                };
+                self.finish_connect(*co, outcome.permissions, who, account);
                 if self.server.reload_gen.load(Ordering::SeqCst) != gen {
                     // Rare (a reload between the check and now): checked
                     // inline, even when that means a bcrypt hash.
@@ -1700,7 +1721,15 @@ impl Reader {
         co: ConnectOptions,
         perms: Option<Arc<PermissionSet>>,
         who: String,
+        account: Option<Arc<super::account::Account>>,
     ) {
+        if let Some(a) = account {
+            // Bound once: a second CONNECT cannot move a connection (and
+            // its subscriptions) to another account.
+            if self.client.account.set(a.clone()).is_ok() {
+                self.account = a;
+            }
+        }
         self.st = ConnState {
             connected: true,
             verbose: co.verbose,
@@ -1780,7 +1809,7 @@ impl Reader {
             self.send_err(&text);
             return Flow::Continue;
         }
-        let Some(result) = self.cache.lookup(&self.server, &subject) else {
+        let Some(result) = self.cache.lookup(&self.account.sublist, &subject) else {
             return Flow::Continue;
         };
         let msg = MsgRef {
@@ -1789,7 +1818,7 @@ impl Reader {
             headers: headers.as_ref(),
             payload: &payload,
         };
-        let n = deliver(
+        let mut n = deliver(
             &self.server,
             &self.client,
             self.st.echo,
@@ -1797,6 +1826,13 @@ impl Reader {
             &result,
             &mut self.flush,
             Origin::Client,
+        );
+        n += super::account::deliver_imports(
+            &self.server,
+            &self.account,
+            &self.client,
+            &msg,
+            &mut self.flush,
         );
         if n == 0 && self.st.no_responders {
             if let Some(reply) = &reply {
@@ -1811,7 +1847,7 @@ impl Reader {
         let Ok(r) = std::str::from_utf8(reply) else {
             return;
         };
-        let result = self.server.sublist.match_subject(r);
+        let result = self.account.sublist.match_subject(r);
         let Some(sub) = result
             .psubs
             .iter()

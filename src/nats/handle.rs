@@ -127,6 +127,10 @@ impl LocalClient {
     pub(crate) fn new(server: Arc<ServerInner>, name: &str) -> LocalClient {
         let id = server.next_client_id();
         let client = ClientShared::new(id, ClientKind::Local, None, usize::MAX);
+        if !server.local_account.is_global() {
+            // A fresh client: the cell is empty, so this cannot fail.
+            let _ = client.account.set(server.local_account.clone());
+        }
         client.meta.lock().name = name.to_string();
         client.meta.lock().lang = "rust-local".to_string();
         server.clients.lock().insert(id, client.clone());
@@ -207,7 +211,8 @@ impl LocalClient {
         if size > server.max_payload.load(Ordering::Relaxed) {
             return Err(NatsError::MaxPayload);
         }
-        let result = server.sublist.match_subject(subject);
+        let account = server.account_of(&self.inner.client);
+        let result = account.sublist.match_subject(subject);
         let subject_b = Bytes::copy_from_slice(subject.as_bytes());
         let reply_b = reply.map(|r| Bytes::copy_from_slice(r.as_bytes()));
         let msg = MsgRef {
@@ -217,7 +222,7 @@ impl LocalClient {
             payload: &payload,
         };
         let mut flush = FlushList::new();
-        let n = client::deliver(
+        let mut n = client::deliver(
             server,
             &self.inner.client,
             true,
@@ -226,6 +231,7 @@ impl LocalClient {
             &mut flush,
             Origin::Client,
         );
+        n += super::account::deliver_imports(server, account, &self.inner.client, &msg, &mut flush);
         flush.flush();
         flush.count_routed(server);
         if let Some(st) = stalled {

@@ -407,6 +407,7 @@ impl Leafnodes {
                         username: u.user.clone(),
                         password: u.password.clone(),
                         permissions: None,
+                        account: None,
                     })
                     .collect(),
                 ..AuthConfig::default()
@@ -513,7 +514,7 @@ impl Leafnodes {
         let mut smap = HashMap::new();
         let mut out = BytesMut::new();
         encode_ls_plus(&mut out, &self.lds, None);
-        for (subject, queue, sub) in server.sublist.all() {
+        for (subject, queue, sub) in server.accounts.global().sublist.all() {
             if Arc::ptr_eq(&sub.client, &leaf.client) || !leaf_wants(leaf.spoke, sub.client.kind) {
                 continue;
             }
@@ -1109,7 +1110,10 @@ impl LeafReader {
         let size = headers.as_ref().map_or(0, |h| h.len()) + payload.len();
         self.in_msgs += 1;
         self.in_bytes += size as u64;
-        let Some(result) = self.cache.lookup(&self.server, &subject) else {
+        let Some(result) = self
+            .cache
+            .lookup(&self.server.accounts.global().sublist, &subject)
+        else {
             return;
         };
         let msg = MsgRef {

@@ -5,6 +5,7 @@
 //!
 //! - [`proto`]: I/O-free parser and encoder;
 //! - [`sublist`]: the subscription trie with its match cache;
+//! - [`account`]: accounts (one sublist each), imports and exports;
 //! - [`client`]: one connection (reader, writer, delivery);
 //! - [`server`]: listener, INFO/TLS/auth, lame duck, shutdown ([`NatsServer`]);
 //! - [`route`]: the cluster mesh (routes to our nodes and Go nats-server);
@@ -14,6 +15,7 @@
 //! - [`monitor`]: `/varz`, `/connz`, `/subsz`, `/healthz` bodies;
 //! - [`reload`]: applying a new configuration to the running server.
 
+pub mod account;
 pub mod auth;
 pub mod client;
 pub mod handle;

@@ -140,7 +140,7 @@ impl NatsServer {
             "in_bytes": i.stats.in_bytes.load(Ordering::Relaxed),
             "out_bytes": i.stats.out_bytes.load(Ordering::Relaxed),
             "slow_consumers": i.slow_consumers.load(Ordering::Relaxed),
-            "subscriptions": i.sublist.count(),
+            "subscriptions": i.accounts.num_subscriptions(),
             "slow_consumer_stats": {
                 "clients": i.slow_consumers.load(Ordering::Relaxed),
                 "routes": self.route_stats().map_or(0, |r| r.slow_routes.load(Ordering::Relaxed)),
@@ -223,6 +223,10 @@ impl NatsServer {
         if let Some(cid) = cid_filter {
             clients.retain(|c| c.id == cid);
         }
+        // `acc=NAME`: the connections of one account.
+        if let Some(acc) = get(&q, "acc").filter(|a| !a.is_empty()) {
+            clients.retain(|c| self.inner.account_of(c).name == acc);
+        }
         let key = |c: &ClientShared| -> i128 {
             let s = &c.stats;
             match sort.as_str() {
@@ -274,10 +278,17 @@ impl NatsServer {
                 return Err(format!("invalid test subject {t:?}"));
             }
         }
-        let stats = self.inner.sublist.stats();
+        let mut stats = self.inner.accounts.global().sublist.stats();
+        stats.num_subscriptions = self.inner.accounts.num_subscriptions();
         let mut v = serde_json::to_value(&stats).map_err(|e| e.to_string())?;
         if list {
-            let mut all = self.inner.sublist.all();
+            let mut all: Vec<_> = self
+                .inner
+                .accounts
+                .all()
+                .iter()
+                .flat_map(|a| a.sublist.all())
+                .collect();
             if let Some(t) = test {
                 all.retain(|(s, _, _)| super::subject::matches(s, t));
             }
@@ -299,15 +310,28 @@ impl NatsServer {
         Ok(v)
     }
 
+    /// `/accountz` (`acc=NAME` for one account's detail; `Err` = unknown
+    /// account, served as 400).
+    pub fn accountz_json(&self, query: &str) -> Result<Value, String> {
+        super::account::accountz_json(&self.inner, query)
+    }
+
     /// `/healthz`.
     pub fn healthz_json(&self) -> Value {
         json!({"status": "ok"})
     }
 }
 
+/// The name of a connection's account (`$G` until it is bound).
+fn account_name(c: &ClientShared) -> &str {
+    c.account
+        .get()
+        .map_or(super::account::GLOBAL_ACCOUNT, |a| a.name.as_str())
+}
+
 fn sub_detail(subject: &str, queue: Option<&str>, s: &super::client::Subscription) -> Value {
     let mut m = Map::new();
-    m.insert("account".into(), json!("$G"));
+    m.insert("account".into(), json!(account_name(&s.client)));
     m.insert("subject".into(), json!(subject));
     if let Some(q) = queue {
         m.insert("qgroup".into(), json!(q));
@@ -377,7 +401,7 @@ fn conn_info(
     }
     if auth && !meta.authorized_user.is_empty() {
         m.insert("authorized_user".into(), json!(meta.authorized_user));
-        m.insert("account".into(), json!("$G"));
+        m.insert("account".into(), json!(account_name(c)));
     }
     if subs && !sub_list.is_empty() {
         if detail {

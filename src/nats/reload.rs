@@ -68,6 +68,10 @@ pub enum ReloadError {
     /// The new users, tokens, nkeys or permissions are invalid.
     #[error("{0}")]
     Auth(#[from] AuthError),
+    /// The users name an account that does not exist (or the accounts are
+    /// otherwise inconsistent).
+    #[error("{0}")]
+    Account(#[from] crate::nats::account::AccountError),
     /// A certificate or key file cannot be read or used.
     #[error("{0}")]
     Tls(#[from] crate::tls::TlsError),
@@ -266,6 +270,7 @@ pub(crate) fn diff(
         cluster: _,
         websocket: _,
         leafnodes: _,
+        local_account: _,
     } = new;
     let mut lines = Vec::new();
     if old.server_name != new.server_name {
@@ -305,6 +310,25 @@ pub(crate) fn diff(
     if !same(&old.auth.nkeys, &new.auth.nkeys) {
         lines.push("Reloaded: authorization nkey users".into());
     }
+    // Accounts (their names, exports and imports) and the account of the
+    // in-process clients are fixed at start-up; users may move between
+    // the existing accounts (a client whose account changes is closed and
+    // reconnects into the new one).
+    if !same(&old.auth.accounts, &new.auth.accounts) {
+        let names = |o: &NatsOptions| {
+            let v: Vec<&str> = o.auth.accounts.iter().map(|a| a.name.as_str()).collect();
+            format!("{v:?}")
+        };
+        return Err(refuse("Accounts", names(old), names(new)));
+    }
+    if old.local_account != new.local_account {
+        return Err(refuse(
+            "LocalAccount",
+            opt_str(&old.local_account),
+            opt_str(&new.local_account),
+        ));
+    }
+    crate::nats::account::Accounts::new(&new.auth)?;
     // nats-server reports users and accounts on every reload (it cannot
     // compare them), and re-checks every client each time.
     lines.push("Reloaded: authorization users".into());
@@ -611,7 +635,7 @@ pub(crate) fn recheck_client(
     };
     let auth = live.authenticator.as_deref().filter(|a| a.required());
     let outcome = match auth {
-        None => Ok(None),
+        None => Ok((None, None)),
         Some(a) => {
             // nats-server closes, without an error, a client whose user or
             // nkey is gone ("moved to another account"); it reconnects and
@@ -626,8 +650,23 @@ pub(crate) fn recheck_client(
                 return notes;
             }
             a.authenticate_identity(&ca.credentials(), ca.nonce.as_deref())
-                .map(|o| o.permissions)
+                .map(|o| (o.permissions, o.account))
         }
+    };
+    // A user moved to another account is closed without an error, as
+    // nats-server does; it reconnects into its new account.
+    let outcome = match outcome {
+        Ok((perms, account)) => {
+            let want = account
+                .as_deref()
+                .unwrap_or(crate::nats::account::GLOBAL_ACCOUNT);
+            if inner.account_of(c).name != want {
+                c.close_now();
+                return notes;
+            }
+            Ok(perms)
+        }
+        Err(e) => Err(e),
     };
     let perms = match outcome {
         Ok(p) => p,
@@ -828,11 +867,51 @@ mod tests {
     }
 
     #[test]
+    fn accounts_are_fixed_but_users_may_move_between_them() {
+        use crate::config::nats::AccountConfig;
+        let acc = |n: &str| AccountConfig {
+            name: n.into(),
+            ..Default::default()
+        };
+        let user = |n: &str, a: &str| User {
+            username: n.into(),
+            password: "p".into(),
+            permissions: None,
+            account: Some(a.into()),
+        };
+        let mut old = NatsOptions::default();
+        old.auth.accounts = vec![acc("A"), acc("B")];
+        old.auth.users = vec![user("a", "A"), user("b", "B")];
+        // A user moves from A to B: accepted.
+        let mut moved = old.clone();
+        moved.auth.users = vec![user("a", "B"), user("b", "B")];
+        assert!(diff(&old, &mut moved, bound()).is_ok());
+        // A new account: refused naming Accounts, as nothing changes.
+        let mut more = old.clone();
+        more.auth.accounts.push(acc("C"));
+        let e = diff(&old, &mut more, bound()).unwrap_err().to_string();
+        assert!(
+            e.starts_with("config reload not supported for Accounts"),
+            "{e}"
+        );
+        // A user in an account that does not exist: refused.
+        let mut unknown = old.clone();
+        unknown.auth.users.push(user("c", "Z"));
+        assert!(diff(&old, &mut unknown, bound()).is_err());
+        // The account of the in-process clients cannot change.
+        let mut local = old.clone();
+        local.local_account = Some("A".into());
+        let e = diff(&old, &mut local, bound()).unwrap_err().to_string();
+        assert!(e.contains("LocalAccount"), "{e}");
+    }
+
+    #[test]
     fn no_auth_user_may_go_only_with_its_user() {
         let user = |n: &str| User {
             username: n.into(),
             password: "p".into(),
             permissions: None,
+            account: None,
         };
         let mut old = NatsOptions::default();
         old.auth.users = vec![user("a"), user("b")];

@@ -1504,7 +1504,10 @@ impl RouteReader {
         if account != GLOBAL_ACCOUNT.as_bytes() {
             return;
         }
-        let Some(result) = self.cache.lookup(&self.server, &subject) else {
+        let Some(result) = self
+            .cache
+            .lookup(&self.server.accounts.global().sublist, &subject)
+        else {
             return;
         };
         let msg = MsgRef {

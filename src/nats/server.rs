@@ -29,6 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::account::{Account, AccountError, Accounts};
 use super::auth::AuthError;
 use super::client::{self, ClientKind, ClientShared, ClientStats, Reader, Subscription};
 use super::handle::LocalClient;
@@ -36,7 +37,7 @@ use super::leaf::Leafnodes;
 use super::proto;
 use super::reload::Live;
 use super::route::Routes;
-use super::sublist::{Sublist, SublistError};
+use super::sublist::SublistError;
 use crate::config::nats::NatsOptions;
 
 /// Version reported in INFO and `/varz` (semver, as clients require).
@@ -81,6 +82,9 @@ pub enum NatsError {
     /// Leaf nodes could not be set up.
     #[error(transparent)]
     Leaf(#[from] super::leaf::LeafError),
+    /// Invalid accounts configuration.
+    #[error("accounts configuration: {0}")]
+    Account(#[from] AccountError),
 }
 
 /// The INFO object (field order as nats-server's `Info` struct).
@@ -127,7 +131,10 @@ pub(crate) struct ServerInner {
     pub server_id: String,
     pub server_name: String,
     pub addr: SocketAddr,
-    pub sublist: Sublist<Subscription>,
+    /// Every account, each with its own subscriptions (`$G` first).
+    pub accounts: Accounts,
+    /// The account of in-process clients (`nats.account`, default `$G`).
+    pub(crate) local_account: Arc<Account>,
     /// What a reload may change (options, auth, TLS, INFO); see `reload`.
     pub(crate) live: parking_lot::RwLock<Arc<Live>>,
     /// Bumped by each reload; readers refresh their snapshot when it moves.
@@ -174,6 +181,11 @@ pub(crate) enum ClientStart {
 }
 
 impl ServerInner {
+    /// The account a connection belongs to (`$G` until it is bound).
+    pub(crate) fn account_of<'a>(&'a self, c: &'a ClientShared) -> &'a Arc<Account> {
+        c.account.get().unwrap_or_else(|| self.accounts.global())
+    }
+
     pub(crate) fn auth_required(&self) -> bool {
         self.live
             .read()
@@ -238,11 +250,18 @@ impl ServerInner {
     /// Adds a subscription to the sublist; a local one (not a route's) is
     /// also announced to the routes, and to the leaves that should know.
     pub(crate) fn add_subscription(&self, sub: &Arc<Subscription>) -> Result<(), SublistError> {
+        let account = self.account_of(&sub.client);
         let insert = || {
-            self.sublist
+            account
+                .sublist
                 .insert(&sub.subject, sub.queue.as_deref(), sub.clone())
                 .map(|()| true)
         };
+        if !account.is_global() {
+            // Routes and leaves carry `$G` only (accounts with peers are
+            // refused at start-up).
+            return insert().map(|_| ());
+        }
         match &self.leafs {
             Some(l) => l.track(sub, 1, insert)?,
             None => insert()?,
@@ -259,9 +278,18 @@ impl ServerInner {
     /// from the routes when it was local.
     fn unlist(&self, sub: &Arc<Subscription>) {
         sub.mark_closed();
+        let account = self.account_of(&sub.client);
         let remove = || {
-            Ok::<bool, SublistError>(self.sublist.remove(&sub.subject, sub.queue.as_deref(), sub))
+            Ok::<bool, SublistError>(account.sublist.remove(
+                &sub.subject,
+                sub.queue.as_deref(),
+                sub,
+            ))
         };
+        if !account.is_global() {
+            let _ = remove();
+            return;
+        }
         let removed = match &self.leafs {
             Some(l) => l.track(sub, -1, remove),
             None => remove(),
@@ -378,6 +406,22 @@ pub struct NatsServer {
 impl NatsServer {
     /// Binds the client listener and starts accepting connections.
     pub async fn start(opts: NatsOptions) -> Result<NatsServer, NatsError> {
+        let accounts = Accounts::new(&opts.auth)?;
+        if accounts.configured() {
+            if opts.cluster.is_some() {
+                return Err(AccountError::WithPeers("cluster").into());
+            }
+            if opts.leafnodes.is_some() {
+                return Err(AccountError::WithPeers("leafnodes").into());
+            }
+        }
+        let local_account = match opts.local_account.as_deref() {
+            None => accounts.global().clone(),
+            Some(name) => accounts
+                .get(name)
+                .cloned()
+                .ok_or_else(|| AccountError::UnknownLocalAccount(name.to_string()))?,
+        };
         let authenticator = super::reload::authenticator_for(&opts)?;
         let tls = super::reload::tls_acceptor(opts.tls.as_ref())?;
         let bind = format!("{}:{}", opts.host, opts.port);
@@ -450,7 +494,8 @@ impl NatsServer {
             server_id,
             server_name,
             addr,
-            sublist: Sublist::new(),
+            accounts,
+            local_account,
             live: parking_lot::RwLock::new(Arc::new(live)),
             reload_gen: AtomicU64::new(0),
             max_payload: std::sync::atomic::AtomicUsize::new(max_payload),

@@ -40,6 +40,7 @@ mod compat_nats_server;
 mod config_liftbridge;
 mod http_limits;
 mod metrics;
+mod nats_accounts;
 mod nats_auth;
 mod nats_backpressure;
 mod nats_core;

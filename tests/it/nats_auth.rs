@@ -27,6 +27,7 @@ fn perms(pub_allow: &[&str], sub_allow: &[&str]) -> Option<Permissions> {
 
 fn user(name: &str, pass: &str, p: Option<Permissions>) -> User {
     User {
+        account: None,
         username: name.into(),
         password: pass.into(),
         permissions: p,
@@ -116,6 +117,7 @@ async fn nats_auth_nkey() {
     let mut opts = test_opts();
     opts.auth = AuthConfig {
         nkeys: vec![NkeyUser {
+            account: None,
             nkey: kp.public_key(),
             permissions: None,
         }],

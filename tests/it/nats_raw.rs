@@ -218,6 +218,7 @@ async fn nats_raw_connect_validation() {
 fn user_auth() -> AuthConfig {
     AuthConfig {
         users: vec![User {
+            account: None,
             username: "u".into(),
             password: "p".into(),
             permissions: None,

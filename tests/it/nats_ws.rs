@@ -632,6 +632,7 @@ async fn nats_ws_same_auth_as_tcp() {
     let srv = start(NatsOptions {
         auth: AuthConfig {
             users: vec![User {
+                account: None,
                 username: "alice".into(),
                 password: "secret".into(),
                 permissions: None,

@@ -1,0 +1,1018 @@
+//! Accounts: isolated subject spaces, and the stream and service
+//! imports/exports that connect them (`spec/nats-parity.md` §1).
+//!
+//! Model. Every account owns one subscription index ([`Account::sublist`]);
+//! a client belongs to exactly one account (the one of the user it
+//! authenticated as, `$G` when accounts are not used) and its publishes are
+//! matched against that account's index only. Messages cross accounts in
+//! three ways, all wired at start-up from the configuration (no change at
+//! run time):
+//!
+//! - **stream import**: B imports `sub.>` from A (with `prefix: p` or
+//!   `to`); a message published in A on `sub.x` is also delivered to B's
+//!   subscribers of `p.sub.x`. Kept on the exporter as [`StreamOut`].
+//! - **service import**: B imports service `req.x` from A as `local.x`; a
+//!   publish in B on `local.x` is delivered to A's subscribers of `req.x`
+//!   with the reply replaced by `_R_.<acc>.<rand>` (6 base62 characters
+//!   each), remembered in A's response map. Kept on the importer as
+//!   [`ServiceIn`].
+//! - **response**: a publish in A on a remembered `_R_…` subject goes to
+//!   B's subscribers of the original reply. A singleton mapping goes after
+//!   the first response; a stream/chunked one when an empty message
+//!   arrives; every mapping when its export's threshold (2 min by default)
+//!   passes, or when the requester had no responder at all.
+//!
+//! One hop only: a message that arrived through an import is not passed
+//! on through the importer's own exports (nats-server allows chains; we do
+//! not build them).
+//!
+//! Bounded memory: each account keeps at most [`MAX_RESPONSES`] reply
+//! mappings. When the map is full, expired mappings are dropped first, then
+//! the oldest one (its requester times out, as it would had the responder
+//! been slow). Nothing here blocks or awaits; locks are held only for map
+//! operations.
+//!
+//! Must not: deliver a message of one account to another without an
+//! import that covers it; route accounts other than `$G` over routes or
+//! leaf connections (the server refuses accounts together with
+//! `cluster`/`leafnodes`).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+
+use super::client::{self, ClientShared, FlushList, MsgRef, Origin, Subscription};
+use super::server::ServerInner;
+use super::subject::{is_subset, is_valid_literal_subject, is_valid_subject, matches};
+use super::sublist::Sublist;
+use crate::config::nats::{AccountConfig, AuthConfig, ExportKind, ResponseType};
+
+/// The global account: every client when no accounts are configured, and
+/// every user not declared inside an account.
+pub const GLOBAL_ACCOUNT: &str = "$G";
+
+/// Most reply mappings one account keeps (see the module doc for what
+/// happens when it is full).
+pub const MAX_RESPONSES: usize = 100_000;
+
+/// Prefix of the reply subjects of service imports.
+const RESPONSE_PREFIX: &str = "_R_.";
+
+/// Errors of wiring accounts (nats-server's texts where it has one).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AccountError {
+    /// An import or export names an account that is not configured.
+    #[error("{account:?} account not defined for {what}")]
+    NotDefined {
+        /// The missing account.
+        account: String,
+        /// `stream export`, `service import`, …
+        what: &'static str,
+    },
+    /// An import is not covered by an export of the exporter (or the
+    /// export is private to other accounts).
+    #[error("Error adding {what} import {subject:?}: {what} import not authorized")]
+    NotAuthorized {
+        /// `stream` or `service`.
+        what: &'static str,
+        /// The imported subject.
+        subject: String,
+    },
+    /// A stream import prefix with wildcards.
+    #[error(
+        "Error adding stream import {0:?}: stream import prefix can not contain wildcard tokens"
+    )]
+    BadPrefix(String),
+    /// An export or import subject (or `to`/`prefix`) is not a valid subject.
+    #[error("Error adding {what} {subject:?}: invalid subject")]
+    BadSubject {
+        /// `stream export`, `service import`, …
+        what: &'static str,
+        /// The subject.
+        subject: String,
+    },
+    /// `to` does not keep the wildcards of the imported subject.
+    #[error("Error adding {what} import {subject:?}: {to:?} must have the same wildcards, in the same order, as {subject:?}")]
+    BadMapping {
+        /// `stream` or `service`.
+        what: &'static str,
+        /// The imported subject.
+        subject: String,
+        /// The local subject.
+        to: String,
+    },
+    /// An account imports from itself.
+    #[error("account {0:?} cannot import from itself")]
+    SelfImport(String),
+    /// A user names an account that is not configured.
+    #[error("user {user:?}: account {account:?} is not configured")]
+    UnknownUserAccount {
+        /// The user name or nkey.
+        user: String,
+        /// Its account.
+        account: String,
+    },
+    /// The in-process clients' account (`nats.account`) is not configured.
+    #[error("nats.account: account {0:?} is not configured")]
+    UnknownLocalAccount(String),
+    /// Accounts together with routes or leaf nodes.
+    #[error("accounts are not supported together with {0} (routes and leaf nodes carry only the global account $G); remove the accounts block or the {0} block")]
+    WithPeers(&'static str),
+}
+
+/// How an imported subject becomes the local one (or back).
+#[derive(Debug, Clone)]
+enum Mapping {
+    /// The same subject.
+    Identity,
+    /// `prefix.` + subject.
+    Prefix(String),
+    /// Wildcard-positional rewrite: the tokens matched by the source
+    /// pattern's wildcards fill the destination pattern's wildcards, in
+    /// order.
+    Transform { from: String, to: String },
+}
+
+impl Mapping {
+    fn new(from: &str, to: &str) -> Mapping {
+        if from == to {
+            Mapping::Identity
+        } else {
+            Mapping::Transform {
+                from: from.to_string(),
+                to: to.to_string(),
+            }
+        }
+    }
+
+    /// Maps a literal `subject` (which matches the source pattern).
+    fn apply(&self, subject: &str) -> String {
+        match self {
+            Mapping::Identity => subject.to_string(),
+            Mapping::Prefix(p) => format!("{p}{subject}"),
+            Mapping::Transform { from, to } => {
+                let mut caught: Vec<String> = Vec::new();
+                let mut toks = subject.split('.');
+                for f in from.split('.') {
+                    match f {
+                        "*" => caught.push(toks.next().unwrap_or("").to_string()),
+                        ">" => {
+                            let rest: Vec<&str> = toks.by_ref().collect();
+                            caught.push(rest.join("."));
+                        }
+                        _ => {
+                            toks.next();
+                        }
+                    }
+                }
+                let mut caught = caught.into_iter();
+                to.split('.')
+                    .map(|t| match t {
+                        "*" | ">" => caught.next().unwrap_or_default(),
+                        lit => lit.to_string(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(".")
+            }
+        }
+    }
+}
+
+/// Whether `to` keeps the wildcards of `from` (same kinds, same order), so
+/// a positional rewrite is defined.
+fn same_wildcards(from: &str, to: &str) -> bool {
+    fn wc(s: &str) -> Vec<&str> {
+        s.split('.').filter(|t| *t == "*" || *t == ">").collect()
+    }
+    wc(from) == wc(to)
+}
+
+/// A stream another account imports from this one.
+#[derive(Debug)]
+struct StreamOut {
+    /// The exporter-side subject pattern imported.
+    subject: String,
+    /// Index of the importing account.
+    target: usize,
+    /// Exporter subject → importer subject.
+    map: Mapping,
+}
+
+/// A service this account imports.
+#[derive(Debug)]
+struct ServiceIn {
+    /// The local subject pattern clients of this account publish to.
+    local: String,
+    /// Index of the exporting account.
+    target: usize,
+    /// Local subject → exporter subject.
+    map: Mapping,
+    response_type: ResponseType,
+    threshold: Duration,
+}
+
+/// A pending reply of a service import, kept by the exporting account.
+#[derive(Debug)]
+struct Pending {
+    /// Index of the requesting account.
+    requester: usize,
+    /// The requester's own reply subject.
+    reply: Bytes,
+    response_type: ResponseType,
+    threshold: Duration,
+    expires: Instant,
+}
+
+/// The reply mappings of one exporting account, with their ages in order.
+#[derive(Debug, Default)]
+struct Responses {
+    map: HashMap<String, Pending>,
+    /// Insertion order (subject, expiry at insertion); entries whose
+    /// mapping is already gone or was refreshed are skipped when swept.
+    order: VecDeque<(String, Instant)>,
+}
+
+impl Responses {
+    /// Drops expired mappings from the front of `order`. A refreshed
+    /// mapping (stream responses) is queued again with its new expiry;
+    /// records of mappings already gone are dropped.
+    fn sweep(&mut self, now: Instant) {
+        while self.order.front().is_some_and(|(_, at)| *at <= now) {
+            let Some((s, _)) = self.order.pop_front() else {
+                break;
+            };
+            match self.map.get(&s) {
+                Some(p) if p.expires <= now => {
+                    self.map.remove(&s);
+                }
+                Some(p) => {
+                    let at = p.expires;
+                    self.order.push_back((s, at));
+                }
+                None => {}
+            }
+        }
+        // Answered singletons leave their record behind until it expires;
+        // under a high request rate that would be thousands per second
+        // for the whole threshold. Keep `order` proportional to the map
+        // (amortised: the retain runs after at least 1024 pushes).
+        if self.order.len() > 2 * self.map.len() + 1024 {
+            let map = &self.map;
+            self.order
+                .retain(|(s, at)| map.get(s).is_some_and(|p| p.expires == *at));
+            // Refreshed mappings lost their record above: requeue them.
+            let queued: std::collections::HashSet<&String> =
+                self.order.iter().map(|(s, _)| s).collect();
+            let missing: Vec<(String, Instant)> = self
+                .map
+                .iter()
+                .filter(|(s, _)| !queued.contains(s))
+                .map(|(s, p)| (s.clone(), p.expires))
+                .collect();
+            self.order.extend(missing);
+        }
+    }
+
+    fn insert(&mut self, subject: String, p: Pending) {
+        let now = Instant::now();
+        self.sweep(now);
+        while self.map.len() >= MAX_RESPONSES {
+            match self.order.pop_front() {
+                Some((s, _)) => {
+                    self.map.remove(&s);
+                }
+                None => break,
+            }
+        }
+        self.order.push_back((subject.clone(), p.expires));
+        self.map.insert(subject, p);
+    }
+}
+
+/// One account.
+pub struct Account {
+    /// The account name (`$G` for the global account).
+    pub name: String,
+    /// Index in the server's account list.
+    pub(crate) idx: usize,
+    /// The account's subscriptions.
+    pub(crate) sublist: Sublist<Subscription>,
+    /// The configuration (exports and imports), for `/accountz`.
+    config: AccountConfig,
+    streams_out: Vec<StreamOut>,
+    services_in: Vec<ServiceIn>,
+    /// `_R_.<6 base62>.`: this account's reply prefix for service requests
+    /// it answers.
+    resp_prefix: String,
+    responses: Mutex<Responses>,
+}
+
+impl std::fmt::Debug for Account {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Account").field("name", &self.name).finish()
+    }
+}
+
+impl Account {
+    fn new(idx: usize, config: AccountConfig) -> Account {
+        Account {
+            name: config.name.clone(),
+            idx,
+            sublist: Sublist::new(),
+            config,
+            streams_out: Vec::new(),
+            services_in: Vec::new(),
+            resp_prefix: format!("{RESPONSE_PREFIX}{}.", base62(6)),
+            responses: Mutex::new(Responses::default()),
+        }
+    }
+
+    /// Whether this is the global account.
+    pub fn is_global(&self) -> bool {
+        self.idx == 0
+    }
+
+    /// Whether a publish in this account may have to cross to another.
+    #[inline]
+    fn has_routes(&self) -> bool {
+        !self.streams_out.is_empty() || !self.services_in.is_empty()
+    }
+
+    /// Number of reply mappings kept (for `/accountz`).
+    pub fn num_responses(&self) -> usize {
+        self.responses.lock().map.len()
+    }
+}
+
+/// `n` random base62 characters.
+fn base62(n: usize) -> String {
+    const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    (0..n)
+        .map(|_| ALPHABET[rand::random::<usize>() % ALPHABET.len()] as char)
+        .collect()
+}
+
+/// Every account of a server: `$G` first (index 0), then the configured
+/// ones in file order. Immutable after start-up.
+pub struct Accounts {
+    list: Vec<Arc<Account>>,
+    by_name: HashMap<String, usize>,
+}
+
+impl Accounts {
+    /// Builds the accounts of `auth` and wires their imports and exports.
+    pub fn new(auth: &AuthConfig) -> Result<Accounts, AccountError> {
+        check(&auth.accounts)?;
+        let mut by_name = HashMap::new();
+        let mut list = vec![Account::new(
+            0,
+            AccountConfig {
+                name: GLOBAL_ACCOUNT.to_string(),
+                ..Default::default()
+            },
+        )];
+        by_name.insert(GLOBAL_ACCOUNT.to_string(), 0);
+        for (i, a) in auth.accounts.iter().enumerate() {
+            by_name.insert(a.name.clone(), i + 1);
+            list.push(Account::new(i + 1, a.clone()));
+        }
+        for (user, account) in auth
+            .users
+            .iter()
+            .map(|u| (&u.username, &u.account))
+            .chain(auth.nkeys.iter().map(|u| (&u.nkey, &u.account)))
+        {
+            if let Some(a) = account {
+                if !by_name.contains_key(a) {
+                    return Err(AccountError::UnknownUserAccount {
+                        user: user.clone(),
+                        account: a.clone(),
+                    });
+                }
+            }
+        }
+        // Wire imports: a stream import lives on the exporter (it fans
+        // out from there), a service import on the importer.
+        for importer in 1..list.len() {
+            let imports = list[importer].config.imports.clone();
+            for imp in imports {
+                let Some(&exporter) = by_name.get(&imp.account) else {
+                    continue; // `check` reported it already
+                };
+                match imp.kind {
+                    ExportKind::Stream => {
+                        let map = match (&imp.prefix, &imp.to) {
+                            (Some(p), _) => {
+                                Mapping::Prefix(format!("{}.", p.trim_end_matches('.')))
+                            }
+                            (None, Some(to)) => Mapping::new(&imp.subject, to),
+                            (None, None) => Mapping::Identity,
+                        };
+                        list[exporter].streams_out.push(StreamOut {
+                            subject: imp.subject.clone(),
+                            target: importer,
+                            map,
+                        });
+                    }
+                    ExportKind::Service => {
+                        let local = imp.to.clone().unwrap_or_else(|| imp.subject.clone());
+                        let export = list[exporter].config.exports.iter().find(|e| {
+                            e.kind == ExportKind::Service && is_subset(&imp.subject, &e.subject)
+                        });
+                        let (response_type, threshold) = export.map_or(
+                            (
+                                ResponseType::Singleton,
+                                crate::config::nats::DEFAULT_RESPONSE_THRESHOLD,
+                            ),
+                            |e| (e.response_type, e.response_threshold),
+                        );
+                        let map = Mapping::new(&local, &imp.subject);
+                        list[importer].services_in.push(ServiceIn {
+                            local,
+                            target: exporter,
+                            map,
+                            response_type,
+                            threshold,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(Accounts {
+            list: list.into_iter().map(Arc::new).collect(),
+            by_name,
+        })
+    }
+
+    /// The global account.
+    pub fn global(&self) -> &Arc<Account> {
+        &self.list[0]
+    }
+
+    /// The account called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<Account>> {
+        self.by_name.get(name).map(|&i| &self.list[i])
+    }
+
+    /// Every account, `$G` first.
+    pub fn all(&self) -> &[Arc<Account>] {
+        &self.list
+    }
+
+    /// Whether accounts other than `$G` are configured.
+    pub fn configured(&self) -> bool {
+        self.list.len() > 1
+    }
+
+    /// Subscriptions of every account.
+    pub fn num_subscriptions(&self) -> u64 {
+        self.list.iter().map(|a| a.sublist.count()).sum()
+    }
+
+    fn at(&self, idx: usize) -> Option<&Arc<Account>> {
+        self.list.get(idx)
+    }
+}
+
+/// Checks the wiring of configured accounts: every named account exists,
+/// subjects are valid, and every import is covered by an export of its
+/// exporter that allows the importer (nats-server's messages).
+pub fn check(accounts: &[AccountConfig]) -> Result<(), AccountError> {
+    let known = |n: &str| accounts.iter().any(|a| a.name == n);
+    for a in accounts {
+        for e in &a.exports {
+            let what = match e.kind {
+                ExportKind::Stream => "stream export",
+                ExportKind::Service => "service export",
+            };
+            if !is_valid_subject(&e.subject) {
+                return Err(AccountError::BadSubject {
+                    what,
+                    subject: e.subject.clone(),
+                });
+            }
+            if let Some(missing) = e.accounts.iter().find(|n| !known(n)) {
+                return Err(AccountError::NotDefined {
+                    account: missing.clone(),
+                    what,
+                });
+            }
+        }
+    }
+    for a in accounts {
+        for imp in &a.imports {
+            let (what, import_what) = match imp.kind {
+                ExportKind::Stream => ("stream", "stream import"),
+                ExportKind::Service => ("service", "service import"),
+            };
+            let Some(exporter) = accounts.iter().find(|x| x.name == imp.account) else {
+                return Err(AccountError::NotDefined {
+                    account: imp.account.clone(),
+                    what: import_what,
+                });
+            };
+            if exporter.name == a.name {
+                return Err(AccountError::SelfImport(a.name.clone()));
+            }
+            if !is_valid_subject(&imp.subject) {
+                return Err(AccountError::BadSubject {
+                    what: import_what,
+                    subject: imp.subject.clone(),
+                });
+            }
+            if let Some(p) = &imp.prefix {
+                let p = p.trim_end_matches('.');
+                if !is_valid_subject(p) {
+                    return Err(AccountError::BadSubject {
+                        what: import_what,
+                        subject: p.to_string(),
+                    });
+                }
+                if !is_valid_literal_subject(p) {
+                    return Err(AccountError::BadPrefix(imp.subject.clone()));
+                }
+            }
+            if let Some(to) = &imp.to {
+                if !is_valid_subject(to) {
+                    return Err(AccountError::BadSubject {
+                        what: import_what,
+                        subject: to.clone(),
+                    });
+                }
+                if !same_wildcards(&imp.subject, to) {
+                    return Err(AccountError::BadMapping {
+                        what,
+                        subject: imp.subject.clone(),
+                        to: to.clone(),
+                    });
+                }
+            }
+            let authorized = exporter.exports.iter().any(|e| {
+                e.kind == imp.kind
+                    && is_subset(&imp.subject, &e.subject)
+                    && (e.accounts.is_empty() || e.accounts.contains(&a.name))
+            });
+            if !authorized {
+                return Err(AccountError::NotAuthorized {
+                    what,
+                    subject: imp.subject.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Delivers a message published by a client of `acc` to the other
+/// accounts it reaches through imports (see the module doc). Returns how
+/// many subscriptions received it. Called after the account's own
+/// delivery, for messages of clients (never for ones that arrived through
+/// an import).
+pub(crate) fn deliver_imports(
+    server: &ServerInner,
+    acc: &Account,
+    publisher: &Arc<ClientShared>,
+    msg: &MsgRef<'_>,
+    flush: &mut FlushList,
+) -> usize {
+    let resp = msg.subject.starts_with(RESPONSE_PREFIX.as_bytes());
+    if !resp && !acc.has_routes() {
+        return 0;
+    }
+    let Ok(subject) = std::str::from_utf8(msg.subject) else {
+        return 0;
+    };
+    let mut n = 0;
+    if resp {
+        n += deliver_response(server, acc, publisher, subject, msg, flush);
+    }
+    for s in &acc.streams_out {
+        if !matches(&s.subject, subject) {
+            continue;
+        }
+        let Some(target) = server.accounts.at(s.target) else {
+            continue;
+        };
+        let mapped = s.map.apply(subject);
+        let result = target.sublist.match_subject(&mapped);
+        let mapped = Bytes::from(mapped);
+        let m = MsgRef {
+            subject: &mapped,
+            reply: msg.reply,
+            headers: msg.headers,
+            payload: msg.payload,
+        };
+        n += client::deliver(server, publisher, true, &m, &result, flush, Origin::Client);
+    }
+    // A subject reaches at most one service (the first import that
+    // covers it), as one request must get one set of answers.
+    if let Some(s) = acc.services_in.iter().find(|s| matches(&s.local, subject)) {
+        if let Some(target) = server.accounts.at(s.target) {
+            let mapped = s.map.apply(subject);
+            let result = target.sublist.match_subject(&mapped);
+            let mapped = Bytes::from(mapped);
+            let reply = msg.reply.map(|r| {
+                let new = new_reply(target, acc.idx, r, s.response_type, s.threshold);
+                (new.clone(), Bytes::from(new))
+            });
+            let m = MsgRef {
+                subject: &mapped,
+                reply: reply.as_ref().map(|(_, b)| b),
+                headers: msg.headers,
+                payload: msg.payload,
+            };
+            let got = client::deliver(server, publisher, true, &m, &result, flush, Origin::Client);
+            if got == 0 {
+                // Nobody to answer: forget the mapping now rather than at
+                // its threshold.
+                if let Some((key, _)) = &reply {
+                    target.responses.lock().map.remove(key);
+                }
+            }
+            n += got;
+        }
+    }
+    n
+}
+
+/// Remembers a reply mapping in the exporting account `target` and
+/// returns the new reply subject.
+fn new_reply(
+    target: &Account,
+    requester: usize,
+    reply: &Bytes,
+    response_type: ResponseType,
+    threshold: Duration,
+) -> String {
+    let mut r = target.responses.lock();
+    let mut subject = format!("{}{}", target.resp_prefix, base62(6));
+    // 62^6 possibilities: a clash is rare, but must not merge two requests.
+    while r.map.contains_key(&subject) {
+        subject = format!("{}{}", target.resp_prefix, base62(6));
+    }
+    r.insert(
+        subject.clone(),
+        Pending {
+            requester,
+            reply: reply.clone(),
+            response_type,
+            threshold,
+            expires: Instant::now() + threshold,
+        },
+    );
+    subject
+}
+
+/// A publish in `acc` on an `_R_…` subject: the answer to a request that
+/// came through a service import.
+fn deliver_response(
+    server: &ServerInner,
+    acc: &Account,
+    publisher: &Arc<ClientShared>,
+    subject: &str,
+    msg: &MsgRef<'_>,
+    flush: &mut FlushList,
+) -> usize {
+    let now = Instant::now();
+    let (requester, reply) = {
+        let mut r = acc.responses.lock();
+        let Some(p) = r.map.get_mut(subject) else {
+            return 0;
+        };
+        if p.expires <= now {
+            r.map.remove(subject);
+            return 0;
+        }
+        let out = (p.requester, p.reply.clone());
+        let done = match p.response_type {
+            ResponseType::Singleton => true,
+            ResponseType::Stream | ResponseType::Chunked => {
+                let empty = msg.payload.is_empty()
+                    && msg
+                        .headers
+                        .is_none_or(|h| h.len() <= b"NATS/1.0\r\n\r\n".len());
+                if !empty {
+                    // Requeued by the next sweep that meets its old record.
+                    p.expires = now + p.threshold;
+                }
+                empty
+            }
+        };
+        if done {
+            r.map.remove(subject);
+        }
+        out
+    };
+    let Some(target) = server.accounts.at(requester) else {
+        return 0;
+    };
+    let Ok(reply_s) = std::str::from_utf8(&reply) else {
+        return 0;
+    };
+    let result = target.sublist.match_subject(reply_s);
+    let m = MsgRef {
+        subject: &reply,
+        reply: msg.reply,
+        headers: msg.headers,
+        payload: msg.payload,
+    };
+    client::deliver(server, publisher, true, &m, &result, flush, Origin::Client)
+}
+
+/// `/accountz`: the account names, or with `acc=NAME` that account's
+/// detail (nats-server's fields; `Err` = unknown account, HTTP 400).
+pub(crate) fn accountz_json(server: &ServerInner, query: &str) -> Result<Value, String> {
+    let acc = query
+        .trim_start_matches('?')
+        .split('&')
+        .filter_map(|p| p.split_once('='))
+        .find(|(k, _)| *k == "acc")
+        .map(|(_, v)| v.to_string())
+        .filter(|v| !v.is_empty());
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+    let mut out = json!({
+        "server_id": server.server_id,
+        "now": now,
+    });
+    let Some(name) = acc else {
+        let names: Vec<&str> = server
+            .accounts
+            .all()
+            .iter()
+            .map(|a| a.name.as_str())
+            .collect();
+        out["accounts"] = json!(names);
+        return Ok(out);
+    };
+    let Some(a) = server.accounts.get(&name) else {
+        return Err(format!("Account {name} does not exist"));
+    };
+    let clients = server
+        .clients
+        .lock()
+        .values()
+        .filter(|c| !c.kind.is_peer() && c.kind != client::ClientKind::Local)
+        .filter(|c| Arc::ptr_eq(server.account_of(c), a))
+        .count();
+    let exports: Vec<Value> = a
+        .config
+        .exports
+        .iter()
+        .map(|e| {
+            let mut v = json!({
+                "subject": e.subject,
+                "type": kind_name(e.kind),
+                "approved_accounts": e.accounts,
+            });
+            if e.kind == ExportKind::Service {
+                v["response_type"] = json!(match e.response_type {
+                    ResponseType::Singleton => "Singleton",
+                    ResponseType::Stream => "Stream",
+                    ResponseType::Chunked => "Chunked",
+                });
+                v["response_threshold"] = json!(e.response_threshold.as_nanos() as u64);
+            }
+            v
+        })
+        .collect();
+    let imports: Vec<Value> = a
+        .config
+        .imports
+        .iter()
+        .map(|i| {
+            let local = match (i.kind, &i.prefix, &i.to) {
+                (ExportKind::Stream, Some(p), _) => {
+                    format!("{}.{}", p.trim_end_matches('.'), i.subject)
+                }
+                (_, None, Some(to)) => to.clone(),
+                _ => i.subject.clone(),
+            };
+            let mut v = json!({
+                "subject": i.subject,
+                "account": i.account,
+                "local_subject": local,
+                "type": kind_name(i.kind),
+                "invalid": false,
+                "share": false,
+                "tracking": false,
+            });
+            if i.kind == ExportKind::Service {
+                // The deprecated jwt.Import field nats-server still fills.
+                v["to"] = json!(local);
+            }
+            v
+        })
+        .collect();
+    let stats = a.sublist.stats();
+    out["account_detail"] = json!({
+        "account_name": a.name,
+        "update_time": server.start.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+        "expired": false,
+        "complete": true,
+        "jetstream_enabled": false,
+        "leafnode_connections": 0,
+        "client_connections": clients,
+        "subscriptions": a.sublist.count(),
+        "exports": exports,
+        "imports": imports,
+        "sublist_stats": stats,
+        "responses_pending": a.num_responses(),
+    });
+    Ok(out)
+}
+
+fn kind_name(k: ExportKind) -> &'static str {
+    match k {
+        ExportKind::Stream => "stream",
+        ExportKind::Service => "service",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::nats::{ExportConfig, ImportConfig, DEFAULT_RESPONSE_THRESHOLD};
+
+    fn export(kind: ExportKind, subject: &str, accounts: &[&str]) -> ExportConfig {
+        ExportConfig {
+            kind,
+            subject: subject.into(),
+            accounts: accounts.iter().map(|s| s.to_string()).collect(),
+            response_type: ResponseType::Singleton,
+            response_threshold: DEFAULT_RESPONSE_THRESHOLD,
+        }
+    }
+
+    fn import(kind: ExportKind, account: &str, subject: &str) -> ImportConfig {
+        ImportConfig {
+            kind,
+            account: account.into(),
+            subject: subject.into(),
+            prefix: None,
+            to: None,
+        }
+    }
+
+    fn acc(name: &str, exports: Vec<ExportConfig>, imports: Vec<ImportConfig>) -> AccountConfig {
+        AccountConfig {
+            name: name.into(),
+            exports,
+            imports,
+        }
+    }
+
+    #[test]
+    fn imports_must_be_covered_by_an_export() {
+        let a = acc(
+            "A",
+            vec![
+                export(ExportKind::Stream, "pub.>", &[]),
+                export(ExportKind::Service, "req.*", &["B"]),
+            ],
+            vec![],
+        );
+        let ok = acc(
+            "B",
+            vec![],
+            vec![
+                import(ExportKind::Stream, "A", "pub.x.>"),
+                import(ExportKind::Service, "A", "req.one"),
+            ],
+        );
+        assert_eq!(check(&[a.clone(), ok]), Ok(()));
+        // A stream import of a subject only exported as a service.
+        let bad = acc(
+            "B",
+            vec![],
+            vec![import(ExportKind::Stream, "A", "req.one")],
+        );
+        assert_eq!(
+            check(&[a.clone(), bad]).unwrap_err().to_string(),
+            "Error adding stream import \"req.one\": stream import not authorized"
+        );
+        // A private export the importer is not listed in.
+        let c = acc("C", vec![], vec![import(ExportKind::Service, "A", "req.x")]);
+        assert_eq!(
+            check(&[a.clone(), acc("B", vec![], vec![]), c])
+                .unwrap_err()
+                .to_string(),
+            "Error adding service import \"req.x\": service import not authorized"
+        );
+        let missing = acc("B", vec![], vec![import(ExportKind::Stream, "Z", "x")]);
+        let a = acc("A", vec![export(ExportKind::Stream, "pub.>", &[])], vec![]);
+        assert_eq!(
+            check(&[a, missing]).unwrap_err().to_string(),
+            "\"Z\" account not defined for stream import"
+        );
+    }
+
+    #[test]
+    fn prefix_and_to_are_validated() {
+        let a = acc("A", vec![export(ExportKind::Stream, ">", &[])], vec![]);
+        let mut i = import(ExportKind::Stream, "A", "x.>");
+        i.prefix = Some("p.*".into());
+        let e = check(&[a.clone(), acc("B", vec![], vec![i])]).unwrap_err();
+        assert!(matches!(e, AccountError::BadPrefix(_)), "{e}");
+        let mut i = import(ExportKind::Stream, "A", "x.*");
+        i.to = Some("y.>".into());
+        let e = check(&[a, acc("B", vec![], vec![i])]).unwrap_err();
+        assert!(matches!(e, AccountError::BadMapping { .. }), "{e}");
+    }
+
+    #[test]
+    fn mappings_rewrite_wildcards_in_order() {
+        assert_eq!(Mapping::Prefix("p.".into()).apply("a.b"), "p.a.b");
+        let m = Mapping::new("req.*.x.>", "local.*.>");
+        assert_eq!(m.apply("req.one.x.two.three"), "local.one.two.three");
+        assert_eq!(Mapping::new("a.b", "c").apply("a.b"), "c");
+        assert_eq!(Mapping::Identity.apply("a.b"), "a.b");
+    }
+
+    #[test]
+    fn responses_are_bounded_and_expire() {
+        let mut r = Responses::default();
+        let past = Instant::now() - Duration::from_secs(1);
+        for i in 0..10 {
+            r.insert(
+                format!("_R_.x.{i}"),
+                Pending {
+                    requester: 1,
+                    reply: Bytes::from_static(b"inbox"),
+                    response_type: ResponseType::Singleton,
+                    threshold: Duration::ZERO,
+                    expires: past,
+                },
+            );
+        }
+        // The next insert sweeps every expired mapping.
+        r.insert(
+            "_R_.x.live".into(),
+            Pending {
+                requester: 1,
+                reply: Bytes::from_static(b"inbox"),
+                response_type: ResponseType::Singleton,
+                threshold: Duration::from_secs(60),
+                expires: Instant::now() + Duration::from_secs(60),
+            },
+        );
+        assert_eq!(r.map.len(), 1);
+        assert!(r.map.contains_key("_R_.x.live"));
+        // At the bound, the oldest live mapping makes room.
+        for i in 0..MAX_RESPONSES {
+            r.insert(
+                format!("_R_.y.{i}"),
+                Pending {
+                    requester: 1,
+                    reply: Bytes::from_static(b"inbox"),
+                    response_type: ResponseType::Singleton,
+                    threshold: Duration::from_secs(60),
+                    expires: Instant::now() + Duration::from_secs(60),
+                },
+            );
+        }
+        assert_eq!(r.map.len(), MAX_RESPONSES);
+        assert!(!r.map.contains_key("_R_.x.live"));
+    }
+
+    #[test]
+    fn answered_mappings_do_not_pile_up_in_the_order_queue() {
+        let mut r = Responses::default();
+        for i in 0..10_000 {
+            let key = format!("_R_.x.{i}");
+            r.insert(
+                key.clone(),
+                Pending {
+                    requester: 1,
+                    reply: Bytes::from_static(b"inbox"),
+                    response_type: ResponseType::Singleton,
+                    threshold: Duration::from_secs(120),
+                    expires: Instant::now() + Duration::from_secs(120),
+                },
+            );
+            // Answered at once, as a singleton is.
+            r.map.remove(&key);
+        }
+        assert!(r.map.is_empty());
+        assert!(r.order.len() <= 1024 + 1, "{}", r.order.len());
+    }
+
+    #[test]
+    fn users_must_name_configured_accounts() {
+        let mut auth = AuthConfig::default();
+        auth.users.push(crate::config::nats::User {
+            username: "u".into(),
+            password: "p".into(),
+            permissions: None,
+            account: Some("NOPE".into()),
+        });
+        let e = Accounts::new(&auth).err().map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("user \"u\": account \"NOPE\" is not configured")
+        );
+    }
+}

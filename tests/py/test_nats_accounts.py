@@ -1,0 +1,189 @@
+"""NATS accounts seen through nats-py, with one config file run by our
+binary (`liftbridge nats-server -c`) and by Go nats-server 2.15.1
+(`.venv/bin/nats-server`): the same test body must pass against both.
+
+Checks: isolation between accounts, a stream import with a prefix, a
+service import with a request/reply round trip (`_R_` reply mapping),
+`no_auth_user` binding anonymous clients to an account's user, per-user
+permissions inside an account, and `/connz?auth=1` / `/accountz`.
+"""
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import nats
+import pytest
+
+pytestmark = pytest.mark.asyncio
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OURS = os.environ.get("LIFTBRIDGE_BIN") or os.path.join(ROOT, "target", "debug", "liftbridge")
+GO = os.path.join(ROOT, ".venv", "bin", "nats-server")
+
+CONF = """
+listen: 127.0.0.1:{port}
+http: 127.0.0.1:{http}
+accounts {{
+  A {{
+    users: [ {{user: a, password: apw}} ]
+    exports: [ {{stream: "pub.>"}}, {{service: "req.>"}} ]
+  }}
+  B {{
+    users: [ {{user: b, password: bpw}} ]
+    imports: [
+      {{stream: {{account: A, subject: "pub.>"}}, prefix: "froma"}}
+      {{service: {{account: A, subject: "req.echo"}}, to: "local.echo"}}
+    ]
+  }}
+  C {{
+    users: [ {{user: c, password: cpw, permissions: {{publish: "ok.>", subscribe: "ok.>"}}}} ]
+  }}
+}}
+no_auth_user: b
+"""
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, which):
+        if which == "go":
+            # CI installs it from requirements.txt: missing is a failure.
+            assert os.path.exists(GO), f"{GO} missing: run scripts/test.sh"
+            cmd = [GO]
+        else:
+            cmd = [OURS, "nats-server"]
+        self.port, self.http = _free_port(), _free_port()
+        self.dir = tempfile.TemporaryDirectory()
+        conf = os.path.join(self.dir.name, "accounts.conf")
+        with open(conf, "w") as f:
+            f.write(CONF.format(port=self.port, http=self.http))
+        self.proc = subprocess.Popen(
+            cmd + ["-c", conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                self.get("/varz")
+                return
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"{cmd} exited with {self.proc.returncode}")
+                time.sleep(0.05)
+        raise RuntimeError(f"{cmd} did not come up")
+
+    def url(self, user=None, pw=None):
+        auth = f"{user}:{pw}@" if user else ""
+        return f"nats://{auth}127.0.0.1:{self.port}"
+
+    def get(self, path):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.http}{path}", timeout=2) as r:
+            return json.loads(r.read())
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.dir.cleanup()
+
+
+@pytest.fixture(params=["ours", "go"])
+def srv(request):
+    s = Server(request.param)
+    yield s
+    s.stop()
+
+
+async def test_accounts_isolate_import_and_export(srv):
+    a = await nats.connect(srv.url("a", "apw"))
+    b = await nats.connect(srv.url("b", "bpw"))
+    anon = await nats.connect(srv.url())
+    errors = []
+
+    async def on_err(e):
+        errors.append(str(e))
+
+    c = await nats.connect(srv.url("c", "cpw"), error_cb=on_err, allow_reconnect=False)
+    try:
+        # Isolation: A's message is processed (flush = PING/PONG in
+        # nats-py) before B's, so a leak would reach B's subscriber first.
+        sa = await a.subscribe("iso.x")
+        sb = await b.subscribe("iso.x")
+        await a.flush()
+        await b.flush()
+        await a.publish("iso.x", b"fromA")
+        await a.flush()
+        await b.publish("iso.x", b"fromB")
+        await b.flush()
+        assert (await sb.next_msg(5)).data == b"fromB"
+        assert (await sa.next_msg(5)).data == b"fromA"
+
+        # Stream import with a prefix; the anonymous client is in B.
+        s1 = await b.subscribe("froma.pub.>")
+        s2 = await anon.subscribe("froma.pub.>")
+        await b.flush()
+        await anon.flush()
+        await a.publish("pub.x", b"streamed")
+        await a.flush()
+        m1, m2 = await s1.next_msg(5), await s2.next_msg(5)
+        assert (m1.subject, m1.data) == ("froma.pub.x", b"streamed")
+        assert m2.subject == "froma.pub.x"
+
+        # Service import: request in B, responder in A sees an _R_ reply.
+        seen = []
+
+        async def echo(m):
+            seen.append(m.reply)
+            await a.publish(m.reply, b"echo:" + m.data)
+
+        await a.subscribe("req.echo", cb=echo)
+        await a.flush()
+        r = await b.request("local.echo", b"ping", timeout=5)
+        assert r.data == b"echo:ping"
+        assert seen and seen[0].startswith("_R_."), seen
+        # Anonymous clients use the import too (they are b).
+        r = await anon.request("local.echo", b"anon", timeout=5)
+        assert r.data == b"echo:anon"
+
+        # Permissions inside an account.
+        await c.publish("nope", b"x")
+        await c.flush()
+        deadline = time.time() + 5
+        while not errors and time.time() < deadline:
+            await asyncio.sleep(0.05)
+        # nats-py reports the server's -ERR text lower-cased.
+        assert any('permissions violation for publish to "nope"' in e.lower() for e in errors), errors
+
+        # Monitoring.
+        conns = srv.get("/connz?auth=1")["connections"]
+        by_user = {}
+        for conn in conns:
+            by_user.setdefault(conn.get("authorized_user"), []).append(conn.get("account"))
+        assert by_user["a"] == ["A"]
+        assert by_user["b"] == ["B", "B"]
+        assert by_user["c"] == ["C"]
+        names = srv.get("/accountz")["accounts"]
+        assert {"A", "B", "C", "$G"} <= set(names)
+        detail = srv.get("/accountz?acc=B")["account_detail"]
+        assert detail["account_name"] == "B"
+        imports = sorted(
+            (i["type"], i["subject"]) for i in detail["imports"] if i["account"] != "$SYS"
+        )
+        assert imports == [("service", "req.echo"), ("stream", "pub.>")]
+    finally:
+        for conn in (a, b, anon, c):
+            if not conn.is_closed:
+                await conn.close()
