@@ -91,6 +91,10 @@ pub struct NodeConfig {
     /// Options of the embedded NATS server (its `http` is ignored: the node
     /// serves HTTP itself, see `http`).
     pub nats: NatsOptions,
+    /// External NATS mode (`nats.embedded: false` or `nats.servers`): the
+    /// embedded server runs without a client listener, bridged to these
+    /// servers (see `nats::external`).
+    pub external_nats: Option<crate::config::external::ExternalNatsOptions>,
     /// HTTP listener (monitoring, admin JSON); `None` = off, port 0 = any.
     pub http: Option<(String, u16)>,
     /// Credentials the HTTP port requires (`http.auth.*`; none = open).
@@ -129,6 +133,7 @@ impl Default for NodeConfig {
             max_quorum_size: 0,
             raft: MetadataOptions::default(),
             nats: NatsOptions::default(),
+            external_nats: None,
             http: None,
             http_auth: crate::http::AuthConfig::default(),
             http_tls: None,
@@ -534,6 +539,8 @@ impl NodeConfig {
             max_quorum_size: c.clustering.raft_max_quorum_size,
             raft: MetadataOptions::from_config(c),
             nats,
+            external_nats: crate::config::external::from_liftbridge(c)
+                .map_err(|e| NodeError::Config(e.to_string()))?,
             http,
             http_auth,
             http_tls,
@@ -610,6 +617,9 @@ pub enum NodeError {
     /// The embedded NATS server failed to start.
     #[error("embedded NATS: {0}")]
     Nats(#[from] crate::nats::NatsError),
+    /// The external NATS system could not be reached (external mode).
+    #[error("external NATS: {0}")]
+    ExternalNats(#[from] crate::nats::external::ExternalError),
     /// The gRPC listener could not be bound.
     #[error("gRPC listener {addr}: {source}")]
     Bind {
@@ -826,7 +836,14 @@ impl Node {
 
         let mut nats_opts = cfg.nats.clone();
         nats_opts.http = None;
-        let nats = NatsServer::start(nats_opts).await?;
+        let nats = match &cfg.external_nats {
+            None => NatsServer::start(nats_opts).await?,
+            Some(ext) => {
+                let nats = NatsServer::start_internal(nats_opts).await?;
+                nats.connect_external(ext).await?;
+                nats
+            }
+        };
         let nats_addr = nats.client_addr();
 
         let listen = format!("{}:{}", cfg.listen_host, cfg.port);

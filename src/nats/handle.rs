@@ -217,7 +217,7 @@ impl LocalClient {
             payload: &payload,
         };
         let mut flush = FlushList::new();
-        let n = client::deliver(
+        let mut n = client::deliver(
             server,
             &self.inner.client,
             true,
@@ -226,6 +226,11 @@ impl LocalClient {
             &mut flush,
             Origin::Client,
         );
+        // External mode: the message also goes to the external system,
+        // where its subscribers (or a request's responders) may be.
+        if let Some(b) = server.external.get() {
+            n += usize::from(b.outbound(&msg));
+        }
         flush.flush();
         flush.count_routed(server);
         if let Some(st) = stalled {

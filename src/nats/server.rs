@@ -150,6 +150,8 @@ pub(crate) struct ServerInner {
     pub connect_urls_gen: AtomicU64,
     /// The WebSocket listener; `None` when not configured.
     pub(crate) ws: Option<super::ws::WsListener>,
+    /// The bridge to an external NATS system (external mode), set once.
+    pub(crate) external: std::sync::OnceLock<Arc<super::external::Bridge>>,
 }
 
 /// Outcome of admitting a new client connection.
@@ -233,6 +235,9 @@ impl ServerInner {
             if let Some(r) = &self.routes {
                 r.local_interest(&sub.subject, sub.queue.as_deref(), 1);
             }
+            if let Some(b) = self.external.get() {
+                b.local_interest(&sub.subject, sub.queue.as_deref(), 1);
+            }
         }
         Ok(())
     }
@@ -252,6 +257,9 @@ impl ServerInner {
         if removed && sub.client.kind.feeds_routes() {
             if let Some(r) = &self.routes {
                 r.local_interest(&sub.subject, sub.queue.as_deref(), -1);
+            }
+            if let Some(b) = self.external.get() {
+                b.local_interest(&sub.subject, sub.queue.as_deref(), -1);
             }
         }
     }
@@ -360,6 +368,32 @@ pub struct NatsServer {
 impl NatsServer {
     /// Binds the client listener and starts accepting connections.
     pub async fn start(opts: NatsOptions) -> Result<NatsServer, NatsError> {
+        Self::launch(opts, true).await
+    }
+
+    /// Starts the server as an in-process bus only, with no client
+    /// listener (external NATS mode: see [`Self::connect_external`]);
+    /// `client_addr` is then `0.0.0.0:0`.
+    pub async fn start_internal(opts: NatsOptions) -> Result<NatsServer, NatsError> {
+        Self::launch(opts, false).await
+    }
+
+    /// Bridges this server to an external NATS system (see
+    /// `nats::external`). Call right after `start_internal`, before
+    /// in-process clients subscribe.
+    pub async fn connect_external(
+        &self,
+        opts: &crate::config::external::ExternalNatsOptions,
+    ) -> Result<(), super::external::ExternalError> {
+        super::external::attach(&self.inner, opts).await.map(|_| ())
+    }
+
+    /// The bridge to the external NATS system, in external mode.
+    pub fn external(&self) -> Option<&Arc<super::external::Bridge>> {
+        self.inner.external.get()
+    }
+
+    async fn launch(opts: NatsOptions, listen: bool) -> Result<NatsServer, NatsError> {
         let authenticator = if opts.auth.required() || opts.auth.no_auth_user.is_some() {
             Some(Authenticator::new(&opts.auth)?)
         } else {
@@ -372,16 +406,21 @@ impl NatsServer {
             None => None,
         };
         let bind = format!("{}:{}", opts.host, opts.port);
-        let listener = TcpListener::bind(&bind)
-            .await
-            .map_err(|source| NatsError::Bind {
+        let (listener, addr) = if listen {
+            let listener = TcpListener::bind(&bind)
+                .await
+                .map_err(|source| NatsError::Bind {
+                    addr: bind.clone(),
+                    source,
+                })?;
+            let addr = listener.local_addr().map_err(|source| NatsError::Bind {
                 addr: bind.clone(),
                 source,
             })?;
-        let addr = listener.local_addr().map_err(|source| NatsError::Bind {
-            addr: bind.clone(),
-            source,
-        })?;
+            (Some(listener), addr)
+        } else {
+            (None, SocketAddr::from(([0, 0, 0, 0], 0)))
+        };
         let server_id = nkeys::KeyPair::new_server().public_key();
         let server_name = opts
             .server_name
@@ -453,8 +492,12 @@ impl NatsServer {
             leafs,
             connect_urls_gen: AtomicU64::new(0),
             ws,
+            external: std::sync::OnceLock::new(),
         });
-        tokio::spawn(accept_loop(inner.clone(), listener));
+        if let Some(listener) = listener {
+            tokio::spawn(accept_loop(inner.clone(), listener));
+            tracing::info!(%addr, "listening for client connections");
+        }
         if let Some(l) = route_listener {
             super::route::spawn(inner.clone(), l);
         }
@@ -462,7 +505,6 @@ impl NatsServer {
             super::ws::spawn(inner.clone(), l);
         }
         super::leaf::spawn(inner.clone(), leaf_listener);
-        tracing::info!(%addr, "listening for client connections");
         Ok(NatsServer { inner })
     }
 
@@ -654,6 +696,9 @@ impl NatsServer {
         }
         if let Some(l) = &inner.leafs {
             l.shutdown();
+        }
+        if let Some(b) = inner.external.get() {
+            b.shutdown();
         }
         let clients: Vec<Arc<ClientShared>> = inner.clients.lock().values().cloned().collect();
         for c in clients {

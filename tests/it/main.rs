@@ -43,6 +43,7 @@ mod metrics;
 mod nats_auth;
 mod nats_backpressure;
 mod nats_core;
+mod nats_external;
 mod nats_leaf;
 mod nats_raw;
 mod nats_support;
