@@ -68,15 +68,19 @@ struct Node {
     http: u16,
 }
 
-/// Writes the node's liftbridge.yaml and starts it (not waiting).
-fn spawn_node(nats_url: &str, extra_yaml: &str) -> Node {
+/// A lone node: Raft bootstrapped as a one-node group.
+const SEED: &str = "clustering.raft.bootstrap.seed: true\n";
+
+/// Writes the node's liftbridge.yaml and starts it (not waiting):
+/// `clustering` is top-level YAML, `extra_yaml` continues the `nats:` block.
+fn spawn_node(nats_url: &str, clustering: &str, extra_yaml: &str) -> Node {
     let (grpc, http) = (free_port(), free_port());
     let dir = tempfile::tempdir().unwrap();
     let yaml = format!(
         "listen: 127.0.0.1:{grpc}\n\
          data.dir: {data}\n\
-         clustering.raft.bootstrap.seed: true\n\
          http.listen: 127.0.0.1:{http}\n\
+         {clustering}\
          nats:\n  servers:\n    - {nats_url}\n{extra_yaml}",
         data = dir.path().join("data").display(),
     );
@@ -90,8 +94,8 @@ fn spawn_node(nats_url: &str, extra_yaml: &str) -> Node {
     Node { proc, grpc, http }
 }
 
-async fn start_node(nats_url: &str, extra_yaml: &str) -> Node {
-    let mut n = spawn_node(nats_url, extra_yaml);
+async fn start_node(nats_url: &str, clustering: &str, extra_yaml: &str) -> Node {
+    let mut n = spawn_node(nats_url, clustering, extra_yaml);
     n.proc.try_wait_port(n.grpc).await.unwrap();
     n.proc.try_wait_port(n.http).await.unwrap();
     n
@@ -159,6 +163,11 @@ impl Node {
 
 /// Creates a stream once the node has a metadata leader.
 async fn create_stream(c: &mut ApiClient<Channel>, name: &str, subject: &str) {
+    create_stream_rf(c, name, subject, 1).await
+}
+
+/// [`create_stream`] with a replication factor.
+async fn create_stream_rf(c: &mut ApiClient<Channel>, name: &str, subject: &str, rf: i32) {
     let end = tokio::time::Instant::now() + WAIT;
     loop {
         let r = c
@@ -166,6 +175,7 @@ async fn create_stream(c: &mut ApiClient<Channel>, name: &str, subject: &str) {
                 subject: subject.into(),
                 name: name.into(),
                 partitions: 1,
+                replication_factor: rf,
                 ..Default::default()
             })
             .await;
@@ -218,11 +228,22 @@ async fn read_until(
     stream: &str,
     done: impl Fn(&[(i64, Vec<u8>)]) -> bool,
 ) -> Vec<(i64, Vec<u8>)> {
+    read_from(c, stream, false, done).await
+}
+
+/// [`read_until`], from an ISR replica when `replica`.
+async fn read_from(
+    c: &mut ApiClient<Channel>,
+    stream: &str,
+    replica: bool,
+    done: impl Fn(&[(i64, Vec<u8>)]) -> bool,
+) -> Vec<(i64, Vec<u8>)> {
     let mut s = c
         .subscribe(proto::SubscribeRequest {
             stream: stream.into(),
             partition: 0,
             start_position: proto::StartPosition::Earliest as i32,
+            read_isr_replica: replica,
             ..Default::default()
         })
         .await
@@ -263,7 +284,7 @@ fn with_prefix(got: &[(i64, Vec<u8>)], prefix: &str) -> Vec<String> {
 
 async fn recording_through_external(go: PathBuf) {
     let mut nats = GoNats::start(&go, None).await;
-    let node = start_node(&nats.url(), "").await;
+    let node = start_node(&nats.url(), SEED, "").await;
     let (healthz, health) = node.wait_health(200).await;
     assert!(
         healthz.contains("ok") && health.contains("ok"),
@@ -406,7 +427,7 @@ async fn recording_through_external(go: PathBuf) {
 async fn credentials(go: PathBuf) {
     let nats = GoNats::start(&go, Some(("lb", "s3cret"))).await;
     // The right password: the node records through the protected server.
-    let node = start_node(&nats.url(), "  user: lb\n  password: s3cret\n").await;
+    let node = start_node(&nats.url(), SEED, "  user: lb\n  password: s3cret\n").await;
     node.wait_health(200).await;
     let mut c = node.client().await;
     create_stream(&mut c, "auth", "auth.rec").await;
@@ -418,7 +439,7 @@ async fn credentials(go: PathBuf) {
     assert_eq!(ack.stream, "auth");
 
     // A wrong password: the start fails, saying why.
-    let mut bad = spawn_node(&nats.url(), "  user: lb\n  password: wrong\n");
+    let mut bad = spawn_node(&nats.url(), SEED, "  user: lb\n  password: wrong\n");
     wait_until(WAIT, "the node with a wrong password to exit", || {
         let running = bad.proc.is_running();
         async move { !running }
@@ -449,4 +470,100 @@ async fn credentials_against_go_nats_server_2_9() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_against_go_nats_server_2_15() {
     credentials(go_nats_server_2_15()).await;
+}
+
+/// Two nodes that share one external nats-server form a cluster: Raft
+/// metadata, replication (RF 2, ISR of both) and acked publishes through
+/// either node all ride the external system.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_cluster_over_one_external_server() {
+    let nats = GoNats::start(&go_nats_server_2_9(), None).await;
+    let clustering = |id: &str| {
+        format!("clustering:\n  server.id: {id}\n  raft.bootstrap.peers: [ext-a, ext-b]\n")
+    };
+    let a = start_node(&nats.url(), &clustering("ext-a"), "").await;
+    let b = start_node(&nats.url(), &clustering("ext-b"), "").await;
+    a.wait_health(200).await;
+    b.wait_health(200).await;
+    let mut ca = a.client().await;
+    let mut cb = b.client().await;
+    create_stream_rf(&mut ca, "rep", "rep.rec", 2).await;
+
+    // Both nodes see the stream with both replicas in sync.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let leader = loop {
+        let mut views = Vec::new();
+        for c in [&mut ca, &mut cb] {
+            let Ok(md) = c
+                .fetch_metadata(proto::FetchMetadataRequest::default())
+                .await
+            else {
+                continue;
+            };
+            let md = md.into_inner();
+            let p = md
+                .stream_metadata
+                .iter()
+                .find(|s| s.name == "rep")
+                .and_then(|s| s.partitions.get(&0).cloned());
+            if let Some(p) = p {
+                if p.isr.len() == 2 && md.brokers.len() == 2 {
+                    views.push(p.leader);
+                }
+            }
+        }
+        if views.len() == 2 && views[0] == views[1] && !views[0].is_empty() {
+            break views[0].clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no ISR of both nodes on both nodes\na:\n{}\nb:\n{}",
+            a.proc.log_text(),
+            b.proc.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+
+    // Acked (ALL) publishes through both nodes: whichever leads, the other
+    // reaches it through the external server.
+    for i in 0..4 {
+        let c = if i % 2 == 0 { &mut ca } else { &mut cb };
+        let mut req = tonic::Request::new(proto::PublishRequest {
+            value: format!("r{i}").into_bytes(),
+            stream: "rep".into(),
+            ack_policy: proto::AckPolicy::All as i32,
+            expected_offset: -1,
+            ..Default::default()
+        });
+        req.set_timeout(Duration::from_secs(10));
+        let ack = c
+            .publish(req)
+            .await
+            .expect("acked publish")
+            .into_inner()
+            .ack
+            .expect("an ack");
+        assert_eq!(ack.offset, i as i64, "{ack:?}");
+    }
+    // And a plain message from a client of the external server.
+    let nc = async_nats::connect(nats.url()).await.unwrap();
+    nc.publish("rep.rec", "plain".into()).await.unwrap();
+    nc.flush().await.unwrap();
+
+    let want = ["r0", "r1", "r2", "r3", "plain"];
+    let values = |g: &[(i64, Vec<u8>)]| -> Vec<String> {
+        g.iter()
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .collect()
+    };
+    let (lead, follow) = if leader == "ext-a" {
+        (&mut ca, &mut cb)
+    } else {
+        (&mut cb, &mut ca)
+    };
+    let got = read_from(lead, "rep", false, |g| g.len() == want.len()).await;
+    assert_eq!(values(&got), want);
+    // The follower has the same log (replicated over the external server).
+    let got = read_from(follow, "rep", true, |g| g.len() == want.len()).await;
+    assert_eq!(values(&got), want);
 }
