@@ -12,6 +12,9 @@
 //! (metric `liftbridge_nats_external_connected` 0), then 200 again once
 //! the node has reconnected, and what is published after the restart is
 //! recorded. Against Debian's nats-server 2.9.10 and nats-server 2.15.1.
+//! Also: `nats.tls.*` against a server that verifies client certificates,
+//! and two nodes sharing one external server as a cluster (Raft metadata,
+//! RF 2 replication and acks over the external system).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -35,6 +38,15 @@ struct GoNats {
 
 impl GoNats {
     async fn start(bin: &Path, auth: Option<(&str, &str)>) -> GoNats {
+        let extra: Vec<String> = match auth {
+            Some((u, p)) => vec!["--user".into(), u.into(), "--pass".into(), p.into()],
+            None => Vec::new(),
+        };
+        GoNats::start_with(bin, extra).await
+    }
+
+    /// A server with `extra` flags (TLS, say).
+    async fn start_with(bin: &Path, extra: Vec<String>) -> GoNats {
         let port = free_port();
         let mut args = vec![
             "-a".to_string(),
@@ -42,9 +54,7 @@ impl GoNats {
             "-p".into(),
             port.to_string(),
         ];
-        if let Some((u, p)) = auth {
-            args.extend(["--user".into(), u.into(), "--pass".into(), p.into()]);
-        }
+        args.extend(extra);
         let mut proc = Proc::spawn(bin, args, tempfile::tempdir().unwrap());
         proc.try_wait_port(port).await.unwrap();
         GoNats { proc, port }
@@ -566,4 +576,71 @@ async fn two_nodes_cluster_over_one_external_server() {
     // The follower has the same log (replicated over the external server).
     let got = read_from(follow, "rep", true, |g| g.len() == want.len()).await;
     assert_eq!(values(&got), want);
+}
+
+/// `nats.tls.{cert,key,ca}`: the node reaches a server that requires TLS
+/// and verifies client certificates; without its client certificate the
+/// start fails naming the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_client_certificate_against_go_nats_server_2_9() {
+    let certs = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_liftbridge"))
+        .args(["cert", "init", "--dir"])
+        .arg(certs.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let f = |n: &str| certs.path().join(n).display().to_string();
+    let nats = GoNats::start_with(
+        &go_nats_server_2_9(),
+        vec![
+            "--tlsverify".into(),
+            "--tlscert".into(),
+            f("server.pem"),
+            "--tlskey".into(),
+            f("server-key.pem"),
+            "--tlscacert".into(),
+            f("ca.pem"),
+        ],
+    )
+    .await;
+    let tls_yaml = format!(
+        "  tls:\n    cert: {}\n    key: {}\n    ca: {}\n",
+        f("client.pem"),
+        f("client-key.pem"),
+        f("ca.pem")
+    );
+    let node = start_node(&nats.url(), SEED, &tls_yaml).await;
+    node.wait_health(200).await;
+    let mut c = node.client().await;
+    create_stream(&mut c, "tls", "tls.rec").await;
+    let nc = async_nats::ConnectOptions::new()
+        .require_tls(true)
+        .add_root_certificates(certs.path().join("ca.pem"))
+        .add_client_certificate(
+            certs.path().join("client.pem"),
+            certs.path().join("client-key.pem"),
+        )
+        .connect(nats.url())
+        .await
+        .unwrap();
+    let ack = enveloped_until_acked(&nc, "tls.rec", "over-tls").await;
+    assert_eq!(ack.stream, "tls");
+
+    // Only the CA: the server wants a client certificate.
+    let mut bad = spawn_node(&nats.url(), SEED, &format!("  tls.ca: {}\n", f("ca.pem")));
+    wait_until(
+        WAIT,
+        "the node without a client certificate to exit",
+        || {
+            let running = bad.proc.is_running();
+            async move { !running }
+        },
+    )
+    .await;
+    let log = bad.proc.log_text();
+    assert!(
+        log.contains(&nats.url()) && log.contains("external NATS"),
+        "{log}"
+    );
 }
