@@ -874,7 +874,11 @@ impl Node {
             id: cfg.server_id.clone(),
             host: advertise.clone(),
             port: grpc_addr.port(),
-            nats_addr: host_port(&advertise, nats_addr.port()),
+            // External mode: the system the node's NATS traffic goes to.
+            nats_addr: match &cfg.external_nats {
+                Some(e) => e.label(),
+                None => host_port(&advertise, nats_addr.port()),
+            },
             http_addr: http_addr.map_or(String::new(), |a| host_port(&advertise, a.port())),
         };
         let meta = open_metadata(&cfg, node, &nats).await?;
@@ -1046,9 +1050,16 @@ impl NodeHandle {
         self.grpc_addr
     }
 
-    /// Address of the embedded NATS server's client port.
+    /// Address of the embedded NATS server's client port (`0.0.0.0:0` in
+    /// external NATS mode, where there is no client listener).
     pub fn nats_addr(&self) -> SocketAddr {
         self.nats_addr
+    }
+
+    /// The external NATS servers (`nats://a:4222,…`) in external NATS
+    /// mode, where the node has no NATS listener of its own.
+    pub fn external_nats(&self) -> Option<String> {
+        self.nats.external().map(|b| b.servers().to_string())
     }
 
     /// Address of the HTTP listener, when enabled.

@@ -296,6 +296,16 @@ async fn recording_through_external(go: PathBuf) {
     let mut nats = GoNats::start(&go, None).await;
     let node = start_node(&nats.url(), SEED, "").await;
     let (healthz, health) = node.wait_health(200).await;
+    let banner = format!(
+        "serving gRPC on 127.0.0.1:{}, external NATS {}",
+        node.grpc,
+        nats.url()
+    );
+    assert!(
+        node.proc.log_text().contains(&banner),
+        "{}",
+        node.proc.log_text()
+    );
     assert!(
         healthz.contains("ok") && health.contains("ok"),
         "{healthz} {health}"
