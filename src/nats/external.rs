@@ -152,6 +152,9 @@ struct Outbound {
 pub struct Bridge {
     label: String,
     connected: AtomicBool,
+    /// Set on the first loss: only a connection after one is a reconnect
+    /// (the initial connection's event may arrive late).
+    lost_once: AtomicBool,
     /// The last error the external server reported (e.g. an authorization
     /// violation after a credentials change), shown in health.
     last_error: Mutex<Option<String>>,
@@ -165,6 +168,21 @@ pub struct Bridge {
 }
 
 impl Bridge {
+    fn new(label: String) -> Bridge {
+        Bridge {
+            label,
+            connected: AtomicBool::new(false),
+            lost_once: AtomicBool::new(false),
+            last_error: Mutex::new(None),
+            interest: Mutex::new(Interest::default()),
+            out: Mutex::new(Outbound::default()),
+            wake: Notify::new(),
+            last_drop_warn: Mutex::new(None),
+            stats: ExternalStats::default(),
+            cancel: CancellationToken::new(),
+        }
+    }
+
     /// Whether the external connection is up.
     pub fn is_connected(&self) -> bool {
         self.connected.load(Ordering::Acquire)
@@ -270,17 +288,7 @@ pub(crate) async fn attach(
     server: &Arc<ServerInner>,
     opts: &ExternalNatsOptions,
 ) -> Result<Arc<Bridge>, ExternalError> {
-    let bridge = Arc::new(Bridge {
-        label: opts.label(),
-        connected: AtomicBool::new(false),
-        last_error: Mutex::new(None),
-        interest: Mutex::new(Interest::default()),
-        out: Mutex::new(Outbound::default()),
-        wake: Notify::new(),
-        last_drop_warn: Mutex::new(None),
-        stats: ExternalStats::default(),
-        cancel: CancellationToken::new(),
-    });
+    let bridge = Arc::new(Bridge::new(opts.label()));
     let events = Arc::downgrade(&bridge);
     let mut co = async_nats::ConnectOptions::new()
         .no_echo()
@@ -355,13 +363,14 @@ fn on_event(b: &Bridge, ev: async_nats::Event) {
     use async_nats::Event;
     match ev {
         Event::Connected => {
-            if !b.connected.swap(true, Ordering::AcqRel) {
+            if !b.connected.swap(true, Ordering::AcqRel) && b.lost_once.load(Ordering::Acquire) {
                 b.stats.reconnects.fetch_add(1, Ordering::Relaxed);
                 *b.last_error.lock() = None;
                 tracing::info!(servers = %b.label, "reconnected to external NATS");
             }
         }
         Event::Disconnected | Event::Closed => {
+            b.lost_once.store(true, Ordering::Release);
             if b.connected.swap(false, Ordering::AcqRel) {
                 tracing::warn!(servers = %b.label, "disconnected from external NATS; reconnecting");
             }
@@ -649,6 +658,62 @@ fn to_header_map(block: &Bytes) -> async_nats::HeaderMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interest_is_counted_per_subject_and_queue() {
+        let b = Bridge::new("nats://x:4222".into());
+        b.local_interest("a.b", None, 1);
+        b.local_interest("a.b", None, 1);
+        b.local_interest("a.b", Some("q"), 1);
+        b.local_interest("a.b", None, -1);
+        let keys = |b: &Bridge| {
+            let mut k: Vec<Key> = b.interest.lock().counts.keys().cloned().collect();
+            k.sort();
+            k
+        };
+        assert_eq!(
+            keys(&b),
+            [("a.b".into(), None), ("a.b".into(), Some("q".into()))]
+        );
+        b.local_interest("a.b", None, -1);
+        b.local_interest("a.b", Some("q"), -1);
+        assert!(keys(&b).is_empty(), "removed at zero");
+        b.local_interest("never", None, -1);
+        assert!(keys(&b).is_empty(), "an unknown removal is ignored");
+        assert!(b.interest.lock().dirty);
+    }
+
+    #[test]
+    fn outbound_queue_is_bounded_and_drops_are_counted() {
+        let b = Bridge::new("nats://x:4222".into());
+        let subject = Bytes::from_static(b"s");
+        // One message larger than the limit is still taken by an empty
+        // queue (one reply may be that large), the next is dropped.
+        let big = Bytes::from(vec![0u8; OUTBOUND_MAX_BYTES as usize]);
+        let m = MsgRef {
+            subject: &subject,
+            reply: None,
+            headers: None,
+            payload: &big,
+        };
+        assert!(b.outbound(&m));
+        let small = Bytes::from_static(b"x");
+        let m2 = MsgRef {
+            subject: &subject,
+            reply: None,
+            headers: None,
+            payload: &small,
+        };
+        assert!(!b.outbound(&m2));
+        assert_eq!(b.stats.out_dropped.load(Ordering::Relaxed), 1);
+        assert!(b.outbound_bytes() > OUTBOUND_MAX_BYTES);
+        assert_eq!(
+            b.problem().as_deref(),
+            Some("nats: disconnected from nats://x:4222")
+        );
+        b.connected.store(true, Ordering::Release);
+        assert_eq!(b.problem(), None);
+    }
 
     #[test]
     fn header_blocks_round_trip() {

@@ -411,6 +411,11 @@ async fn recording_through_external(go: PathBuf) {
         node.metric("liftbridge_nats_external_connected").await,
         Some(1.0)
     );
+    assert_eq!(
+        node.metric("liftbridge_nats_external_reconnects_total")
+            .await,
+        Some(1.0)
+    );
     let nc = async_nats::connect(nats.url()).await.unwrap();
     enveloped_until_acked(&nc, "ext.rec", "probe-after").await;
     for i in 0..20 {
