@@ -46,12 +46,17 @@
 //!   async-nats client buffers up to its command capacity, then the queue
 //!   fills and drops.
 //! - **Inbound**: each mirrored subscription holds at most
-//!   [`SUBSCRIPTION_CAPACITY`] messages in the async-nats client. The
-//!   reader stalls on a full recorder queue as a client connection does
-//!   (nothing dropped locally); when the subscription's buffer is full the
-//!   async-nats client drops and reports a slow consumer, which is counted
+//!   [`SUBSCRIPTION_CAPACITY`] messages (512 Ki, nats.go's default pending
+//!   limit) in the async-nats client; the client bounds it by count, not
+//!   bytes. The reader stalls on a full recorder queue as a client
+//!   connection does (nothing dropped locally); when the subscription's
+//!   buffer is full the async-nats client drops and reports a slow
+//!   consumer, which is counted
 //!   (`liftbridge_nats_external_slow_consumer_events`) and logged —
-//!   Liftbridge behaves the same with its Go client.
+//!   Liftbridge's Go client drops the same way past its pending limits.
+//!   The external system offers no flow control to a subscriber: a
+//!   publisher faster than the store for longer than that slack loses
+//!   messages, where the embedded server would have slowed it down.
 //!
 //! # What it must not do
 //!
@@ -82,8 +87,13 @@ use crate::config::external::ExternalNatsOptions;
 /// Byte limit of the outbound queue (see the module doc).
 pub const OUTBOUND_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Messages each mirrored subscription may hold in the async-nats client.
-pub const SUBSCRIPTION_CAPACITY: usize = 16 * 1024;
+/// Messages each mirrored subscription may hold in the async-nats client
+/// (nats.go's default pending limit): the slack between the external
+/// server's pace and the recorder's before the client drops.
+pub const SUBSCRIPTION_CAPACITY: usize = 512 * 1024;
+
+/// Messages a reader injects per round.
+const READ_BATCH: usize = 256;
 
 /// Messages the pump takes from the outbound queue per round.
 const PUMP_BATCH: usize = 256;
@@ -531,44 +541,50 @@ async fn read(
     server: Arc<ServerInner>,
     injector: Arc<ClientShared>,
     key: Key,
-    mut sub: async_nats::Subscriber,
+    sub: async_nats::Subscriber,
 ) {
-    while let Some(m) = sub.next().await {
-        let subject = Bytes::copy_from_slice(m.subject.as_bytes());
-        let reply = m.reply.map(|r| Bytes::copy_from_slice(r.as_bytes()));
-        let headers = match (&m.headers, m.status) {
-            (None, None) => None,
-            (h, status) => Some(header_block(
-                h.as_ref(),
-                status.map(|s| s.as_u16()),
-                m.description.as_deref(),
-            )),
-        };
-        let msg = MsgRef {
-            subject: &subject,
-            reply: reply.as_ref(),
-            headers: headers.as_ref(),
-            payload: &m.payload,
-        };
-        let size = msg.size() as u64;
-        let result = server.sublist.match_subject(&m.subject);
-        let mine = only(&result, &key);
+    // What has arrived is taken in batches: one stall check per batch.
+    let mut sub = sub.ready_chunks(READ_BATCH);
+    while let Some(batch) = sub.next().await {
         let mut flush = FlushList::new();
-        client::deliver(
-            &server,
-            &injector,
-            true,
-            &msg,
-            &mine,
-            &mut flush,
-            Origin::Client,
-        );
+        let (mut msgs, mut bytes) = (0u64, 0u64);
+        for m in batch {
+            let subject = Bytes::copy_from_slice(m.subject.as_bytes());
+            let reply = m.reply.map(|r| Bytes::copy_from_slice(r.as_bytes()));
+            let headers = match (&m.headers, m.status) {
+                (None, None) => None,
+                (h, status) => Some(header_block(
+                    h.as_ref(),
+                    status.map(|s| s.as_u16()),
+                    m.description.as_deref(),
+                )),
+            };
+            let msg = MsgRef {
+                subject: &subject,
+                reply: reply.as_ref(),
+                headers: headers.as_ref(),
+                payload: &m.payload,
+            };
+            msgs += 1;
+            bytes += msg.size() as u64;
+            let result = server.sublist.match_subject(&m.subject);
+            let mine = only(&result, &key);
+            client::deliver(
+                &server,
+                &injector,
+                true,
+                &msg,
+                &mine,
+                &mut flush,
+                Origin::Client,
+            );
+        }
         flush.flush();
-        b.stats.in_msgs.fetch_add(1, Ordering::Relaxed);
-        b.stats.in_bytes.fetch_add(size, Ordering::Relaxed);
+        b.stats.in_msgs.fetch_add(msgs, Ordering::Relaxed);
+        b.stats.in_bytes.fetch_add(bytes, Ordering::Relaxed);
         let s = &server.stats;
-        s.in_msgs.fetch_add(1, Ordering::Relaxed);
-        s.in_bytes.fetch_add(size, Ordering::Relaxed);
+        s.in_msgs.fetch_add(msgs, Ordering::Relaxed);
+        s.in_bytes.fetch_add(bytes, Ordering::Relaxed);
         s.out_msgs.fetch_add(flush.tally.msgs, Ordering::Relaxed);
         s.out_bytes.fetch_add(flush.tally.bytes, Ordering::Relaxed);
         for st in flush.take_local_stalled() {
