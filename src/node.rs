@@ -91,6 +91,10 @@ pub struct NodeConfig {
     /// Options of the embedded NATS server (its `http` is ignored: the node
     /// serves HTTP itself, see `http`).
     pub nats: NatsOptions,
+    /// External NATS mode (`nats.embedded: false` or `nats.servers`): the
+    /// embedded server runs without a client listener, bridged to these
+    /// servers (see `nats::external`).
+    pub external_nats: Option<crate::config::external::ExternalNatsOptions>,
     /// HTTP listener (monitoring, admin JSON); `None` = off, port 0 = any.
     pub http: Option<(String, u16)>,
     /// Credentials the HTTP port requires (`http.auth.*`; none = open).
@@ -129,6 +133,7 @@ impl Default for NodeConfig {
             max_quorum_size: 0,
             raft: MetadataOptions::default(),
             nats: NatsOptions::default(),
+            external_nats: None,
             http: None,
             http_auth: crate::http::AuthConfig::default(),
             http_tls: None,
@@ -545,6 +550,8 @@ impl NodeConfig {
             max_quorum_size: c.clustering.raft_max_quorum_size,
             raft: MetadataOptions::from_config(c),
             nats,
+            external_nats: crate::config::external::from_liftbridge(c)
+                .map_err(|e| NodeError::Config(e.to_string()))?,
             http,
             http_auth,
             http_tls,
@@ -621,6 +628,9 @@ pub enum NodeError {
     /// The embedded NATS server failed to start.
     #[error("embedded NATS: {0}")]
     Nats(#[from] crate::nats::NatsError),
+    /// The external NATS system could not be reached (external mode).
+    #[error("external NATS: {0}")]
+    ExternalNats(#[from] crate::nats::external::ExternalError),
     /// The gRPC listener could not be bound.
     #[error("gRPC listener {addr}: {source}")]
     Bind {
@@ -837,7 +847,14 @@ impl Node {
 
         let mut nats_opts = cfg.nats.clone();
         nats_opts.http = None;
-        let nats = NatsServer::start(nats_opts).await?;
+        let nats = match &cfg.external_nats {
+            None => NatsServer::start(nats_opts).await?,
+            Some(ext) => {
+                let nats = NatsServer::start_internal(nats_opts).await?;
+                nats.connect_external(ext).await?;
+                nats
+            }
+        };
         let nats_addr = nats.client_addr();
 
         let listen = format!("{}:{}", cfg.listen_host, cfg.port);
@@ -868,7 +885,11 @@ impl Node {
             id: cfg.server_id.clone(),
             host: advertise.clone(),
             port: grpc_addr.port(),
-            nats_addr: host_port(&advertise, nats_addr.port()),
+            // External mode: the system the node's NATS traffic goes to.
+            nats_addr: match &cfg.external_nats {
+                Some(e) => e.label(),
+                None => host_port(&advertise, nats_addr.port()),
+            },
             http_addr: http_addr.map_or(String::new(), |a| host_port(&advertise, a.port())),
         };
         let meta = open_metadata(&cfg, node, &nats).await?;
@@ -1051,9 +1072,16 @@ impl NodeHandle {
         self.grpc_addr
     }
 
-    /// Address of the embedded NATS server's client port.
+    /// Address of the embedded NATS server's client port (`0.0.0.0:0` in
+    /// external NATS mode, where there is no client listener).
     pub fn nats_addr(&self) -> SocketAddr {
         self.nats_addr
+    }
+
+    /// The external NATS servers (`nats://a:4222,…`) in external NATS
+    /// mode, where the node has no NATS listener of its own.
+    pub fn external_nats(&self) -> Option<String> {
+        self.nats.external().map(|b| b.servers().to_string())
     }
 
     /// Address of the HTTP listener, when enabled.

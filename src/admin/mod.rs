@@ -706,6 +706,13 @@ pub fn healthz_degraded(parts: &PartitionManager) -> Option<Value> {
 }
 
 fn health(ctx: &AdminContext) -> HttpResponse {
+    // External mode: nothing is recorded while the system is out of reach.
+    if let Some(problem) = ctx.nats.external().and_then(|b| b.problem()) {
+        return HttpResponse::json(
+            503,
+            &json!({"code": 503, "status": "unavailable", "error": problem}),
+        );
+    }
     let degraded = ctx.parts.unhealthy();
     if ctx.meta.leader_id().is_some() && degraded.is_empty() {
         HttpResponse::json(200, &json!({"status": "ok"}))

@@ -85,13 +85,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     })
 }
 
-/// The listeners in one line: `serving gRPC on A, NATS on B, HTTP on C`.
+/// The listeners in one line: `serving gRPC on A, NATS on B, HTTP on C`
+/// (`external NATS <servers>` instead of `NATS on B` in external mode).
 fn banner_listeners(node: &crate::node::NodeHandle) -> String {
-    let mut line = format!(
-        "serving gRPC on {}, NATS on {}",
-        node.grpc_addr(),
-        node.nats_addr()
-    );
+    let nats = match node.external_nats() {
+        Some(servers) => format!("external NATS {servers}"),
+        None => format!("NATS on {}", node.nats_addr()),
+    };
+    let mut line = format!("serving gRPC on {}, {nats}", node.grpc_addr());
     if let Some(http) = node.http_addr() {
         line.push_str(&format!(", HTTP on {http}"));
     }

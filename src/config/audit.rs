@@ -10,8 +10,12 @@
 //! - `Unsupported`: the feature is not available yet. Setting the key to
 //!   anything but its default is refused at start-up with an error naming the
 //!   key, because running without the feature would be unsafe or misleading
-//!   (data that is not encrypted, an external NATS system that is not
-//!   used).
+//!   (data that is not encrypted, say).
+//!
+//! The NATS client keys (`nats.servers`, `nats.user`, `nats.password`,
+//! `nats.tls.*`) work in external NATS mode and have no effect (a notice)
+//! with the embedded server; in external mode the keys of the embedded
+//! server's listeners are refused (see `config::external`).
 //!
 //! `audit` applies this to a loaded configuration; `README.md` carries the
 //! same table for users. A unit test keeps the table complete: a key added
@@ -34,8 +38,8 @@ const NO_SEGMENTS: &str =
     "the log is one redb database per partition, not segment files; retention and compaction work per record";
 const GROUP_COMMIT: &str =
     "appends that arrive together share one storage commit (group commit) without an added wait";
-const EMBEDDED_ONLY: &str =
-    "the node always embeds its NATS server and reaches it in process; external NATS servers are not supported yet";
+const CLIENT_ONLY: &str =
+    "used only with an external NATS system (nats.embedded: false or nats.servers); the embedded NATS server is in use";
 
 /// The status of `key` (one of `KEYS`), `None` for an unknown key.
 pub fn key_status(key: &str) -> Option<KeyStatus> {
@@ -48,9 +52,6 @@ pub fn key_status(key: &str) -> Option<KeyStatus> {
         "logging.recovery" => NotApplicable(
             "recovery does not replay messages one by one; the log reopens at its last commit",
         ),
-        "nats.embedded" => Unsupported(EMBEDDED_ONLY),
-        "nats.servers" | "nats.user" | "nats.password" | "nats.tls.cert" | "nats.tls.key"
-        | "nats.tls.ca" => NotApplicable(EMBEDDED_ONLY),
         "streams.segment.max.bytes" | "streams.segment.max.age" => NotApplicable(NO_SEGMENTS),
         "streams.compact.max.goroutines" => NotApplicable(
             "compaction runs on the partition's storage thread, one partition at a time",
@@ -87,14 +88,20 @@ impl std::fmt::Display for Notice {
 
 /// A key set to a value this server cannot honour.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("config key {key} = {value} is not supported: {reason}")]
-pub struct Refused {
-    /// The key.
-    pub key: &'static str,
-    /// The value as configured.
-    pub value: String,
-    /// Why.
-    pub reason: &'static str,
+pub enum Refused {
+    /// A feature that is missing here.
+    #[error("config key {key} = {value} is not supported: {reason}")]
+    Unsupported {
+        /// The key.
+        key: &'static str,
+        /// The value as configured.
+        value: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// External NATS settings that cannot work.
+    #[error(transparent)]
+    External(#[from] super::external::ExternalConfigError),
 }
 
 /// Checks the keys set in `c` (file, environment or flags): the first key
@@ -102,11 +109,19 @@ pub struct Refused {
 /// effect come back as notices to log.
 pub fn audit(c: &LiftbridgeConfig) -> Result<Vec<Notice>, Refused> {
     let mut notices = Vec::new();
+    let external = super::external::from_liftbridge(c)?.is_some();
     for &key in &c.explicit_keys {
+        if !external && super::external::CLIENT_KEYS.contains(&key) {
+            notices.push(Notice {
+                key,
+                reason: CLIENT_ONLY,
+            });
+            continue;
+        }
         match key_status(key) {
             Some(KeyStatus::Unsupported(reason)) => {
                 if let Some(value) = unsupported_value(c, key) {
-                    return Err(Refused { key, value, reason });
+                    return Err(Refused::Unsupported { key, value, reason });
                 }
             }
             Some(KeyStatus::NotApplicable(reason)) => notices.push(Notice { key, reason }),
@@ -118,11 +133,10 @@ pub fn audit(c: &LiftbridgeConfig) -> Result<Vec<Notice>, Refused> {
 
 /// The configured value of an `Unsupported` key when it asks for the missing
 /// feature; `None` when it keeps the default (which works).
-fn unsupported_value(c: &LiftbridgeConfig, key: &str) -> Option<String> {
-    match key {
-        "nats.embedded" => (!c.nats.embedded).then(|| "false".to_string()),
-        _ => None,
-    }
+fn unsupported_value(_c: &LiftbridgeConfig, _key: &str) -> Option<String> {
+    // Every key with an `Unsupported` status is listed here with the
+    // values that ask for the missing feature (none at present).
+    None
 }
 
 #[cfg(test)]
@@ -138,14 +152,19 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_keys_are_refused_only_when_they_ask_for_the_feature() {
+    fn nats_client_keys_work_in_external_mode_only() {
         let mut c = LiftbridgeConfig::default();
         c.explicit_keys.insert("nats.embedded");
-        assert_eq!(audit(&c), Ok(vec![]), "true is the default and works");
+        c.explicit_keys.insert("nats.user");
+        c.nats.user = Some("u".into());
+        let n = audit(&c).unwrap();
+        assert_eq!(n.len(), 1, "embedded: the client key has no effect");
+        assert_eq!(n[0].key, "nats.user");
         c.nats.embedded = false;
+        assert_eq!(audit(&c), Ok(vec![]), "external: it works");
+        c.explicit_keys.insert("nats.cluster.listen");
         let e = audit(&c).unwrap_err();
-        assert_eq!(e.key, "nats.embedded");
-        assert!(e.to_string().contains("nats.embedded = false"), "{e}");
+        assert!(e.to_string().contains("nats.cluster.listen"), "{e}");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod duration;
+pub mod external;
 pub mod liftbridge;
 pub mod nats;
 pub mod nats_conf;

@@ -236,7 +236,80 @@ impl Collector for NatsCollector {
         ] {
             counter(&mut enc, name, help, unit, load(value))?;
         }
+        self.encode_external(&mut enc)?;
         self.encode_recorders(&mut enc)
+    }
+}
+
+impl NatsCollector {
+    /// External NATS mode: the bridge's state and counters (absent in
+    /// embedded mode).
+    fn encode_external(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let Some(b) = self.server.external() else {
+            return Ok(());
+        };
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let bytes = Unit::Bytes;
+        gauge(
+            enc,
+            "liftbridge_nats_external_connected",
+            "1 while the connection to the external NATS system is up, 0 while it is down.",
+            i64::from(b.is_connected()),
+        )?;
+        gauge(
+            enc,
+            "liftbridge_nats_external_outbound_pending_bytes",
+            "Bytes of in-process publishes waiting for the external NATS connection.",
+            i64::try_from(b.outbound_bytes()).unwrap_or(i64::MAX),
+        )?;
+        let s = &b.stats;
+        for (name, help, unit, value) in [
+            (
+                "liftbridge_nats_external_out_messages",
+                "Messages published on the external NATS connection.",
+                None,
+                &s.out_msgs,
+            ),
+            (
+                "liftbridge_nats_external_out",
+                "Payload bytes (headers included) published on the external NATS connection.",
+                Some(&bytes),
+                &s.out_bytes,
+            ),
+            (
+                "liftbridge_nats_external_dropped",
+                "In-process publishes dropped because the outbound queue to the external NATS connection was full.",
+                None,
+                &s.out_dropped,
+            ),
+            (
+                "liftbridge_nats_external_in_messages",
+                "Messages received from the external NATS system.",
+                None,
+                &s.in_msgs,
+            ),
+            (
+                "liftbridge_nats_external_in",
+                "Payload bytes (headers included) received from the external NATS system.",
+                Some(&bytes),
+                &s.in_bytes,
+            ),
+            (
+                "liftbridge_nats_external_slow_consumer_events",
+                "Messages the NATS client dropped because a subscription's buffer was full.",
+                None,
+                &s.slow_consumer_events,
+            ),
+            (
+                "liftbridge_nats_external_reconnects",
+                "Times the connection to the external NATS system came back after a loss.",
+                None,
+                &s.reconnects,
+            ),
+        ] {
+            counter(enc, name, help, unit, load(value))?;
+        }
+        Ok(())
     }
 }
 

@@ -232,6 +232,11 @@ impl LocalClient {
             Origin::Client,
         );
         n += super::account::deliver_imports(server, account, &self.inner.client, &msg, &mut flush);
+        // External mode: the message also goes to the external system,
+        // where its subscribers (or a request's responders) may be.
+        if let Some(b) = server.external.get() {
+            n += usize::from(b.outbound(&msg));
+        }
         flush.flush();
         flush.count_routed(server);
         if let Some(st) = stalled {

@@ -11,6 +11,7 @@
 //! - [`route`]: the cluster mesh (routes to our nodes and Go nats-server);
 //! - [`ws`]: NATS clients over WebSocket (a second client listener);
 //! - [`leaf`]: leaf nodes, both roles (hub and leaf of a hub);
+//! - [`external`]: the bridge to an external NATS system (external mode);
 //! - [`handle`]: the in-process client used by the log layer ([`LocalClient`]);
 //! - [`monitor`]: `/varz`, `/connz`, `/subsz`, `/healthz` bodies;
 //! - [`reload`]: applying a new configuration to the running server.
@@ -18,6 +19,7 @@
 pub mod account;
 pub mod auth;
 pub mod client;
+pub mod external;
 pub mod handle;
 pub mod leaf;
 pub mod monitor;

@@ -318,6 +318,10 @@ impl NatsServer {
 
     /// `/healthz`.
     pub fn healthz_json(&self) -> Value {
+        // External mode: unhealthy while the external system is out of reach.
+        if let Some(problem) = self.external().and_then(|b| b.problem()) {
+            return json!({"status": "unavailable", "status_code": 503, "error": problem});
+        }
         json!({"status": "ok"})
     }
 }

@@ -165,6 +165,8 @@ pub(crate) struct ServerInner {
     pub connect_urls_gen: AtomicU64,
     /// The WebSocket listener; `None` when not configured.
     pub(crate) ws: Option<super::ws::WsListener>,
+    /// The bridge to an external NATS system (external mode), set once.
+    pub(crate) external: std::sync::OnceLock<Arc<super::external::Bridge>>,
 }
 
 /// Outcome of admitting a new client connection.
@@ -270,6 +272,9 @@ impl ServerInner {
             if let Some(r) = &self.routes {
                 r.local_interest(&sub.subject, sub.queue.as_deref(), 1);
             }
+            if let Some(b) = self.external.get() {
+                b.local_interest(&sub.subject, sub.queue.as_deref(), 1);
+            }
         }
         Ok(())
     }
@@ -298,6 +303,9 @@ impl ServerInner {
         if removed && sub.client.kind.feeds_routes() {
             if let Some(r) = &self.routes {
                 r.local_interest(&sub.subject, sub.queue.as_deref(), -1);
+            }
+            if let Some(b) = self.external.get() {
+                b.local_interest(&sub.subject, sub.queue.as_deref(), -1);
             }
         }
     }
@@ -406,6 +414,32 @@ pub struct NatsServer {
 impl NatsServer {
     /// Binds the client listener and starts accepting connections.
     pub async fn start(opts: NatsOptions) -> Result<NatsServer, NatsError> {
+        Self::launch(opts, true).await
+    }
+
+    /// Starts the server as an in-process bus only, with no client
+    /// listener (external NATS mode: see [`Self::connect_external`]);
+    /// `client_addr` is then `0.0.0.0:0`.
+    pub async fn start_internal(opts: NatsOptions) -> Result<NatsServer, NatsError> {
+        Self::launch(opts, false).await
+    }
+
+    /// Bridges this server to an external NATS system (see
+    /// `nats::external`). Call right after `start_internal`, before
+    /// in-process clients subscribe.
+    pub async fn connect_external(
+        &self,
+        opts: &crate::config::external::ExternalNatsOptions,
+    ) -> Result<(), super::external::ExternalError> {
+        super::external::attach(&self.inner, opts).await.map(|_| ())
+    }
+
+    /// The bridge to the external NATS system, in external mode.
+    pub fn external(&self) -> Option<&Arc<super::external::Bridge>> {
+        self.inner.external.get()
+    }
+
+    async fn launch(opts: NatsOptions, listen: bool) -> Result<NatsServer, NatsError> {
         let accounts = Accounts::new(&opts.auth)?;
         if accounts.configured() {
             if opts.cluster.is_some() {
@@ -425,16 +459,21 @@ impl NatsServer {
         let authenticator = super::reload::authenticator_for(&opts)?;
         let tls = super::reload::tls_acceptor(opts.tls.as_ref())?;
         let bind = format!("{}:{}", opts.host, opts.port);
-        let listener = TcpListener::bind(&bind)
-            .await
-            .map_err(|source| NatsError::Bind {
+        let (listener, addr) = if listen {
+            let listener = TcpListener::bind(&bind)
+                .await
+                .map_err(|source| NatsError::Bind {
+                    addr: bind.clone(),
+                    source,
+                })?;
+            let addr = listener.local_addr().map_err(|source| NatsError::Bind {
                 addr: bind.clone(),
                 source,
             })?;
-        let addr = listener.local_addr().map_err(|source| NatsError::Bind {
-            addr: bind.clone(),
-            source,
-        })?;
+            (Some(listener), addr)
+        } else {
+            (None, SocketAddr::from(([0, 0, 0, 0], 0)))
+        };
         let server_id = nkeys::KeyPair::new_server().public_key();
         let server_name = opts
             .server_name
@@ -515,8 +554,12 @@ impl NatsServer {
             leafs,
             connect_urls_gen: AtomicU64::new(0),
             ws,
+            external: std::sync::OnceLock::new(),
         });
-        tokio::spawn(accept_loop(inner.clone(), listener));
+        if let Some(listener) = listener {
+            tokio::spawn(accept_loop(inner.clone(), listener));
+            tracing::info!(%addr, "listening for client connections");
+        }
         if let Some(l) = route_listener {
             super::route::spawn(inner.clone(), l);
         }
@@ -524,7 +567,6 @@ impl NatsServer {
             super::ws::spawn(inner.clone(), l);
         }
         super::leaf::spawn(inner.clone(), leaf_listener);
-        tracing::info!(%addr, "listening for client connections");
         Ok(NatsServer { inner })
     }
 
@@ -716,6 +758,9 @@ impl NatsServer {
         }
         if let Some(l) = &inner.leafs {
             l.shutdown();
+        }
+        if let Some(b) = inner.external.get() {
+            b.shutdown();
         }
         let clients: Vec<Arc<ClientShared>> = inner.clients.lock().values().cloned().collect();
         for c in clients {

@@ -191,7 +191,11 @@ fn config_liftbridge_unsupported_keys_refused_and_inapplicable_keys_logged() {
         assert!(err.contains(needs), "{yaml}: {err}");
     }
     {
-        let (yaml, key) = ("nats.embedded: false\n", "nats.embedded");
+        // External NATS mode runs no NATS listener of its own.
+        let (yaml, key) = (
+            "nats.embedded: false\nnats.cluster.listen: 127.0.0.1:0\n",
+            "nats.cluster.listen",
+        );
         let file = dir.path().join("refused.yaml");
         std::fs::write(&file, yaml).unwrap();
         let out = Command::new(bin)
@@ -203,7 +207,7 @@ fn config_liftbridge_unsupported_keys_refused_and_inapplicable_keys_logged() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{yaml}: started anyway");
         assert!(
-            err.contains(key) && err.contains("not supported"),
+            err.contains(key) && err.contains("cannot be used with external NATS"),
             "{yaml}: {err}"
         );
     }

@@ -44,6 +44,7 @@ mod nats_accounts;
 mod nats_auth;
 mod nats_backpressure;
 mod nats_core;
+mod nats_external;
 mod nats_leaf;
 mod nats_raw;
 mod nats_reload;
