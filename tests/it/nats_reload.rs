@@ -786,3 +786,59 @@ async fn nats_reload_in_process_limits() {
         .expect("within the new limit");
     srv.shutdown().await;
 }
+
+/// Nkey users: the connected ones are checked again with the signature of
+/// their own INFO nonce; a removed nkey is disconnected, the other stays
+/// and keeps receiving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_nkey_users() {
+    let keep = nkeys::KeyPair::new_user();
+    let gone = nkeys::KeyPair::new_user();
+    let conf = |keys: &[&nkeys::KeyPair]| {
+        let list: Vec<String> = keys
+            .iter()
+            .map(|k| format!("{{nkey: {}}}", k.public_key()))
+            .collect();
+        format!("authorization {{ users = [ {} ] }}\n", list.join(", "))
+    };
+    let srv = Server::start(&conf(&[&keep, &gone]));
+    let connect = |k: &nkeys::KeyPair| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let d = drops.clone();
+        let opts =
+            async_nats::ConnectOptions::with_nkey(k.seed().unwrap()).event_callback(move |e| {
+                let d = d.clone();
+                async move {
+                    if matches!(e, async_nats::Event::Disconnected) {
+                        d.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        (opts, drops)
+    };
+    let (o, keep_drops) = connect(&keep);
+    let kept = o.connect(srv.url()).await.unwrap();
+    let mut inbox = kept.subscribe("n").await.unwrap();
+    kept.flush().await.unwrap();
+    let (o, gone_drops) = connect(&gone);
+    let removed = o
+        .retry_on_initial_connect()
+        .max_reconnects(1)
+        .connect(srv.url())
+        .await
+        .unwrap();
+    removed.flush().await.unwrap();
+
+    let lines = srv.reload(&conf(&[&keep])).await;
+    assert!(
+        lines.contains("[INF] Reloaded: authorization nkey users"),
+        "{lines}"
+    );
+    let end = Instant::now() + WAIT;
+    while gone_drops.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < end, "removed nkey still connected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    delivers(&kept, &mut inbox, "n", "nkey survives").await;
+    assert_eq!(keep_drops.load(Ordering::SeqCst), 0);
+}
