@@ -473,6 +473,21 @@ impl Leafnodes {
         self.state.lock().smaps.len()
     }
 
+    /// The connections of leaves that authenticated with the client users
+    /// (no `leafnodes { authorization }`): a reload checks them again.
+    pub(crate) fn leaves_on_client_users(&self) -> Vec<Arc<ClientShared>> {
+        if self.auth.is_some() {
+            return Vec::new();
+        }
+        self.state
+            .lock()
+            .conns
+            .values()
+            .filter(|l| !l.spoke)
+            .map(|l| l.client.clone())
+            .collect()
+    }
+
     /// Runs `op` (a sublist insert or removal of `sub`, returning whether
     /// it changed anything) and, if it did, tells every leaf connection
     /// that should know, all under the interest lock.
@@ -701,6 +716,7 @@ async fn run_accepted<S>(
             return;
         }
     };
+    let nonce_sent = nonce.clone();
     let connect = match check_connect(&server, json, nonce).await {
         Ok(c) => c,
         Err(text) => {
@@ -716,6 +732,16 @@ async fn run_accepted<S>(
         Some(addr),
         leafs.max_pending,
     );
+    // Kept for a reload, which checks them against the new users.
+    *client.auth.lock() = Some(super::reload::ConnAuth {
+        user: connect.user.clone(),
+        pass: connect.pass.clone(),
+        auth_token: connect.auth_token.clone(),
+        nkey: connect.nkey.clone(),
+        sig: connect.sig.clone(),
+        nonce: Some(nonce_sent),
+        perms: None,
+    });
     let leaf = Arc::new(Leaf {
         client: client.clone(),
         spoke: false,

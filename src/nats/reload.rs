@@ -20,7 +20,10 @@
 //!   `-ERR 'Permissions Violation for Subscription to "<subj>" (sid "<sid>")'`
 //!   and the connection stays open;
 //! - with a lower `max_connections`, connections over the limit are closed
-//!   with `-ERR 'maximum connections exceeded'`.
+//!   with `-ERR 'maximum connections exceeded'`;
+//! - leaves that authenticated with the client users are checked the same
+//!   way (closed with `-ERR 'Authorization Violation'` when they no longer
+//!   pass).
 //!
 //! Clients not affected by a change are never disconnected. Readers pick up
 //! the new snapshot (permissions, `max_payload`, `max_control_line`,
@@ -604,6 +607,11 @@ fn recheck_clients(inner: &Arc<ServerInner>, live: &Live) -> Vec<String> {
             survivors.push(c);
         }
     }
+    if let Some(l) = &inner.leafs {
+        for c in l.leaves_on_client_users() {
+            notes.extend(recheck_leaf(inner, &c, live));
+        }
+    }
     let max = live.opts.max_connections;
     if survivors.len() > max {
         let over = survivors.len() - max;
@@ -683,6 +691,27 @@ pub(crate) fn recheck_client(
         remove_denied_subs(inner, c, &p, &ca, &mut notes);
     }
     notes
+}
+
+/// Checks a leaf that authenticated with the client users: closed with
+/// `-ERR 'Authorization Violation'` when its credentials no longer pass,
+/// or when its user now has permissions (which leaves do not get here, as
+/// at connect time).
+fn recheck_leaf(inner: &Arc<ServerInner>, c: &Arc<ClientShared>, live: &Live) -> Vec<String> {
+    let Some(ca) = c.auth.lock().clone() else {
+        return Vec::new();
+    };
+    let Some(auth) = live.authenticator.as_deref().filter(|a| a.required()) else {
+        return Vec::new();
+    };
+    match auth.authenticate(&ca.credentials(), ca.nonce.as_deref()) {
+        Ok(None) => Vec::new(),
+        Ok(Some(_)) | Err(_) => {
+            inner.auth_failures.fetch_add(1, Ordering::Relaxed);
+            c.close_with_err(Some("Authorization Violation"));
+            vec![format!("leafnode authentication error - {}", ca.who())]
+        }
+    }
 }
 
 /// Removes the subscriptions of `c` that `perms` no longer allow.

@@ -2,7 +2,8 @@
 //! lame duck mode and shutdown; with `cluster` configured, also the route
 //! listener and solicited routes (`route.rs`); with `websocket`
 //! configured, the WebSocket client listener (`ws/`); with `leafnodes`,
-//! the leaf listener and remotes (`leaf.rs`).
+//! the leaf listener and remotes (`leaf.rs`). What a configuration reload
+//! may change is read from one swappable snapshot (`reload.rs`).
 //!
 //! [`NatsServer`] is a cheap handle (an `Arc`) shared by the CLI, the HTTP
 //! layer and the log layer. Each accepted connection gets INFO first, then
@@ -619,9 +620,15 @@ impl NatsServer {
         v
     }
 
-    /// The options the server runs with.
+    /// The options the server started with (listeners and fixed
+    /// settings; see [`Self::current_options`] for reloaded values).
     pub fn options(&self) -> &NatsOptions {
         &self.inner.opts
+    }
+
+    /// The options in force, with the changes of the last reload.
+    pub fn current_options(&self) -> NatsOptions {
+        self.inner.live().opts.clone()
     }
 
     /// An in-process client (no TCP) named `name`.

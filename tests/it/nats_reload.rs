@@ -786,3 +786,144 @@ async fn nats_reload_in_process_limits() {
         .expect("within the new limit");
     srv.shutdown().await;
 }
+
+/// Nkey users: the connected ones are checked again with the signature of
+/// their own INFO nonce; a removed nkey is disconnected, the other stays
+/// and keeps receiving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_nkey_users() {
+    let keep = nkeys::KeyPair::new_user();
+    let gone = nkeys::KeyPair::new_user();
+    let conf = |keys: &[&nkeys::KeyPair]| {
+        let list: Vec<String> = keys
+            .iter()
+            .map(|k| format!("{{nkey: {}}}", k.public_key()))
+            .collect();
+        format!("authorization {{ users = [ {} ] }}\n", list.join(", "))
+    };
+    let srv = Server::start(&conf(&[&keep, &gone]));
+    let connect = |k: &nkeys::KeyPair| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let d = drops.clone();
+        let opts =
+            async_nats::ConnectOptions::with_nkey(k.seed().unwrap()).event_callback(move |e| {
+                let d = d.clone();
+                async move {
+                    if matches!(e, async_nats::Event::Disconnected) {
+                        d.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        (opts, drops)
+    };
+    let (o, keep_drops) = connect(&keep);
+    let kept = o.connect(srv.url()).await.unwrap();
+    let mut inbox = kept.subscribe("n").await.unwrap();
+    kept.flush().await.unwrap();
+    let (o, gone_drops) = connect(&gone);
+    let removed = o
+        .retry_on_initial_connect()
+        .max_reconnects(1)
+        .connect(srv.url())
+        .await
+        .unwrap();
+    removed.flush().await.unwrap();
+
+    let lines = srv.reload(&conf(&[&keep])).await;
+    assert!(
+        lines.contains("[INF] Reloaded: authorization nkey users"),
+        "{lines}"
+    );
+    let end = Instant::now() + WAIT;
+    while gone_drops.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < end, "removed nkey still connected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    delivers(&kept, &mut inbox, "n", "nkey survives").await;
+    assert_eq!(keep_drops.load(Ordering::SeqCst), 0);
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// `GET path` on the monitoring port, as JSON.
+async fn monitor(port: u16, path: &str) -> serde_json::Value {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str(body).unwrap_or_default()
+}
+
+/// A leaf (Debian's Go nats-server) that authenticated with one of the
+/// hub's client users is disconnected when a reload removes that user; a
+/// client of the hub stays connected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_leaf_on_removed_user_is_closed() {
+    let (leaf_port, http_port) = (free_port(), free_port());
+    let hub_conf = |users: &[(&str, &str)]| {
+        format!(
+            "http: 127.0.0.1:{http_port}\nleafnodes {{ listen: 127.0.0.1:{leaf_port} }}\n{}",
+            users_conf(users)
+        )
+    };
+    let hub = Server::start(&hub_conf(&[("alice", "a"), ("edge", "e")]));
+    let leaf_dir = tempfile::tempdir().unwrap();
+    let leaf_conf = leaf_dir.path().join("leaf.conf");
+    std::fs::write(
+        &leaf_conf,
+        format!(
+            "port: -1\nleafnodes {{ reconnect: 30, remotes [ {{ url: \"nats-leaf://edge:e@127.0.0.1:{leaf_port}\" }} ] }}\n"
+        ),
+    )
+    .unwrap();
+    struct Kill(Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _leaf = Kill(
+        Command::new(super::support::procs::go_nats_server_2_9())
+            .arg("-c")
+            .arg(&leaf_conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let leafs = || async { monitor(http_port, "/leafz").await["leafnodes"].as_u64() };
+    let end = Instant::now() + WAIT;
+    while leafs().await != Some(1) {
+        assert!(
+            Instant::now() < end,
+            "leaf not attached:\n{}",
+            hub.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (alice, drops) = client(&hub.url(), "alice", "a").await;
+
+    let lines = hub.reload(&hub_conf(&[("alice", "a")])).await;
+    assert!(
+        lines.contains("leafnode authentication error - User \"edge\""),
+        "{lines}"
+    );
+    let end = Instant::now() + WAIT;
+    while leafs().await != Some(0) {
+        assert!(
+            Instant::now() < end,
+            "leaf still attached:\n{}",
+            hub.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    alice.flush().await.unwrap();
+    assert_eq!(drops.load(Ordering::SeqCst), 0);
+}

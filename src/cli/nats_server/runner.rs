@@ -1,6 +1,7 @@
 //! Running the server in `nats-server` mode: logging set-up, start-up log
 //! lines in nats-server's order and wording, pid and ports files, the
-//! monitoring listener and the signal loop.
+//! monitoring listener and the signal loop (SIGHUP re-reads the `-c` file
+//! and hands it to `nats::reload`, logging nats-server's lines).
 //!
 //! Order matters to harnesses: the monitoring port is bound first (so a
 //! random `-m -1` port is known to `/varz`), then the client listener; the
