@@ -350,11 +350,11 @@ async fn fetch_loop(
             }
             next = records.last().map_or(next, |r| r.offset + 1);
             // The write overlaps with the next fetch, which reports what
-            // is written by then.
-            let log = p.log().clone();
-            writing = Some(tokio::spawn(
-                async move { log.append_replicated(records).await },
-            ));
+            // is written by then. The batch is queued here (and, under
+            // `interval` with an idle writer, already in the journal when
+            // `append_replicated` returns), so the next fetch reports it
+            // instead of the one after.
+            writing = Some(tokio::spawn(p.log().append_replicated(records)));
         }
         let hw_end = (r.hw + 1).max(0) as u64;
         p.follower_committed(hw_end);

@@ -16,7 +16,9 @@
 //! `B9 0E 43 B4`, type 0) carry key, headers and ack instructions; anything
 //! else is stored as a raw value with the NATS headers it came with. Acks
 //! (envelope type 1) are published to the ack inbox by the store's writer
-//! thread as soon as the batch is in the journal: on one node that is both
+//! thread as soon as the batch is in the journal — under `store.sync:
+//! interval`, when the writer is idle, by the stenographer's own thread,
+//! which then wrote the journal itself: on one node that is both
 //! "leader wrote it" and "all replicas have it" (with `sync = always` only
 //! after the journal's fdatasync).
 //!
@@ -909,7 +911,7 @@ impl Partition {
             .as_ref()
             .map(|r| String::from_utf8_lossy(r).into_owned());
         let too_large = m.payload.len() > max_bytes;
-        match envelope::decode_message(&m.payload) {
+        match envelope::decode_message_shared(&m.payload) {
             Ok(env) => {
                 let pending = Pending {
                     ack_inbox: env.ack_inbox,

@@ -12,7 +12,12 @@
 //! [journal](super::journal) (one `write`, plus one `fdatasync` under
 //! [`SyncPolicy::Always`]) and answers the appenders right there, on the
 //! writer thread: an append's completion callback runs as soon as its frame
-//! is written (and synced). The records then wait in an in-memory tail,
+//! is written (and synced). Under [`SyncPolicy::Interval`] an append that
+//! finds the writer idle is written by the appender's own thread instead
+//! (`Writer::try_inline`, [`Slot::send_inline`]): the frame is one `write`
+//! into the page cache, and neither the appender nor the pool thread has to
+//! wake the other; an apply, a checkpoint, a sync or a large batch still go
+//! to the pool. The records then wait in an in-memory tail,
 //! readable at once, until the writer applies them to redb in one
 //! transaction — when it has had no request for [`APPLY_IDLE`] or when the
 //! tail reaches [`TAIL_APPLY_BYTES`]. Under [`SyncPolicy::Always`] each
@@ -57,8 +62,11 @@
 //!   [`RETRY_EVERY`] it retries a durable commit (first checking free
 //!   space when the device was full) and, once that succeeds, accepts
 //!   writes again at the next offset — no gap, no reuse;
-//! - nothing here runs redb on a tokio worker: async methods hand work to the
-//!   writer thread or to `spawn_blocking`.
+//! - nothing here runs redb or an fsync on a tokio worker: async methods hand
+//!   work to the writer thread or to `spawn_blocking`; the only disk call an
+//!   appender's thread (a tokio worker) may make is the inline journal
+//!   `write` of at most [`INLINE_MAX_BYTES`] under `interval`, which the
+//!   crash guarantee is the same for (the page cache outlives the process).
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -123,6 +131,11 @@ const MAX_BATCH_BYTES: usize = 16 << 20;
 /// payload), since the writer checkpoints before it takes more work —
 /// appenders queue behind it.
 pub(crate) const TAIL_APPLY_BYTES: usize = 4 << 20;
+/// Largest append (payload bytes, as counted for a batch) written to the
+/// journal on the appender's thread under `interval` (see
+/// `Writer::try_inline`): a `write` of this much into the page cache takes
+/// a few tens of microseconds; larger batches go to the pool.
+const INLINE_MAX_BYTES: usize = 256 << 10;
 /// See [`TAIL_APPLY_BYTES`].
 pub(crate) const APPLY_IDLE: Duration = Duration::from_millis(5);
 /// A checkpoint (durable redb commit, then the journal is rewound) happens
@@ -884,6 +897,8 @@ impl PartitionLog {
     /// handed to `done`, which runs on the log's writer thread as soon as the
     /// batch is journaled (and synced under `always`): no task wake-up
     /// between the write and whatever `done` does (e.g. publishing acks).
+    /// Under `interval` an idle writer's journal write, and so `done`, may
+    /// run on the calling thread before this returns.
     /// `done` must be quick and must not block or call back into this log.
     /// If the log is closed, `done` runs at once on the calling thread.
     pub fn append_then(
@@ -906,7 +921,7 @@ impl PartitionLog {
             reply,
         };
         // The op could not be queued: the caller still gets its answer.
-        if let Err(Op::Append { reply, .. }) = self.inner.slot.send(op) {
+        if let Err(Op::Append { reply, .. }) = self.inner.slot.send_inline(op) {
             reply(Err(self.closed()));
         }
     }
@@ -932,11 +947,26 @@ impl PartitionLog {
     /// timestamps are kept. Offsets must increase and start at or past the
     /// log end offset (gaps from compaction are allowed); the log end offset
     /// becomes the last offset + 1.
-    pub async fn append_replicated(
+    pub fn append_replicated(
         &self,
         records: Vec<Record>,
-    ) -> Result<AppendResult, StoreError> {
-        self.call(|reply| Op::Replicate { records, reply }).await
+    ) -> impl Future<Output = Result<AppendResult, StoreError>> + Send + 'static {
+        // Queued when called, as `append`; written on this thread at once
+        // when that is cheap (see `Writer::try_inline`), so the log end
+        // offset already counts the batch when this returns.
+        let (tx, rx) = oneshot::channel();
+        let op = Op::Replicate {
+            records,
+            reply: Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        };
+        let sent = self.inner.slot.send_inline(op).map_err(|_| self.closed());
+        let name = self.inner.name.clone();
+        async move {
+            sent?;
+            rx.await.map_err(|_| StoreError::Closed(name))?
+        }
     }
 
     /// Reads records at offsets ≥ `from`, in order, skipping gaps, until
@@ -1848,6 +1878,32 @@ impl SlotWork for Writer {
         Writer::deadline(self, policy)
     }
 
+    /// An append is written to the journal on the appender's own thread
+    /// when that costs no more than a `write` into the page cache: under
+    /// `interval`, with the database created, nothing stopped, and neither
+    /// an apply nor a checkpoint due after it (those, and any fsync, stay on
+    /// the pool). The appender's answer (the stenographer's acks) then runs
+    /// on its thread too: no wake-up of a pool thread and none back.
+    fn try_inline(&mut self, op: Op) -> Result<(), Op> {
+        if !matches!(op, Op::Append { .. } | Op::Replicate { .. }) {
+            return Err(op);
+        }
+        let policy = self.config.lock().sync;
+        let bytes = op.payload_bytes();
+        let cheap = matches!(policy, SyncPolicy::Interval(_))
+            && bytes <= INLINE_MAX_BYTES
+            && self.db.is_some()
+            && self.stopped.is_none()
+            && self.tail_bytes + bytes < TAIL_APPLY_BYTES
+            && !self.checkpoint_due()
+            && !self.journal_sync_due(policy);
+        if !cheap {
+            return Err(op);
+        }
+        self.journal_group(vec![op], policy);
+        Ok(())
+    }
+
     fn finish(&mut self) {
         // Closing: everything acknowledged goes into redb durably.
         if self.stopped.is_none() {
@@ -1943,14 +1999,17 @@ impl Writer {
         self.sync_journal_if_due(policy);
     }
 
-    fn sync_journal_if_due(&mut self, policy: SyncPolicy) {
+    /// Under `interval`: the journal holds unsynced frames older than the
+    /// interval.
+    fn journal_sync_due(&self, policy: SyncPolicy) -> bool {
         let SyncPolicy::Interval(d) = policy else {
-            return;
+            return false;
         };
-        if self.stopped.is_some()
-            || !self.journal.unsynced()
-            || self.last_journal_sync.elapsed() < d
-        {
+        self.journal.unsynced() && self.last_journal_sync.elapsed() >= d
+    }
+
+    fn sync_journal_if_due(&mut self, policy: SyncPolicy) {
+        if self.stopped.is_some() || !self.journal_sync_due(policy) {
             return;
         }
         let started = Instant::now();

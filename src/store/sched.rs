@@ -35,7 +35,10 @@
 //!
 //! Must not: block a pool thread on anything but the log's own file I/O —
 //! the batch function and the callbacks it runs must be quick — or run on a
-//! tokio worker.
+//! tokio worker. The one exception is [`Slot::send_inline`]: the sender's
+//! thread (possibly a tokio worker) runs one request of an idle slot itself
+//! when the work says it is cheap ([`SlotWork::try_inline`]; the log's
+//! writer accepts only a page-cache journal `write`).
 //!
 //! # Maintenance thread
 //!
@@ -66,6 +69,13 @@ pub(crate) trait SlotWork: Send + 'static {
     /// The slot is closed and its queue is empty: the last step (final
     /// durable commit).
     fn finish(&mut self);
+    /// Processes `op` at once on the calling thread, if it is cheap enough
+    /// to (no fsync, no engine transaction); otherwise gives it back and it
+    /// is queued for the pool. Called only on an idle slot (nothing queued,
+    /// not being run), so order is kept. Default: never inline.
+    fn try_inline(&mut self, op: Self::Op) -> Result<(), Self::Op> {
+        Err(op)
+    }
 }
 
 /// The queue side of a slot, under its lock.
@@ -133,6 +143,62 @@ impl<W: SlotWork> Slot<W> {
             q.scheduled = true;
             drop(q);
             pool().ready(self.clone());
+        }
+        Ok(())
+    }
+
+    /// Like [`send`](Self::send), but when the slot is idle (nothing
+    /// queued, not scheduled, not closing) the work may process `op` right
+    /// here, on the calling thread ([`SlotWork::try_inline`]): no wake-up of
+    /// a pool thread, and whatever the work answers runs on the caller's
+    /// thread. The slot is marked scheduled meanwhile, so no pool thread
+    /// runs it at the same time and requests sent meanwhile queue behind
+    /// `op`; they are handed to the pool afterwards.
+    pub(crate) fn send_inline(self: &Arc<Self>, op: W::Op) -> Result<(), W::Op> {
+        {
+            let mut q = self.queue.lock();
+            if q.closing {
+                return Err(op);
+            }
+            if q.scheduled || !q.ops.is_empty() {
+                q.ops.push_back(op);
+                if !q.scheduled {
+                    q.scheduled = true;
+                    drop(q);
+                    pool().ready(self.clone());
+                }
+                return Ok(());
+            }
+            q.scheduled = true;
+        }
+        let mut guard = self.work.lock();
+        let refused = match guard.as_mut() {
+            Some(work) => work.try_inline(op).err(),
+            // Finished (cannot happen while not closing): queue it, the run
+            // will find the work gone.
+            None => Some(op),
+        };
+        let wanted = guard.as_ref().and_then(|w| w.deadline());
+        drop(guard);
+        let mut q = self.queue.lock();
+        if let Some(op) = refused {
+            // First in line: nothing else ran since the slot was idle, and
+            // requests sent meanwhile were queued behind the slot's flag.
+            q.ops.push_front(op);
+        }
+        q.wanted = wanted;
+        if !q.ops.is_empty() || q.closing {
+            drop(q);
+            pool().ready(self.clone());
+            return Ok(());
+        }
+        q.scheduled = false;
+        if let Some(at) = wanted {
+            if q.registered.is_none_or(|r| at < r) {
+                q.registered = Some(at);
+                drop(q);
+                pool().add_timer(at, self.clone());
+            }
         }
         Ok(())
     }
@@ -531,6 +597,70 @@ mod tests {
         }
         fn finish(&mut self) {
             self.finished.fetch_add(1, Ordering::SeqCst);
+        }
+        /// Even requests are cheap: run on the sender's thread.
+        fn try_inline(&mut self, op: u32) -> Result<(), u32> {
+            if op % 2 == 0 {
+                self.seen.lock().push(op);
+                self.wake_at = Some(Instant::now() + Duration::from_millis(5));
+                Ok(())
+            } else {
+                Err(op)
+            }
+        }
+    }
+
+    /// Requests some of which run on the sender's thread and some on the
+    /// pool, from several senders at once: each slot still sees them in the
+    /// order they were sent, and the deadline left by an inline request
+    /// still fires.
+    #[test]
+    fn inline_requests_keep_order_with_queued_ones() {
+        let mut slots = Vec::new();
+        for _ in 0..8 {
+            let p = Probe {
+                seen: Arc::default(),
+                idles: Arc::default(),
+                finished: Arc::default(),
+                wake_at: None,
+            };
+            let handles = (p.seen.clone(), p.idles.clone(), p.finished.clone());
+            slots.push((Slot::new(p, 3), handles));
+        }
+        let slots = Arc::new(slots);
+        let senders: Vec<_> = (0..4u32)
+            .map(|t| {
+                let slots = slots.clone();
+                std::thread::spawn(move || {
+                    for i in 0..2000u32 {
+                        for (s, _) in slots.iter() {
+                            // Sender t sends the values ≡ t (mod 4): senders 0
+                            // and 2 only inline ones, 1 and 3 only queued ones.
+                            assert!(s.send_inline(i * 4 + t).is_ok());
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in senders {
+            h.join().unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for (s, (seen, idles, finished)) in slots.iter() {
+            while idles.load(Ordering::SeqCst) == 0 {
+                assert!(Instant::now() < deadline, "idle step never ran");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            s.close_and_wait();
+            let seen = seen.lock();
+            assert_eq!(seen.len(), 8000);
+            for t in 0..4u32 {
+                let mine: Vec<u32> = seen.iter().copied().filter(|v| v % 4 == t).collect();
+                let sent: Vec<u32> = (0..2000).map(|i| i * 4 + t).collect();
+                assert_eq!(mine, sent, "sender {t}'s requests out of order");
+            }
+            assert_eq!(finished.load(Ordering::SeqCst), 1);
+            assert_eq!(s.send_inline(2), Err(2), "a closed slot refuses requests");
         }
     }
 
