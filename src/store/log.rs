@@ -78,7 +78,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::codec::{self, RecordRef};
 use super::journal::{self, Journal};
-use super::sched::{self, Slot, SlotWork};
+use super::sched::{self, QueueLimit, Refused, Slot, SlotWork};
 use super::{
     AppendResult, CommitStats, CompactionStats, EngineError, LogConfig, LogFault, NewRecord,
     Observer, Record, RetentionStats, StoreError, SyncPolicy,
@@ -116,6 +116,16 @@ static OPEN_LOGS: AtomicU64 = AtomicU64::new(0);
 /// A group stops draining the queue past this many payload bytes, so one
 /// journal frame stays bounded in memory.
 const MAX_BATCH_BYTES: usize = 16 << 20;
+/// The request queue of one log holds at most this many bytes of appends
+/// (as counted by `Op::payload_bytes`) and this many requests
+/// ([`MAX_QUEUED_OPS`]); past that an append is refused at once with
+/// [`StoreError::Overloaded`] (see `sched`'s module documentation). The
+/// stenographer's bytes in flight stay below it (see
+/// `partition::leader`), so only a producer that does not bound itself
+/// meets it.
+pub(crate) const MAX_QUEUED_BYTES: usize = 4 * MAX_BATCH_BYTES;
+/// See [`MAX_QUEUED_BYTES`].
+pub(crate) const MAX_QUEUED_OPS: usize = 4096;
 /// The tail (journaled, not yet in redb) is applied to redb once it holds
 /// this many bytes or once the writer has had no request for
 /// [`APPLY_IDLE`] (durably under `always`, see `Writer::flush`). This
@@ -151,10 +161,12 @@ const REOPEN_WAIT: Duration = Duration::from_secs(2);
 /// How the writer answers a request: called once, on the writer thread.
 type Reply<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
 
-/// A request to the writer thread. The request queue itself has no
-/// limit: its producers bound themselves — the stenographer keeps at most 64
-/// batches in flight, replication and maintenance await each request — and
-/// the writer drains at most [`MAX_BATCH_BYTES`] of it per group.
+/// A request to the writer thread. The request queue is bounded
+/// ([`MAX_QUEUED_BYTES`], [`MAX_QUEUED_OPS`]; appends past it are refused),
+/// though its producers bound themselves below that — the stenographer
+/// keeps at most 64 batches and a byte budget in flight, replication and
+/// maintenance await each request — and the writer drains at most
+/// [`MAX_BATCH_BYTES`] of it per group.
 enum Op {
     Append {
         epoch: u64,
@@ -722,7 +734,14 @@ impl PartitionLog {
             path: path.clone(),
             journal_path,
             db: db_state,
-            slot: Slot::new(writer, MAX_BATCH_BYTES),
+            slot: Slot::new(
+                writer,
+                MAX_BATCH_BYTES,
+                QueueLimit {
+                    bytes: MAX_QUEUED_BYTES,
+                    ops: MAX_QUEUED_OPS,
+                },
+            ),
             shared,
             config,
             observer,
@@ -795,7 +814,19 @@ impl PartitionLog {
     }
 
     fn send(&self, op: Op) -> Result<(), StoreError> {
-        self.inner.slot.send(op).map_err(|_| self.closed())
+        self.inner.slot.send(op).map_err(|r| self.refused(&r))
+    }
+
+    /// The error for a request the queue gave back.
+    fn refused(&self, r: &Refused<Op>) -> StoreError {
+        match r {
+            Refused::Closed(_) => self.closed(),
+            Refused::Full(_) => StoreError::Overloaded {
+                partition: self.inner.name.clone(),
+                bytes: MAX_QUEUED_BYTES,
+                ops: MAX_QUEUED_OPS,
+            },
+        }
     }
 
     fn closed(&self) -> StoreError {
@@ -906,8 +937,13 @@ impl PartitionLog {
             reply,
         };
         // The op could not be queued: the caller still gets its answer.
-        if let Err(Op::Append { reply, .. }) = self.inner.slot.send(op) {
-            reply(Err(self.closed()));
+        if let Err(r) = self.inner.slot.send(op) {
+            let e = self.refused(&r);
+            if let Refused::Closed(Op::Append { reply, .. })
+            | Refused::Full(Op::Append { reply, .. }) = r
+            {
+                reply(Err(e));
+            }
         }
     }
 
@@ -1818,6 +1854,10 @@ impl SlotWork for Writer {
 
     fn op_bytes(op: &Op) -> usize {
         op.payload_bytes()
+    }
+
+    fn bounded(op: &Op) -> bool {
+        matches!(op, Op::Append { .. } | Op::Replicate { .. })
     }
 
     fn batch(&mut self, ops: Vec<Op>) {

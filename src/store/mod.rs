@@ -435,6 +435,17 @@ pub enum StoreError {
     /// The log has been closed (or its writer stopped after an error).
     #[error("partition {0}: log is closed")]
     Closed(String),
+    /// The log's request queue is full (see `sched`): the append was not
+    /// queued; try again later. Answered as RESOURCE_EXHAUSTED.
+    #[error("partition {partition}: too many appends queued (limit {bytes} bytes or {ops} requests); try again later")]
+    Overloaded {
+        /// Partition name.
+        partition: String,
+        /// The queue's byte limit.
+        bytes: usize,
+        /// The queue's request limit.
+        ops: usize,
+    },
 }
 
 impl StoreError {
