@@ -80,8 +80,8 @@ use super::codec::{self, RecordRef};
 use super::journal::{self, Journal};
 use super::sched::{self, QueueLimit, Refused, Slot, SlotWork};
 use super::{
-    AppendResult, CommitStats, CompactionStats, EngineError, LogConfig, LogFault, NewRecord,
-    Observer, Record, RetentionStats, StoreError, SyncPolicy,
+    AppendResult, CommitStats, CompactionStats, EngineError, FirstRecord, LogConfig, LogFault,
+    NewRecord, Observer, Record, RetentionStats, StoreError, SyncPolicy,
 };
 
 /// Chunks of records: key = offset of the chunk's first record, value =
@@ -634,6 +634,7 @@ impl PartitionLog {
             None => State::empty(),
         };
         let observer = cfg.observer.clone();
+        let first_record = cfg.first_record.clone();
 
         // Replay the journal frames past redb's last durable commit, then
         // commit them durably and empty the journal, so the log starts with
@@ -717,6 +718,7 @@ impl PartitionLog {
             shared: shared.clone(),
             config: config.clone(),
             observer: observer.clone(),
+            first_record,
             logical: state.clone(),
             state,
             journal,
@@ -1740,6 +1742,8 @@ struct Writer {
     shared: Arc<Shared>,
     config: Arc<Mutex<LogConfig>>,
     observer: Observer,
+    /// Run before the database file is created (see [`FirstRecord`]).
+    first_record: FirstRecord,
     /// What redb holds (committed, durably or not).
     state: State,
     /// What the log holds: `state` plus the tail. Appends are checked and
@@ -1915,6 +1919,7 @@ impl Writer {
     /// Creates the database file of a log that never held a record and
     /// makes it visible to readers.
     fn create_db(&mut self) -> Result<(), EngineError> {
+        self.first_record.run().map_err(EngineError::FirstRecord)?;
         let created = catch_unwind(AssertUnwindSafe(|| {
             let mut b = Database::builder();
             b.set_cache_size(self.cache);
