@@ -491,7 +491,8 @@ pub enum StoreError {
         path: PathBuf,
     },
     /// The log's request queue is full (see `sched`): the append was not
-    /// queued; try again later. Answered as RESOURCE_EXHAUSTED.
+    /// queued; try again later. The node's own appenders stay below the
+    /// limit (see `log::MAX_QUEUED_BYTES`), so none of them meets it.
     #[error("partition {partition}: too many appends queued (limit {bytes} bytes or {ops} requests); try again later")]
     Overloaded {
         /// Partition name.

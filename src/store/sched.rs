@@ -41,9 +41,10 @@
 //! replicated records) that would take the queue past either limit is
 //! refused at once with [`Refused::Full`] and the request handed back, so
 //! its caller answers its own client with an error (the log turns it into
-//! `StoreError::Overloaded`: RESOURCE_EXHAUSTED for an API caller, an error
-//! ack for a publisher). Nothing waits: callers include tokio tasks and the
-//! writer's own reply callbacks, where blocking could deadlock the pool.
+//! `StoreError::Overloaded`, handed to the append's caller; a recorded
+//! batch refused so would be answered with error acks, as a failed write
+//! is). Nothing waits: callers include tokio tasks and the writer's own
+//! reply callbacks, where blocking could deadlock the pool.
 //! An empty queue takes any one request, so a request larger than the limit
 //! is still possible. Control requests (sync, maintenance) are never
 //! refused: each of their producers awaits its answer before it sends
