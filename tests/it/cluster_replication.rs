@@ -595,6 +595,19 @@ async fn follower_dir_deleted_round(policy: &'static str, r: usize) -> RoundStat
     std::fs::remove_dir_all(&dir).expect("remove the partition directory");
     round.progress(PROGRESS, "with the follower down").await;
     round.cluster.nodes[f].restart().await;
+    // It found the note without the files and took the rebuild path.
+    let deadline = Instant::now() + CLUSTER_TIMEOUT;
+    loop {
+        let log = round.cluster.nodes[f].proc.log_text();
+        if log.contains("recorded that the partition held records") && log.contains("rebuilding") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follower never reported its deleted partition directory:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     round.finish(None).await
 }
 
