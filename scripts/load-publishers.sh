@@ -6,7 +6,7 @@
 # from /varz), and messages recorded per second.
 #
 # Usage: scripts/load-publishers.sh [SECONDS] [PUBLISHERS]
-# Env: LIMIT (nats.recorder.max.pending, default 64MB), AFTER (seconds
+# Env: LIMIT (nats.recorder.max.pending; unset: the node's default), AFTER (seconds
 # watched after the load, 30), BIN (binary; default target/release/liftbridge,
 # built when missing).
 # Targets: RSS <= 256 MB throughout, <= 2x idle RSS 30 s after the load.
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 pubs=${2:-3}
 after=${AFTER:-30}
-limit=${LIMIT:-64MB}
+limit=${LIMIT:-}
 bin=${BIN:-target/release/liftbridge}
 [ -x "$bin" ] || cargo build --release --bin liftbridge
 
@@ -29,8 +29,9 @@ data.dir: $dir/data
 logging.level: warn
 nats.listen: 127.0.0.1:$nats
 http.listen: 127.0.0.1:$http
-nats.recorder.max.pending: $limit
 EOF
+[ -z "$limit" ] || echo "nats.recorder.max.pending: $limit" >>"$dir/liftbridge.yaml"
+limit=${limit:-default}
 "$bin" --config "$dir/liftbridge.yaml" >"$dir/node.log" 2>&1 &
 node=$!
 pids=()

@@ -35,6 +35,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod crypt;
+pub mod fuzz;
 pub mod http;
 pub mod logging;
 pub mod memory;

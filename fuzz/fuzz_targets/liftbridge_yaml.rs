@@ -1,14 +1,8 @@
 //! The liftbridge.yaml loader: any text is a configuration or an error
 //! naming the key, never a panic.
+//! The body is `liftbridge::fuzz::liftbridge_yaml` (run by the main crate's tests too).
 #![no_main]
 
-use std::path::Path;
-
 use libfuzzer_sys::fuzz_target;
-use liftbridge::config::liftbridge;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(text) = std::str::from_utf8(data) {
-        let _ = liftbridge::from_yaml_str(text, Path::new("fuzz.yaml"));
-    }
-});
+fuzz_target!(|data: &[u8]| liftbridge::fuzz::liftbridge_yaml(data));

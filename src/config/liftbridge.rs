@@ -368,7 +368,7 @@ pub struct NatsConfig {
     /// `nats.leafnodes.*`: leaf-node listener and hubs to connect to.
     pub leafnodes: NatsLeafConfig,
     /// `nats.recorder.max.pending`: byte limit of each in-process
-    /// subscription queue (64 MiB); past 75 % of it, publishers to a
+    /// subscription queue (32 MiB); past 75 % of it, publishers to a
     /// stream's subject stall (see `nats::handle`).
     pub recorder_max_pending: u64,
     /// `nats.account`: the account of the node's in-process NATS clients
@@ -1770,7 +1770,7 @@ mod tests {
     #[test]
     fn recorder_max_pending_is_a_size_of_at_least_1mb() {
         let d = yaml("port: 9292\n").unwrap().nats.recorder_max_pending;
-        assert_eq!(d, 64 << 20);
+        assert_eq!(d, 32 << 20);
         for (text, want) in [
             ("nats.recorder.max.pending: 8MB", 8u64 << 20),
             ("nats.recorder.max.pending: 1048576", 1 << 20),

@@ -11,13 +11,16 @@
 //! headers and payload of the queued messages plus a fixed 160 bytes per
 //! message for the queue entry, so that the figure is the memory held) by
 //! `nats.recorder.max.pending`
-//! (default [`DEFAULT_LOCAL_MAX_PENDING`], 64 MiB). The limit is per
+//! (default [`DEFAULT_LOCAL_MAX_PENDING`], 32 MiB). The limit is per
 //! subscription, not per node: a per-node budget would let one hot
 //! partition stall the publishers of every other partition, while per
 //! subscription each partition's backlog is bounded and only the
-//! publishers of a slow partition are slowed. 64 MiB holds about a tenth
-//! of a second of the store's pace, so bursts are absorbed without stalls
-//! and memory stays well under the cost of a node. Two policies:
+//! publishers of a slow partition are slowed. 32 MiB holds about a
+//! twentieth of a second of the store's pace (~130 MB/s as charged for
+//! 100-byte messages), enough to absorb bursts, while a flooded partition
+//! stays well inside a 256 MB node: a recorder's queue stalls its
+//! publishers at 24 MiB and its stenographer keeps at most 16 MiB more in
+//! flight to the store. Two policies:
 //!
 //! - **Recorders** ([`LocalClient::subscribe_recorder`], the stream
 //!   partitions' subjects): nothing is ever dropped. Once the queue holds
@@ -68,7 +71,7 @@ use super::subject::{is_valid_literal_subject, is_valid_subject};
 
 /// Default byte limit of each in-process subscription queue
 /// (`nats.recorder.max.pending`).
-pub const DEFAULT_LOCAL_MAX_PENDING: usize = 64 * 1024 * 1024;
+pub const DEFAULT_LOCAL_MAX_PENDING: usize = 32 * 1024 * 1024;
 
 /// A message received by an in-process subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -48,6 +48,16 @@ use crate::wire::{envelope, Ack, AckError, AckPolicy};
 const MAX_BATCH: usize = 4096;
 /// Batches whose append is queued but not yet acknowledged, per partition.
 const MAX_IN_FLIGHT: usize = 64;
+/// Bytes (as the recorder queue charges them) of batches whose append is
+/// queued but not yet acknowledged, per partition, at most (less when the
+/// recorder queue's limit is smaller). Enough for the writer to find the
+/// next group queued while it writes one (a group takes at most 16 MiB;
+/// at the store's pace this is over 100 ms of work), while the batches
+/// handed over add little to what the recorder queue holds: they are
+/// memory too, outside the queue's accounting. Below the store's per-log
+/// queue limit (`MAX_QUEUED_BYTES`, 64 MiB of payload), so a recorded batch
+/// is never refused for a full queue.
+const MAX_IN_FLIGHT_BYTES: u64 = 16 << 20;
 
 /// A batch ready to append and the acks it owes once it is written.
 struct Recorded {
@@ -678,10 +688,11 @@ impl Partition {
         // written (and fsynced), the next ones queue up and the writer takes
         // them together. At most MAX_IN_FLIGHT batches, and at most the
         // subscription queue's limit in bytes (KiB permits), are
-        // outstanding; past that, this loop waits, messages wait in the
-        // subscription, and once it is full its publishers are stalled.
+        // outstanding (at most MAX_IN_FLIGHT_BYTES); past that, this loop
+        // waits, messages wait in the subscription, and once it is full its
+        // publishers are stalled.
         let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
-        let budget_kib = u32::try_from(sub.queue().limit / 1024)
+        let budget_kib = u32::try_from(sub.queue().limit.min(MAX_IN_FLIGHT_BYTES) / 1024)
             .unwrap_or(u32::MAX)
             .max(1);
         let in_flight_bytes = Arc::new(tokio::sync::Semaphore::new(budget_kib as usize));

@@ -133,6 +133,8 @@ impl PartitionDefaults {
             cleaner_interval: cleaner,
             cache_bytes: self.cache_bytes,
             observer: crate::metrics::store::observer(),
+            // Set per partition where the log is opened (`open_log`).
+            first_record: crate::store::FirstRecord::default(),
         }
     }
 
@@ -254,6 +256,8 @@ pub struct PartitionFailure {
 
 struct Inner {
     data_dir: PathBuf,
+    /// Which partitions have held records here (see `held`).
+    held: super::held::Held,
     me: String,
     nats: LocalClient,
     meta: Metadata,
@@ -325,6 +329,7 @@ impl PartitionManager {
         let mgr = PartitionManager {
             inner: Arc::new(Inner {
                 data_dir: data_dir.to_path_buf(),
+                held: super::held::Held::new(data_dir),
                 me,
                 nats,
                 meta: meta.clone(),
@@ -865,6 +870,7 @@ impl PartitionManager {
                         e,
                         PartitionError::Store(
                             StoreError::Lost { .. }
+                                | StoreError::DirectoryLost { .. }
                                 | StoreError::Corrupt { .. }
                                 | StoreError::CorruptRecord { .. }
                         )
@@ -983,6 +989,7 @@ impl PartitionManager {
             // which has everything committed: removed and fetched anew.
             Err(PartitionError::Store(
                 e @ (StoreError::Lost { .. }
+                | StoreError::DirectoryLost { .. }
                 | StoreError::Corrupt { .. }
                 | StoreError::CorruptRecord { .. }),
             )) if role != Role::Leader => {
@@ -1054,12 +1061,36 @@ impl PartitionManager {
         Ok(p)
     }
 
+    /// Opens (or creates) the partition's log. A partition this node noted
+    /// as holding records (see `held`) whose database file is gone with its
+    /// journal (its directory deleted) is refused with
+    /// [`StoreError::DirectoryLost`]; a log that holds records is noted if it
+    /// was not yet (logs created before the registry existed).
     async fn open_log(&self, s: &StreamMeta, id: i32) -> Result<PartitionLog, PartitionError> {
         let dir = self.partition_dir(&s.name, id);
-        let cfg = self.inner.defaults.log_config(s);
+        let mut cfg = self.inner.defaults.log_config(s);
+        let held = self.inner.held.clone();
+        let (stream, created) = (s.name.clone(), s.creation_timestamp_ns);
+        cfg.first_record = held.hook(&stream, id, created);
         let path = dir.clone();
-        tokio::task::spawn_blocking(move || PartitionLog::open(&dir, "log", cfg))
-            .await
+        tokio::task::spawn_blocking(move || {
+            let db = dir.join("log.redb");
+            let journal = crate::store::journal::path(&dir, "log");
+            if held.holds(&stream, id, created) && !db.exists() && !journal.exists() {
+                return Err(StoreError::DirectoryLost {
+                    partition: "log".into(),
+                    path: dir,
+                });
+            }
+            let log = PartitionLog::open(&dir, "log", cfg)?;
+            if db.exists() {
+                if let Err(e) = held.record(&stream, id, created) {
+                    tracing::warn!(stream = %stream, partition = id, error = %e, "noting that the partition holds records");
+                }
+            }
+            Ok(log)
+        })
+        .await
             .map_err(|e| PartitionError::Io {
                 path,
                 source: std::io::Error::other(e.to_string()),
@@ -1097,7 +1128,10 @@ impl PartitionManager {
     async fn remove_files(&self, stream: &str, id: i32) {
         let dir = self.partition_dir(stream, id);
         let stream_dir = self.inner.data_dir.join("streams").join(stream);
+        let held = self.inner.held.clone();
+        let name = stream.to_owned();
         let res = tokio::task::spawn_blocking(move || {
+            held.forget(&name, id);
             forget_journal(&dir);
             match std::fs::remove_dir_all(&dir) {
                 Ok(()) => {}
@@ -1116,7 +1150,10 @@ impl PartitionManager {
 
     async fn remove_stream_dir(&self, name: &str) {
         let dir = self.inner.data_dir.join("streams").join(name);
+        let held = self.inner.held.clone();
+        let stream = name.to_owned();
         let res = tokio::task::spawn_blocking(move || {
+            held.forget_stream(&stream);
             if let Ok(parts) = std::fs::read_dir(&dir) {
                 for p in parts.flatten() {
                     forget_journal(&p.path());

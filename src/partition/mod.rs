@@ -28,6 +28,7 @@
 
 pub mod fetch_server;
 pub mod follower;
+pub mod held;
 pub mod leader;
 pub mod manager;
 pub mod reader;

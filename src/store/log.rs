@@ -86,10 +86,10 @@ use tokio::sync::{oneshot, watch};
 
 use super::codec::{self, RecordRef};
 use super::journal::{self, Journal};
-use super::sched::{self, Slot, SlotWork};
+use super::sched::{self, QueueLimit, Refused, Slot, SlotWork};
 use super::{
-    AppendResult, CommitStats, CompactionStats, EngineError, LogConfig, LogFault, NewRecord,
-    Observer, Record, RetentionStats, StoreError, SyncPolicy,
+    AppendResult, CommitStats, CompactionStats, EngineError, FirstRecord, LogConfig, LogFault,
+    NewRecord, Observer, Record, RetentionStats, StoreError, SyncPolicy,
 };
 
 /// Chunks of records: key = offset of the chunk's first record, value =
@@ -124,6 +124,16 @@ static OPEN_LOGS: AtomicU64 = AtomicU64::new(0);
 /// A group stops draining the queue past this many payload bytes, so one
 /// journal frame stays bounded in memory.
 const MAX_BATCH_BYTES: usize = 16 << 20;
+/// The request queue of one log holds at most this many bytes of appends
+/// (as counted by `Op::payload_bytes`) and this many requests
+/// ([`MAX_QUEUED_OPS`]); past that an append is refused at once with
+/// [`StoreError::Overloaded`] (see `sched`'s module documentation). The
+/// stenographer's bytes in flight stay below it (see
+/// `partition::leader`), so only a producer that does not bound itself
+/// meets it.
+pub(crate) const MAX_QUEUED_BYTES: usize = 4 * MAX_BATCH_BYTES;
+/// See [`MAX_QUEUED_BYTES`].
+pub(crate) const MAX_QUEUED_OPS: usize = 4096;
 /// The tail (journaled, not yet in redb) is applied to redb once it holds
 /// this many bytes or once the writer has had no request for
 /// [`APPLY_IDLE`] (durably under `always`, see `Writer::flush`). This
@@ -164,10 +174,12 @@ const REOPEN_WAIT: Duration = Duration::from_secs(2);
 /// How the writer answers a request: called once, on the writer thread.
 type Reply<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
 
-/// A request to the writer thread. The request queue itself has no
-/// limit: its producers bound themselves — the stenographer keeps at most 64
-/// batches in flight, replication and maintenance await each request — and
-/// the writer drains at most [`MAX_BATCH_BYTES`] of it per group.
+/// A request to the writer thread. The request queue is bounded
+/// ([`MAX_QUEUED_BYTES`], [`MAX_QUEUED_OPS`]; appends past it are refused),
+/// though its producers bound themselves below that — the stenographer
+/// keeps at most 64 batches and a byte budget in flight, replication and
+/// maintenance await each request — and the writer drains at most
+/// [`MAX_BATCH_BYTES`] of it per group.
 enum Op {
     Append {
         epoch: u64,
@@ -635,6 +647,7 @@ impl PartitionLog {
             None => State::empty(),
         };
         let observer = cfg.observer.clone();
+        let first_record = cfg.first_record.clone();
 
         // Replay the journal frames past redb's last durable commit, then
         // commit them durably and empty the journal, so the log starts with
@@ -718,6 +731,7 @@ impl PartitionLog {
             shared: shared.clone(),
             config: config.clone(),
             observer: observer.clone(),
+            first_record,
             logical: state.clone(),
             state,
             journal,
@@ -735,7 +749,14 @@ impl PartitionLog {
             path: path.clone(),
             journal_path,
             db: db_state,
-            slot: Slot::new(writer, MAX_BATCH_BYTES),
+            slot: Slot::new(
+                writer,
+                MAX_BATCH_BYTES,
+                QueueLimit {
+                    bytes: MAX_QUEUED_BYTES,
+                    ops: MAX_QUEUED_OPS,
+                },
+            ),
             shared,
             config,
             observer,
@@ -808,7 +829,19 @@ impl PartitionLog {
     }
 
     fn send(&self, op: Op) -> Result<(), StoreError> {
-        self.inner.slot.send(op).map_err(|_| self.closed())
+        self.inner.slot.send(op).map_err(|r| self.refused(&r))
+    }
+
+    /// The error for a request the queue gave back.
+    fn refused(&self, r: &Refused<Op>) -> StoreError {
+        match r {
+            Refused::Closed(_) => self.closed(),
+            Refused::Full(_) => StoreError::Overloaded {
+                partition: self.inner.name.clone(),
+                bytes: MAX_QUEUED_BYTES,
+                ops: MAX_QUEUED_OPS,
+            },
+        }
     }
 
     fn closed(&self) -> StoreError {
@@ -921,8 +954,13 @@ impl PartitionLog {
             reply,
         };
         // The op could not be queued: the caller still gets its answer.
-        if let Err(Op::Append { reply, .. }) = self.inner.slot.send_inline(op) {
-            reply(Err(self.closed()));
+        if let Err(r) = self.inner.slot.send_inline(op) {
+            let e = self.refused(&r);
+            if let Refused::Closed(Op::Append { reply, .. })
+            | Refused::Full(Op::Append { reply, .. }) = r
+            {
+                reply(Err(e));
+            }
         }
     }
 
@@ -961,7 +999,11 @@ impl PartitionLog {
                 let _ = tx.send(r);
             }),
         };
-        let sent = self.inner.slot.send_inline(op).map_err(|_| self.closed());
+        let sent = self
+            .inner
+            .slot
+            .send_inline(op)
+            .map_err(|r| self.refused(&r));
         let name = self.inner.name.clone();
         async move {
             sent?;
@@ -1734,6 +1776,8 @@ struct Writer {
     shared: Arc<Shared>,
     config: Arc<Mutex<LogConfig>>,
     observer: Observer,
+    /// Run before the database file is created (see [`FirstRecord`]).
+    first_record: FirstRecord,
     /// What redb holds (committed, durably or not).
     state: State,
     /// What the log holds: `state` plus the tail. Appends are checked and
@@ -1850,6 +1894,10 @@ impl SlotWork for Writer {
         op.payload_bytes()
     }
 
+    fn bounded(op: &Op) -> bool {
+        matches!(op, Op::Append { .. } | Op::Replicate { .. })
+    }
+
     fn batch(&mut self, ops: Vec<Op>) {
         self.retry_if_due();
         let policy = self.config.lock().sync;
@@ -1931,6 +1979,7 @@ impl Writer {
     /// Creates the database file of a log that never held a record and
     /// makes it visible to readers.
     fn create_db(&mut self) -> Result<(), EngineError> {
+        self.first_record.run().map_err(EngineError::FirstRecord)?;
         let created = catch_unwind(AssertUnwindSafe(|| {
             let mut b = Database::builder();
             b.set_cache_size(self.cache);

@@ -193,7 +193,50 @@ pub struct LogConfig {
     /// Where the log reports its statistics (taken when the log opens;
     /// later configuration updates keep the first one).
     pub observer: Observer,
+    /// Run before a log that never held a record writes its first one
+    /// (taken when the log opens, like `observer`).
+    pub first_record: FirstRecord,
 }
+
+/// A hook run once, on the log's writer thread, before a log that never
+/// held a record creates its database file for its first record: the node
+/// notes there, outside the partition's directory, that the partition holds
+/// data (see `partition::held`). If it fails, the write fails as after an
+/// I/O error (refused, retried by the writer), so no record is written
+/// without it. Two hooks always compare equal: they are not configuration
+/// values.
+#[derive(Clone, Default)]
+pub struct FirstRecord(Option<Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>>);
+
+impl FirstRecord {
+    /// A hook running `f`.
+    pub fn new(f: impl Fn() -> std::io::Result<()> + Send + Sync + 'static) -> Self {
+        FirstRecord(Some(Arc::new(f)))
+    }
+
+    /// Runs the hook (nothing if there is none).
+    pub fn run(&self) -> std::io::Result<()> {
+        self.0.as_ref().map_or(Ok(()), |f| f())
+    }
+}
+
+impl std::fmt::Debug for FirstRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "FirstRecord(hook)"
+        } else {
+            "FirstRecord(none)"
+        })
+    }
+}
+
+impl PartialEq for FirstRecord {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for FirstRecord {}
 
 impl Default for LogConfig {
     fn default() -> Self {
@@ -204,6 +247,7 @@ impl Default for LogConfig {
             cleaner_interval: Duration::from_secs(300),
             cache_bytes: 64 << 20,
             observer: Observer::default(),
+            first_record: FirstRecord::default(),
         }
     }
 }
@@ -435,6 +479,29 @@ pub enum StoreError {
     /// The log has been closed (or its writer stopped after an error).
     #[error("partition {0}: log is closed")]
     Closed(String),
+    /// The partition's directory (database file and journal) is gone, but
+    /// the node noted that the partition held records (see
+    /// `partition::held`): refused rather than recreated empty, which would
+    /// hand out acknowledged offsets again.
+    #[error("partition {partition}: directory {} is missing, but this node recorded that the partition held records; refusing to start an empty log in its place (its offsets were handed out)", path.display())]
+    DirectoryLost {
+        /// Partition name.
+        partition: String,
+        /// The missing directory.
+        path: PathBuf,
+    },
+    /// The log's request queue is full (see `sched`): the append was not
+    /// queued; try again later. The node's own appenders stay below the
+    /// limit (see `log::MAX_QUEUED_BYTES`), so none of them meets it.
+    #[error("partition {partition}: too many appends queued (limit {bytes} bytes or {ops} requests); try again later")]
+    Overloaded {
+        /// Partition name.
+        partition: String,
+        /// The queue's byte limit.
+        bytes: usize,
+        /// The queue's request limit.
+        ops: usize,
+    },
 }
 
 impl StoreError {
@@ -444,6 +511,7 @@ impl StoreError {
     pub fn is_corruption(&self) -> bool {
         match self {
             StoreError::Lost { .. }
+            | StoreError::DirectoryLost { .. }
             | StoreError::Corrupt { .. }
             | StoreError::CorruptRecord { .. } => true,
             StoreError::Storage { source, .. } => source.is_corruption(),
@@ -494,6 +562,7 @@ impl EngineError {
                 _ => None,
             },
             EngineError::Journal { source, .. } => Some(source),
+            EngineError::FirstRecord(source) => Some(source),
             EngineError::Stopped(e) => e.io_error(),
             _ => None,
         }
@@ -569,6 +638,9 @@ pub enum EngineError {
     /// The database file could not be created (first record of a new log).
     #[error("creating the database file: {0}")]
     Create(Box<redb::DatabaseError>),
+    /// The first-record hook failed (see [`FirstRecord`]).
+    #[error("noting that the partition holds records: {0}")]
+    FirstRecord(std::io::Error),
     /// A write reached a log whose database file was never created.
     #[error("the database file was not created")]
     NotCreated,

@@ -33,6 +33,26 @@
 //! most a few per log (a stale timer is dropped when it fires), so both are
 //! bounded by the number of open logs.
 //!
+//! # A slot's request queue is bounded
+//!
+//! Each slot's queue has its own [`QueueLimit`] (bytes as counted by
+//! [`SlotWork::op_bytes`], and a number of requests). Policy when full: a
+//! *bounded* request ([`SlotWork::bounded`]: the data requests, appends and
+//! replicated records) that would take the queue past either limit is
+//! refused at once with [`Refused::Full`] and the request handed back, so
+//! its caller answers its own client with an error (the log turns it into
+//! `StoreError::Overloaded`, handed to the append's caller; a recorded
+//! batch refused so would be answered with error acks, as a failed write
+//! is). Nothing waits: callers include tokio tasks and the writer's own
+//! reply callbacks, where blocking could deadlock the pool.
+//! An empty queue takes any one request, so a request larger than the limit
+//! is still possible. Control requests (sync, maintenance) are never
+//! refused: each of their producers awaits its answer before it sends
+//! another, so there are at most a few of them. The node's own appenders
+//! stay under the limit by construction (the stenographer bounds its
+//! batches in flight, replication and checked appends await each request);
+//! the limit is what stops a producer that does not.
+//!
 //! Must not: block a pool thread on anything but the log's own file I/O —
 //! the batch function and the callbacks it runs must be quick — or run on a
 //! tokio worker. The one exception is [`Slot::send_inline`]: the sender's
@@ -58,8 +78,12 @@ use parking_lot::{Condvar, Mutex};
 pub(crate) trait SlotWork: Send + 'static {
     /// The request type queued to the slot.
     type Op: Send + 'static;
-    /// Bytes a request counts for in one batch.
+    /// Bytes a request counts for in one batch and in the queue's limit.
     fn op_bytes(op: &Self::Op) -> usize;
+    /// Whether the request is subject to the queue's limit (data
+    /// requests); others (control requests whose producers await each
+    /// answer) are always queued.
+    fn bounded(op: &Self::Op) -> bool;
     /// Processes one batch of requests (never empty), in order.
     fn batch(&mut self, ops: Vec<Self::Op>);
     /// No request came before the last deadline: do whatever is due.
@@ -78,9 +102,30 @@ pub(crate) trait SlotWork: Send + 'static {
     }
 }
 
+/// How much one slot's request queue may hold (see the module
+/// documentation for what happens past it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct QueueLimit {
+    /// Bytes of queued requests, as counted by [`SlotWork::op_bytes`].
+    pub bytes: usize,
+    /// Queued requests.
+    pub ops: usize,
+}
+
+/// Why [`Slot::send`] gave a request back.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refused<O> {
+    /// The slot is closed: no request is accepted any more.
+    Closed(O),
+    /// The queue is at its [`QueueLimit`]: the request was not queued.
+    Full(O),
+}
+
 /// The queue side of a slot, under its lock.
 struct SlotQueue<O> {
     ops: VecDeque<O>,
+    /// Sum of [`SlotWork::op_bytes`] over `ops`.
+    bytes: usize,
     /// In the ready queue or being run.
     scheduled: bool,
     /// No request is accepted any more.
@@ -100,6 +145,7 @@ pub(crate) struct Slot<W: SlotWork> {
     /// Taken by the pool thread that runs the slot; `None` once finished.
     work: Mutex<Option<W>>,
     max_batch_bytes: usize,
+    limit: QueueLimit,
 }
 
 /// A slot as the pool sees it.
@@ -110,12 +156,14 @@ trait Runnable: Send + Sync {
 }
 
 impl<W: SlotWork> Slot<W> {
-    /// A new slot for `work`, idle; `max_batch_bytes` bounds one batch.
-    pub(crate) fn new(work: W, max_batch_bytes: usize) -> Arc<Self> {
+    /// A new slot for `work`, idle; `max_batch_bytes` bounds one batch,
+    /// `limit` the queue.
+    pub(crate) fn new(work: W, max_batch_bytes: usize, limit: QueueLimit) -> Arc<Self> {
         let wanted = work.deadline();
         let slot = Arc::new(Slot {
             queue: Mutex::new(SlotQueue {
                 ops: VecDeque::new(),
+                bytes: 0,
                 scheduled: false,
                 closing: false,
                 done: false,
@@ -125,6 +173,7 @@ impl<W: SlotWork> Slot<W> {
             finished: Condvar::new(),
             work: Mutex::new(Some(work)),
             max_batch_bytes,
+            limit,
         });
         if let Some(at) = wanted {
             pool().add_timer(at, slot.clone());
@@ -132,12 +181,22 @@ impl<W: SlotWork> Slot<W> {
         slot
     }
 
-    /// Queues a request; gives it back if the slot is closed.
-    pub(crate) fn send(self: &Arc<Self>, op: W::Op) -> Result<(), W::Op> {
+    /// Queues a request; gives it back if the slot is closed, or if it is
+    /// a bounded request and the queue is full (see the module
+    /// documentation). Never blocks.
+    pub(crate) fn send(self: &Arc<Self>, op: W::Op) -> Result<(), Refused<W::Op>> {
         let mut q = self.queue.lock();
         if q.closing {
-            return Err(op);
+            return Err(Refused::Closed(op));
         }
+        let bytes = W::op_bytes(&op);
+        if W::bounded(&op)
+            && !q.ops.is_empty()
+            && (q.bytes.saturating_add(bytes) > self.limit.bytes || q.ops.len() >= self.limit.ops)
+        {
+            return Err(Refused::Full(op));
+        }
+        q.bytes += bytes;
         q.ops.push_back(op);
         if !q.scheduled {
             q.scheduled = true;
@@ -154,13 +213,24 @@ impl<W: SlotWork> Slot<W> {
     /// thread. The slot is marked scheduled meanwhile, so no pool thread
     /// runs it at the same time and requests sent meanwhile queue behind
     /// `op`; they are handed to the pool afterwards.
-    pub(crate) fn send_inline(self: &Arc<Self>, op: W::Op) -> Result<(), W::Op> {
+    /// The queue's limit applies as in `send` whenever `op` is queued
+    /// behind others.
+    pub(crate) fn send_inline(self: &Arc<Self>, op: W::Op) -> Result<(), Refused<W::Op>> {
         {
             let mut q = self.queue.lock();
             if q.closing {
-                return Err(op);
+                return Err(Refused::Closed(op));
             }
             if q.scheduled || !q.ops.is_empty() {
+                let bytes = W::op_bytes(&op);
+                if W::bounded(&op)
+                    && !q.ops.is_empty()
+                    && (q.bytes.saturating_add(bytes) > self.limit.bytes
+                        || q.ops.len() >= self.limit.ops)
+                {
+                    return Err(Refused::Full(op));
+                }
+                q.bytes += bytes;
                 q.ops.push_back(op);
                 if !q.scheduled {
                     q.scheduled = true;
@@ -184,6 +254,7 @@ impl<W: SlotWork> Slot<W> {
         if let Some(op) = refused {
             // First in line: nothing else ran since the slot was idle, and
             // requests sent meanwhile were queued behind the slot's flag.
+            q.bytes += W::op_bytes(&op);
             q.ops.push_front(op);
         }
         q.wanted = wanted;
@@ -244,7 +315,9 @@ impl<W: SlotWork> Runnable for Slot<W> {
             let mut batch = Vec::new();
             while bytes < self.max_batch_bytes {
                 let Some(op) = q.ops.pop_front() else { break };
-                bytes += W::op_bytes(&op);
+                let b = W::op_bytes(&op);
+                q.bytes = q.bytes.saturating_sub(b);
+                bytes += b;
                 batch.push(op);
             }
             let due = q.wanted.is_some_and(|w| w <= Instant::now());
@@ -584,6 +657,9 @@ mod tests {
         fn op_bytes(_: &u32) -> usize {
             1
         }
+        fn bounded(_: &u32) -> bool {
+            true
+        }
         fn batch(&mut self, ops: Vec<u32>) {
             self.seen.lock().extend(ops);
             self.wake_at = Some(Instant::now() + Duration::from_millis(5));
@@ -625,7 +701,11 @@ mod tests {
                 wake_at: None,
             };
             let handles = (p.seen.clone(), p.idles.clone(), p.finished.clone());
-            slots.push((Slot::new(p, 3), handles));
+            let limit = QueueLimit {
+                bytes: 1 << 20,
+                ops: 1 << 20,
+            };
+            slots.push((Slot::new(p, 3, limit), handles));
         }
         let slots = Arc::new(slots);
         let senders: Vec<_> = (0..4u32)
@@ -660,7 +740,11 @@ mod tests {
                 assert_eq!(mine, sent, "sender {t}'s requests out of order");
             }
             assert_eq!(finished.load(Ordering::SeqCst), 1);
-            assert_eq!(s.send_inline(2), Err(2), "a closed slot refuses requests");
+            assert_eq!(
+                s.send_inline(2),
+                Err(Refused::Closed(2)),
+                "a closed slot refuses requests"
+            );
         }
     }
 
@@ -675,7 +759,11 @@ mod tests {
                 wake_at: None,
             };
             let handles = (p.seen.clone(), p.idles.clone(), p.finished.clone());
-            slots.push((Slot::new(p, 7), handles));
+            let limit = QueueLimit {
+                bytes: 1 << 20,
+                ops: 1 << 20,
+            };
+            slots.push((Slot::new(p, 7, limit), handles));
         }
         for i in 0..1000u32 {
             for (s, _) in &slots {
@@ -693,8 +781,113 @@ mod tests {
             s.close_and_wait();
             assert_eq!(*seen.lock(), (0..1000).collect::<Vec<_>>());
             assert_eq!(finished.load(Ordering::SeqCst), 1);
-            assert_eq!(s.send(1), Err(1), "a closed slot refuses requests");
+            assert_eq!(
+                s.send(1),
+                Err(Refused::Closed(1)),
+                "a closed slot refuses requests"
+            );
         }
+    }
+
+    /// A request for [`Gated`]: id, bytes, bounded.
+    type GatedOp = (u32, usize, bool);
+
+    /// A writer whose every batch waits for a permit from the test, so
+    /// that the test decides when the queue drains.
+    struct Gated {
+        permits: Arc<(Mutex<usize>, Condvar)>,
+        started: Arc<AtomicUsize>,
+        seen: Arc<Mutex<Vec<u32>>>,
+    }
+
+    impl SlotWork for Gated {
+        type Op = GatedOp;
+        fn op_bytes(op: &GatedOp) -> usize {
+            op.1
+        }
+        fn bounded(op: &GatedOp) -> bool {
+            op.2
+        }
+        fn batch(&mut self, ops: Vec<GatedOp>) {
+            self.started.fetch_add(1, Ordering::SeqCst);
+            let (lock, cv) = &*self.permits;
+            let mut n = lock.lock();
+            while *n == 0 {
+                cv.wait(&mut n);
+            }
+            *n -= 1;
+            drop(n);
+            self.seen.lock().extend(ops.iter().map(|o| o.0));
+        }
+        fn idle(&mut self) {}
+        fn deadline(&self) -> Option<Instant> {
+            None
+        }
+        fn finish(&mut self) {}
+    }
+
+    #[test]
+    fn a_full_queue_refuses_data_requests_at_once_and_accepts_them_once_drained() {
+        let g = Gated {
+            permits: Arc::new((Mutex::new(0), Condvar::new())),
+            started: Arc::default(),
+            seen: Arc::default(),
+        };
+        let (permits, started, seen) = (g.permits.clone(), g.started.clone(), g.seen.clone());
+        let grant = |n: usize| {
+            *permits.0.lock() += n;
+            permits.1.notify_all();
+        };
+        let wait_started = |n: usize| {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while started.load(Ordering::SeqCst) < n {
+                assert!(Instant::now() < deadline, "batch {n} never started");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        // One request per batch (each counts at least one byte).
+        let s = Slot::new(g, 1, QueueLimit { bytes: 100, ops: 3 });
+        assert!(s.send((0, 1, true)).is_ok());
+        wait_started(1);
+        // The writer is busy with request 0 and the queue is empty: an
+        // empty queue takes any one request, even one over the byte limit.
+        assert!(s.send((1, 500, true)).is_ok());
+        assert_eq!(s.send((2, 1, true)), Err(Refused::Full((2, 1, true))));
+        grant(1);
+        wait_started(2);
+        // Request 1 is being written; the queue is empty again.
+        assert!(s.send((3, 40, true)).is_ok());
+        assert!(s.send((4, 40, true)).is_ok());
+        assert_eq!(
+            s.send((5, 40, true)),
+            Err(Refused::Full((5, 40, true))),
+            "120 bytes would pass the 100-byte limit"
+        );
+        assert!(s.send((6, 10, true)).is_ok(), "90 bytes fit");
+        assert_eq!(
+            s.send((7, 1, true)),
+            Err(Refused::Full((7, 1, true))),
+            "three requests queued: the count limit"
+        );
+        assert!(
+            s.send((8, 0, false)).is_ok(),
+            "a control request is queued even when the queue is full"
+        );
+        grant(usize::MAX / 2);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while seen.lock().len() < 6 {
+            assert!(Instant::now() < deadline, "the queue never drained");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            *seen.lock(),
+            vec![0, 1, 3, 4, 6, 8],
+            "refused requests were never run"
+        );
+        // Drained: data requests are accepted again.
+        assert!(s.send((9, 40, true)).is_ok());
+        s.close_and_wait();
+        assert_eq!(seen.lock().last(), Some(&9));
     }
 
     struct Counted {

@@ -12,6 +12,9 @@
 //!   while acks continue, and rejoins after the delay is lifted;
 //! - `follower_wiped`: a follower's data dir deleted while it is down; it
 //!   rebuilds its copy from the leader;
+//! - `follower_dir_deleted`: only a follower's partition directory deleted
+//!   while it is down (the node's note that it held records stays): it is
+//!   not refused as a lone leader's would be, it rebuilds from the leader;
 //! - `controller_kill`: kill -9 of the controller (which also leads the
 //!   partition) while streams are being created and the partition needs a
 //!   new leader.
@@ -576,6 +579,38 @@ async fn follower_wiped_round(policy: &'static str, r: usize) -> RoundStats {
     round.finish(None).await
 }
 
+async fn follower_dir_deleted_round(policy: &'static str, r: usize) -> RoundStats {
+    let mut round = Round::start("pdir", policy, r, false).await;
+    round.start_load();
+    round.progress(PROGRESS, "before the deletion").await;
+    let leader = round.leader(&round.all(), "s").await;
+    let f = round
+        .all()
+        .into_iter()
+        .find(|j| round.cluster.nodes[*j].spec.id != leader)
+        .expect("a follower");
+    round.cluster.nodes[f].kill9();
+    let dir = round.cluster.nodes[f].partition_dir(&round.stream, 0);
+    assert!(dir.exists(), "the follower holds {}", dir.display());
+    std::fs::remove_dir_all(&dir).expect("remove the partition directory");
+    round.progress(PROGRESS, "with the follower down").await;
+    round.cluster.nodes[f].restart().await;
+    // It found the note without the files and took the rebuild path.
+    let deadline = Instant::now() + CLUSTER_TIMEOUT;
+    loop {
+        let log = round.cluster.nodes[f].proc.log_text();
+        if log.contains("recorded that the partition held records") && log.contains("rebuilding") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follower never reported its deleted partition directory:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    round.finish(None).await
+}
+
 /// kill -9 of the controller while it leads the partition under load and
 /// streams are being created through the other nodes: a new controller
 /// and a new partition leader are elected, every stream whose creation
@@ -712,6 +747,11 @@ async fn cluster_replication_slow_follower() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_replication_follower_wiped() {
     scenario("follower_wiped", follower_wiped_round).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_replication_follower_dir_deleted() {
+    scenario("follower_dir_deleted", follower_dir_deleted_round).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

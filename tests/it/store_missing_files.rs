@@ -1,7 +1,8 @@
 //! A partition whose log file was deleted, emptied, truncated or overwritten
-//! while the node was stopped: after a restart it is reported failed (gRPC,
-//! admin API, metrics) and refused, never recreated empty to hand out
-//! offset 0 again; the other streams keep working.
+//! (or whose whole directory was deleted) while the node was stopped: after
+//! a restart it is reported failed (gRPC, admin API, metrics) and refused,
+//! never recreated empty to hand out offset 0 again; the other streams keep
+//! working.
 
 use std::path::Path;
 use std::time::Duration;
@@ -22,6 +23,8 @@ enum Damage {
     Empty,
     Truncate,
     Overwrite,
+    /// The partition's whole directory (database file and journal).
+    DeleteDir,
 }
 
 fn damage(file: &Path, how: Damage) {
@@ -35,6 +38,7 @@ fn damage(file: &Path, how: Damage) {
             f.set_len(len / 3).unwrap();
         }
         Damage::Overwrite => std::fs::write(file, vec![0xA5; len as usize]).unwrap(),
+        Damage::DeleteDir => std::fs::remove_dir_all(file.parent().unwrap()).unwrap(),
     }
 }
 
@@ -71,6 +75,11 @@ async fn damaged_partition_is_refused(how: Damage) {
 
     let file = dir.path().join("streams/hurt/0/log.redb");
     damage(&file, how);
+    // What the failure names: the file, or the missing directory.
+    let named = match how {
+        Damage::DeleteDir => "streams/hurt/0",
+        _ => "log.redb",
+    };
 
     let node = start(cfg).await;
     let mut c = client(&node).await;
@@ -89,7 +98,7 @@ async fn damaged_partition_is_refused(how: Damage) {
         "{how:?}: {err:?}"
     );
     assert!(
-        err.message().contains("failed") && err.message().contains("log.redb"),
+        err.message().contains("failed") && err.message().contains(named),
         "{how:?}: {}",
         err.message()
     );
@@ -103,7 +112,7 @@ async fn damaged_partition_is_refused(how: Damage) {
         tonic::Code::FailedPrecondition,
         "{how:?}: {err:?}"
     );
-    assert!(err.message().contains("log.redb"), "{}", err.message());
+    assert!(err.message().contains(named), "{}", err.message());
 
     // A subscribe is refused the same way.
     let err = c
@@ -119,6 +128,7 @@ async fn damaged_partition_is_refused(how: Damage) {
     // No empty log was put in place of a missing or empty file.
     match how {
         Damage::Delete => assert!(!file.exists(), "{how:?}: file recreated"),
+        Damage::DeleteDir => assert!(!file.exists(), "{how:?}: file recreated"),
         Damage::Empty => assert_eq!(std::fs::metadata(&file).unwrap().len(), 0),
         Damage::Truncate | Damage::Overwrite => {}
     }
@@ -129,9 +139,9 @@ async fn damaged_partition_is_refused(how: Damage) {
     let json = body.split_once("\r\n\r\n").map_or("", |(_, b)| b);
     let v: serde_json::Value = serde_json::from_str(json).expect("admin JSON");
     let failed = v["failed"].as_str().unwrap_or_default();
-    assert!(failed.contains("log.redb"), "{how:?}: {body}");
+    assert!(failed.contains(named), "{how:?}: {body}");
     let cause = match how {
-        Damage::Delete => "missing",
+        Damage::Delete | Damage::DeleteDir => "missing",
         Damage::Empty => "empty",
         Damage::Truncate | Damage::Overwrite => "corrupt",
     };
@@ -184,6 +194,11 @@ async fn store_missing_files_truncated_log_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_missing_files_overwritten_log_is_refused() {
     damaged_partition_is_refused(Damage::Overwrite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_missing_files_deleted_partition_directory_is_refused() {
+    damaged_partition_is_refused(Damage::DeleteDir).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
