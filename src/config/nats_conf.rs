@@ -2054,6 +2054,70 @@ no_auth_user: bob
     }
 
     #[test]
+    fn accounts_block_maps_users_exports_and_imports() {
+        use crate::config::nats::{ExportKind, ResponseType};
+        let c = conf(
+            "accounts {\n  A {\n    users: [ {user: a, password: x}, {nkey: UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4} ]\n    default_permissions: { publish: \"a.>\" }\n    exports: [ {stream: \"s.>\", accounts: [B]}, {service: \"q.*\", response_type: Chunked, response_threshold: \"5s\"} ]\n  }\n  B {\n    users: [ {user: b, password: y, permissions: { publish: \"b.>\" }} ]\n    imports: [ {stream: {account: A, subject: \"s.x\"}, prefix: p}, {service: {account: A, subject: \"q.1\"}, to: \"local\"} ]\n  }\n}\nauthorization { users: [ {user: g, password: z} ] }\nno_auth_user: b\n",
+        );
+        let a = &c.options.auth;
+        let acct = |u: &str| {
+            a.users
+                .iter()
+                .find(|x| x.username == u)
+                .and_then(|x| x.account.clone())
+        };
+        assert_eq!(acct("a").as_deref(), Some("A"));
+        assert_eq!(acct("b").as_deref(), Some("B"));
+        assert_eq!(acct("g"), None, "authorization users stay in $G");
+        assert_eq!(a.nkeys[0].account.as_deref(), Some("A"));
+        // The account's default permissions apply to users without their own.
+        let perms = |u: &str| {
+            a.users
+                .iter()
+                .find(|x| x.username == u)
+                .and_then(|x| x.permissions.clone())
+                .map(|p| p.publish.allow)
+        };
+        assert_eq!(perms("a"), Some(vec!["a.>".to_string()]));
+        assert_eq!(perms("b"), Some(vec!["b.>".to_string()]));
+        assert_eq!(a.accounts.len(), 2);
+        let ex = &a.accounts[0].exports;
+        assert_eq!(
+            (ex[0].kind, ex[0].accounts.clone()),
+            (ExportKind::Stream, vec!["B".to_string()])
+        );
+        assert_eq!(ex[1].response_type, ResponseType::Chunked);
+        assert_eq!(ex[1].response_threshold, Duration::from_secs(5));
+        let im = &a.accounts[1].imports;
+        assert_eq!(im[0].prefix.as_deref(), Some("p"));
+        assert_eq!(
+            (im[1].kind, im[1].to.as_deref()),
+            (ExportKind::Service, Some("local"))
+        );
+        // A bare list of names declares accounts without users.
+        let c = conf("accounts: [X, Y]\n");
+        assert_eq!(c.options.auth.accounts.len(), 2);
+    }
+
+    #[test]
+    fn account_features_we_do_not_provide_are_refused_by_name() {
+        for (text, want) in [
+            ("accounts { A { mappings: { a: b } } }", "\"mappings\""),
+            ("accounts { A { limits: { max_conn: 1 } } }", "\"limits\""),
+            ("accounts { A { exports: [ {stream: x, response_type: stream} ] } }", "Detected response directive on non-service"),
+            ("accounts { A { exports: [ {service: x, response_type: lots} ] } }", "Unknown response type: \"lots\""),
+            ("accounts { A { imports: [ {stream: {account: B}} ] } }", "Expect an account name and a subject"),
+            ("accounts { A { exports: [ {stream: \">\"} ] }\n B { imports: [ {stream: {account: A, subject: x}, prefix: p, to: y} ] } }", "Stream import can not have a 'prefix' and a 'to' property"),
+            ("authorization { user: u, password: p }\naccounts { A { users: [ {user: a, password: b} ] } }", "Can not have a single user/pass and accounts"),
+            ("authorization { token: t }\naccounts { A { users: [ {user: a, password: b} ] } }", "Can not have a token and accounts"),
+            ("accounts { A { users: [ {user: a, password: b, account: B} ] } }", "accounts { NAME"),
+        ] {
+            let e = from_str(text, Path::new("t.conf")).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
     fn auth_defining_blocks_we_cannot_honour_are_errors() {
         for text in ["operator: eyJhbGciOi.x.y\n", "resolver: MEMORY\n"] {
             let e = from_str(text, Path::new("t.conf")).unwrap_err().to_string();

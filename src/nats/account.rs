@@ -55,6 +55,9 @@ use crate::config::nats::{AccountConfig, AuthConfig, ExportKind, ResponseType};
 /// every user not declared inside an account.
 pub const GLOBAL_ACCOUNT: &str = "$G";
 
+/// The system account's name when the configuration names none.
+pub const SYSTEM_ACCOUNT: &str = "$SYS";
+
 /// Most reply mappings one account keeps (see the module doc for what
 /// happens when it is full).
 pub const MAX_RESPONSES: usize = 100_000;
@@ -361,6 +364,9 @@ fn base62(n: usize) -> String {
 pub struct Accounts {
     list: Vec<Arc<Account>>,
     by_name: HashMap<String, usize>,
+    /// Whether the configuration declares accounts (`$SYS` alone does not
+    /// count).
+    configured: bool,
 }
 
 impl Accounts {
@@ -376,9 +382,22 @@ impl Accounts {
             },
         )];
         by_name.insert(GLOBAL_ACCOUNT.to_string(), 0);
-        for (i, a) in auth.accounts.iter().enumerate() {
-            by_name.insert(a.name.clone(), i + 1);
-            list.push(Account::new(i + 1, a.clone()));
+        // As nats-server, a system account exists even when not declared
+        // (it has no users then, and we publish no system events in it).
+        if !auth.accounts.iter().any(|a| a.name == SYSTEM_ACCOUNT) {
+            by_name.insert(SYSTEM_ACCOUNT.to_string(), 1);
+            list.push(Account::new(
+                1,
+                AccountConfig {
+                    name: SYSTEM_ACCOUNT.to_string(),
+                    ..Default::default()
+                },
+            ));
+        }
+        for a in &auth.accounts {
+            let idx = list.len();
+            by_name.insert(a.name.clone(), idx);
+            list.push(Account::new(idx, a.clone()));
         }
         for (user, account) in auth
             .users
@@ -445,6 +464,7 @@ impl Accounts {
         Ok(Accounts {
             list: list.into_iter().map(Arc::new).collect(),
             by_name,
+            configured: !auth.accounts.is_empty(),
         })
     }
 
@@ -465,7 +485,7 @@ impl Accounts {
 
     /// Whether accounts other than `$G` are configured.
     pub fn configured(&self) -> bool {
-        self.list.len() > 1
+        self.configured
     }
 
     /// Subscriptions of every account.
@@ -737,6 +757,7 @@ pub(crate) fn accountz_json(server: &ServerInner, query: &str) -> Result<Value, 
     let mut out = json!({
         "server_id": server.server_id,
         "now": now,
+        "system_account": SYSTEM_ACCOUNT,
     });
     let Some(name) = acc else {
         let names: Vec<&str> = server
@@ -810,6 +831,7 @@ pub(crate) fn accountz_json(server: &ServerInner, query: &str) -> Result<Value, 
     let stats = a.sublist.stats();
     out["account_detail"] = json!({
         "account_name": a.name,
+        "is_system": a.name == SYSTEM_ACCOUNT,
         "update_time": server.start.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
         "expired": false,
         "complete": true,

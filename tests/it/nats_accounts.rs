@@ -390,12 +390,13 @@ async fn shared_body(server: Server, port: u16, http: u16) {
         .iter()
         .filter_map(|v| v.as_str())
         .collect();
-    for want in ["A", "B", "C", "$G"] {
+    for want in ["A", "B", "C", "$G", "$SYS"] {
         assert!(
             names.contains(&want),
             "{server:?}: {want} missing from {accz}"
         );
     }
+    assert_eq!(accz["system_account"], "$SYS", "{server:?}: {accz}");
     let acc_a = monitor(http, "/accountz?acc=A").await;
     let d = &acc_a["account_detail"];
     assert_eq!(d["account_name"], "A", "{acc_a}");

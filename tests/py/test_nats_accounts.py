@@ -176,7 +176,7 @@ async def test_accounts_isolate_import_and_export(srv):
         assert by_user["b"] == ["B", "B"]
         assert by_user["c"] == ["C"]
         names = srv.get("/accountz")["accounts"]
-        assert {"A", "B", "C", "$G"} <= set(names)
+        assert {"A", "B", "C", "$G", "$SYS"} <= set(names)
         detail = srv.get("/accountz?acc=B")["account_detail"]
         assert detail["account_name"] == "B"
         imports = sorted(
