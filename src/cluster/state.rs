@@ -306,6 +306,29 @@ pub enum MetaCommand {
     /// current: once the barrier is applied here, so is everything the
     /// controller committed before it.
     Barrier,
+    /// A member of a group reports its coordinator unreachable (as
+    /// Liftbridge's ReportConsumerGroupCoordinator). Reports count for the
+    /// group's current epoch and coordinator only, one per member, and
+    /// expire `timeout_ms` after they were made; once a majority of the
+    /// members has reported within that window, the group moves to
+    /// `candidate` (the node that took the completing report — alive, and
+    /// reachable by that member) and its epoch is bumped.
+    ReportGroupCoordinator {
+        /// Group id.
+        group_id: String,
+        /// The reporting member.
+        consumer_id: String,
+        /// The coordinator reported.
+        coordinator: String,
+        /// The group epoch the member saw.
+        epoch: u64,
+        /// Where the group goes once a majority reported.
+        candidate: String,
+        /// When the report was made (ms since the epoch, proposer's clock).
+        at_ms: i64,
+        /// How long a report counts (`groups.coordinator.timeout`).
+        timeout_ms: i64,
+    },
     /// Moves a group to a new coordinator, fenced by the epoch the reporters saw.
     ChangeGroupCoordinator {
         /// Group id.
@@ -329,6 +352,11 @@ pub struct GroupMeta {
     pub epoch: u64,
     /// Members: consumer id → streams it reads.
     pub members: BTreeMap<String, Vec<String>>,
+    /// Members that reported the coordinator unreachable: the epoch the
+    /// reports are about and, per member, when it reported (ms). Reports
+    /// of another epoch no longer count.
+    #[serde(default)]
+    pub coordinator_reports: (u64, BTreeMap<String, i64>),
 }
 
 impl GroupMeta {
@@ -625,6 +653,56 @@ impl MetadataState {
                 group.epoch += 1;
                 if group.members.is_empty() {
                     self.groups.remove(group_id);
+                }
+                Ok(())
+            }
+            MetaCommand::ReportGroupCoordinator {
+                group_id,
+                consumer_id,
+                coordinator,
+                epoch,
+                candidate,
+                at_ms,
+                timeout_ms,
+            } => {
+                if !self.brokers.contains_key(candidate) {
+                    return Err(ApplyError::Invalid {
+                        reason: format!("coordinator {candidate:?} is not a known server"),
+                    });
+                }
+                let group =
+                    self.groups
+                        .get_mut(group_id)
+                        .ok_or_else(|| ApplyError::GroupNotFound {
+                            group: group_id.clone(),
+                        })?;
+                if group.epoch != *epoch || group.coordinator != *coordinator {
+                    return Err(ApplyError::EpochMismatch {
+                        group: group_id.clone(),
+                        current: group.epoch,
+                        requested: *epoch,
+                    });
+                }
+                if !group.members.contains_key(consumer_id) {
+                    return Err(ApplyError::NotMember {
+                        group: group_id.clone(),
+                        consumer: consumer_id.clone(),
+                    });
+                }
+                let (at_epoch, reports) = &mut group.coordinator_reports;
+                if *at_epoch != group.epoch {
+                    *at_epoch = group.epoch;
+                    reports.clear();
+                }
+                let since = at_ms.saturating_sub(*timeout_ms);
+                let members = &group.members;
+                reports.retain(|c, t| *t >= since && members.contains_key(c));
+                let t = reports.entry(consumer_id.clone()).or_insert(*at_ms);
+                *t = (*t).max(*at_ms);
+                if reports.len() * 2 > group.members.len() {
+                    group.coordinator = candidate.clone();
+                    group.epoch += 1;
+                    group.coordinator_reports = (group.epoch, BTreeMap::new());
                 }
                 Ok(())
             }
@@ -1114,6 +1192,49 @@ mod tests {
         ));
         assert_eq!(s.apply(&change(2)), MetaResponse::Ok);
         assert_eq!(s.group("g").unwrap().coordinator, "b2");
+        // Coordinator failover needs a majority of the members reporting
+        // within the timeout: with two members, both.
+        let report = |c: &str, epoch: u64, at_ms: i64| MetaCommand::ReportGroupCoordinator {
+            group_id: "g".into(),
+            consumer_id: c.into(),
+            coordinator: "b2".into(),
+            epoch,
+            candidate: "b1".into(),
+            at_ms,
+            timeout_ms: 1_000,
+        };
+        assert_eq!(s.apply(&report("c1", 3, 10_000)), MetaResponse::Ok);
+        assert_eq!(s.apply(&report("c1", 3, 10_500)), MetaResponse::Ok);
+        assert_eq!(
+            (
+                s.group("g").unwrap().coordinator.as_str(),
+                s.group("g").unwrap().epoch
+            ),
+            ("b2", 3),
+            "one member's reports are not a majority"
+        );
+        assert!(matches!(
+            s.apply(&report("ghost", 3, 10_600)),
+            MetaResponse::Rejected(ApplyError::NotMember { .. })
+        ));
+        assert!(matches!(
+            s.apply(&report("c2", 2, 10_600)),
+            MetaResponse::Rejected(ApplyError::EpochMismatch { .. })
+        ));
+        // c1's last report (10.5 s) is too old at 11.6 s: still one.
+        assert_eq!(s.apply(&report("c2", 3, 11_600)), MetaResponse::Ok);
+        assert_eq!(s.group("g").unwrap().coordinator, "b2");
+        // c1 again within c2's window: a majority, the group moves.
+        assert_eq!(s.apply(&report("c1", 3, 12_000)), MetaResponse::Ok);
+        let g = s.group("g").unwrap();
+        assert_eq!((g.coordinator.as_str(), g.epoch), ("b1", 4));
+        assert!(g.coordinator_reports.1.is_empty());
+        let back = |epoch| MetaCommand::ChangeGroupCoordinator {
+            group_id: "g".into(),
+            coordinator: "b2".into(),
+            epoch,
+        };
+        assert_eq!(s.apply(&back(4)), MetaResponse::Ok);
         let leave = |c: &str| MetaCommand::LeaveConsumerGroup {
             group_id: "g".into(),
             consumer_id: c.into(),

@@ -367,7 +367,8 @@ impl Service {
     }
 
     /// A member reports its coordinator as unreachable: unless the report
-    /// is stale, the group moves to this node.
+    /// is stale it counts, and once a majority of the members reported the
+    /// group moves to this node.
     pub async fn report_consumer_group_coordinator(
         &self,
         group_id: &str,
@@ -395,12 +396,20 @@ impl Service {
                 "Consumer {consumer_id} is not a member of consumer group {group_id}"
             )));
         }
-        // With this node the only possible new coordinator, the group moves
-        // here (bumping the epoch so consumers refetch their assignments).
-        self.propose(MetaCommand::ChangeGroupCoordinator {
+        // The report counts toward a majority of the group's members
+        // within `groups.coordinator.timeout`; the report that completes it
+        // moves the group to this node (alive, and reachable by that
+        // member), bumping the epoch so consumers refetch their assignments.
+        let timeout_ms =
+            i64::try_from(self.inner.opts.coordinator_timeout.as_millis()).unwrap_or(i64::MAX);
+        self.propose(MetaCommand::ReportGroupCoordinator {
             group_id: group_id.to_string(),
-            coordinator: self.inner.parts.server_id().to_string(),
+            consumer_id: consumer_id.to_string(),
+            coordinator: coordinator.to_string(),
             epoch,
+            candidate: self.inner.parts.server_id().to_string(),
+            at_ms: crate::time::now_ns() / 1_000_000,
+            timeout_ms,
         })
         .await
     }

@@ -35,6 +35,19 @@ fn report(
     }
 }
 
+/// The group's epoch as FetchMetadata reports it.
+async fn group_epoch(c: &mut Client, group: &str) -> u64 {
+    let md = c
+        .fetch_metadata(proto::FetchMetadataRequest {
+            streams: vec![],
+            groups: vec![group.into()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    md.group_metadata[0].epoch
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parity_consumer_group_codes() {
     let dir = tempfile::tempdir().unwrap();
@@ -152,10 +165,41 @@ async fn parity_consumer_group_codes() {
         ),
         (j.epoch, me.as_str())
     );
-    // A current report from a member is accepted.
+    // A current report from a member is accepted; with one member it is a
+    // majority, so the group moves (here: to this same node) with a new
+    // epoch.
     c.report_consumer_group_coordinator(report("g", "c1", &me, j.epoch))
         .await
         .unwrap();
+    assert_eq!(group_epoch(&mut c, "g").await, j.epoch + 1);
+    // With two members one report is not enough; the second one moves it.
+    let j2 = c
+        .join_consumer_group(join("g2", "a", &["gs"]))
+        .await
+        .unwrap()
+        .into_inner();
+    let e2 = c
+        .join_consumer_group(join("g2", "b", &["gs"]))
+        .await
+        .unwrap()
+        .into_inner()
+        .epoch;
+    assert!(e2 > j2.epoch);
+    c.report_consumer_group_coordinator(report("g2", "a", &me, e2))
+        .await
+        .unwrap();
+    c.report_consumer_group_coordinator(report("g2", "a", &me, e2))
+        .await
+        .unwrap();
+    assert_eq!(
+        group_epoch(&mut c, "g2").await,
+        e2,
+        "one member of two is no majority"
+    );
+    c.report_consumer_group_coordinator(report("g2", "b", &me, e2))
+        .await
+        .unwrap();
+    assert_eq!(group_epoch(&mut c, "g2").await, e2 + 1);
 
     // Subscribe with a group id but no consumer id: INVALID_ARGUMENT.
     let mut r = from_earliest("gs", 0);
