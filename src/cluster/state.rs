@@ -551,6 +551,35 @@ impl MetadataState {
         (replicas, leads)
     }
 
+    /// The group `group_id` at `epoch`, for a move to `coordinator` (a
+    /// registered broker): rejected when either is not so.
+    fn group_at(
+        &mut self,
+        group_id: &str,
+        epoch: u64,
+        coordinator: &str,
+    ) -> Result<&mut GroupMeta, ApplyError> {
+        if !self.brokers.contains_key(coordinator) {
+            return Err(ApplyError::Invalid {
+                reason: format!("coordinator {coordinator:?} is not a known server"),
+            });
+        }
+        let group = self
+            .groups
+            .get_mut(group_id)
+            .ok_or_else(|| ApplyError::GroupNotFound {
+                group: group_id.to_string(),
+            })?;
+        if group.epoch != epoch {
+            return Err(ApplyError::EpochMismatch {
+                group: group_id.to_string(),
+                current: group.epoch,
+                requested: epoch,
+            });
+        }
+        Ok(group)
+    }
+
     /// Applies one command. On rejection the state is unchanged.
     pub fn apply(&mut self, cmd: &MetaCommand) -> MetaResponse {
         match self.try_apply(cmd) {
@@ -665,18 +694,8 @@ impl MetadataState {
                 at_ms,
                 timeout_ms,
             } => {
-                if !self.brokers.contains_key(candidate) {
-                    return Err(ApplyError::Invalid {
-                        reason: format!("coordinator {candidate:?} is not a known server"),
-                    });
-                }
-                let group =
-                    self.groups
-                        .get_mut(group_id)
-                        .ok_or_else(|| ApplyError::GroupNotFound {
-                            group: group_id.clone(),
-                        })?;
-                if group.epoch != *epoch || group.coordinator != *coordinator {
+                let group = self.group_at(group_id, *epoch, candidate)?;
+                if group.coordinator != *coordinator {
                     return Err(ApplyError::EpochMismatch {
                         group: group_id.clone(),
                         current: group.epoch,
@@ -711,24 +730,7 @@ impl MetadataState {
                 coordinator,
                 epoch,
             } => {
-                if !self.brokers.contains_key(coordinator) {
-                    return Err(ApplyError::Invalid {
-                        reason: format!("coordinator {coordinator:?} is not a known server"),
-                    });
-                }
-                let group =
-                    self.groups
-                        .get_mut(group_id)
-                        .ok_or_else(|| ApplyError::GroupNotFound {
-                            group: group_id.clone(),
-                        })?;
-                if group.epoch != *epoch {
-                    return Err(ApplyError::EpochMismatch {
-                        group: group_id.clone(),
-                        current: group.epoch,
-                        requested: *epoch,
-                    });
-                }
+                let group = self.group_at(group_id, *epoch, coordinator)?;
                 group.coordinator = coordinator.clone();
                 group.epoch += 1;
                 Ok(())
