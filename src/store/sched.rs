@@ -185,10 +185,20 @@ impl<W: SlotWork> Slot<W> {
     /// a bounded request and the queue is full (see the module
     /// documentation). Never blocks.
     pub(crate) fn send(self: &Arc<Self>, op: W::Op) -> Result<(), Refused<W::Op>> {
-        let mut q = self.queue.lock();
+        let q = self.queue.lock();
         if q.closing {
             return Err(Refused::Closed(op));
         }
+        self.enqueue(q, op)
+    }
+
+    /// Appends `op` to the open queue under its limit and hands the slot
+    /// to the pool unless it is scheduled already.
+    fn enqueue(
+        self: &Arc<Self>,
+        mut q: parking_lot::MutexGuard<'_, SlotQueue<W::Op>>,
+        op: W::Op,
+    ) -> Result<(), Refused<W::Op>> {
         let bytes = W::op_bytes(&op);
         if W::bounded(&op)
             && !q.ops.is_empty()
@@ -222,22 +232,7 @@ impl<W: SlotWork> Slot<W> {
                 return Err(Refused::Closed(op));
             }
             if q.scheduled || !q.ops.is_empty() {
-                let bytes = W::op_bytes(&op);
-                if W::bounded(&op)
-                    && !q.ops.is_empty()
-                    && (q.bytes.saturating_add(bytes) > self.limit.bytes
-                        || q.ops.len() >= self.limit.ops)
-                {
-                    return Err(Refused::Full(op));
-                }
-                q.bytes += bytes;
-                q.ops.push_back(op);
-                if !q.scheduled {
-                    q.scheduled = true;
-                    drop(q);
-                    pool().ready(self.clone());
-                }
-                return Ok(());
+                return self.enqueue(q, op);
             }
             q.scheduled = true;
         }
@@ -652,6 +647,25 @@ mod tests {
         wake_at: Option<Instant>,
     }
 
+    type ProbeHandles = (Arc<Mutex<Vec<u32>>>, Arc<AtomicUsize>, Arc<AtomicUsize>);
+
+    /// A slot over a new probe (batches of at most `max_batch` requests,
+    /// a queue limit no test reaches) and the probe's records.
+    fn probe_slot(max_batch: usize) -> (Arc<Slot<Probe>>, ProbeHandles) {
+        let p = Probe {
+            seen: Arc::default(),
+            idles: Arc::default(),
+            finished: Arc::default(),
+            wake_at: None,
+        };
+        let handles = (p.seen.clone(), p.idles.clone(), p.finished.clone());
+        let limit = QueueLimit {
+            bytes: 1 << 20,
+            ops: 1 << 20,
+        };
+        (Slot::new(p, max_batch, limit), handles)
+    }
+
     impl SlotWork for Probe {
         type Op = u32;
         fn op_bytes(_: &u32) -> usize {
@@ -694,18 +708,7 @@ mod tests {
     fn inline_requests_keep_order_with_queued_ones() {
         let mut slots = Vec::new();
         for _ in 0..8 {
-            let p = Probe {
-                seen: Arc::default(),
-                idles: Arc::default(),
-                finished: Arc::default(),
-                wake_at: None,
-            };
-            let handles = (p.seen.clone(), p.idles.clone(), p.finished.clone());
-            let limit = QueueLimit {
-                bytes: 1 << 20,
-                ops: 1 << 20,
-            };
-            slots.push((Slot::new(p, 3, limit), handles));
+            slots.push(probe_slot(3));
         }
         let slots = Arc::new(slots);
         let senders: Vec<_> = (0..4u32)
@@ -752,18 +755,7 @@ mod tests {
     fn requests_run_in_order_idle_deadlines_fire_and_close_finishes_once() {
         let mut slots = Vec::new();
         for _ in 0..50 {
-            let p = Probe {
-                seen: Arc::default(),
-                idles: Arc::default(),
-                finished: Arc::default(),
-                wake_at: None,
-            };
-            let handles = (p.seen.clone(), p.idles.clone(), p.finished.clone());
-            let limit = QueueLimit {
-                bytes: 1 << 20,
-                ops: 1 << 20,
-            };
-            slots.push((Slot::new(p, 7, limit), handles));
+            slots.push(probe_slot(7));
         }
         for i in 0..1000u32 {
             for (s, _) in &slots {
