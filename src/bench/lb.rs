@@ -593,7 +593,10 @@ pub(super) async fn lb_publish_envelope(
     .await
 }
 
-async fn newest_offset(
+/// The partition's high watermark: the last offset a subscription with
+/// STOP_LATEST delivers (the newest offset may be ahead of it until the
+/// record is committed).
+async fn high_watermark(
     c: &mut ApiClient<tonic::transport::Channel>,
     stream: &str,
 ) -> anyhow::Result<i64> {
@@ -604,7 +607,7 @@ async fn newest_offset(
         })
         .await?
         .into_inner();
-    Ok(md.metadata.map_or(-1, |m| m.newest_offset))
+    Ok(md.metadata.map_or(-1, |m| m.high_watermark))
 }
 
 async fn lb_record_plain(
@@ -625,7 +628,7 @@ async fn lb_record_plain(
     }
     client.flush().await?;
     let deadline = Instant::now() + Duration::from_secs(300);
-    while newest_offset(&mut c, stream).await? + 1 < msgs as i64 {
+    while high_watermark(&mut c, stream).await? + 1 < msgs as i64 {
         if Instant::now() > deadline {
             bail!("not every plain publish was recorded within 300 s");
         }
