@@ -158,6 +158,10 @@ pub(crate) const CHECKPOINT_EVERY: Duration = Duration::from_secs(2);
 const RETENTION_CHUNK: u64 = 1024;
 /// File name suffix of a partition database.
 const SUFFIX: &str = ".redb";
+/// Suffix of a database file being initialised: it is renamed to
+/// [`SUFFIX`] once complete, so a crash while the engine writes its header
+/// never leaves a half-made database file (which would read as corrupt).
+const CREATING_SUFFIX: &str = ".redb.new";
 /// How often a writer stopped by an I/O failure tries again (reopening
 /// the database and committing what is pending). Appends meanwhile are
 /// refused at once with the failure.
@@ -460,6 +464,14 @@ fn check_name(name: &str) -> Result<(), StoreError> {
 
 fn file_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}{SUFFIX}"))
+}
+
+/// Where the database file at `path` is initialised before it is renamed
+/// into place (see [`CREATING_SUFFIX`]).
+fn creating_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(&CREATING_SUFFIX[SUFFIX.len()..]);
+    path.with_file_name(name)
 }
 
 use crate::time::now_ns;
@@ -1978,18 +1990,37 @@ impl Writer {
 
     /// Creates the database file of a log that never held a record and
     /// makes it visible to readers.
+    ///
+    /// The file is initialised under a temporary name and renamed into
+    /// place (then the directory synced): a crash meanwhile leaves either
+    /// no database file (the log is still new) or a complete one. The
+    /// first-record hook runs after that and before anything is written, so
+    /// a crash during the creation leaves no note of a partition that held
+    /// records either.
     fn create_db(&mut self) -> Result<(), EngineError> {
-        self.first_record.run().map_err(EngineError::FirstRecord)?;
+        let tmp = creating_path(&self.path);
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(EngineError::CreateFile(e)),
+        }
         let created = catch_unwind(AssertUnwindSafe(|| {
             let mut b = Database::builder();
             b.set_cache_size(self.cache);
             let db = b
-                .create(&self.path)
+                .create(&tmp)
                 .map_err(|e| EngineError::Create(Box::new(e)))?;
             load_state(&db)?;
             Ok::<_, EngineError>(db)
         }))
         .unwrap_or(Err(EngineError::Panicked("creating the database")))?;
+        std::fs::rename(&tmp, &self.path)
+            .and_then(|()| match self.path.parent() {
+                Some(dir) => std::fs::File::open(dir)?.sync_all(),
+                None => Ok(()),
+            })
+            .map_err(EngineError::CreateFile)?;
+        self.first_record.run().map_err(EngineError::FirstRecord)?;
         let db = Arc::new(created);
         *self.db_state.write() = DbState::Open(db.clone());
         self.db = Some(db);
@@ -2987,5 +3018,32 @@ mod tests {
         assert!(open_read(&rtx, RECORDS_V1).unwrap().is_none());
         let chunks = open_read(&rtx, RECORDS).unwrap().unwrap();
         assert!(chunks.iter().unwrap().count() < n as usize / 2);
+    }
+
+    /// A half-made database file left by a crash while a new log created
+    /// its file is under the temporary name, never the log's own: the log
+    /// still opens, its first append creates the file in full, and no
+    /// temporary file is left.
+    #[tokio::test]
+    async fn a_half_made_database_file_is_replaced_and_never_seen_as_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = file_path(dir.path(), "p");
+        let tmp = creating_path(&path);
+        assert_eq!(tmp, dir.path().join("p.redb.new"));
+        std::fs::write(&tmp, b"redb header cut short").unwrap();
+        let log = PartitionLog::open(dir.path(), "p", LogConfig::default()).unwrap();
+        assert!(!path.exists(), "a new log has no database file yet");
+        let rec = NewRecord {
+            timestamp_ns: 1,
+            value: Bytes::from_static(b"v"),
+            subject: "s".into(),
+            ..Default::default()
+        };
+        log.append(1, vec![rec]).await.unwrap();
+        assert!(path.exists() && !tmp.exists());
+        log.close().await.unwrap();
+        let log = PartitionLog::open_existing(dir.path(), "p", LogConfig::default()).unwrap();
+        assert_eq!(log.log_end_offset(), 1);
+        log.close().await.unwrap();
     }
 }

@@ -562,7 +562,7 @@ impl EngineError {
                 _ => None,
             },
             EngineError::Journal { source, .. } => Some(source),
-            EngineError::FirstRecord(source) => Some(source),
+            EngineError::FirstRecord(source) | EngineError::CreateFile(source) => Some(source),
             EngineError::Stopped(e) => e.io_error(),
             _ => None,
         }
@@ -638,6 +638,10 @@ pub enum EngineError {
     /// The database file could not be created (first record of a new log).
     #[error("creating the database file: {0}")]
     Create(Box<redb::DatabaseError>),
+    /// The new database file could not be put in place (removing a stale
+    /// half-made one, the rename, or syncing the directory).
+    #[error("creating the database file: {0}")]
+    CreateFile(std::io::Error),
     /// The first-record hook failed (see [`FirstRecord`]).
     #[error("noting that the partition holds records: {0}")]
     FirstRecord(std::io::Error),

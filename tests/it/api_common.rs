@@ -102,7 +102,9 @@ pub async fn publish_acked(
         expected_offset: -1,
         ..Default::default()
     });
-    req.set_timeout(Duration::from_secs(5));
+    // Long enough for a first record on a loaded machine (the log creates
+    // its database file then), short enough to fail a hung publish.
+    req.set_timeout(Duration::from_secs(20));
     c.publish(req)
         .await
         .expect("publish")
