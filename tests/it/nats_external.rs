@@ -147,6 +147,22 @@ impl Node {
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
     }
 
+    /// `/varz`'s `external` object, checked to say connected to `url`
+    /// after `reconnects` reconnections.
+    async fn varz_connected(&self, url: &str, reconnects: u64) -> serde_json::Value {
+        let ext = self.get_json("/varz").await["external"].clone();
+        assert_eq!(
+            (&ext["connected"], &ext["connected_url"], &ext["reconnects"]),
+            (
+                &serde_json::json!(true),
+                &serde_json::json!(url),
+                &serde_json::json!(reconnects)
+            ),
+            "{ext}"
+        );
+        ext
+    }
+
     /// Waits until both health endpoints answer `status`; returns the
     /// `/healthz` and `/api/v1/health` bodies.
     async fn wait_health(&self, status: u16) -> (String, String) {
@@ -326,17 +342,8 @@ async fn recording_through_external(go: PathBuf) {
     assert_eq!(info["nats"]["external"]["connected"], true);
     let varz = node.get_json("/varz").await;
     assert_eq!(varz["port"], 0, "no NATS listener of its own");
-    let ext = &varz["external"];
+    let ext = node.varz_connected(&nats.url(), 0).await;
     assert_eq!(ext["servers"], serde_json::json!([nats.url()]));
-    assert_eq!(
-        (&ext["connected"], &ext["connected_url"], &ext["reconnects"]),
-        (
-            &serde_json::json!(true),
-            &serde_json::json!(nats.url()),
-            &serde_json::json!(0)
-        ),
-        "{ext}"
-    );
     assert!(
         ext["server_id"].as_str().is_some_and(|s| !s.is_empty()),
         "{ext}"
@@ -446,16 +453,7 @@ async fn recording_through_external(go: PathBuf) {
             .await,
         Some(1.0)
     );
-    let ext = node.get_json("/varz").await["external"].clone();
-    assert_eq!(
-        (&ext["connected"], &ext["connected_url"], &ext["reconnects"]),
-        (
-            &serde_json::json!(true),
-            &serde_json::json!(nats.url()),
-            &serde_json::json!(1)
-        ),
-        "{ext}"
-    );
+    node.varz_connected(&nats.url(), 1).await;
     let nc = async_nats::connect(nats.url()).await.unwrap();
     enveloped_until_acked(&nc, "ext.rec", "probe-after").await;
     for i in 0..20 {
