@@ -48,8 +48,10 @@
 //! voters (sorted Raft ids, two heartbeats apart) so that they do not split
 //! the vote; one that is asked for its vote first does not start its own.
 //! A controller that answers, or whose node cannot be asked (timeout), is
-//! left to openraft's timers: a slow machine never deposes a live
-//! controller sooner than before.
+//! left to openraft's timers (1.5–2 election timeouts of silence, see
+//! `RaftTiming`): a slow but live controller is never deposed by the watch.
+//! Nor does the watch act before this node has accepted any append since it
+//! started (its routes may still be forming then).
 //!
 //! Bounds: each handler loop serves at most [`MAX_HANDLERS`] requests at once;
 //! a request arriving while all are busy is dropped and its sender times
