@@ -86,6 +86,14 @@ pub struct ClusterBenchArgs {
     /// Leader kills per cluster for the failover time (0: none).
     #[arg(long, default_value_t = 5)]
     pub kills: usize,
+    /// Which liftbridge node each kill takes: `leader` (the partition
+    /// leader, whether or not it also runs the metadata controller),
+    /// `controller` (a partition leader that is also the controller) or
+    /// `partition` (a partition leader that is not the controller). For the
+    /// last two, streams are created before each kill until one is placed
+    /// as wanted.
+    #[arg(long, default_value = "leader", value_parser = ["leader", "controller", "partition"])]
+    pub failover_kill: String,
     /// `clustering.replica.max.leader.timeout` of the liftbridge nodes.
     #[arg(long, default_value = "1s", value_parser = go_duration)]
     pub replica_max_leader_timeout: Duration,
@@ -354,7 +362,7 @@ fn settings_line(args: &ClusterBenchArgs) -> String {
          replica.fetch.timeout {}ms, replica.max.idle.wait {}ms, replica.max.lag.time {}ms \
          (raft heartbeat 150ms, election timeout 1s: defaults); minIsr {}; \
          JetStream: nats-server defaults; {} B values; failover publisher: window 1, \
-         ack timeout {}ms, {} kill(s) per cluster",
+         ack timeout {}ms, {} kill(s) per cluster{}",
         args.replica_max_leader_timeout.as_millis(),
         args.replica_fetch_timeout.as_millis(),
         args.replica_max_idle_wait.as_millis(),
@@ -363,6 +371,14 @@ fn settings_line(args: &ClusterBenchArgs) -> String {
         args.size,
         args.failover_ack_timeout.as_millis(),
         args.kills,
+        match args.failover_kill.as_str() {
+            "controller" => {
+                " (liftbridge: each kill takes a partition leader that is also the controller)"
+            }
+            "partition" =>
+                " (liftbridge: each kill takes a partition leader that is not the controller)",
+            _ => "",
+        },
     )
 }
 
@@ -783,11 +799,60 @@ impl LbCluster {
         .await
     }
 
+    /// The metadata controller's node index, as node `via` reports it.
+    async fn controller(&self, via: usize) -> Option<usize> {
+        let info = super::routes::http_json(self.ports[via][3], "/api/v1/info").await?;
+        let id = info["metadata_leader"].as_str()?;
+        self.ids.iter().position(|i| i == id)
+    }
+
+    /// `stream` (led by `leader`) if its leader is (`on_controller`) or is
+    /// not the controller, else a new stream placed that way (created until
+    /// one lands there).
+    async fn stream_placed(
+        &self,
+        stream: String,
+        leader: usize,
+        on_controller: bool,
+        args: &ClusterBenchArgs,
+    ) -> anyhow::Result<(String, usize)> {
+        let via = (leader + 1) % 3;
+        let Some(controller) = poll_for(|| self.controller(via)).await else {
+            bail!("no metadata controller known");
+        };
+        if (controller == leader) == on_controller {
+            return Ok((stream, leader));
+        }
+        for _ in 0..12 {
+            let name = format!("f{}", rand::random::<u32>());
+            let (l, _) = self.create_stream(&name, args.min_isr).await?;
+            if (l == controller) == on_controller {
+                // Replicas in sync before the kill, as for every kill.
+                let (l, _) = self
+                    .wait_led(via, &name, 3)
+                    .await
+                    .ok_or_else(|| anyhow!("stream {name}: ISR not full in time"))?;
+                return Ok((name, l));
+            }
+        }
+        bail!(
+            "no new stream was placed {} the controller (n{})",
+            if on_controller { "on" } else { "off" },
+            controller + 1
+        )
+    }
+
     async fn failover(&mut self, label: &str, args: &ClusterBenchArgs) -> anyhow::Result<Failover> {
-        let stream = format!("f{}", rand::random::<u32>());
+        let mut stream = format!("f{}", rand::random::<u32>());
         let (mut leader, _) = self.create_stream(&stream, args.min_isr).await?;
         let (mut kills_ms, mut killed_controller) = (Vec::new(), Vec::new());
         for k in 0..args.kills {
+            if args.failover_kill != "leader" {
+                let on_controller = args.failover_kill == "controller";
+                (stream, leader) = self
+                    .stream_placed(stream, leader, on_controller, args)
+                    .await?;
+            }
             let via = (leader + 1) % 3;
             let controller = super::routes::http_json(self.ports[via][3], "/api/v1/info")
                 .await

@@ -33,8 +33,25 @@
 //! Tasks per node (all aborted by `Metadata::shutdown`): the Raft RPC server
 //! (`network::serve`), one handler loop per control subject, the member task
 //! (join, then register; ends when done), the controller tick (promotes
-//! caught-up learners every second while this node leads) and, with
-//! `Peers`, the bootstrap task (ends once the group exists).
+//! caught-up learners every second while this node leads), the controller
+//! watch (below) and, with `Peers`, the bootstrap task (ends once the group
+//! exists).
+//!
+//! Controller watch (voters that follow): once the controller has been
+//! silent for two heartbeats, ask whether anybody in the NATS cluster still
+//! listens on its info subject. "No responders" means its node is gone (the
+//! process died, or every route to it closed) — not merely slow. Then, as
+//! soon as the controller's lease has run out here (the moment the other
+//! voters can grant a vote), this node starts an election instead of
+//! waiting out openraft's own timer (lease + a randomized election
+//! timeout). The followers space their starts by their rank among the
+//! voters (sorted Raft ids, two heartbeats apart) so that they do not split
+//! the vote; one that is asked for its vote first does not start its own.
+//! A controller that answers, or whose node cannot be asked (timeout), is
+//! left to openraft's timers (1.5–2 election timeouts of silence, see
+//! `RaftTiming`): a slow but live controller is never deposed by the watch.
+//! Nor does the watch act before this node has accepted any append since it
+//! started (its routes may still be forming then).
 //!
 //! Bounds: each handler loop serves at most [`MAX_HANDLERS`] requests at once;
 //! a request arriving while all are busy is dropped and its sender times
@@ -208,6 +225,8 @@ pub(crate) struct ClusterLink {
     pub(crate) client: LocalClient,
     pub(crate) namespace: String,
     pub(crate) max_quorum_size: u32,
+    /// When this node last accepted an append from a leader.
+    pub(crate) contact: Arc<super::network::LeaderContact>,
     pub(crate) tasks: parking_lot::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -301,6 +320,7 @@ pub(crate) fn start_servers(md: &Metadata, link: &ClusterLink) -> Result<(), Nat
         client.clone(),
         &ns,
         md.raft_id,
+        link.contact.clone(),
     )?);
     link.spawn(serve_requests(
         client,
@@ -359,6 +379,44 @@ pub(crate) fn start_tasks(
     link.spawn(tokio::spawn(async move {
         controller_tick(&md2).await;
     }));
+    let md2 = md.clone();
+    link.spawn(tokio::spawn(async move {
+        controller_watch(&md2).await;
+    }));
+    let md2 = md.clone();
+    link.spawn(tokio::spawn(async move {
+        log_controller_changes(&md2).await;
+    }));
+}
+
+/// Logs every change of the controller this node knows (an election
+/// starting shows as "none"), so a failover's timeline can be read from
+/// the nodes' logs.
+async fn log_controller_changes(md: &Metadata) {
+    let mut metrics = md.raft.metrics();
+    let mut known: Option<Option<u64>> = None;
+    loop {
+        let (leader, term, server) = {
+            let m = metrics.borrow_and_update();
+            let server = m.current_leader.and_then(|l| {
+                m.membership_config
+                    .membership()
+                    .get_node(&l)
+                    .map(|n| n.id.clone())
+            });
+            (m.current_leader, m.current_term, server)
+        };
+        if known != Some(leader) {
+            known = Some(leader);
+            match server {
+                Some(s) => tracing::info!(controller = %s, term, "metadata controller known"),
+                None => tracing::info!(term, "no metadata controller known (election)"),
+            }
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Whether the node is in the group's membership (as voter or learner).
@@ -721,5 +779,107 @@ async fn bootstrap_peers(md: &Metadata, peers: &[String]) {
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// What the controller watch needs from the Raft metrics.
+struct Followed {
+    /// The controller's Raft id and server id.
+    leader: u64,
+    server: String,
+    /// Its term.
+    term: u64,
+    /// This node's rank among the voters other than the controller (0 =
+    /// lowest Raft id).
+    rank: u32,
+}
+
+/// The controller this node follows as a voter, if any.
+fn followed(md: &Metadata) -> Option<Followed> {
+    let m = md.raft.metrics();
+    let m = m.borrow();
+    let leader = m.current_leader?;
+    if leader == md.raft_id {
+        return None;
+    }
+    let membership = m.membership_config.membership();
+    let mut others: Vec<u64> = membership.voter_ids().filter(|v| *v != leader).collect();
+    others.sort_unstable();
+    let rank = others.iter().position(|v| *v == md.raft_id)?;
+    Some(Followed {
+        leader,
+        server: membership.get_node(&leader)?.id.clone(),
+        term: m.current_term,
+        rank: u32::try_from(rank).unwrap_or(u32::MAX),
+    })
+}
+
+/// Starts a metadata election as soon as the controller's lease runs out
+/// when its node has left the NATS cluster (see the module docs).
+async fn controller_watch(md: &Metadata) {
+    let Some(link) = md.link.clone() else {
+        return;
+    };
+    let timing = super::RaftTiming::of(&md.opts);
+    let hb = timing.heartbeat;
+    // Appends reach the voters within a few milliseconds of each other;
+    // half a heartbeat more makes sure their leases ran out too.
+    let margin = (hb / 2).max(Duration::from_millis(20));
+    let spacing = hb * 2;
+    let mut tick = tokio::time::interval((hb / 3).max(Duration::from_millis(10)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The term in which this node last started an election here: once per
+    // controller term, openraft's timers take over after that.
+    let mut started_in: Option<u64> = None;
+    loop {
+        tick.tick().await;
+        let silence = link.contact.silence();
+        if silence < hb * 2 {
+            continue;
+        }
+        // Before the first append since start the routes may still be
+        // forming: an absent listener proves nothing then.
+        if !link.contact.heard_any() {
+            continue;
+        }
+        let Some(f) = followed(md) else {
+            continue;
+        };
+        if started_in == Some(f.term) {
+            continue;
+        }
+        let due = timing.lease + margin + spacing * f.rank;
+        if silence < due {
+            // Not yet: asking now would only be asked again.
+            continue;
+        }
+        let probe = link
+            .client
+            .request(
+                &info_subject(&link.namespace, &f.server),
+                Bytes::from_static(b"{}"),
+                hb,
+            )
+            .await;
+        if !matches!(probe, Err(NatsError::NoResponders)) {
+            continue;
+        }
+        // The probe took time: still the same controller, still silent?
+        match followed(md) {
+            Some(now) if now.leader == f.leader && now.term == f.term => {}
+            _ => continue,
+        }
+        if link.contact.silence() < due {
+            continue;
+        }
+        started_in = Some(f.term);
+        tracing::info!(
+            controller = %f.server,
+            silent_ms = link.contact.silence().as_millis() as u64,
+            "metadata controller's node left the NATS cluster: starting an election"
+        );
+        if let Err(e) = md.raft.trigger().elect().await {
+            tracing::warn!(error = %e, "starting a metadata election");
+        }
     }
 }

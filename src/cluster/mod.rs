@@ -90,6 +90,7 @@ use rand::Rng;
 use tokio::sync::watch;
 
 pub use control::{Bootstrap, ClusterOptions};
+pub use network::LeaderContact;
 pub use state::{
     ApplyError, EventTimestamps, GroupMeta, MetaCommand, MetaResponse, MetadataState, NodeInfo,
     PartitionMeta, StreamConfig, StreamMeta,
@@ -152,16 +153,58 @@ pub struct MetadataOptions {
     pub leader_wait: Duration,
     /// Raft heartbeat interval; also the timeout of one append RPC.
     pub heartbeat: Duration,
-    /// Raft election timeout (minimum; the maximum is twice this). A
-    /// follower that hears nothing from the controller for this long starts
-    /// an election.
+    /// Raft election timeout: for this long after the controller's last
+    /// heartbeat a voter refuses other candidates (openraft's leader
+    /// lease). A follower that hears nothing from the controller for 1.5–2
+    /// times this starts an election, or after this long when the
+    /// controller's node has left the NATS cluster (see [`RaftTiming`]).
     pub election_timeout: Duration,
 }
 
+/// The openraft timings of a metadata group, derived from
+/// [`MetadataOptions`].
+///
+/// openraft 0.9 has no separate lease setting: its leader lease is
+/// `election_timeout_max`, a voter refuses every vote request until the
+/// lease has run out since the last append it accepted, and a follower
+/// campaigns only after the lease *plus* its own randomized election
+/// timeout (drawn once from `[min, max)`). With `max = E` and `min = E/2`
+/// (E = `clustering.raft.election.timeout`) a silent controller is replaced
+/// after 1.5–2 E — what the configuration promises ("E, randomized up to
+/// twice it"), where `min = E, max = 2E` gave 3–4 E. When the controller's
+/// node is known to be gone, `control`'s controller watch starts the
+/// election as soon as the lease has run out (about E).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaftTiming {
+    /// Heartbeat interval.
+    pub heartbeat: Duration,
+    /// Leader lease = openraft's `election_timeout_max`.
+    pub lease: Duration,
+    /// openraft's `election_timeout_min`.
+    pub election_min: Duration,
+}
+
+impl RaftTiming {
+    /// The timings for `opts`: the lease is at least two heartbeats (and a
+    /// little more, so `election_min` stays above the heartbeat, as
+    /// openraft requires).
+    pub fn of(opts: &MetadataOptions) -> RaftTiming {
+        let heartbeat = opts.heartbeat.as_millis().clamp(1, u128::from(u32::MAX)) as u64;
+        let lease = (opts.election_timeout.as_millis().min(u128::from(u32::MAX)) as u64)
+            .max(heartbeat * 2 + 2);
+        RaftTiming {
+            heartbeat: Duration::from_millis(heartbeat),
+            lease: Duration::from_millis(lease),
+            election_min: Duration::from_millis(lease / 2),
+        }
+    }
+}
+
 impl Default for MetadataOptions {
-    /// Timings for a real network: a heartbeat every 150 ms, elections after
-    /// 1–2 s of silence (several lost heartbeats, so a busy machine does not
-    /// depose a healthy controller).
+    /// Timings for a real network: a heartbeat every 150 ms, a lease of 1 s,
+    /// elections after 1.5–2 s of silence (ten or more lost heartbeats, so a
+    /// busy machine does not depose a healthy controller), or after the 1 s
+    /// lease when the controller's node is gone.
     fn default() -> Self {
         MetadataOptions {
             snapshot_threshold: 8192,
@@ -304,6 +347,7 @@ impl Metadata {
             client: cluster.client.clone(),
             namespace: cluster.namespace.clone(),
             max_quorum_size: cluster.max_quorum_size,
+            contact: Arc::new(network::LeaderContact::new()),
             tasks: parking_lot::Mutex::new(Vec::new()),
         });
         md.link = Some(link.clone());
@@ -401,16 +445,16 @@ impl Metadata {
             }
         };
 
-        let heartbeat = opts.heartbeat.as_millis().max(1) as u64;
-        let election = opts.election_timeout.as_millis().max(heartbeat as u128 * 2) as u64;
+        let timing = RaftTiming::of(&opts);
+        let ms = |d: Duration| d.as_millis() as u64;
         let config = Config {
             cluster_name: "liftbridge".into(),
-            heartbeat_interval: heartbeat,
-            election_timeout_min: election,
-            election_timeout_max: election * 2,
+            heartbeat_interval: ms(timing.heartbeat),
+            election_timeout_min: ms(timing.election_min),
+            election_timeout_max: ms(timing.lease),
             // One snapshot chunk per NATS message (see `network`).
             snapshot_max_chunk_size: network::SNAPSHOT_CHUNK_BYTES,
-            install_snapshot_timeout: election.max(1000),
+            install_snapshot_timeout: ms(timing.lease).max(1000),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(opts.snapshot_threshold.max(1)),
             ..Default::default()
         }
@@ -846,5 +890,57 @@ impl Metadata {
             .map_err(|e| MetaError::Raft(e.to_string()));
         self.db.close().await;
         res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing(heartbeat_ms: u64, election_ms: u64) -> RaftTiming {
+        RaftTiming::of(&MetadataOptions {
+            heartbeat: Duration::from_millis(heartbeat_ms),
+            election_timeout: Duration::from_millis(election_ms),
+            ..Default::default()
+        })
+    }
+
+    /// The defaults: a 1 s lease (openraft's `election_timeout_max`) and a
+    /// randomized timeout from 500 ms, so a silent controller is replaced
+    /// after 1.5–2 s (lease + timeout), not 3–4 s.
+    #[test]
+    fn raft_timing_defaults() {
+        let t = RaftTiming::of(&MetadataOptions::default());
+        assert_eq!(t.heartbeat, Duration::from_millis(150));
+        assert_eq!(t.lease, Duration::from_millis(1000));
+        assert_eq!(t.election_min, Duration::from_millis(500));
+    }
+
+    /// Whatever is configured, openraft's rules hold: heartbeat <
+    /// election_timeout_min < election_timeout_max.
+    #[test]
+    fn raft_timing_is_valid_for_openraft() {
+        for (hb, el) in [
+            (10, 100),
+            (150, 100),
+            (150, 301),
+            (500, 100),
+            (1, 1),
+            (50, 5000),
+        ] {
+            let t = timing(hb, el);
+            assert!(t.heartbeat < t.election_min, "{hb}/{el}: {t:?}");
+            assert!(t.election_min < t.lease, "{hb}/{el}: {t:?}");
+            let ms = |d: Duration| d.as_millis() as u64;
+            Config {
+                heartbeat_interval: ms(t.heartbeat),
+                election_timeout_min: ms(t.election_min),
+                election_timeout_max: ms(t.lease),
+                ..Default::default()
+            }
+            .validate()
+            .unwrap_or_else(|e| panic!("{hb}/{el}: {e}"));
+        }
+        assert_eq!(timing(50, 5000).lease, Duration::from_millis(5000));
     }
 }

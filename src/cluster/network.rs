@@ -33,11 +33,17 @@
 //! tests and tools): every RPC is `Unreachable`, which a one-member group
 //! never notices.
 //!
+//! The server side also notes when this node last accepted an append from a
+//! leader ([`LeaderContact`]): that is when openraft last renewed the
+//! leader's lease here, which `control`'s controller watch needs to know
+//! when a vote for another candidate can be granted.
+//!
 //! Must not: block (all work is async), panic on a malformed request (it is
 //! answered with `RpcReply::BadRequest`), or hold a lock across `.await`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use openraft::error::{
@@ -64,6 +70,51 @@ pub const SNAPSHOT_CHUNK_BYTES: u64 = 128 * 1024;
 
 /// Requests handled at once by one node's RPC server; more are dropped.
 pub const MAX_IN_FLIGHT: usize = 32;
+
+/// When this node last accepted an append (entries or a heartbeat) from a
+/// leader whose vote it shares. openraft renews the leader's lease on every
+/// such append, so this is what the lease runs from.
+#[derive(Debug)]
+pub struct LeaderContact {
+    base: Instant,
+    /// Milliseconds after `base` of the last accepted append, plus one (0:
+    /// none yet).
+    last_ms: AtomicU64,
+}
+
+impl Default for LeaderContact {
+    fn default() -> Self {
+        LeaderContact::new()
+    }
+}
+
+impl LeaderContact {
+    /// No append heard yet: the silence counts from now.
+    pub fn new() -> LeaderContact {
+        LeaderContact {
+            base: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Notes an accepted append.
+    pub fn heard(&self) {
+        let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        self.last_ms.fetch_max(ms + 1, Ordering::Relaxed);
+    }
+
+    /// Whether any append was accepted since this node started.
+    pub fn heard_any(&self) -> bool {
+        self.last_ms.load(Ordering::Relaxed) > 0
+    }
+
+    /// How long ago the last accepted append arrived (since start when
+    /// none was).
+    pub fn silence(&self) -> Duration {
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed).saturating_sub(1));
+        self.base.elapsed().saturating_sub(last)
+    }
+}
 
 /// Subject prefix of a node's Raft RPCs: `<namespace>.raft.<raft-id>`.
 pub fn rpc_prefix(namespace: &str, raft_id: u64) -> String {
@@ -292,13 +343,15 @@ impl RaftNetwork<TypeConfig> for NatsPeer {
 }
 
 /// Starts the RPC server of the node `raft_id`: subscribes to
-/// `<namespace>.raft.<raft_id>.*` and answers through `raft`. The task ends
-/// when the subscription ends (NATS stopped) or when aborted.
+/// `<namespace>.raft.<raft_id>.*` and answers through `raft`, noting every
+/// accepted append in `contact`. The task ends when the subscription ends
+/// (NATS stopped) or when aborted.
 pub fn serve(
     raft: Raft<TypeConfig>,
     client: LocalClient,
     namespace: &str,
     raft_id: u64,
+    contact: Arc<LeaderContact>,
 ) -> Result<JoinHandle<()>, NatsError> {
     let mut sub = client.subscribe(&format!("{}.*", rpc_prefix(namespace, raft_id)), None)?;
     let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
@@ -318,8 +371,9 @@ pub fn serve(
             };
             let raft = raft.clone();
             let client = client.clone();
+            let contact = contact.clone();
             tokio::spawn(async move {
-                let answer = handle(&raft, kind, &m.payload).await;
+                let answer = handle(&raft, kind, &m.payload, &contact).await;
                 if let Ok(reply) = std::str::from_utf8(&reply) {
                     // The requester may have gone (timeout): nothing to do then.
                     let _ = client.publish(reply, None, None, Bytes::from(answer));
@@ -331,10 +385,23 @@ pub fn serve(
 }
 
 /// Decodes one request, calls Raft, encodes the reply.
-async fn handle(raft: &Raft<TypeConfig>, kind: Kind, payload: &[u8]) -> Vec<u8> {
+async fn handle(
+    raft: &Raft<TypeConfig>,
+    kind: Kind,
+    payload: &[u8],
+    contact: &LeaderContact,
+) -> Vec<u8> {
     match kind {
         Kind::Append => match serde_json::from_slice::<AppendEntriesRequest<TypeConfig>>(payload) {
-            Ok(req) => encode(raft.append_entries(req).await),
+            Ok(req) => {
+                let r = raft.append_entries(req).await;
+                // Every answer but "higher vote" means the sender leads
+                // with the vote this node holds: its lease was renewed.
+                if matches!(&r, Ok(resp) if !matches!(resp, AppendEntriesResponse::HigherVote(_))) {
+                    contact.heard();
+                }
+                encode(r)
+            }
             Err(e) => bad::<AppendEntriesResponse<u64>, RaftError<u64>>(e),
         },
         Kind::Vote => match serde_json::from_slice::<VoteRequest<u64>>(payload) {

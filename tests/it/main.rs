@@ -25,6 +25,7 @@ mod bench_cluster;
 mod cluster_bad_peers;
 mod cluster_crash;
 mod cluster_disk;
+mod cluster_failover;
 mod cluster_interop;
 mod cluster_isr;
 mod cluster_meta;
