@@ -116,6 +116,55 @@ pub struct AuthConfig {
     /// (their users are in `users`/`nkeys`, tagged with the account).
     /// Empty = only the global account `$G`.
     pub accounts: Vec<AccountConfig>,
+    /// Operator (decentralized JWT) mode: trusted operators and the
+    /// account resolver. `None` = config-file users only.
+    pub operator: Option<OperatorConfig>,
+}
+
+/// Operator mode (`operator`, `trusted`, `system_account`, `resolver`,
+/// `resolver_preload`): who may sign accounts, and where account JWTs
+/// come from. Users are never configured here; they bring a JWT.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperatorConfig {
+    /// Operator JWTs (read from the file when the config named a path).
+    pub operators: Vec<String>,
+    /// Extra trusted operator public keys (`trusted`).
+    pub trusted_keys: Vec<String>,
+    /// The system account's public key; `None` = the operator's claim.
+    pub system_account: Option<String>,
+    /// Where account JWTs come from.
+    pub resolver: ResolverConfig,
+}
+
+/// The account resolver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResolverConfig {
+    /// `MEMORY`: the accounts of `resolver_preload` (public key, JWT).
+    Memory { preload: Vec<(String, String)> },
+    /// `{type: full|cache, dir}`: JWTs stored as `<dir>/<key>.jwt`.
+    Dir {
+        /// `full` (every account stored, pushes of new ones accepted) or
+        /// `cache` (pushes only for accounts already stored).
+        full: bool,
+        dir: PathBuf,
+        /// `allow_delete` (full only).
+        allow_delete: bool,
+        /// `limit`: most stored accounts.
+        limit: Option<usize>,
+        /// `interval` (full): accepted for compatibility; there are no
+        /// peers to sync with.
+        interval: Option<Duration>,
+        /// Accounts of `resolver_preload`, stored at start-up when absent.
+        preload: Vec<(String, String)>,
+    },
+}
+
+impl Default for ResolverConfig {
+    fn default() -> Self {
+        ResolverConfig::Memory {
+            preload: Vec::new(),
+        }
+    }
 }
 
 /// One account of `accounts { NAME { … } }`.
@@ -190,7 +239,10 @@ pub struct ImportConfig {
 impl AuthConfig {
     /// Whether clients must authenticate (`auth_required` in INFO).
     pub fn required(&self) -> bool {
-        !self.users.is_empty() || self.token.is_some() || !self.nkeys.is_empty()
+        !self.users.is_empty()
+            || self.token.is_some()
+            || !self.nkeys.is_empty()
+            || self.operator.is_some()
     }
 }
 

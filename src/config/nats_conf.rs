@@ -24,7 +24,10 @@
 //! `accounts { … }` accounts (users, exports, imports); inside them, fields
 //! we do not provide are refused with an error naming them, and accounts
 //! are checked across blocks as nats-server does (duplicate users, imports
-//! of unknown accounts or unexported subjects). Unknown keys and unsupported
+//! of unknown accounts or unexported subjects). `operator`/`trusted`,
+//! `system_account`, `resolver` and `resolver_preload` turn on operator
+//! (JWT) mode, checked as a whole (operators need a resolver; no users,
+//! accounts or `no_auth_user` in the file then). Unknown keys and unsupported
 //! subsystems (`jetstream`, `gateway`, …) are accepted and
 //! reported as warnings, as nats-server
 //! does for unknown fields; malformed values are errors naming the file, the
@@ -36,7 +39,7 @@ use std::time::Duration;
 
 use crate::config::nats::{
     AuthConfig, ClusterAuth, ClusterOptions, LeafRemote, LeafnodeOptions, NatsOptions, NkeyUser,
-    PermissionRules, Permissions, TlsFiles, User, WebsocketOptions,
+    OperatorConfig, PermissionRules, Permissions, ResolverConfig, TlsFiles, User, WebsocketOptions,
 };
 
 /// Errors of reading, parsing or interpreting a config file.
@@ -703,6 +706,7 @@ fn host_port(key: &str, n: &Node) -> Result<(Option<String>, Option<u16>), ConfE
 fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> {
     let mut http_port: Option<u16> = None;
     let mut http_host: Option<String> = None;
+    let mut op = OperatorKeys::default();
     for (key, n) in entries {
         let k = key.to_ascii_lowercase();
         let o = &mut c.options;
@@ -780,20 +784,51 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
                 "{}:{}: JetStream is not provided by this server; \"jetstream\" ignored",
                 n.file, n.line
             )),
-            // These define who may connect; ignoring them would silently
-            // run an open server where the file asked for a closed one.
-            "operator" | "operators" | "trusted" | "trusted_keys" | "resolver" => {
-                return invalid(
-                    key,
-                    n,
-                    "operator (JWT) mode is not supported; use authorization { users … }",
-                );
+            // Operator (JWT) mode; checked as a whole after the loop.
+            "operator" | "operators" | "root" | "roots" | "trusted_operators" => {
+                operator_jwts(key, n, &mut op.operators)?;
+                op.first.get_or_insert((key.clone(), n.clone()));
+            }
+            "trusted" | "trusted_keys" => {
+                let items = match &n.value {
+                    Value::Array(items) => items.iter().collect::<Vec<_>>(),
+                    _ => vec![n],
+                };
+                for item in items {
+                    op.trusted.push(want_str(key, item)?.to_string());
+                }
+                op.first.get_or_insert((key.clone(), n.clone()));
+            }
+            "resolver" | "account_resolver" | "accounts_resolver" => {
+                op.resolver = Some((key.clone(), n.clone()));
+            }
+            "resolver_preload" => {
+                let m = match &n.value {
+                    Value::Map(m) => m,
+                    _ => {
+                        return invalid(
+                            key,
+                            n,
+                            "preload should be a map of account_public_key:account_jwt",
+                        )
+                    }
+                };
+                for (k, v) in m {
+                    op.preload.push((k.clone(), want_str(k, v)?.to_string()));
+                }
+                op.preload_node = Some((key.clone(), n.clone()));
+            }
+            "resolver_tls" | "resolver_pinned_accounts" => {
+                return invalid(key, n, format!("{key:?} is not supported"));
+            }
+            "system_account" | "system" => {
+                op.system_account = Some((key.clone(), n.clone()));
             }
             "accounts" => accounts_block(key, n, &mut o.auth, &mut c.warnings)?,
             "cluster" => o.cluster = Some(cluster_block(key, n, &mut c.warnings)?),
             "websocket" | "ws" => o.websocket = websocket_block(key, n, &mut c.warnings)?,
             "leafnodes" | "leaf" => o.leafnodes = Some(leafnodes_block(key, n, &mut c.warnings)?),
-            "gateway" | "mqtt" | "resolver_preload" | "system_account" => c.warnings.push(format!(
+            "gateway" | "mqtt" => c.warnings.push(format!(
                 "{}:{}: {key:?} is not supported; ignored",
                 n.file, n.line
             )),
@@ -812,12 +847,229 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
             }))
         });
     check_accounts(entries, &c.options.auth, single_user)?;
+    operator_mode(op, c)?;
     if http_port.is_some() || http_host.is_some() {
         c.http_host_explicit = http_host.is_some();
         let host = http_host.unwrap_or_else(|| c.options.host.clone());
         c.options.http = Some((host, http_port.unwrap_or(0)));
     }
     Ok(())
+}
+
+/// The operator-mode keys of a file, gathered before they are checked
+/// together.
+#[derive(Default)]
+struct OperatorKeys {
+    /// The first `operator`/`trusted` entry (for messages).
+    first: Option<(String, Node)>,
+    operators: Vec<String>,
+    trusted: Vec<String>,
+    system_account: Option<(String, Node)>,
+    resolver: Option<(String, Node)>,
+    preload: Vec<(String, String)>,
+    preload_node: Option<(String, Node)>,
+}
+
+/// `operator: <JWT or file>` or a list of them. A file holds the JWT,
+/// bare or framed as `nsc` writes it; a relative path is taken from the
+/// directory of the config file.
+fn operator_jwts(key: &str, n: &Node, out: &mut Vec<String>) -> Result<(), ConfError> {
+    let items = match &n.value {
+        Value::Array(items) => items.iter().collect::<Vec<_>>(),
+        _ => vec![n],
+    };
+    for item in items {
+        let v = want_str(key, item)?.trim();
+        let token = if v.starts_with("eyJ") {
+            v.to_string()
+        } else {
+            let mut path = PathBuf::from(v);
+            if path.is_relative() {
+                if let Some(dir) = Path::new(&*item.file).parent() {
+                    let rel = dir.join(&path);
+                    if rel.exists() {
+                        path = rel;
+                    }
+                }
+            }
+            let text = std::fs::read_to_string(&path).or_else(|e| {
+                invalid(
+                    key,
+                    item,
+                    format!("cannot read operator JWT file {path:?}: {e}"),
+                )
+            })?;
+            crate::nats::jwt::framed_tokens(&text)
+                .into_iter()
+                .next()
+                .unwrap_or_default()
+        };
+        if let Err(e) = crate::nats::jwt::decode_operator(&token) {
+            return invalid(key, item, format!("invalid operator JWT: {e}"));
+        }
+        out.push(token);
+    }
+    Ok(())
+}
+
+/// Checks the operator-mode keys as a whole and builds
+/// [`OperatorConfig`]: operators need a resolver, a resolver needs
+/// operators, and users come only from JWTs then.
+fn operator_mode(op: OperatorKeys, c: &mut NatsConf) -> Result<(), ConfError> {
+    let Some((first_key, first)) = op.first.clone() else {
+        if let Some((k, n)) = op.resolver.as_ref().or(op.preload_node.as_ref()) {
+            return invalid(
+                k,
+                n,
+                "a resolver needs trusted operators (operator: <JWT or file>)",
+            );
+        }
+        if let Some((k, n)) = &op.system_account {
+            // Without operators the system account is a configured account
+            // name; we publish no system events, as before.
+            c.warnings.push(format!(
+                "{}:{}: {k:?} is not supported without operator mode; ignored",
+                n.file, n.line
+            ));
+        }
+        return Ok(());
+    };
+    let auth = &c.options.auth;
+    if !auth.users.is_empty() || !auth.nkeys.is_empty() || auth.token.is_some() {
+        return invalid(
+            &first_key,
+            &first,
+            "operator mode does not allow users, nkeys or a token in the config file (users come with JWTs)",
+        );
+    }
+    if !auth.accounts.is_empty() {
+        return invalid(
+            &first_key,
+            &first,
+            "operator mode does not allow an accounts block (accounts come with JWTs)",
+        );
+    }
+    if auth.no_auth_user.is_some() {
+        return invalid(
+            &first_key,
+            &first,
+            "no_auth_user not compatible with Trusted Operator",
+        );
+    }
+    let system_account = match &op.system_account {
+        Some((k, n)) => Some(want_str(k, n)?.to_string()),
+        None => None,
+    };
+    let Some((rk, rn)) = &op.resolver else {
+        return invalid(
+            &first_key,
+            &first,
+            "operators require an account resolver to be configured (resolver: MEMORY or resolver { type: full, dir: … })",
+        );
+    };
+    let resolver = resolver_config(rk, rn, op.preload, &mut c.warnings)?;
+    c.options.auth.operator = Some(OperatorConfig {
+        operators: op.operators,
+        trusted_keys: op.trusted,
+        system_account,
+        resolver,
+    });
+    Ok(())
+}
+
+/// `resolver: MEMORY` or `resolver { type: full|cache, dir, … }`.
+fn resolver_config(
+    key: &str,
+    n: &Node,
+    preload: Vec<(String, String)>,
+    warnings: &mut Vec<String>,
+) -> Result<ResolverConfig, ConfError> {
+    const PARSE: &str = "error parsing account resolver, should be MEM or  URL(\"url\") or a map containing dir and type state=[FULL|CACHE])";
+    let m = match &n.value {
+        Value::Str(s) if s.eq_ignore_ascii_case("MEMORY") || s.eq_ignore_ascii_case("MEM") => {
+            return Ok(ResolverConfig::Memory { preload });
+        }
+        Value::Str(s) if s.to_ascii_uppercase().starts_with("URL(") => {
+            return invalid(
+                key,
+                n,
+                "the URL account resolver is not supported; use MEMORY or a full/cache directory",
+            );
+        }
+        Value::Map(m) => m,
+        _ => return invalid(key, n, PARSE),
+    };
+    let mut full = None;
+    let mut dir = None;
+    let mut allow_delete = false;
+    let mut limit = None;
+    let mut interval = None;
+    let mut ttl = None;
+    for (k, v) in m {
+        match k.to_ascii_lowercase().as_str() {
+            "type" => {
+                full = Some(match want_str(k, v)?.to_ascii_lowercase().as_str() {
+                    "full" => true,
+                    "cache" => false,
+                    _ => return invalid(k, v, PARSE),
+                })
+            }
+            "dir" => {
+                let d = want_str(k, v)?;
+                if d.is_empty() {
+                    return invalid(k, v, "dir has no value and needs to point to a directory");
+                }
+                dir = Some(PathBuf::from(d));
+            }
+            "allow_delete" => {
+                allow_delete = want_bool(k, v)?;
+                if allow_delete {
+                    return invalid(
+                        k,
+                        v,
+                        "deleting accounts ($SYS.REQ.CLAIMS.DELETE) is not supported",
+                    );
+                }
+            }
+            "limit" => limit = Some(want_usize(k, v)?),
+            "interval" => interval = Some(want_duration(k, v)?),
+            "ttl" => ttl = Some((k.clone(), v.clone())),
+            "timeout" => {
+                want_duration(k, v)?;
+                warnings.push(format!(
+                    "{}:{}: resolver \"timeout\" accepted and ignored (accounts are never fetched from peers)",
+                    v.file, v.line
+                ));
+            }
+            other => return invalid(k, v, format!("resolver field {other:?} is not supported")),
+        }
+    }
+    let Some(full) = full else {
+        return invalid(key, n, PARSE);
+    };
+    let Some(dir) = dir else {
+        return invalid(key, n, "dir has no value and needs to point to a directory");
+    };
+    if full {
+        if let Some((k, v)) = ttl {
+            return invalid(&k, &v, "FULL does not accept ttl");
+        }
+    } else {
+        if let Some((k, v)) = ttl {
+            return invalid(&k, &v, "the cache resolver's ttl eviction is not supported");
+        }
+        if interval.is_some() {
+            return invalid(key, n, "CACHE does not accept sync");
+        }
+    }
+    Ok(ResolverConfig::Dir {
+        full,
+        dir,
+        allow_delete,
+        limit,
+        interval,
+        preload,
+    })
 }
 
 /// `cluster { name, listen | host/port, routes, authorization, tls,
@@ -2119,9 +2371,13 @@ no_auth_user: bob
 
     #[test]
     fn auth_defining_blocks_we_cannot_honour_are_errors() {
-        for text in ["operator: eyJhbGciOi.x.y\n", "resolver: MEMORY\n"] {
+        for (text, want) in [
+            ("operator: eyJhbGciOi.x.y\n", "invalid operator JWT"),
+            ("resolver: MEMORY\n", "needs trusted operators"),
+            ("resolver_tls: {}\n", "not supported"),
+        ] {
             let e = from_str(text, Path::new("t.conf")).unwrap_err().to_string();
-            assert!(e.contains("not supported"), "{text}: {e}");
+            assert!(e.contains(want), "{text}: {e}");
         }
         let c = conf("accounts { A { jetstream: enabled } }\nmqtt { port: 1883 }\n");
         assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);

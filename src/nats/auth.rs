@@ -180,6 +180,10 @@ pub struct Authenticator {
     nkeys: HashMap<String, NkeyEntry>,
     no_auth_user: Option<String>,
     uses_bcrypt: bool,
+    /// Operator (JWT) mode: clients authenticate with user JWTs, checked
+    /// by `resolver::OperatorState`; this authenticator only says that
+    /// authentication (with a nonce) is required.
+    operator: bool,
 }
 
 impl Authenticator {
@@ -252,17 +256,19 @@ impl Authenticator {
             nkeys: nkeys_map,
             no_auth_user: cfg.no_auth_user.clone(),
             uses_bcrypt,
+            operator: cfg.operator.is_some(),
         })
     }
 
     /// Whether clients must authenticate (`auth_required` in INFO).
     pub fn required(&self) -> bool {
-        !self.users.is_empty() || self.token.is_some() || !self.nkeys.is_empty()
+        !self.users.is_empty() || self.token.is_some() || !self.nkeys.is_empty() || self.operator
     }
 
-    /// Whether nkey users are configured, so INFO must carry a nonce.
+    /// Whether nkey users are configured (or operator mode is on), so INFO
+    /// must carry a nonce.
     pub fn needs_nonce(&self) -> bool {
-        !self.nkeys.is_empty()
+        !self.nkeys.is_empty() || self.operator
     }
 
     /// Whether `no_auth_user` is set (then a client may send ops before
@@ -336,6 +342,10 @@ impl Authenticator {
             }
             return Err(AuthError::Violation("no credentials"));
         }
+        if self.operator {
+            // User JWTs are checked by the operator state, never here.
+            return Err(AuthError::Violation("operator mode needs a user JWT"));
+        }
         if let Some(nkey) = creds.nkey {
             return self.check_nkey(nkey, creds.sig, nonce);
         }
@@ -386,7 +396,7 @@ impl Authenticator {
             .ok_or(AuthError::Violation("unknown nkey"))?;
         let nonce = nonce.ok_or(AuthError::Violation("no nonce for nkey"))?;
         let sig = sig.ok_or(AuthError::Violation("nkey without signature"))?;
-        let raw = decode_sig(sig).ok_or(AuthError::Violation("malformed signature"))?;
+        let raw = decode_signature(sig).ok_or(AuthError::Violation("malformed signature"))?;
         entry
             .key
             .verify(nonce.as_bytes(), &raw)
@@ -401,7 +411,7 @@ impl Authenticator {
 
 /// Decodes a nonce signature: base64url with or without padding, or
 /// standard base64 (nats-server accepts both encodings).
-fn decode_sig(sig: &str) -> Option<Vec<u8>> {
+pub(crate) fn decode_signature(sig: &str) -> Option<Vec<u8>> {
     use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
     let trimmed = sig.trim_end_matches('=');
     URL_SAFE_NO_PAD

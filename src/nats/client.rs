@@ -1336,6 +1336,10 @@ pub(crate) struct Reader {
     live_gen: u64,
     /// The connection's account (`$G` until CONNECT binds another).
     account: Arc<super::account::Account>,
+    /// Operator mode: the user JWT's subscription and payload limits
+    /// (lowered by the account's); `None` = unlimited.
+    jwt_max_subs: Option<usize>,
+    jwt_max_payload: Option<usize>,
 }
 
 /// What to do after an operation.
@@ -1383,7 +1387,19 @@ impl Reader {
             in_bytes: 0,
             live,
             live_gen,
+            jwt_max_subs: None,
+            jwt_max_payload: None,
         }
+    }
+
+    /// The parser's payload limit: the server's, or a JWT user's when
+    /// lower.
+    fn apply_payload_limit(&mut self) {
+        let o = &self.live.opts;
+        let max = self
+            .jwt_max_payload
+            .map_or(o.max_payload, |p| p.min(o.max_payload));
+        self.parser.set_limits(o.max_control_line, max);
     }
 
     /// Takes the settings of a reload that happened since the last read:
@@ -1395,8 +1411,7 @@ impl Reader {
         }
         self.live_gen = g;
         self.live = self.server.live();
-        let o = &self.live.opts;
-        self.parser.set_limits(o.max_control_line, o.max_payload);
+        self.apply_payload_limit();
         if self.st.connected {
             if let Some(a) = self.client.auth.lock().as_ref() {
                 self.st.perms = a.perms.clone();
@@ -1631,6 +1646,9 @@ impl Reader {
     /// one that lands between the check and the client counting as
     /// connected may have skipped this client, so it re-checks itself.
     async fn authenticate(&mut self, co: Box<ConnectOptions>) -> Flow {
+        if let Some(op) = self.server.operator.clone() {
+            return self.authenticate_jwt(&op, co);
+        }
         let mut co = co;
         let (result, gen) = loop {
             let gen = self.server.reload_gen.load(Ordering::SeqCst);
@@ -1716,6 +1734,89 @@ impl Reader {
         }
     }
 
+    /// Operator mode: verifies the user JWT and nonce signature, binds the
+    /// client to the JWT's account with its permissions and limits, checks
+    /// the account's connection limit and arms the expiry timer.
+    fn authenticate_jwt(
+        &mut self,
+        op: &super::resolver::OperatorState,
+        co: Box<ConnectOptions>,
+    ) -> Flow {
+        let websocket = self.client.meta.lock().websocket;
+        let now = super::jwt::unix_now();
+        let result = match co.jwt.as_deref() {
+            Some(jwt) => op.authenticate(
+                jwt,
+                co.sig.as_deref(),
+                self.nonce.as_deref(),
+                websocket,
+                now,
+            ),
+            None => Err(super::resolver::JwtAuthError::NoJwt),
+        };
+        let account = result.and_then(|u| {
+            // Accounts pushed after start-up are stored but not wired.
+            match self.server.accounts.get(&u.account) {
+                Some(a) => Ok((u, a.clone())),
+                None => Err(super::resolver::JwtAuthError::UnknownAccount(u.account)),
+            }
+        });
+        let (user, account) = match account {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::debug!(cid = self.client.id, error = %e, "authorization violation");
+                self.server.auth_failures.fetch_add(1, Ordering::Relaxed);
+                self.client.close_with_err(Some("Authorization Violation"));
+                return Flow::Close;
+            }
+        };
+        if let Some(max) = op.max_connections(&user.account) {
+            let n = self
+                .server
+                .clients
+                .lock()
+                .values()
+                .filter(|c| c.id != self.client.id && c.kind == ClientKind::Tcp)
+                .filter(|c| c.connected.load(Ordering::Acquire) && !c.is_closed())
+                .filter(|c| c.account.get().is_some_and(|a| Arc::ptr_eq(a, &account)))
+                .count();
+            if n >= max {
+                self.client
+                    .close_with_err(Some("maximum account active connections exceeded"));
+                return Flow::Close;
+            }
+        }
+        self.jwt_max_subs = user.max_subs;
+        self.jwt_max_payload = user.max_payload;
+        self.apply_payload_limit();
+        let jwt = co.jwt.clone();
+        self.finish_connect(
+            *co,
+            user.permissions.clone(),
+            user.user.clone(),
+            Some(account),
+        );
+        if let Some(a) = self.client.auth.lock().as_mut() {
+            a.jwt = jwt;
+        }
+        if let Some(exp) = user.expires {
+            let at = std::time::UNIX_EPOCH + Duration::from_secs(u64::try_from(exp).unwrap_or(0));
+            let wait = at
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default();
+            let client = self.client.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = client.cancel.cancelled() => {}
+                    _ = tokio::time::sleep(wait) => {
+                        client.close_with_err(Some("User Authentication Expired"));
+                    }
+                }
+            });
+        }
+        Flow::Continue
+    }
+
     fn finish_connect(
         &mut self,
         co: ConnectOptions,
@@ -1748,6 +1849,7 @@ impl Reader {
             sig: co.sig.clone(),
             nonce: self.nonce.clone(),
             perms: self.st.perms.clone(),
+            jwt: None,
         });
         self.client.headers.store(co.headers, Ordering::Relaxed);
         self.client.connected.store(true, Ordering::SeqCst);
@@ -1885,8 +1987,13 @@ impl Reader {
             self.ok();
             return;
         }
-        let max_subs = self.live.opts.max_subscriptions;
-        if max_subs > 0 && self.client.subs.lock().len() >= max_subs {
+        let max_subs = match (self.live.opts.max_subscriptions, self.jwt_max_subs) {
+            (0, None) => None,
+            (0, Some(j)) => Some(j),
+            (m, None) => Some(m),
+            (m, Some(j)) => Some(m.min(j)),
+        };
+        if max_subs.is_some_and(|m| self.client.subs.lock().len() >= m) {
             self.send_err("maximum subscriptions exceeded");
             return;
         }

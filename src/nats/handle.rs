@@ -128,11 +128,22 @@ pub struct LocalClient {
 
 impl LocalClient {
     pub(crate) fn new(server: Arc<ServerInner>, name: &str) -> LocalClient {
+        let account = server.local_account.clone();
+        LocalClient::new_in(server, name, account)
+    }
+
+    /// An in-process client of `account` (the system account's services
+    /// use this; the log's clients use `nats.account`).
+    pub(crate) fn new_in(
+        server: Arc<ServerInner>,
+        name: &str,
+        account: Arc<super::account::Account>,
+    ) -> LocalClient {
         let id = server.next_client_id();
         let client = ClientShared::new(id, ClientKind::Local, None, usize::MAX);
-        if !server.local_account.is_global() {
+        if !account.is_global() {
             // A fresh client: the cell is empty, so this cannot fail.
-            let _ = client.account.set(server.local_account.clone());
+            let _ = client.account.set(account);
         }
         client.meta.lock().name = name.to_string();
         client.meta.lock().lang = "rust-local".to_string();

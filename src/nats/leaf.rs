@@ -741,6 +741,7 @@ async fn run_accepted<S>(
         sig: connect.sig.clone(),
         nonce: Some(nonce_sent),
         perms: None,
+        jwt: None,
     });
     let leaf = Arc::new(Leaf {
         client: client.clone(),

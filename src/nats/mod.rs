@@ -14,17 +14,21 @@
 //! - [`external`]: the bridge to an external NATS system (external mode);
 //! - [`handle`]: the in-process client used by the log layer ([`LocalClient`]);
 //! - [`monitor`]: `/varz`, `/connz`, `/subsz`, `/healthz` bodies;
-//! - [`reload`]: applying a new configuration to the running server.
+//! - [`reload`]: applying a new configuration to the running server;
+//! - [`jwt`], [`resolver`], `claims`: operator (decentralized JWT) mode.
 
 pub mod account;
 pub mod auth;
+mod claims;
 pub mod client;
 pub mod external;
 pub mod handle;
+pub mod jwt;
 pub mod leaf;
 pub mod monitor;
 pub mod proto;
 pub mod reload;
+pub mod resolver;
 pub mod route;
 pub mod server;
 pub mod subject;

@@ -148,6 +148,9 @@ pub(crate) struct ConnAuth {
     pub sig: Option<String>,
     /// The nonce of this connection's INFO (nkey signatures cover it).
     pub nonce: Option<String>,
+    /// Operator mode: the user JWT the client connected with (claims
+    /// updates re-check it; config reloads leave such clients alone).
+    pub jwt: Option<String>,
     /// `None` = no restrictions.
     pub perms: Option<Arc<PermissionSet>>,
 }
@@ -323,6 +326,19 @@ pub(crate) fn diff(
             format!("{v:?}")
         };
         return Err(refuse("Accounts", names(old), names(new)));
+    }
+    // Operator mode's trust and resolver are fixed at start-up (nats-server
+    // refuses moving to or from a resolver; its claims change through
+    // pushed updates instead).
+    if old.auth.operator != new.auth.operator {
+        let mode = |o: &NatsOptions| {
+            if o.auth.operator.is_some() {
+                "operator mode"
+            } else {
+                "no operator"
+            }
+        };
+        return Err(refuse("Operator", mode(old), mode(new)));
     }
     if old.local_account != new.local_account {
         return Err(refuse(
@@ -641,6 +657,10 @@ pub(crate) fn recheck_client(
     let Some(mut ca) = c.auth.lock().clone() else {
         return notes;
     };
+    if ca.jwt.is_some() {
+        // Governed by account claims, which a reload does not change.
+        return notes;
+    }
     let auth = live.authenticator.as_deref().filter(|a| a.required());
     let outcome = match auth {
         None => Ok((None, None)),

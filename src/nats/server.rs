@@ -86,6 +86,9 @@ pub enum NatsError {
     /// Invalid accounts configuration.
     #[error("accounts configuration: {0}")]
     Account(#[from] AccountError),
+    /// Invalid operator (JWT) mode configuration.
+    #[error("operator mode: {0}")]
+    Operator(#[from] super::resolver::ResolverError),
 }
 
 /// The INFO object (field order as nats-server's `Info` struct).
@@ -136,6 +139,9 @@ pub(crate) struct ServerInner {
     pub accounts: Accounts,
     /// The account of in-process clients (`nats.account`, default `$G`).
     pub(crate) local_account: Arc<Account>,
+    /// Operator (JWT) mode: trusted operators and account claims; `None`
+    /// when users come from the config file.
+    pub(crate) operator: Option<Arc<super::resolver::OperatorState>>,
     /// What a reload may change (options, auth, TLS, INFO); see `reload`.
     pub(crate) live: parking_lot::RwLock<Arc<Live>>,
     /// Bumped by each reload; readers refresh their snapshot when it moves.
@@ -441,7 +447,20 @@ impl NatsServer {
     }
 
     async fn launch(opts: NatsOptions, listen: bool) -> Result<NatsServer, NatsError> {
-        let accounts = Accounts::new(&opts.auth)?;
+        let operator = match &opts.auth.operator {
+            Some(c) => Some(Arc::new(super::resolver::OperatorState::load(c)?)),
+            None => None,
+        };
+        let accounts = match &operator {
+            // The accounts (subject spaces, exports, imports) are those of
+            // the account JWTs known at start-up.
+            Some(op) => {
+                let mut auth = opts.auth.clone();
+                auth.accounts = op.account_configs();
+                Accounts::new(&auth)?
+            }
+            None => Accounts::new(&opts.auth)?,
+        };
         if accounts.configured() {
             if opts.cluster.is_some() {
                 return Err(AccountError::WithPeers("cluster").into());
@@ -536,6 +555,7 @@ impl NatsServer {
             addr,
             accounts,
             local_account,
+            operator,
             live: parking_lot::RwLock::new(Arc::new(live)),
             reload_gen: AtomicU64::new(0),
             max_payload: std::sync::atomic::AtomicUsize::new(max_payload),
@@ -568,6 +588,7 @@ impl NatsServer {
             super::ws::spawn(inner.clone(), l);
         }
         super::leaf::spawn(inner.clone(), leaf_listener);
+        super::claims::spawn(&inner)?;
         Ok(NatsServer { inner })
     }
 

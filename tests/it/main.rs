@@ -47,6 +47,7 @@ mod nats_auth;
 mod nats_backpressure;
 mod nats_core;
 mod nats_external;
+mod nats_jwt;
 mod nats_leaf;
 mod nats_raw;
 mod nats_reload;

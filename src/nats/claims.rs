@@ -1,0 +1,147 @@
+//! The system account's claims service in operator mode: account JWTs
+//! pushed on `$SYS.REQ.CLAIMS.UPDATE`, `$SYS.REQ.ACCOUNT.<key>.CLAIMS.UPDATE`
+//! (and the older `$SYS.ACCOUNT.<key>.CLAIMS.UPDATE`) update the resolver
+//! and the live account; `$SYS.REQ.ACCOUNT.<key>.CLAIMS.LOOKUP` answers the
+//! stored JWT or an empty message (`spec/nats-parity.md` §2.6).
+//!
+//! Only clients of the system account can reach these subjects: the
+//! subscriptions live in its subject space. After an update changes a
+//! loaded account, its connected users are re-checked: revoked ones get
+//! `-ERR 'User Authentication Revoked'`, bearer users of an account that
+//! now disallows bearer tokens `Authorization Violation`, and connections
+//! over a lowered `conn` limit (newest first) `maximum account active
+//! connections exceeded`.
+//!
+//! Bounded: each subscription is an in-process queue with the byte limit
+//! and drop policy of internal request subjects (`nats::handle`); a
+//! dropped update is never answered and the pusher retries. Must not: run
+//! when operator mode or the system account is absent.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::client::ClientKind;
+use super::handle::{LocalClient, LocalSubscription};
+use super::resolver::OperatorState;
+use super::server::{NatsError, ServerInner, SERVER_VERSION};
+
+/// The subjects served.
+const SUBJECTS: [&str; 4] = [
+    "$SYS.REQ.CLAIMS.UPDATE",
+    "$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE",
+    "$SYS.ACCOUNT.*.CLAIMS.UPDATE",
+    "$SYS.REQ.ACCOUNT.*.CLAIMS.LOOKUP",
+];
+
+/// Starts the service when operator mode has a system account.
+pub(crate) fn spawn(inner: &Arc<ServerInner>) -> Result<(), NatsError> {
+    let Some(op) = inner.operator.clone() else {
+        return Ok(());
+    };
+    let Some(account) = op
+        .system_account()
+        .and_then(|s| inner.accounts.get(s))
+        .cloned()
+    else {
+        return Ok(());
+    };
+    let client = LocalClient::new_in(inner.clone(), "$SYS claims", account);
+    let seq = Arc::new(AtomicU64::new(0));
+    for s in SUBJECTS {
+        let sub = client.subscribe(s, None)?;
+        tokio::spawn(serve(
+            sub,
+            client.clone(),
+            Arc::downgrade(inner),
+            op.clone(),
+            seq.clone(),
+        ));
+    }
+    Ok(())
+}
+
+async fn serve(
+    mut sub: LocalSubscription,
+    client: LocalClient,
+    inner: std::sync::Weak<ServerInner>,
+    op: Arc<OperatorState>,
+    seq: Arc<AtomicU64>,
+) {
+    while let Some(m) = sub.next().await {
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let subject = String::from_utf8_lossy(&m.subject).into_owned();
+        let tokens: Vec<&str> = subject.split('.').collect();
+        let reply = m
+            .reply
+            .as_ref()
+            .map(|r| String::from_utf8_lossy(r).into_owned());
+        if subject.ends_with(".CLAIMS.LOOKUP") {
+            let key = tokens.get(3).copied().unwrap_or_default();
+            if let Some(r) = reply {
+                let body = op.lookup(key).unwrap_or_default();
+                let _ = client.publish(&r, None, None, Bytes::from(body));
+            }
+            continue;
+        }
+        let key = match tokens.as_slice() {
+            ["$SYS", "REQ", "ACCOUNT", k, "CLAIMS", "UPDATE"] => Some(*k),
+            ["$SYS", "ACCOUNT", k, "CLAIMS", "UPDATE"] => Some(*k),
+            _ => None,
+        };
+        let outcome = op.apply_update(key, &m.payload);
+        match &outcome.result {
+            Ok(msg) => tracing::info!(account = %outcome.account, "claims update: {msg}"),
+            Err((msg, e)) => {
+                tracing::warn!(account = %outcome.account, "claims update: {msg} - {e}")
+            }
+        }
+        if outcome.changed {
+            enforce(&inner, &op, &outcome.account);
+        }
+        if let Some(r) = reply {
+            let server = serde_json::json!({
+                "name": inner.server_name,
+                "host": inner.opts.host,
+                "id": inner.server_id,
+                "ver": SERVER_VERSION,
+                "seq": seq.fetch_add(1, Ordering::Relaxed) + 1,
+                "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+            });
+            let body = super::resolver::update_reply(server, &outcome);
+            let _ = client.publish(&r, None, None, Bytes::from(body.to_string()));
+        }
+    }
+}
+
+/// Re-checks the connected users of `account` after its claims changed.
+fn enforce(inner: &ServerInner, op: &OperatorState, account: &str) {
+    let mut clients: Vec<_> = inner
+        .clients
+        .lock()
+        .values()
+        .filter(|c| c.kind == ClientKind::Tcp && !c.is_closed())
+        .filter(|c| c.account.get().is_some_and(|a| a.name == account))
+        .cloned()
+        .collect();
+    for c in &clients {
+        let jwt = c.auth.lock().as_ref().and_then(|a| a.jwt.clone());
+        if let Some(text) = jwt.and_then(|j| op.recheck_user(account, &j)) {
+            tracing::info!(cid = c.id, %account, "closing client after claims update: {text}");
+            c.close_with_err(Some(text));
+        }
+    }
+    clients.retain(|c| !c.is_closed());
+    if let Some(max) = op.max_connections(account) {
+        if clients.len() > max {
+            // The newest connections (highest ids) go first.
+            clients.sort_by_key(|c| c.id);
+            for c in clients.iter().skip(max) {
+                c.close_with_err(Some("maximum account active connections exceeded"));
+            }
+        }
+    }
+}

@@ -1,0 +1,1000 @@
+//! Operator mode: the trusted operators, the account resolver (MEMORY with
+//! `resolver_preload`, or a `full`/`cache` directory of `<key>.jwt`
+//! files), user-JWT authentication, and account-JWT updates pushed by the
+//! system account (`spec/nats-parity.md` §2.4–2.6).
+//!
+//! [`OperatorState`] is built once at start-up and shared; the account
+//! claims it holds can change at run time (a pushed update replaces an
+//! account's limits, signing keys and revocations at once, under a write
+//! lock held only for the map operation). What does not change at run
+//! time: the accounts' subject spaces and imports/exports (wired into
+//! [`super::account::Accounts`] at start-up from the JWTs known then). An
+//! account pushed at run time that was not known at start-up is stored
+//! (full resolver) but its users are refused until the server restarts.
+//!
+//! Authentication order follows nats-server's (user JWT valid and in its
+//! time window → account known and trusted → issuer is the account or one
+//! of its signing keys → bearer or nonce signature → not revoked →
+//! connection type allowed). Every failure is one typed [`JwtAuthError`];
+//! the client only ever sees `Authorization Violation`.
+//!
+//! Bounded memory: the account map holds at most the stored accounts
+//! (`limit` for a directory resolver, the preload list for MEMORY);
+//! a push beyond `limit` is refused with an error reply. Must not: accept
+//! an account JWT whose issuer is not a trusted operator key, or a user
+//! whose issuer is not its account or one of the account's signing keys.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+
+use super::auth::PermissionSet;
+use super::jwt::{self, AccountClaims, JwtError, SigningKey};
+use crate::config::nats::{
+    AccountConfig, ExportConfig, ExportKind, ImportConfig, OperatorConfig, PermissionRules,
+    Permissions, ResolverConfig, ResponseType, DEFAULT_RESPONSE_THRESHOLD,
+};
+
+/// Errors of setting up operator mode (start-up only).
+#[derive(Debug, thiserror::Error)]
+pub enum ResolverError {
+    /// An operator JWT does not decode or verify.
+    #[error("operator JWT: {0}")]
+    Operator(JwtError),
+    /// Neither an operator JWT nor trusted keys.
+    #[error("operator mode needs at least one operator JWT or trusted key")]
+    NoOperator,
+    /// A trusted key is not an operator public key.
+    #[error("trusted key {0:?} is not an operator public key")]
+    TrustedKey(String),
+    /// `system_account` is not an account public key.
+    #[error("system_account {0:?} is not an account public key")]
+    SystemAccount(String),
+    /// A preloaded account JWT is invalid.
+    #[error("resolver_preload: invalid account JWT for {key}: {reason}")]
+    Preload {
+        /// The map key.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The resolver directory cannot be created or read.
+    #[error("resolver dir {dir:?}: {source}")]
+    Dir {
+        /// The directory.
+        dir: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why a user (or an account update) was refused. The client sees only
+/// `Authorization Violation`; this text goes to the debug log.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum JwtAuthError {
+    /// CONNECT carried no `jwt`.
+    #[error("operator mode: CONNECT without a user JWT")]
+    NoJwt,
+    /// The user JWT is malformed, badly signed, expired or not yet valid.
+    #[error("user JWT: {0}")]
+    Jwt(#[from] JwtError),
+    /// The account is not known to the resolver.
+    #[error("account {0} not found")]
+    UnknownAccount(String),
+    /// The account JWT has expired.
+    #[error("account {0} expired")]
+    AccountExpired(String),
+    /// The user's issuer is neither the account nor one of its signing keys.
+    #[error("user issuer {0} is not the account or one of its signing keys")]
+    Issuer(String),
+    /// A bearer token in an account with `disallow_bearer`.
+    #[error("bearer tokens are not allowed in account {0}")]
+    BearerDisallowed(String),
+    /// No nonce signature, or a wrong one.
+    #[error("nonce signature missing or invalid")]
+    Signature,
+    /// The account revoked this user.
+    #[error("user {0} is revoked")]
+    Revoked(String),
+    /// `allowed_connection_types` excludes this connection.
+    #[error("connection type {0} not allowed")]
+    ConnectionType(&'static str),
+    /// `src`/`times` restrictions, which this server does not enforce, so
+    /// such users are refused rather than let in unrestricted.
+    #[error("user JWT uses {0} restrictions, which are not supported")]
+    Unsupported(&'static str),
+    /// A permission subject of the JWT is invalid.
+    #[error("invalid permission in user JWT: {0}")]
+    Permission(String),
+}
+
+/// One account as the resolver holds it.
+#[derive(Debug, Clone)]
+pub struct AccountEntry {
+    /// The JWT as received (answered to lookups, written to the store).
+    pub jwt: String,
+    pub claims: AccountClaims,
+}
+
+/// An authenticated JWT user.
+#[derive(Debug, Clone)]
+pub struct JwtUser {
+    /// The user's public key.
+    pub user: String,
+    /// The account's public key.
+    pub account: String,
+    /// `None` = no restrictions.
+    pub permissions: Option<Arc<PermissionSet>>,
+    /// Effective limits (user or scope template, lowered by the account);
+    /// `None` = unlimited.
+    pub max_subs: Option<usize>,
+    pub max_payload: Option<usize>,
+    /// Unix seconds when the user JWT expires.
+    pub expires: Option<i64>,
+    /// The user JWT's `iat` (revocations compare against it).
+    pub issued_at: i64,
+}
+
+/// Where account JWTs are kept.
+#[derive(Debug)]
+enum Store {
+    Memory,
+    Dir {
+        full: bool,
+        dir: PathBuf,
+        limit: Option<usize>,
+    },
+}
+
+/// The outcome of a pushed account JWT, for the reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdateOutcome {
+    /// The account key (from the subject or the JWT; empty if neither).
+    pub account: String,
+    /// `Ok(message)` or `Err((message, error))` as nats-server words them.
+    pub result: Result<&'static str, (&'static str, String)>,
+    /// Whether live account claims changed (connected users must be
+    /// re-checked).
+    pub changed: bool,
+}
+
+/// Operator-mode state shared by the server (see the module doc).
+#[derive(Debug)]
+pub struct OperatorState {
+    /// Operator identity keys, their signing keys and `trusted` keys.
+    trusted: HashSet<String>,
+    /// Operator identity keys of operators with strict signing key usage:
+    /// accounts signed by these are refused.
+    strict_identities: HashSet<String>,
+    /// The system account's key, if any.
+    system_account: Option<String>,
+    store: Store,
+    accounts: RwLock<HashMap<String, Arc<AccountEntry>>>,
+}
+
+impl OperatorState {
+    /// Reads the operators and loads the resolver's accounts.
+    pub fn load(cfg: &OperatorConfig) -> Result<OperatorState, ResolverError> {
+        let mut trusted = HashSet::new();
+        let mut strict_identities = HashSet::new();
+        let mut system_account = cfg.system_account.clone();
+        for token in &cfg.operators {
+            let op = jwt::decode_operator(token).map_err(ResolverError::Operator)?;
+            trusted.insert(op.sub.clone());
+            trusted.insert(op.iss.clone());
+            trusted.extend(op.nats.signing_keys.iter().cloned());
+            if op.nats.strict_signing_key_usage {
+                strict_identities.insert(op.sub.clone());
+            }
+            if system_account.is_none() && !op.nats.system_account.is_empty() {
+                system_account = Some(op.nats.system_account.clone());
+            }
+        }
+        for k in &cfg.trusted_keys {
+            if !k.starts_with('O') || nkeys::KeyPair::from_public_key(k).is_err() {
+                return Err(ResolverError::TrustedKey(k.clone()));
+            }
+            trusted.insert(k.clone());
+        }
+        if trusted.is_empty() {
+            return Err(ResolverError::NoOperator);
+        }
+        if let Some(s) = &system_account {
+            if !s.starts_with('A') || nkeys::KeyPair::from_public_key(s).is_err() {
+                return Err(ResolverError::SystemAccount(s.clone()));
+            }
+        }
+        let mut state = OperatorState {
+            trusted,
+            strict_identities,
+            system_account,
+            store: Store::Memory,
+            accounts: RwLock::new(HashMap::new()),
+        };
+        match &cfg.resolver {
+            ResolverConfig::Memory { preload } => state.preload(preload, false)?,
+            ResolverConfig::Dir {
+                full,
+                dir,
+                limit,
+                preload,
+                ..
+            } => {
+                std::fs::create_dir_all(dir).map_err(|source| ResolverError::Dir {
+                    dir: dir.clone(),
+                    source,
+                })?;
+                state.store = Store::Dir {
+                    full: *full,
+                    dir: dir.clone(),
+                    limit: *limit,
+                };
+                state.load_dir(dir)?;
+                state.preload(preload, true)?;
+            }
+        }
+        Ok(state)
+    }
+
+    fn preload(&mut self, preload: &[(String, String)], store: bool) -> Result<(), ResolverError> {
+        for (key, token) in preload {
+            let claims = self
+                .validate_account(token, jwt::unix_now())
+                .map_err(|reason| ResolverError::Preload {
+                    key: key.clone(),
+                    reason,
+                })?;
+            if &claims.sub != key {
+                return Err(ResolverError::Preload {
+                    key: key.clone(),
+                    reason: format!("the JWT is for account {}", claims.sub),
+                });
+            }
+            let have = self.accounts.read().contains_key(key);
+            if have && store {
+                // A stored JWT (possibly a newer push) wins over the preload.
+                continue;
+            }
+            if store {
+                if let Store::Dir { dir, .. } = &self.store {
+                    write_jwt(dir, key, token).map_err(|source| ResolverError::Dir {
+                        dir: dir.clone(),
+                        source,
+                    })?;
+                }
+            }
+            self.accounts.write().insert(
+                key.clone(),
+                Arc::new(AccountEntry {
+                    jwt: token.clone(),
+                    claims,
+                }),
+            );
+        }
+        Ok(())
+    }
+
+    /// Loads `<dir>/<key>.jwt`; files that do not validate are skipped with
+    /// a warning (one bad file must not keep the other accounts out).
+    fn load_dir(&mut self, dir: &Path) -> Result<(), ResolverError> {
+        let rd = std::fs::read_dir(dir).map_err(|source| ResolverError::Dir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+        let now = jwt::unix_now();
+        let mut map = HashMap::new();
+        for ent in rd.flatten() {
+            let path = ent.path();
+            let Some(key) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".jwt"))
+                .map(str::to_string)
+            else {
+                continue;
+            };
+            let token = match std::fs::read_to_string(&path) {
+                Ok(t) => t.trim().to_string(),
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), error = %e, "resolver: cannot read account JWT; skipped");
+                    continue;
+                }
+            };
+            match self.validate_account(&token, now) {
+                Ok(claims) if claims.sub == key => {
+                    map.insert(key, Arc::new(AccountEntry { jwt: token, claims }));
+                }
+                Ok(claims) => {
+                    tracing::warn!(file = %path.display(), account = %claims.sub, "resolver: file name does not match the account; skipped");
+                }
+                Err(reason) => {
+                    tracing::warn!(file = %path.display(), %reason, "resolver: invalid account JWT; skipped");
+                }
+            }
+        }
+        *self.accounts.write() = map;
+        Ok(())
+    }
+
+    /// Decodes an account JWT and checks it is signed by a trusted key
+    /// and within its time window.
+    fn validate_account(&self, token: &str, now: i64) -> Result<AccountClaims, String> {
+        let claims = jwt::decode_account(token).map_err(|e| e.to_string())?;
+        if !self.trusted.contains(&claims.iss) {
+            return Err(format!(
+                "issuer {} is not a trusted operator key",
+                claims.iss
+            ));
+        }
+        if self.strict_identities.contains(&claims.iss) {
+            return Err("operator requires issuer to be a signing key".into());
+        }
+        claims.check_times(now).map_err(|e| e.to_string())?;
+        Ok(claims)
+    }
+
+    /// The system account's key.
+    pub fn system_account(&self) -> Option<&str> {
+        self.system_account.as_deref()
+    }
+
+    /// The account `key` as currently known.
+    pub fn account(&self, key: &str) -> Option<Arc<AccountEntry>> {
+        self.accounts.read().get(key).cloned()
+    }
+
+    /// The account's connection limit (`None` = unlimited).
+    pub fn max_connections(&self, key: &str) -> Option<usize> {
+        let a = self.account(key)?;
+        limit(a.claims.nats.limits.conn)
+    }
+
+    /// The accounts to wire at start-up (their exports and imports), the
+    /// system account included even without a JWT.
+    pub fn account_configs(&self) -> Vec<AccountConfig> {
+        let accounts = self.accounts.read();
+        let mut keys: Vec<&String> = accounts.keys().collect();
+        keys.sort();
+        let exports_of = |key: &str| -> Vec<ExportConfig> {
+            accounts.get(key).map_or_else(Vec::new, |a| {
+                a.claims
+                    .nats
+                    .exports
+                    .iter()
+                    .filter(|e| !e.token_req)
+                    .filter_map(export_config)
+                    .collect()
+            })
+        };
+        let mut out = Vec::new();
+        for key in keys {
+            let a = &accounts[key];
+            let mut imports = Vec::new();
+            for i in &a.claims.nats.imports {
+                let Some(imp) = import_config(i) else {
+                    continue;
+                };
+                // Only imports the exporter's JWT covers with a public
+                // export; others (private exports needing activation
+                // tokens, unknown exporters) are left out, as nats-server
+                // marks them invalid instead of refusing the account.
+                let covered = imp.account != *key
+                    && exports_of(&imp.account).iter().any(|e| {
+                        e.kind == imp.kind && super::subject::is_subset(&imp.subject, &e.subject)
+                    });
+                if covered {
+                    imports.push(imp);
+                } else {
+                    tracing::warn!(account = %key, subject = %i.subject, exporter = %i.account, "operator mode: import not covered by a public export; ignored");
+                }
+            }
+            out.push(AccountConfig {
+                name: key.clone(),
+                exports: exports_of(key),
+                imports,
+            });
+        }
+        if let Some(sys) = &self.system_account {
+            if !out.iter().any(|a| &a.name == sys) {
+                out.push(AccountConfig {
+                    name: sys.clone(),
+                    ..Default::default()
+                });
+            }
+        }
+        out
+    }
+
+    /// Authenticates a CONNECT carrying a user JWT. `sig` is the nonce
+    /// signature (base64url or standard base64), `websocket` the
+    /// connection type, `now` unix seconds.
+    pub fn authenticate(
+        &self,
+        token: &str,
+        sig: Option<&str>,
+        nonce: Option<&str>,
+        websocket: bool,
+        now: i64,
+    ) -> Result<JwtUser, JwtAuthError> {
+        let uc = jwt::decode_user(token)?;
+        uc.check_times(now)?;
+        let account_key = if uc.nats.issuer_account.is_empty() {
+            uc.iss.clone()
+        } else {
+            uc.nats.issuer_account.clone()
+        };
+        let acc = self
+            .account(&account_key)
+            .ok_or_else(|| JwtAuthError::UnknownAccount(account_key.clone()))?;
+        if acc.claims.check_times(now).is_err() {
+            return Err(JwtAuthError::AccountExpired(account_key));
+        }
+        let mut limits = &uc.nats.limits;
+        if uc.iss != account_key {
+            match acc.claims.nats.signing_key(&uc.iss) {
+                None => return Err(JwtAuthError::Issuer(uc.iss.clone())),
+                // A scoped key imposes its template over the user's own.
+                Some(SigningKey::Scoped(s)) => limits = &s.template,
+                Some(SigningKey::Plain(_)) => {}
+            }
+        }
+        if limits.bearer_token {
+            if acc.claims.nats.limits.disallow_bearer {
+                return Err(JwtAuthError::BearerDisallowed(account_key));
+            }
+        } else {
+            let (Some(sig), Some(nonce)) = (sig, nonce) else {
+                return Err(JwtAuthError::Signature);
+            };
+            let raw = super::auth::decode_signature(sig).ok_or(JwtAuthError::Signature)?;
+            let key =
+                nkeys::KeyPair::from_public_key(&uc.sub).map_err(|_| JwtAuthError::Signature)?;
+            key.verify(nonce.as_bytes(), &raw)
+                .map_err(|_| JwtAuthError::Signature)?;
+        }
+        if acc.claims.nats.is_revoked(&uc.sub, uc.iat) {
+            return Err(JwtAuthError::Revoked(uc.sub.clone()));
+        }
+        if !limits.allowed_connection_types.is_empty() {
+            let kind = if websocket { "WEBSOCKET" } else { "STANDARD" };
+            if !limits
+                .allowed_connection_types
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(kind))
+            {
+                return Err(JwtAuthError::ConnectionType(kind));
+            }
+        }
+        if !is_empty_restriction(&limits.src) {
+            return Err(JwtAuthError::Unsupported("src"));
+        }
+        if !is_empty_restriction(&limits.times) {
+            return Err(JwtAuthError::Unsupported("times"));
+        }
+        let (publish, subscribe) = if limits.publish == jwt::Permission::default()
+            && limits.subscribe == jwt::Permission::default()
+        {
+            match &acc.claims.nats.default_permissions {
+                Some(d) => (d.publish.clone(), d.subscribe.clone()),
+                None => (limits.publish.clone(), limits.subscribe.clone()),
+            }
+        } else {
+            (limits.publish.clone(), limits.subscribe.clone())
+        };
+        let permissions =
+            if publish == jwt::Permission::default() && subscribe == jwt::Permission::default() {
+                None
+            } else {
+                let p = Permissions {
+                    publish: PermissionRules {
+                        allow: publish.allow,
+                        deny: publish.deny,
+                    },
+                    subscribe: PermissionRules {
+                        allow: subscribe.allow,
+                        deny: subscribe.deny,
+                    },
+                };
+                Some(Arc::new(
+                    PermissionSet::new(&p).map_err(|e| JwtAuthError::Permission(e.to_string()))?,
+                ))
+            };
+        let al = &acc.claims.nats.limits;
+        Ok(JwtUser {
+            user: uc.sub.clone(),
+            account: account_key,
+            permissions,
+            max_subs: min_limit(limits.subs, al.subs),
+            max_payload: min_limit(limits.payload, al.payload),
+            expires: (uc.exp > 0).then_some(uc.exp),
+            issued_at: uc.iat,
+        })
+    }
+
+    /// Whether a connected user (key, `iat`) must now be disconnected from
+    /// `account`: revoked, or a bearer user where bearer tokens became
+    /// disallowed. `Some(text)` is the `-ERR` to send.
+    pub fn recheck_user(&self, account: &str, user_jwt: &str) -> Option<&'static str> {
+        let acc = self.account(account)?;
+        let Ok(uc) = jwt::decode_user(user_jwt) else {
+            return None;
+        };
+        if acc.claims.nats.is_revoked(&uc.sub, uc.iat) {
+            return Some("User Authentication Revoked");
+        }
+        if uc.nats.limits.bearer_token && acc.claims.nats.limits.disallow_bearer {
+            return Some("Authorization Violation");
+        }
+        None
+    }
+
+    /// Applies an account JWT pushed on a claims-update subject.
+    /// `subject_key` is the account named by the subject
+    /// (`$SYS.REQ.ACCOUNT.<key>.CLAIMS.UPDATE`), `None` for
+    /// `$SYS.REQ.CLAIMS.UPDATE`.
+    pub fn apply_update(&self, subject_key: Option<&str>, body: &[u8]) -> UpdateOutcome {
+        let mut out = UpdateOutcome {
+            account: subject_key.unwrap_or_default().to_string(),
+            result: Ok(""),
+            changed: false,
+        };
+        let token = String::from_utf8_lossy(body).trim().to_string();
+        if token.is_empty() {
+            out.result = Err(("jwt update error", "request body is empty".into()));
+            return out;
+        }
+        let claims = match self.validate_account(&token, jwt::unix_now()) {
+            Ok(c) => c,
+            Err(e) => {
+                out.result = Err(("jwt validation failed", e));
+                return out;
+            }
+        };
+        if let Some(k) = subject_key {
+            if k != claims.sub {
+                out.result = Err((
+                    "jwt update resulted in error",
+                    "subject does not match jwt content".into(),
+                ));
+                return out;
+            }
+        }
+        out.account = claims.sub.clone();
+        let key = claims.sub.clone();
+        let known = self.accounts.read().contains_key(&key);
+        let message = match &self.store {
+            Store::Memory => {
+                if !known {
+                    out.result = Ok("jwt update skipped");
+                    return out;
+                }
+                "jwt updated"
+            }
+            Store::Dir { full, dir, limit } => {
+                if !*full && !known {
+                    out.result = Ok("jwt update cache skipped");
+                    return out;
+                }
+                if !known && limit.is_some_and(|l| self.accounts.read().len() >= l) {
+                    out.result = Err((
+                        "jwt update resulted in error",
+                        "resolver limit of stored accounts reached".into(),
+                    ));
+                    return out;
+                }
+                if let Err(e) = write_jwt(dir, &key, &token) {
+                    out.result = Err(("jwt update resulted in error", e.to_string()));
+                    return out;
+                }
+                if *full {
+                    "jwt updated"
+                } else {
+                    "jwt updated cache"
+                }
+            }
+        };
+        self.accounts
+            .write()
+            .insert(key, Arc::new(AccountEntry { jwt: token, claims }));
+        out.changed = known;
+        out.result = Ok(message);
+        out
+    }
+
+    /// The stored JWT of `key` (lookup requests); `None` = not found.
+    pub fn lookup(&self, key: &str) -> Option<String> {
+        self.account(key).map(|a| a.jwt.clone())
+    }
+}
+
+/// `-1` (or any negative) = unlimited.
+fn limit(v: i64) -> Option<usize> {
+    usize::try_from(v).ok()
+}
+
+/// The tighter of a user and an account limit (`-1` = none), as
+/// nats-server's `minLimit`.
+fn min_limit(user: i64, account: i64) -> Option<usize> {
+    match (limit(user), limit(account)) {
+        (Some(u), Some(a)) => Some(u.min(a)),
+        (u, a) => u.or(a),
+    }
+}
+
+fn is_empty_restriction(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Null => true,
+        serde_json::Value::String(s) => s.trim().is_empty(),
+        serde_json::Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
+fn export_config(e: &jwt::Export) -> Option<ExportConfig> {
+    let kind = match e.kind.as_str() {
+        "stream" => ExportKind::Stream,
+        "service" => ExportKind::Service,
+        _ => return None,
+    };
+    if !super::subject::is_valid_subject(&e.subject) {
+        return None;
+    }
+    let response_type = match e.response_type.as_str() {
+        "Stream" => ResponseType::Stream,
+        "Chunked" => ResponseType::Chunked,
+        _ => ResponseType::Singleton,
+    };
+    let response_threshold = u64::try_from(e.response_threshold)
+        .ok()
+        .filter(|&n| n > 0)
+        .map_or(DEFAULT_RESPONSE_THRESHOLD, Duration::from_nanos);
+    Some(ExportConfig {
+        kind,
+        subject: e.subject.clone(),
+        accounts: Vec::new(),
+        response_type,
+        response_threshold,
+    })
+}
+
+fn import_config(i: &jwt::Import) -> Option<ImportConfig> {
+    if !i.token.is_empty() {
+        return None;
+    }
+    let kind = match i.kind.as_str() {
+        "stream" => ExportKind::Stream,
+        "service" => ExportKind::Service,
+        _ => return None,
+    };
+    let (prefix, to) = match kind {
+        // v2 `local_subject` remaps; the deprecated `to` was a prefix.
+        ExportKind::Stream if !i.local_subject.is_empty() => (None, Some(i.local_subject.clone())),
+        ExportKind::Stream if !i.to.is_empty() => (Some(i.to.clone()), None),
+        ExportKind::Stream => (None, None),
+        ExportKind::Service if !i.local_subject.is_empty() => (None, Some(i.local_subject.clone())),
+        ExportKind::Service if !i.to.is_empty() => (None, Some(i.to.clone())),
+        ExportKind::Service => (None, None),
+    };
+    let valid = super::subject::is_valid_subject(&i.subject)
+        && prefix
+            .as_deref()
+            .is_none_or(super::subject::is_valid_literal_subject)
+        && to.as_deref().is_none_or(super::subject::is_valid_subject);
+    valid.then(|| ImportConfig {
+        kind,
+        account: i.account.clone(),
+        subject: i.subject.clone(),
+        prefix,
+        to,
+    })
+}
+
+/// Writes `<dir>/<key>.jwt` atomically (temporary file, then rename), so a
+/// crash never leaves a half-written account.
+fn write_jwt(dir: &Path, key: &str, token: &str) -> std::io::Result<()> {
+    if !key.starts_with('A') || !key.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not an account key",
+        ));
+    }
+    let tmp = dir.join(format!(".{key}.jwt.tmp"));
+    std::fs::write(&tmp, token)?;
+    std::fs::rename(&tmp, dir.join(format!("{key}.jwt")))
+}
+
+/// The JSON reply to a claims update (nats-server's shape: `data` on
+/// success, `error` with code 500 otherwise), with the server block.
+pub fn update_reply(server: serde_json::Value, o: &UpdateOutcome) -> serde_json::Value {
+    match &o.result {
+        Ok(message) => serde_json::json!({
+            "server": server,
+            "data": {"account": o.account, "code": 200, "message": message},
+        }),
+        Err((message, err)) => serde_json::json!({
+            "server": server,
+            "error": {"account": o.account, "code": 500, "description": format!("{message} - {err}")},
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nats::jwt::{AccountNats, Claims, OperatorNats, UserNats};
+
+    struct Keys {
+        op: nkeys::KeyPair,
+        op_jwt: String,
+        acc: nkeys::KeyPair,
+    }
+
+    fn keys() -> Keys {
+        let op = nkeys::KeyPair::new_operator();
+        let op_jwt = jwt::encode(
+            &Claims {
+                iss: op.public_key(),
+                sub: op.public_key(),
+                nats: OperatorNats {
+                    kind: "operator".into(),
+                    version: 2,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            &op,
+        )
+        .unwrap();
+        Keys {
+            op,
+            op_jwt,
+            acc: nkeys::KeyPair::new_account(),
+        }
+    }
+
+    fn account_jwt(k: &Keys, f: impl FnOnce(&mut AccountNats)) -> String {
+        let mut nats = AccountNats {
+            kind: "account".into(),
+            version: 2,
+            limits: jwt::AccountLimits::default(),
+            ..Default::default()
+        };
+        f(&mut nats);
+        jwt::encode(
+            &Claims {
+                iss: k.op.public_key(),
+                sub: k.acc.public_key(),
+                nats,
+                ..Default::default()
+            },
+            &k.op,
+        )
+        .unwrap()
+    }
+
+    fn user_jwt(
+        signer: &nkeys::KeyPair,
+        user: &nkeys::KeyPair,
+        f: impl FnOnce(&mut UserNats),
+    ) -> String {
+        let mut nats = UserNats {
+            kind: "user".into(),
+            version: 2,
+            ..Default::default()
+        };
+        nats.limits.subs = -1;
+        nats.limits.payload = -1;
+        nats.limits.data = -1;
+        f(&mut nats);
+        jwt::encode(
+            &Claims {
+                iss: signer.public_key(),
+                sub: user.public_key(),
+                iat: jwt::unix_now() - 10,
+                nats,
+                ..Default::default()
+            },
+            signer,
+        )
+        .unwrap()
+    }
+
+    fn state(k: &Keys, acc_jwt: String) -> OperatorState {
+        OperatorState::load(&OperatorConfig {
+            operators: vec![k.op_jwt.clone()],
+            resolver: ResolverConfig::Memory {
+                preload: vec![(k.acc.public_key(), acc_jwt)],
+            },
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    fn sign(user: &nkeys::KeyPair, nonce: &str) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(user.sign(nonce.as_bytes()).unwrap())
+    }
+
+    #[test]
+    fn user_signed_by_account_with_nonce() {
+        let k = keys();
+        let st = state(&k, account_jwt(&k, |_| {}));
+        let user = nkeys::KeyPair::new_user();
+        let tok = user_jwt(&k.acc, &user, |_| {});
+        let now = jwt::unix_now();
+        let u = st
+            .authenticate(&tok, Some(&sign(&user, "abc")), Some("abc"), false, now)
+            .unwrap();
+        assert_eq!(u.account, k.acc.public_key());
+        assert_eq!(u.max_subs, None);
+        // Wrong nonce, no signature, other key: refused.
+        assert_eq!(
+            st.authenticate(&tok, Some(&sign(&user, "abc")), Some("xyz"), false, now)
+                .unwrap_err(),
+            JwtAuthError::Signature
+        );
+        assert_eq!(
+            st.authenticate(&tok, None, Some("abc"), false, now)
+                .unwrap_err(),
+            JwtAuthError::Signature
+        );
+        let other = nkeys::KeyPair::new_user();
+        assert_eq!(
+            st.authenticate(&tok, Some(&sign(&other, "abc")), Some("abc"), false, now)
+                .unwrap_err(),
+            JwtAuthError::Signature
+        );
+    }
+
+    #[test]
+    fn signing_keys_revocations_bearer_limits() {
+        let k = keys();
+        let sk = nkeys::KeyPair::new_account();
+        let revoked = nkeys::KeyPair::new_user();
+        let st = state(
+            &k,
+            account_jwt(&k, |n| {
+                n.signing_keys.push(SigningKey::Plain(sk.public_key()));
+                n.revocations.insert(revoked.public_key(), jwt::unix_now());
+                n.limits.subs = 5;
+                n.limits.disallow_bearer = false;
+            }),
+        );
+        let now = jwt::unix_now();
+        let user = nkeys::KeyPair::new_user();
+        // Signed by the signing key with issuer_account: accepted.
+        let tok = user_jwt(&sk, &user, |n| {
+            n.issuer_account = k.acc.public_key();
+            n.limits.subs = 10;
+            n.limits.bearer_token = true;
+        });
+        let u = st.authenticate(&tok, None, None, false, now).unwrap();
+        assert_eq!(u.max_subs, Some(5));
+        // Signed by the signing key without issuer_account: unknown account.
+        let tok = user_jwt(&sk, &user, |_| {});
+        assert!(matches!(
+            st.authenticate(&tok, None, None, false, now),
+            Err(JwtAuthError::UnknownAccount(_))
+        ));
+        // Signed by a key the account does not list.
+        let stranger = nkeys::KeyPair::new_account();
+        let tok = user_jwt(&stranger, &user, |n| n.issuer_account = k.acc.public_key());
+        assert!(matches!(
+            st.authenticate(&tok, None, None, false, now),
+            Err(JwtAuthError::Issuer(_))
+        ));
+        // Revoked user.
+        let tok = user_jwt(&k.acc, &revoked, |_| {});
+        assert!(matches!(
+            st.authenticate(&tok, Some(&sign(&revoked, "n")), Some("n"), false, now),
+            Err(JwtAuthError::Revoked(_))
+        ));
+        // Connection types.
+        let tok = user_jwt(&k.acc, &user, |n| {
+            n.limits.allowed_connection_types = vec!["WEBSOCKET".into()];
+        });
+        assert!(matches!(
+            st.authenticate(&tok, Some(&sign(&user, "n")), Some("n"), false, now),
+            Err(JwtAuthError::ConnectionType("STANDARD"))
+        ));
+        assert!(st
+            .authenticate(&tok, Some(&sign(&user, "n")), Some("n"), true, now)
+            .is_ok());
+    }
+
+    #[test]
+    fn untrusted_account_and_updates() {
+        let k = keys();
+        let rogue = nkeys::KeyPair::new_operator();
+        let bad = jwt::encode(
+            &Claims {
+                iss: rogue.public_key(),
+                sub: k.acc.public_key(),
+                nats: AccountNats {
+                    kind: "account".into(),
+                    version: 2,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            &rogue,
+        )
+        .unwrap();
+        let err = OperatorState::load(&OperatorConfig {
+            operators: vec![k.op_jwt.clone()],
+            resolver: ResolverConfig::Memory {
+                preload: vec![(k.acc.public_key(), bad.clone())],
+            },
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("not a trusted operator key"),
+            "{err}"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let st = OperatorState::load(&OperatorConfig {
+            operators: vec![k.op_jwt.clone()],
+            resolver: ResolverConfig::Dir {
+                full: true,
+                dir: dir.path().to_path_buf(),
+                allow_delete: false,
+                limit: None,
+                interval: None,
+                preload: Vec::new(),
+            },
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(st.account(&k.acc.public_key()).is_none());
+        let good = account_jwt(&k, |n| n.limits.conn = 1);
+        let o = st.apply_update(None, good.as_bytes());
+        assert_eq!(o.result, Ok("jwt updated"));
+        assert!(!o.changed);
+        assert_eq!(st.max_connections(&k.acc.public_key()), Some(1));
+        assert!(dir
+            .path()
+            .join(format!("{}.jwt", k.acc.public_key()))
+            .exists());
+        let o = st.apply_update(Some("AXXX"), good.as_bytes());
+        assert!(o.result.is_err());
+        let o = st.apply_update(None, bad.as_bytes());
+        assert_eq!(o.result.unwrap_err().0, "jwt validation failed");
+        let o = st.apply_update(None, b"");
+        assert_eq!(o.result.unwrap_err().0, "jwt update error");
+        let newer = account_jwt(&k, |n| n.limits.conn = 3);
+        let o = st.apply_update(Some(&k.acc.public_key()), newer.as_bytes());
+        assert!(o.changed);
+        assert_eq!(st.max_connections(&k.acc.public_key()), Some(3));
+        // A restart reads the stored file.
+        let again = OperatorState::load(&OperatorConfig {
+            operators: vec![k.op_jwt.clone()],
+            resolver: ResolverConfig::Dir {
+                full: true,
+                dir: dir.path().to_path_buf(),
+                allow_delete: false,
+                limit: None,
+                interval: None,
+                preload: Vec::new(),
+            },
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(again.max_connections(&k.acc.public_key()), Some(3));
+    }
+
+    #[test]
+    fn min_limits() {
+        assert_eq!(min_limit(-1, -1), None);
+        assert_eq!(min_limit(-1, 4), Some(4));
+        assert_eq!(min_limit(7, -1), Some(7));
+        assert_eq!(min_limit(7, 4), Some(4));
+        assert_eq!(min_limit(0, -1), Some(0));
+    }
+}
