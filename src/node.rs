@@ -70,7 +70,9 @@ pub struct HttpTls {
 pub struct NodeConfig {
     /// Data directory (`data.dir`).
     pub data_dir: PathBuf,
-    /// gRPC listen host (`listen`).
+    /// gRPC listen host (`listen`). Empty when neither `listen` nor `host`
+    /// is configured: every address of both families (see `bind_grpc`),
+    /// advertised as `localhost`.
     pub listen_host: String,
     /// gRPC listen port (`port`; 0 = any free port).
     pub port: u16,
@@ -124,7 +126,7 @@ impl Default for NodeConfig {
     fn default() -> Self {
         NodeConfig {
             data_dir: PathBuf::from("./data"),
-            listen_host: "0.0.0.0".into(),
+            listen_host: String::new(),
             port: 9292,
             advertise_host: String::new(),
             server_id: String::new(),
@@ -405,7 +407,10 @@ impl NodeConfig {
     /// and `nats.listen` / `http.listen` otherwise.
     pub fn from_liftbridge(c: &LiftbridgeConfig) -> Result<NodeConfig, NodeError> {
         // The loader keeps `listen` and `port` consistent (flags applied).
-        let (listen_host, port) = split_listen(&c.listen, c.port);
+        let (mut listen_host, port) = split_listen(&c.listen, c.port);
+        if c.listen_is_default() {
+            listen_host.clear();
+        }
         let mut nats = match &c.nats.embedded_config {
             Some(path) => {
                 crate::config::nats_conf::load_file(path)
@@ -789,6 +794,51 @@ async fn open_metadata(
     }
 }
 
+/// Binds the gRPC listener. An empty host (no `listen` configured) listens
+/// on every address of both families: `[::]` with `IPV6_V6ONLY` off, so a
+/// client that resolves the advertised `localhost` to `::1` or to
+/// `127.0.0.1` connects either way; where IPv6 is unavailable, `0.0.0.0`.
+/// A configured host is bound as given. Returns the listener and the
+/// address it was asked for (for errors).
+async fn bind_grpc(host: &str, port: u16) -> Result<(tokio::net::TcpListener, String), NodeError> {
+    if host.is_empty() {
+        let any = format!("[::]:{port}");
+        match bind_dual_stack(port) {
+            Ok(l) => return Ok((l, any)),
+            // Taken: IPv4 alone would be taken too.
+            Err(source) if source.kind() == std::io::ErrorKind::AddrInUse => {
+                return Err(NodeError::Bind { addr: any, source })
+            }
+            Err(e) => {
+                tracing::info!(error = %e, "no IPv6 listener ({any}); listening on 0.0.0.0 only")
+            }
+        }
+    }
+    let host = if host.is_empty() { "0.0.0.0" } else { host };
+    let listen = host_port(host, port);
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .map_err(|source| NodeError::Bind {
+            addr: listen.clone(),
+            source,
+        })?;
+    Ok((listener, listen))
+}
+
+/// `[::]:port` accepting IPv4 too (`IPV6_V6ONLY` off, whatever the
+/// system default `net.ipv6.bindv6only` says).
+fn bind_dual_stack(port: u16) -> std::io::Result<tokio::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+    s.set_only_v6(false)?;
+    s.set_reuse_address(true)?;
+    s.set_nonblocking(true)?;
+    let addr = std::net::SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port));
+    s.bind(&addr.into())?;
+    s.listen(1024)?;
+    tokio::net::TcpListener::from_std(s.into())
+}
+
 /// `host:port`, with brackets around an IPv6 host.
 fn host_port(host: &str, port: u16) -> String {
     if host.contains(':') {
@@ -857,13 +907,7 @@ impl Node {
         };
         let nats_addr = nats.client_addr();
 
-        let listen = format!("{}:{}", cfg.listen_host, cfg.port);
-        let listener = tokio::net::TcpListener::bind(&listen)
-            .await
-            .map_err(|source| NodeError::Bind {
-                addr: listen.clone(),
-                source,
-            })?;
+        let (listener, listen) = bind_grpc(&cfg.listen_host, cfg.port).await?;
         let grpc_addr = listener.local_addr().map_err(|source| NodeError::Bind {
             addr: listen.clone(),
             source,

@@ -558,7 +558,10 @@
       const kv = (k, v, testid) => h('div', {}, h('dt', {}, k), h('dd', { testid }, v));
       addrs.replaceChildren(
         kv('gRPC', info.grpc_addr || '—', 'info-grpc'),
-        kv('NATS', info.nats_addr || '—', 'info-nats'),
+        // External NATS mode: the external servers and the connection state.
+        kv('NATS', n.external
+          ? `${info.nats_addr} (external, ${n.external.connected ? 'connected' : 'disconnected'})`
+          : (info.nats_addr || '—'), 'info-nats'),
         kv('HTTP', info.http_addr || '—', 'info-http'),
         kv('Metadata leader', `${info.metadata_leader || '—'}${info.is_metadata_leader ? ' (this node)' : ''}`, 'info-leader'),
         kv('Started', fmtNs(info.start_time_ns)),

@@ -580,13 +580,19 @@ async fn info(ctx: &AdminContext) -> Value {
     let partitions: usize = state.streams.values().map(|s| s.partitions.len()).sum();
     let now = now_ns();
     let pick = |k: &str| varz.get(k).cloned().unwrap_or(json!(0));
+    // External NATS mode: no NATS listener here; the external servers
+    // stand where the listener would, as in the broker entry.
+    let nats_addr = match ctx.nats.external() {
+        Some(b) => b.servers().to_string(),
+        None => ctx.addrs.nats.to_string(),
+    };
     json!({
         "server_id": ctx.meta.node().id,
         "version": env!("CARGO_PKG_VERSION"),
         "start_time_ns": ctx.start_time_ns,
         "uptime_ms": (now - ctx.start_time_ns).max(0) / 1_000_000,
         "grpc_addr": ctx.addrs.grpc.to_string(),
-        "nats_addr": ctx.addrs.nats.to_string(),
+        "nats_addr": nats_addr,
         "http_addr": ctx.addrs.http.to_string(),
         "metadata_leader": ctx.meta.leader_id(),
         "is_metadata_leader": ctx.meta.is_leader(),
@@ -603,6 +609,8 @@ async fn info(ctx: &AdminContext) -> Value {
             "out_bytes": pick("out_bytes"),
             "slow_consumers": pick("slow_consumers"),
             "routes": routes_json(&ctx.nats),
+            // External NATS mode only (else null): `/varz`'s `external`.
+            "external": varz.get("external").cloned().unwrap_or(Value::Null),
         },
     })
 }

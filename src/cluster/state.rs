@@ -262,8 +262,8 @@ pub enum MetaCommand {
         leader_epoch: Option<u64>,
     },
     /// Adds (or updates) a consumer in a group, creating the group with
-    /// `coordinator` when it does not exist. Bumps the group epoch when the
-    /// membership changes.
+    /// `coordinator` at epoch 0 when it does not exist (as Liftbridge).
+    /// Bumps the epoch of an existing group when the membership changes.
     JoinConsumerGroup {
         /// Group id.
         group_id: String,
@@ -347,8 +347,9 @@ pub struct GroupMeta {
     pub id: String,
     /// Server id of the coordinator.
     pub coordinator: String,
-    /// Bumped on every membership or coordinator change; fences stale
-    /// coordinators and assignments.
+    /// 0 for a new group, then set on every membership or coordinator
+    /// change to the Raft index of that change (as Liftbridge; always
+    /// increasing); fences stale coordinators and assignments.
     pub epoch: u64,
     /// Members: consumer id → streams it reads.
     pub members: BTreeMap<String, Vec<String>>,
@@ -551,6 +552,16 @@ impl MetadataState {
         (replicas, leads)
     }
 
+    /// The epoch a change of group `group_id` applied now gives it: the
+    /// Raft index of the change, as Liftbridge sets it (server/fsm.go
+    /// passes the log index to every group change), and at least one more
+    /// than the current epoch (a state applied outside Raft, as in tests,
+    /// has no index).
+    fn next_group_epoch(&self, group_id: &str) -> u64 {
+        let current = self.groups.get(group_id).map_or(0, |g| g.epoch);
+        self.applied_index.max(current + 1)
+    }
+
     /// The group `group_id` at `epoch`, for a move to `coordinator` (a
     /// registered broker): rejected when either is not so.
     fn group_at(
@@ -645,20 +656,31 @@ impl MetadataState {
                         reason: format!("coordinator {coordinator:?} is not a known server"),
                     });
                 }
-                let group = self
-                    .groups
-                    .entry(group_id.clone())
-                    .or_insert_with(|| GroupMeta {
-                        id: group_id.clone(),
-                        coordinator: coordinator.clone(),
-                        ..Default::default()
-                    });
                 let mut wanted = streams.clone();
                 wanted.sort();
                 wanted.dedup();
-                if group.members.get(consumer_id) != Some(&wanted) {
-                    group.members.insert(consumer_id.clone(), wanted);
-                    group.epoch += 1;
+                let next = self.next_group_epoch(group_id);
+                match self.groups.get_mut(group_id) {
+                    // As Liftbridge: a new group starts at epoch 0 with its
+                    // first member (server/metadata.go JoinConsumerGroup:
+                    // "The coordinator epoch for a new group is always 0").
+                    None => {
+                        self.groups.insert(
+                            group_id.clone(),
+                            GroupMeta {
+                                id: group_id.clone(),
+                                coordinator: coordinator.clone(),
+                                members: BTreeMap::from([(consumer_id.clone(), wanted)]),
+                                ..Default::default()
+                            },
+                        );
+                    }
+                    Some(group) => {
+                        if group.members.get(consumer_id) != Some(&wanted) {
+                            group.members.insert(consumer_id.clone(), wanted);
+                            group.epoch = next;
+                        }
+                    }
                 }
                 Ok(())
             }
@@ -667,6 +689,7 @@ impl MetadataState {
                 consumer_id,
                 expired: _,
             } => {
+                let next = self.next_group_epoch(group_id);
                 let group =
                     self.groups
                         .get_mut(group_id)
@@ -679,7 +702,7 @@ impl MetadataState {
                         consumer: consumer_id.clone(),
                     });
                 }
-                group.epoch += 1;
+                group.epoch = next;
                 if group.members.is_empty() {
                     self.groups.remove(group_id);
                 }
@@ -694,6 +717,7 @@ impl MetadataState {
                 at_ms,
                 timeout_ms,
             } => {
+                let next = self.next_group_epoch(group_id);
                 let group = self.group_at(group_id, *epoch, candidate)?;
                 if group.coordinator != *coordinator {
                     return Err(ApplyError::EpochMismatch {
@@ -720,7 +744,7 @@ impl MetadataState {
                 *t = (*t).max(*at_ms);
                 if reports.len() * 2 > group.members.len() {
                     group.coordinator = candidate.clone();
-                    group.epoch += 1;
+                    group.epoch = next;
                     group.coordinator_reports = (group.epoch, BTreeMap::new());
                 }
                 Ok(())
@@ -730,9 +754,10 @@ impl MetadataState {
                 coordinator,
                 epoch,
             } => {
+                let next = self.next_group_epoch(group_id);
                 let group = self.group_at(group_id, *epoch, coordinator)?;
                 group.coordinator = coordinator.clone();
-                group.epoch += 1;
+                group.epoch = next;
                 Ok(())
             }
             MetaCommand::ReplaceBroker { old, new } => {
@@ -1164,13 +1189,14 @@ mod tests {
         assert!(s.group("g").is_none());
         assert_eq!(s.apply(&join("c1", &["a", "b"])), MetaResponse::Ok);
         let g = s.group("g").unwrap();
-        assert_eq!((g.coordinator.as_str(), g.epoch), ("b1", 1));
+        // A new group starts at epoch 0, as Liftbridge's.
+        assert_eq!((g.coordinator.as_str(), g.epoch), ("b1", 0));
         // Rejoining with the same streams changes nothing.
         s.apply(&join("c1", &["b", "a"]));
-        assert_eq!(s.group("g").unwrap().epoch, 1);
+        assert_eq!(s.group("g").unwrap().epoch, 0);
         s.apply(&join("c2", &["a"]));
         let g = s.group("g").unwrap().clone();
-        assert_eq!(g.epoch, 2);
+        assert_eq!(g.epoch, 1);
         let a = g.assignments(&s);
         // Stream a: p0 → c1 (tie, id order), p1 → c2, p2 → c1 (tie again);
         // stream b is read by c1 only.
@@ -1185,14 +1211,14 @@ mod tests {
             epoch,
         };
         assert!(matches!(
-            s.apply(&change(1)),
+            s.apply(&change(0)),
             MetaResponse::Rejected(ApplyError::EpochMismatch {
-                current: 2,
-                requested: 1,
+                current: 1,
+                requested: 0,
                 ..
             })
         ));
-        assert_eq!(s.apply(&change(2)), MetaResponse::Ok);
+        assert_eq!(s.apply(&change(1)), MetaResponse::Ok);
         assert_eq!(s.group("g").unwrap().coordinator, "b2");
         // Coordinator failover needs a majority of the members reporting
         // within the timeout: with two members, both.
@@ -1205,43 +1231,49 @@ mod tests {
             at_ms,
             timeout_ms: 1_000,
         };
-        assert_eq!(s.apply(&report("c1", 3, 10_000)), MetaResponse::Ok);
-        assert_eq!(s.apply(&report("c1", 3, 10_500)), MetaResponse::Ok);
+        assert_eq!(s.apply(&report("c1", 2, 10_000)), MetaResponse::Ok);
+        assert_eq!(s.apply(&report("c1", 2, 10_500)), MetaResponse::Ok);
         assert_eq!(
             (
                 s.group("g").unwrap().coordinator.as_str(),
                 s.group("g").unwrap().epoch
             ),
-            ("b2", 3),
+            ("b2", 2),
             "one member's reports are not a majority"
         );
         assert!(matches!(
-            s.apply(&report("ghost", 3, 10_600)),
+            s.apply(&report("ghost", 2, 10_600)),
             MetaResponse::Rejected(ApplyError::NotMember { .. })
         ));
         assert!(matches!(
-            s.apply(&report("c2", 2, 10_600)),
+            s.apply(&report("c2", 1, 10_600)),
             MetaResponse::Rejected(ApplyError::EpochMismatch { .. })
         ));
         // c1's last report (10.5 s) is too old at 11.6 s: still one.
-        assert_eq!(s.apply(&report("c2", 3, 11_600)), MetaResponse::Ok);
+        assert_eq!(s.apply(&report("c2", 2, 11_600)), MetaResponse::Ok);
         assert_eq!(s.group("g").unwrap().coordinator, "b2");
         // c1 again within c2's window: a majority, the group moves.
-        assert_eq!(s.apply(&report("c1", 3, 12_000)), MetaResponse::Ok);
+        assert_eq!(s.apply(&report("c1", 2, 12_000)), MetaResponse::Ok);
         let g = s.group("g").unwrap();
-        assert_eq!((g.coordinator.as_str(), g.epoch), ("b1", 4));
+        assert_eq!((g.coordinator.as_str(), g.epoch), ("b1", 3));
         assert!(g.coordinator_reports.1.is_empty());
         let back = |epoch| MetaCommand::ChangeGroupCoordinator {
             group_id: "g".into(),
             coordinator: "b2".into(),
             epoch,
         };
-        assert_eq!(s.apply(&back(4)), MetaResponse::Ok);
+        assert_eq!(s.apply(&back(3)), MetaResponse::Ok);
         let leave = |c: &str| MetaCommand::LeaveConsumerGroup {
             group_id: "g".into(),
             consumer_id: c.into(),
             expired: false,
         };
+        // Under Raft a change's epoch is its log index (as Liftbridge's).
+        s.applied_index = 40;
+        assert_eq!(s.apply(&join("c3", &["a"])), MetaResponse::Ok);
+        assert_eq!(s.group("g").unwrap().epoch, 40);
+        assert_eq!(s.apply(&leave("c3")), MetaResponse::Ok);
+        assert_eq!(s.group("g").unwrap().epoch, 41, "at least one more");
         assert_eq!(s.apply(&leave("c1")), MetaResponse::Ok);
         assert!(matches!(
             s.apply(&leave("c1")),

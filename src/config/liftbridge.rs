@@ -835,15 +835,17 @@ impl Default for LiftbridgeConfig {
 /// The one rule for the host a node advertises to clients and peers (in
 /// its broker entry, FetchMetadata and the admin API): `host` when set, else
 /// the listen host unless it is a wildcard (`0.0.0.0`, `::`) or empty, else
-/// `127.0.0.1`. The loopback address rather than `localhost`: `localhost`
-/// may resolve to `::1` first while the listener is IPv4 only.
+/// `localhost`, as Liftbridge (server/config.go `GetConnectionAddress`).
+/// With neither `listen` nor `host` configured the node listens on both
+/// address families (`node::bind_grpc`), so `localhost` reaches it whether
+/// a client resolves it to `::1` or to `127.0.0.1`.
 pub fn advertise_host(host: &str, listen_host: &str) -> String {
     if !host.is_empty() {
         return host.to_string();
     }
     let h = listen_host.trim_start_matches('[').trim_end_matches(']');
     if h.is_empty() || h == "0.0.0.0" || h == "::" {
-        "127.0.0.1".into()
+        "localhost".into()
     } else {
         h.to_string()
     }
@@ -861,6 +863,13 @@ pub enum RaftBootstrap {
 }
 
 impl LiftbridgeConfig {
+    /// Whether the gRPC listener is left to the default: neither `listen`
+    /// nor `host` configured (then it listens on both address families and
+    /// advertises `localhost`).
+    pub fn listen_is_default(&self) -> bool {
+        !self.explicit_keys.contains("listen") && self.host.is_empty()
+    }
+
     /// Host advertised to clients in metadata (`advertise_host`).
     pub fn advertised_host(&self) -> String {
         let listen = split_host_port(&self.listen).map_or("", |(h, _)| h);
@@ -1683,8 +1692,9 @@ mod tests {
         assert_eq!(c.cursors.stream_replication_factor, -1);
         assert_eq!(c.activity.stream_publish_ack_policy, ActivityAckPolicy::All);
         assert!(c.raft_bootstrap());
-        // A wildcard listen address advertises the loopback address.
-        assert_eq!(c.advertised_host(), "127.0.0.1");
+        // A wildcard listen address advertises `localhost`, as Liftbridge.
+        assert_eq!(c.advertised_host(), "localhost");
+        assert!(c.listen_is_default());
         // Loading nothing gives the defaults.
         let loaded = load_with_env(&LiftbridgeFlags::default(), |_| None).unwrap();
         assert_eq!(loaded, c);
@@ -1715,6 +1725,7 @@ mod tests {
         assert_eq!(c.listen, "127.0.0.1:9292");
         assert_eq!(c.port, 9292);
         assert_eq!(c.advertised_host(), "127.0.0.1");
+        assert!(!c.listen_is_default());
         assert_eq!(c.cursors.stream_auto_pause_time, Duration::ZERO);
         assert_eq!(c.cursors.stream_partitions, 1);
     }
@@ -1932,6 +1943,17 @@ mod tests {
         assert_eq!(yaml("listen: \":9001\"\n").unwrap().port, 9001);
         let c = yaml("port: 9100\n").unwrap();
         assert_eq!(c.listen, "0.0.0.0:9100");
+        // Neither listen nor host: both address families, `localhost`.
+        assert!(c.listen_is_default());
+        assert_eq!(c.advertised_host(), "localhost");
+        // A configured wildcard is bound as given (IPv4 only), and a
+        // configured host keeps the listener as it was.
+        let c = yaml("listen: 0.0.0.0:9000\n").unwrap();
+        assert!(!c.listen_is_default());
+        assert_eq!(c.advertised_host(), "localhost");
+        let c = yaml("host: lb.example\n").unwrap();
+        assert!(!c.listen_is_default());
+        assert_eq!(c.advertised_host(), "lb.example");
         let c = yaml("listen: 10.0.0.1:9200\nhost: lb.example\n").unwrap();
         assert_eq!(c.advertised_host(), "lb.example");
         assert_eq!(c.port, 9200);

@@ -161,6 +161,12 @@ struct Outbound {
 /// The bridge of one embedded server to the external system.
 pub struct Bridge {
     label: String,
+    /// The configured server URLs (`nats.servers`).
+    servers: Vec<String>,
+    /// A handle on the connection, for the INFO of the server it is
+    /// connected to (monitoring only); taken on shutdown so the
+    /// connection closes with the pump.
+    client: Mutex<Option<async_nats::Client>>,
     connected: AtomicBool,
     /// Set on the first loss: only a connection after one is a reconnect
     /// (the initial connection's event may arrive late).
@@ -178,9 +184,11 @@ pub struct Bridge {
 }
 
 impl Bridge {
-    fn new(label: String) -> Bridge {
+    fn new(label: String, servers: Vec<String>) -> Bridge {
         Bridge {
             label,
+            servers,
+            client: Mutex::new(None),
             connected: AtomicBool::new(false),
             lost_once: AtomicBool::new(false),
             last_error: Mutex::new(None),
@@ -219,6 +227,60 @@ impl Bridge {
     /// Bytes waiting in the outbound queue.
     pub fn outbound_bytes(&self) -> u64 {
         self.out.lock().bytes
+    }
+
+    /// The configured URL of the server the connection is up to: the one
+    /// whose host and port the server's INFO names (a server listening on
+    /// every interface names only its port). `None` while disconnected, or
+    /// when no configured URL (or more than one) matches — e.g. a server
+    /// the client learned from the cluster's gossip.
+    pub fn connected_url(&self) -> Option<String> {
+        if !self.is_connected() {
+            return None;
+        }
+        let info = self.client.lock().as_ref()?.server_info();
+        let wildcard = matches!(info.host.as_str(), "" | "0.0.0.0" | "::" | "[::]");
+        let mut hits = self.servers.iter().filter(|u| {
+            url_host_port(u).is_some_and(|(h, p)| {
+                p == info.port && (wildcard || h.eq_ignore_ascii_case(&info.host))
+            })
+        });
+        match (hits.next(), hits.next()) {
+            (Some(u), None) => Some(redact(u)),
+            _ => None,
+        }
+    }
+
+    /// The `external` object of `/varz` in external NATS mode: the
+    /// configured servers, the connection's state and the server it is
+    /// connected to, and the bridge's counters.
+    pub fn varz_json(&self) -> serde_json::Value {
+        let info = self
+            .client
+            .lock()
+            .as_ref()
+            .filter(|_| self.is_connected())
+            .map(|c| c.server_info());
+        let s = &self.stats;
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        serde_json::json!({
+            "servers": self.servers.iter().map(|u| redact(u)).collect::<Vec<_>>(),
+            "connected": self.is_connected(),
+            "connected_url": self.connected_url(),
+            "server_id": info.as_ref().map(|i| i.server_id.clone()),
+            "server_name": info.as_ref().map(|i| i.server_name.clone()),
+            "server_version": info.as_ref().map(|i| i.version.clone()),
+            "last_error": self.last_error.lock().clone(),
+            "reconnects": n(&s.reconnects),
+            "in_msgs": n(&s.in_msgs),
+            "in_bytes": n(&s.in_bytes),
+            "out_msgs": n(&s.out_msgs),
+            "out_bytes": n(&s.out_bytes),
+            "slow_consumer_events": n(&s.slow_consumer_events),
+            "dropped": n(&s.out_dropped),
+            "outbound_pending_bytes": self.outbound_bytes(),
+            "outbound_max_bytes": OUTBOUND_MAX_BYTES,
+        })
     }
 
     /// Hook: a local subscription `(subject, queue)` came (`delta` 1) or
@@ -284,9 +346,48 @@ impl Bridge {
     /// Stops the pump and every reader (the connection closes when the
     /// last clone of the client is dropped).
     pub(crate) fn shutdown(&self) {
+        self.client.lock().take();
         self.connected.store(false, Ordering::Release);
         self.cancel.cancel();
         self.wake.notify_one();
+    }
+}
+
+/// `url` with the password of its user info replaced (`nats://u:xxxxx@h`),
+/// as nats-server shows URLs: monitoring never shows a password.
+fn redact(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").map_or(("", url), |(s, r)| (s, r));
+    let prefix = if scheme.is_empty() {
+        String::new()
+    } else {
+        format!("{scheme}://")
+    };
+    match rest.rsplit_once('@') {
+        Some((user, host)) => {
+            let user = user.split_once(':').map_or(user, |(u, _)| u);
+            format!("{prefix}{user}:xxxxx@{host}")
+        }
+        None => url.to_string(),
+    }
+}
+
+/// Host and port of a server URL (`nats://user:pw@host:4222`, `tls://…`,
+/// `host:port`, `host`; port 4222 when absent).
+fn url_host_port(url: &str) -> Option<(&str, u16)> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let rest = rest.split('/').next().unwrap_or(rest);
+    if let Some(v6) = rest.strip_prefix('[') {
+        let (h, after) = v6.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().ok()?,
+            None => 4222,
+        };
+        return Some((h, port));
+    }
+    match rest.rsplit_once(':') {
+        Some((h, p)) => Some((h, p.parse().ok()?)),
+        None => Some((rest, 4222)),
     }
 }
 
@@ -298,7 +399,7 @@ pub(crate) async fn attach(
     server: &Arc<ServerInner>,
     opts: &ExternalNatsOptions,
 ) -> Result<Arc<Bridge>, ExternalError> {
-    let bridge = Arc::new(Bridge::new(opts.label()));
+    let bridge = Arc::new(Bridge::new(opts.label(), opts.servers.clone()));
     let events = Arc::downgrade(&bridge);
     let mut co = async_nats::ConnectOptions::new()
         .no_echo()
@@ -338,6 +439,7 @@ pub(crate) async fn attach(
             servers: opts.label(),
             source,
         })?;
+    *bridge.client.lock() = Some(nc.clone());
     bridge.connected.store(true, Ordering::Release);
     tracing::info!(servers = %bridge.label, "connected to external NATS");
     if server.external.set(bridge.clone()).is_err() {
@@ -676,8 +778,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn server_urls_give_host_and_port() {
+        assert_eq!(url_host_port("nats://a:4223"), Some(("a", 4223)));
+        assert_eq!(url_host_port("nats://u:p@a:4223"), Some(("a", 4223)));
+        assert_eq!(url_host_port("tls://a"), Some(("a", 4222)));
+        assert_eq!(url_host_port("a:1"), Some(("a", 1)));
+        assert_eq!(url_host_port("nats://[::1]:5"), Some(("::1", 5)));
+        assert_eq!(url_host_port("nats://a:x"), None);
+        assert_eq!(redact("nats://u:secret@a:1"), "nats://u:xxxxx@a:1");
+        assert_eq!(redact("u:secret@a:1"), "u:xxxxx@a:1");
+        assert_eq!(redact("nats://a:1"), "nats://a:1");
+    }
+
+    #[test]
+    fn varz_of_a_bridge_that_is_down() {
+        let b = Bridge::new("nats://x:4222".into(), vec!["nats://x:4222".into()]);
+        let v = b.varz_json();
+        assert_eq!(v["servers"], serde_json::json!(["nats://x:4222"]));
+        assert_eq!(v["connected"], false);
+        assert!(v["connected_url"].is_null() && v["server_id"].is_null());
+        assert_eq!(v["outbound_max_bytes"], OUTBOUND_MAX_BYTES);
+    }
+
+    #[test]
     fn interest_is_counted_per_subject_and_queue() {
-        let b = Bridge::new("nats://x:4222".into());
+        let b = Bridge::new("nats://x:4222".into(), vec!["nats://x:4222".into()]);
         b.local_interest("a.b", None, 1);
         b.local_interest("a.b", None, 1);
         b.local_interest("a.b", Some("q"), 1);
@@ -701,7 +826,7 @@ mod tests {
 
     #[test]
     fn outbound_queue_is_bounded_and_drops_are_counted() {
-        let b = Bridge::new("nats://x:4222".into());
+        let b = Bridge::new("nats://x:4222".into(), vec!["nats://x:4222".into()]);
         let subject = Bytes::from_static(b"s");
         // One message larger than the limit is still taken by an empty
         // queue (one reply may be that large), the next is dropped.

@@ -123,7 +123,7 @@ impl NatsServer {
             "lame_duck_duration": o.lame_duck_duration.as_nanos() as u64,
             "lame_duck_grace_period": o.lame_duck_grace_period.as_nanos() as u64,
         });
-        let runtime = json!({
+        let mut runtime = json!({
             "start": rfc3339(i.start),
             "now": rfc3339(now),
             "uptime": uptime(now - i.start),
@@ -156,6 +156,12 @@ impl NatsServer {
             // recorder queues and internal request drops.
             "liftbridge": self.varz_liftbridge(),
         });
+        // External NATS mode: this server has no client listener (`port`
+        // 0) and is only the node's in-process bus; the connection to the
+        // external system is described here.
+        if let (Some(b), Value::Object(m)) = (self.external(), &mut runtime) {
+            m.insert("external".into(), b.varz_json());
+        }
         if let (Value::Object(a), Value::Object(b)) = (&mut v, runtime) {
             a.extend(b);
         }

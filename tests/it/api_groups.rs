@@ -172,7 +172,7 @@ async fn groups_epoch_bumped_when_a_consumed_stream_is_deleted() {
         .await
         .unwrap();
     let g = group_metadata(&c, "reads-a").await;
-    assert_eq!(g.epoch, j.epoch + 1, "the group reading ga moved on");
+    assert!(g.epoch > j.epoch, "the group reading ga moved on");
     assert_eq!(g.coordinator, node.server_id());
     assert_eq!(
         group_metadata(&c, "reads-z").await.epoch,

@@ -520,12 +520,16 @@ async fn api_consumer_groups_join_assign_fence_evict() {
         .into_inner();
     assert_eq!(j1.coordinator, node.server_id());
     assert_eq!(j1.consumer_timeout, 1_000_000_000, "nanoseconds");
+    // As Liftbridge (server/metadata.go JoinConsumerGroup): the join that
+    // creates a group answers epoch 0, and the assignments come at 0.
+    assert_eq!(j1.epoch, 0, "a new group starts at epoch 0");
     let a = c
         .fetch_consumer_group_assignments(fetch("c1", j1.epoch))
         .await
         .unwrap()
         .into_inner();
     assert_eq!(a.assignments[0].partitions, vec![0, 1]);
+    assert_eq!(a.epoch, 0);
 
     let j2 = c
         .join_consumer_group(join("c2"))

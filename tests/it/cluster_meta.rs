@@ -412,7 +412,7 @@ async fn cluster_consumer_groups_through_raft_survive_restart() {
     let md = Metadata::open(dir.path(), node("s1"), true).await.unwrap();
     let st = md.state();
     let g = st.group("g").expect("group survives the restart");
-    assert_eq!((g.coordinator.as_str(), g.epoch), ("s1", 1));
+    assert_eq!((g.coordinator.as_str(), g.epoch), ("s1", 0));
     assert_eq!(g.assignments(&st)["c1"]["a"], vec![0, 1]);
     md.shutdown().await.unwrap();
 }

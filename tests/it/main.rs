@@ -16,6 +16,7 @@ mod api_encryption;
 mod api_flow;
 mod api_groups;
 mod api_lifecycle;
+mod api_localhost;
 mod api_parity;
 mod api_positions;
 mod api_stream_names;

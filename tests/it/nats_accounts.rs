@@ -10,14 +10,13 @@
 //! full node (`liftbridge -c`) whose stream records one account's subject
 //! through `nats.account`.
 
-use std::path::Path;
 use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::free_port;
-use crate::support::procs::{go_nats_server_2_15, Proc};
+use crate::support::procs::{go_nats_server_2_15, spawn_liftbridge, Proc};
 
 /// The accounts used throughout: A exports a stream and a service, B
 /// imports both (anonymous clients land in B through `no_auth_user`), C
@@ -65,9 +64,8 @@ enum Server {
     Go,
 }
 
-/// Starts `server` with `conf` (written to a temp dir) and waits for its
-/// client and monitoring ports.
-async fn start(server: Server, conf: &str, ports: &[u16]) -> Proc {
+/// Starts `server` on `conf` (written to a temp dir), not waiting.
+fn spawn(server: Server, conf: &str) -> Proc {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("accounts.conf");
     std::fs::write(&path, conf).unwrap();
@@ -79,7 +77,13 @@ async fn start(server: Server, conf: &str, ports: &[u16]) -> Proc {
         Server::Go => (go_nats_server_2_15(), Vec::new()),
     };
     args.extend(["-c".to_string(), path.display().to_string()]);
-    let mut p = Proc::spawn(&program, args, dir);
+    Proc::spawn(&program, args, dir)
+}
+
+/// Starts `server` with `conf` and waits for its client and monitoring
+/// ports.
+async fn start(server: Server, conf: &str, ports: &[u16]) -> Proc {
+    let mut p = spawn(server, conf);
     for &port in ports {
         if let Err(e) = p.try_wait_port(port).await {
             panic!("{server:?}: {e}");
@@ -157,6 +161,26 @@ async fn raw_session(port: u16, user: &str, pass: &str, ops: &str) -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
+/// Publishes on `iso.x` in order, each publish processed before the next;
+/// returns the next message of A's and of B's `iso.x` subscriptions (each
+/// must be its own account's: a leak would arrive first).
+async fn isolated(
+    (a_iso, b_iso): (&mut async_nats::Subscriber, &mut async_nats::Subscriber),
+    publishes: [(&async_nats::Client, &str); 2],
+) -> [String; 2] {
+    for (c, payload) in publishes {
+        c.publish("iso.x", payload.to_string().into())
+            .await
+            .unwrap();
+        sync(c).await;
+    }
+    let text = |m: async_nats::Message| String::from_utf8_lossy(&m.payload).into_owned();
+    [
+        text(next(a_iso, "A iso.x").await),
+        text(next(b_iso, "B iso.x").await),
+    ]
+}
+
 /// The behaviour shared by both servers.
 async fn shared_body(server: Server, port: u16, http: u16) {
     let url = format!("nats://127.0.0.1:{port}");
@@ -171,33 +195,17 @@ async fn shared_body(server: Server, port: u16, http: u16) {
     let mut b_iso = b.subscribe("iso.x").await.unwrap();
     sync(&a).await;
     sync(&b).await;
-    a.publish("iso.x", "fromA".into()).await.unwrap();
-    sync(&a).await;
-    b.publish("iso.x", "fromB".into()).await.unwrap();
-    sync(&b).await;
+    let iso = (&mut a_iso, &mut b_iso);
     assert_eq!(
-        next(&mut b_iso, "B iso.x").await.payload,
-        "fromB",
-        "{server:?}"
-    );
-    assert_eq!(
-        next(&mut a_iso, "A iso.x").await.payload,
-        "fromA",
+        isolated(iso, [(&a, "fromA"), (&b, "fromB")]).await,
+        ["fromA", "fromB"],
         "{server:?}"
     );
     // And the other way round.
-    b.publish("iso.x", "fromB2".into()).await.unwrap();
-    sync(&b).await;
-    a.publish("iso.x", "fromA2".into()).await.unwrap();
-    sync(&a).await;
+    let iso = (&mut a_iso, &mut b_iso);
     assert_eq!(
-        next(&mut a_iso, "A iso.x").await.payload,
-        "fromA2",
-        "{server:?}"
-    );
-    assert_eq!(
-        next(&mut b_iso, "B iso.x").await.payload,
-        "fromB2",
+        isolated(iso, [(&b, "fromB2"), (&a, "fromA2")]).await,
+        ["fromA2", "fromB2"],
         "{server:?}"
     );
 
@@ -457,24 +465,9 @@ async fn nats_accounts_go_2_15_same_body() {
 /// Starts `server` on `conf` and returns its combined output once it has
 /// exited (it must refuse the config within 20 s).
 async fn refused(server: Server, conf: &str) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("bad.conf");
-    std::fs::write(&path, conf).unwrap();
-    let (program, mut args) = match server {
-        Server::Ours => (
-            std::path::PathBuf::from(env!("CARGO_BIN_EXE_liftbridge")),
-            vec!["nats-server".to_string()],
-        ),
-        Server::Go => (go_nats_server_2_15(), Vec::new()),
-    };
-    args.extend(["-c".to_string(), path.display().to_string()]);
-    let mut p = Proc::spawn(&program, args, dir);
-    crate::support::wait_until(Duration::from_secs(20), "the server to exit", || {
-        let running = p.is_running();
-        async move { !running }
-    })
-    .await;
-    p.log_text()
+    spawn(server, conf)
+        .exit_log(Duration::from_secs(20), "the server to exit")
+        .await
 }
 
 #[tokio::test]
@@ -564,13 +557,7 @@ async fn nats_accounts_stream_records_the_configured_account() {
         data = dir.path().join("data").display(),
         conf = conf.display(),
     );
-    let cfg = dir.path().join("liftbridge.yaml");
-    std::fs::write(&cfg, &yaml).unwrap();
-    let mut node = Proc::spawn(
-        Path::new(env!("CARGO_BIN_EXE_liftbridge")),
-        vec!["-c".into(), cfg.display().to_string()],
-        tempfile::tempdir().unwrap(),
-    );
+    let mut node = spawn_liftbridge(&yaml, tempfile::tempdir().unwrap());
     for p in [client_port, grpc] {
         node.try_wait_port(p).await.unwrap();
     }
@@ -702,19 +689,9 @@ async fn nats_accounts_stream_records_the_configured_account() {
         &dir.path().join("data").display().to_string(),
         &dir2.path().join("data").display().to_string(),
     );
-    let cfg2 = dir2.path().join("liftbridge.yaml");
-    std::fs::write(&cfg2, yaml2).unwrap();
-    let mut bad = Proc::spawn(
-        Path::new(env!("CARGO_BIN_EXE_liftbridge")),
-        vec!["-c".into(), cfg2.display().to_string()],
-        dir2,
-    );
-    crate::support::wait_until(Duration::from_secs(20), "the bad node to exit", || {
-        let running = bad.is_running();
-        async move { !running }
-    })
-    .await;
-    let log = bad.log_text();
+    let log = spawn_liftbridge(&yaml2, dir2)
+        .exit_log(Duration::from_secs(20), "the bad node to exit")
+        .await;
     assert!(
         log.contains("nats.account") && log.contains("NOPE"),
         "{log}"

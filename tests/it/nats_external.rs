@@ -25,8 +25,8 @@ use liftbridge::api::proto::api_client::ApiClient;
 use liftbridge::wire::envelope;
 use tonic::transport::Channel;
 
-use crate::support::procs::{go_nats_server_2_15, go_nats_server_2_9, Proc};
-use crate::support::{free_port, wait_until};
+use crate::support::free_port;
+use crate::support::procs::{go_nats_server_2_15, go_nats_server_2_9, spawn_liftbridge, Proc};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -94,14 +94,11 @@ fn spawn_node(nats_url: &str, clustering: &str, extra_yaml: &str) -> Node {
          nats:\n  servers:\n    - {nats_url}\n{extra_yaml}",
         data = dir.path().join("data").display(),
     );
-    let cfg = dir.path().join("liftbridge.yaml");
-    std::fs::write(&cfg, yaml).unwrap();
-    let proc = Proc::spawn(
-        Path::new(env!("CARGO_BIN_EXE_liftbridge")),
-        vec!["-c".into(), cfg.display().to_string()],
-        dir,
-    );
-    Node { proc, grpc, http }
+    Node {
+        proc: spawn_liftbridge(&yaml, dir),
+        grpc,
+        http,
+    }
 }
 
 async fn start_node(nats_url: &str, clustering: &str, extra_yaml: &str) -> Node {
@@ -141,6 +138,29 @@ impl Node {
             .unwrap_or(0);
         let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
         (status, body.to_string())
+    }
+
+    /// `GET path` as JSON (status 200).
+    async fn get_json(&self, path: &str) -> serde_json::Value {
+        let (status, body) = self.get(path).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+    }
+
+    /// `/varz`'s `external` object, checked to say connected to `url`
+    /// after `reconnects` reconnections.
+    async fn varz_connected(&self, url: &str, reconnects: u64) -> serde_json::Value {
+        let ext = self.get_json("/varz").await["external"].clone();
+        assert_eq!(
+            (&ext["connected"], &ext["connected_url"], &ext["reconnects"]),
+            (
+                &serde_json::json!(true),
+                &serde_json::json!(url),
+                &serde_json::json!(reconnects)
+            ),
+            "{ext}"
+        );
+        ext
     }
 
     /// Waits until both health endpoints answer `status`; returns the
@@ -314,6 +334,20 @@ async fn recording_through_external(go: PathBuf) {
         node.metric("liftbridge_nats_external_connected").await,
         Some(1.0)
     );
+    // Monitoring names the external system: `/api/v1/info` has its URL
+    // where the NATS listener would be, `/varz` (the in-process bus, no
+    // client port) an `external` section about the connection.
+    let info = node.get_json("/api/v1/info").await;
+    assert_eq!(info["nats_addr"], nats.url());
+    assert_eq!(info["nats"]["external"]["connected"], true);
+    let varz = node.get_json("/varz").await;
+    assert_eq!(varz["port"], 0, "no NATS listener of its own");
+    let ext = node.varz_connected(&nats.url(), 0).await;
+    assert_eq!(ext["servers"], serde_json::json!([nats.url()]));
+    assert!(
+        ext["server_id"].as_str().is_some_and(|s| !s.is_empty()),
+        "{ext}"
+    );
     let mut c = node.client().await;
     create_stream(&mut c, "ext", "ext.rec").await;
     // FetchMetadata lists this node's gRPC address as its broker.
@@ -401,6 +435,9 @@ async fn recording_through_external(go: PathBuf) {
         node.metric("liftbridge_nats_external_connected").await,
         Some(0.0)
     );
+    let ext = node.get_json("/varz").await["external"].clone();
+    assert_eq!(ext["connected"], false, "{ext}");
+    assert!(ext["connected_url"].is_null(), "{ext}");
     // Reads keep being served while disconnected.
     let during = read_until(&mut c, "ext", |g| g.len() as i64 > last_before).await;
     assert!(during.len() as i64 > last_before);
@@ -416,6 +453,7 @@ async fn recording_through_external(go: PathBuf) {
             .await,
         Some(1.0)
     );
+    node.varz_connected(&nats.url(), 1).await;
     let nc = async_nats::connect(nats.url()).await.unwrap();
     enveloped_until_acked(&nc, "ext.rec", "probe-after").await;
     for i in 0..20 {
@@ -465,12 +503,10 @@ async fn credentials(go: PathBuf) {
 
     // A wrong password: the start fails, saying why.
     let mut bad = spawn_node(&nats.url(), SEED, "  user: lb\n  password: wrong\n");
-    wait_until(WAIT, "the node with a wrong password to exit", || {
-        let running = bad.proc.is_running();
-        async move { !running }
-    })
-    .await;
-    let log = bad.proc.log_text();
+    let log = bad
+        .proc
+        .exit_log(WAIT, "the node with a wrong password to exit")
+        .await;
     assert!(
         log.contains(&nats.url()) && log.to_lowercase().contains("authorization"),
         "{log}"
@@ -644,16 +680,10 @@ async fn tls_with_client_certificate_against_go_nats_server_2_9() {
 
     // Only the CA: the server wants a client certificate.
     let mut bad = spawn_node(&nats.url(), SEED, &format!("  tls.ca: {}\n", f("ca.pem")));
-    wait_until(
-        WAIT,
-        "the node without a client certificate to exit",
-        || {
-            let running = bad.proc.is_running();
-            async move { !running }
-        },
-    )
-    .await;
-    let log = bad.proc.log_text();
+    let log = bad
+        .proc
+        .exit_log(WAIT, "the node without a client certificate to exit")
+        .await;
     assert!(
         log.contains(&nats.url()) && log.contains("external NATS"),
         "{log}"

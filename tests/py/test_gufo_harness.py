@@ -7,6 +7,7 @@ loopback ports so tests can run in parallel.
 
 import asyncio
 import os
+import re
 import socket
 import subprocess
 import time
@@ -34,11 +35,16 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 20.0) -> None:
 class Server:
     """A liftbridge process with its gRPC and NATS ports."""
 
-    def __init__(self, tmpdir: str, extra_config: str = "", seed: bool = True, cursors: bool = True) -> None:
+    def __init__(
+        self, tmpdir: str, extra_config: str = "", seed: bool = True, cursors: bool = True, listen: bool = True
+    ) -> None:
         # `seed`: bootstrap a one-node metadata group (gufo's own harness
         # does); cluster members name their peers in `extra_config` instead.
         # `cursors`: gufo's cursors stream settings (one partition).
+        # `listen`: the gRPC listener on 127.0.0.1; without it only `port`
+        # is configured (all interfaces, advertised as `localhost`).
         self.seed = seed
+        self.listen = listen
         self.tmpdir = tmpdir
         self.data = os.path.join(tmpdir, "data")
         self.grpc_port = free_port()
@@ -46,8 +52,8 @@ class Server:
         self.config = os.path.join(tmpdir, ".liftbridge.yml")
         with open(self.config, "w") as f:
             f.write(
-                f"listen: 127.0.0.1:{self.grpc_port}\n"
-                f"nats.listen: 127.0.0.1:{self.nats_port}\n"
+                (f"listen: 127.0.0.1:{self.grpc_port}\n" if listen else f"port: {self.grpc_port}\n")
+                + f"nats.listen: 127.0.0.1:{self.nats_port}\n"
                 "http.listen: 127.0.0.1:0\n"
                 + ("cursors:\n    stream.auto.pause.time: 0\n    stream.partitions: 1\n" if cursors else "")
                 + extra_config
@@ -87,7 +93,8 @@ class Server:
         return self
 
     def _ready_lines(self) -> int:
-        return self.log_text(full=True).count(f"serving gRPC on 127.0.0.1:{self.grpc_port}")
+        host = "127.0.0.1" if self.listen else r"\S+"
+        return len(re.findall(rf"serving gRPC on {host}:{self.grpc_port},", self.log_text(full=True)))
 
     @property
     def grpc(self) -> str:

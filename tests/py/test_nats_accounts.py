@@ -9,16 +9,15 @@ permissions inside an account, and `/connz?auth=1` / `/accountz`.
 """
 
 import asyncio
-import json
 import os
-import socket
 import subprocess
 import tempfile
 import time
-import urllib.request
 
 import nats
 import pytest
+
+from natsproc import free_port, http_json, stop, wait_serving
 
 pytestmark = pytest.mark.asyncio
 
@@ -49,12 +48,6 @@ no_auth_user: b
 """
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     def __init__(self, which):
         if which == "go":
@@ -63,7 +56,7 @@ class Server:
             cmd = [GO]
         else:
             cmd = [OURS, "nats-server"]
-        self.port, self.http = _free_port(), _free_port()
+        self.port, self.http = free_port(), free_port()
         self.dir = tempfile.TemporaryDirectory()
         conf = os.path.join(self.dir.name, "accounts.conf")
         with open(conf, "w") as f:
@@ -71,32 +64,17 @@ class Server:
         self.proc = subprocess.Popen(
             cmd + ["-c", conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            try:
-                self.get("/varz")
-                return
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"{cmd} exited with {self.proc.returncode}")
-                time.sleep(0.05)
-        raise RuntimeError(f"{cmd} did not come up")
+        wait_serving(self.proc, cmd, self.http, 20)
 
     def url(self, user=None, pw=None):
         auth = f"{user}:{pw}@" if user else ""
         return f"nats://{auth}127.0.0.1:{self.port}"
 
     def get(self, path):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.http}{path}", timeout=2) as r:
-            return json.loads(r.read())
+        return http_json(self.http, path)
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop(self.proc, 10)
         self.dir.cleanup()
 
 

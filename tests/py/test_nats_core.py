@@ -6,67 +6,35 @@ reference `nats-server` binary runs the same tests against it instead.
 """
 
 import asyncio
-import json
-import os
 import signal
-import socket
 import subprocess
-import time
-import urllib.request
 
 import nats
 import pytest
 from nats.errors import NoRespondersError
 
+from natsproc import free_port, http_json, server_cmd, stop, wait_serving
+
 pytestmark = pytest.mark.asyncio
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _server_cmd():
-    ref = os.environ.get("NATS_SERVER_BIN")
-    if ref:
-        return [ref]
-    return [os.environ.get("LIFTBRIDGE_BIN", "target/debug/liftbridge"), "nats-server"]
 
 
 class Server:
     def __init__(self):
-        self.port = _free_port()
-        self.http_port = _free_port()
-        cmd = _server_cmd() + ["-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.http_port)]
+        self.port = free_port()
+        self.http_port = free_port()
+        cmd = server_cmd() + ["-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.http_port)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                self.get("/varz")
-                return
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"server exited with {self.proc.returncode}: {cmd}")
-                time.sleep(0.05)
-        raise RuntimeError("server did not come up")
+        wait_serving(self.proc, cmd, self.http_port, 10)
 
     @property
     def url(self):
         return f"nats://127.0.0.1:{self.port}"
 
     def get(self, path):
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}", timeout=2) as r:
-            return json.loads(r.read())
+        return http_json(self.http_port, path)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc)
 
 
 @pytest.fixture

@@ -7,29 +7,16 @@ user is unchanged, while a removed user's connection is closed.
 """
 
 import asyncio
-import os
 import signal
-import socket
 import subprocess
 import time
 
 import nats
 import pytest
 
+from natsproc import free_port, server_cmd, stop
+
 pytestmark = pytest.mark.asyncio
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _server_cmd():
-    ref = os.environ.get("NATS_SERVER_BIN")
-    if ref:
-        return [ref]
-    return [os.environ.get("LIFTBRIDGE_BIN", "target/debug/liftbridge"), "nats-server"]
 
 
 def _conf(port, users):
@@ -39,11 +26,11 @@ def _conf(port, users):
 
 class ConfServer:
     def __init__(self, tmp_path, users):
-        self.port = _free_port()
+        self.port = free_port()
         self.conf = tmp_path / "server.conf"
         self.log = tmp_path / "server.log"
         self.conf.write_text(_conf(self.port, users))
-        cmd = _server_cmd() + ["-a", "127.0.0.1", "-c", str(self.conf), "-l", str(self.log)]
+        cmd = server_cmd() + ["-a", "127.0.0.1", "-c", str(self.conf), "-l", str(self.log)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._wait_log("Server is ready", 1)
 
@@ -68,13 +55,7 @@ class ConfServer:
         return f"nats://127.0.0.1:{self.port}"
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc)
 
 
 async def test_reload_keeps_unaffected_client_and_drops_removed_user(tmp_path):

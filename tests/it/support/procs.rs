@@ -157,6 +157,17 @@ impl Proc {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits until the process has exited (it must within `within`, e.g. a
+    /// server refusing its config) and returns everything it logged.
+    pub async fn exit_log(&mut self, within: Duration, what: &str) -> String {
+        wait_until(within, what, || {
+            let running = self.is_running();
+            async move { !running }
+        })
+        .await;
+        self.log_text()
+    }
+
     /// Waits until 127.0.0.1:`port` accepts connections; an exit of the
     /// process or the deadline passing is an error carrying the log.
     pub async fn try_wait_port(&mut self, port: u16) -> Result<(), String> {
@@ -190,6 +201,18 @@ impl Drop for Proc {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// Writes `yaml` as `liftbridge.yaml` in `dir` and starts the built
+/// `liftbridge -c` on it (not waiting for it to listen).
+pub fn spawn_liftbridge(yaml: &str, dir: tempfile::TempDir) -> Proc {
+    let cfg = dir.path().join("liftbridge.yaml");
+    std::fs::write(&cfg, yaml).expect("write liftbridge.yaml");
+    Proc::spawn(
+        Path::new(env!("CARGO_BIN_EXE_liftbridge")),
+        vec!["-c".into(), cfg.display().to_string()],
+        dir,
+    )
 }
 
 /// Number of distinct peers (`remote_id`) in a `/routez` body.
@@ -397,13 +420,7 @@ impl LiftbridgeNode {
             data = dir.path().join("data").display(),
             routes_key = if routes.is_empty() { "" } else { "    routes:\n" },
         );
-        let cfg = dir.path().join("liftbridge.yaml");
-        std::fs::write(&cfg, yaml).expect("write liftbridge.yaml");
-        let proc = Proc::spawn(
-            Path::new(env!("CARGO_BIN_EXE_liftbridge")),
-            vec!["-c".into(), cfg.display().to_string()],
-            dir,
-        );
+        let proc = spawn_liftbridge(&yaml, dir);
         let mut n = LiftbridgeNode {
             proc,
             grpc_port,

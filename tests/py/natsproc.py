@@ -1,0 +1,59 @@
+"""NATS server processes for the nats-py tests (test_nats_core,
+test_nats_reload, test_nats_accounts): free ports, the server command
+(our binary in nats-server mode, or the reference `$NATS_SERVER_BIN`),
+the monitoring port's JSON, waiting until a server serves, and stopping it.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_cmd():
+    """`$NATS_SERVER_BIN` when set (to check a test against nats-server),
+    else `$LIFTBRIDGE_BIN nats-server` (default target/debug/liftbridge)."""
+    ref = os.environ.get("NATS_SERVER_BIN")
+    if ref:
+        return [ref]
+    return [os.environ.get("LIFTBRIDGE_BIN", "target/debug/liftbridge"), "nats-server"]
+
+
+def http_json(port, path):
+    """GET `path` on the monitoring port 127.0.0.1:`port`, as JSON."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+        return json.loads(r.read())
+
+
+def wait_serving(proc, cmd, http_port, timeout):
+    """Waits until `/varz` answers on `http_port`; the process exiting or
+    the timeout passing raises."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            http_json(http_port, "/varz")
+            return
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{cmd} exited with {proc.returncode}")
+            time.sleep(0.05)
+    raise RuntimeError(f"{cmd} did not come up")
+
+
+def stop(proc, timeout=5):
+    """SIGTERM, then SIGKILL after `timeout` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
