@@ -574,27 +574,29 @@ pub fn decode_operator(token: &str) -> Result<OperatorClaims, JwtError> {
     decode_typed(token)
 }
 
+/// Refuses a claim whose subject is not a public key of the kind its
+/// type needs (nkeys' prefix letter).
+fn subject_kind(sub: &str, prefix: char, kind: &str) -> Result<(), JwtError> {
+    if sub.starts_with(prefix) {
+        Ok(())
+    } else {
+        Err(JwtError::Payload(format!(
+            "subject {sub:?} is not {kind} key"
+        )))
+    }
+}
+
 /// Decodes and verifies an account JWT (signed by some operator key).
 pub fn decode_account(token: &str) -> Result<AccountClaims, JwtError> {
     let c: AccountClaims = decode_typed(token)?;
-    if !c.sub.starts_with('A') {
-        return Err(JwtError::Payload(format!(
-            "subject {:?} is not an account key",
-            c.sub
-        )));
-    }
+    subject_kind(&c.sub, 'A', "an account")?;
     Ok(c)
 }
 
 /// Decodes and verifies a user JWT (signed by some account key).
 pub fn decode_user(token: &str) -> Result<UserClaims, JwtError> {
     let c: UserClaims = decode_typed(token)?;
-    if !c.sub.starts_with('U') {
-        return Err(JwtError::Payload(format!(
-            "subject {:?} is not a user key",
-            c.sub
-        )));
-    }
+    subject_kind(&c.sub, 'U', "a user")?;
     Ok(c)
 }
 

@@ -939,19 +939,22 @@ mod tests {
         );
 
         let dir = tempfile::tempdir().unwrap();
-        let st = OperatorState::load(&OperatorConfig {
-            operators: vec![k.op_jwt.clone()],
-            resolver: ResolverConfig::Dir {
-                full: true,
-                dir: dir.path().to_path_buf(),
-                allow_delete: false,
-                limit: None,
-                interval: None,
-                preload: Vec::new(),
-            },
-            ..Default::default()
-        })
-        .unwrap();
+        let load = || {
+            OperatorState::load(&OperatorConfig {
+                operators: vec![k.op_jwt.clone()],
+                resolver: ResolverConfig::Dir {
+                    full: true,
+                    dir: dir.path().to_path_buf(),
+                    allow_delete: false,
+                    limit: None,
+                    interval: None,
+                    preload: Vec::new(),
+                },
+                ..Default::default()
+            })
+            .unwrap()
+        };
+        let st = load();
         assert!(st.account(&k.acc.public_key()).is_none());
         let good = account_jwt(&k, |n| n.limits.conn = 1);
         let o = st.apply_update(None, good.as_bytes());
@@ -973,19 +976,7 @@ mod tests {
         assert!(o.changed);
         assert_eq!(st.max_connections(&k.acc.public_key()), Some(3));
         // A restart reads the stored file.
-        let again = OperatorState::load(&OperatorConfig {
-            operators: vec![k.op_jwt.clone()],
-            resolver: ResolverConfig::Dir {
-                full: true,
-                dir: dir.path().to_path_buf(),
-                allow_delete: false,
-                limit: None,
-                interval: None,
-                preload: Vec::new(),
-            },
-            ..Default::default()
-        })
-        .unwrap();
+        let again = load();
         assert_eq!(again.max_connections(&k.acc.public_key()), Some(3));
     }
 

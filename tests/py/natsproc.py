@@ -1,7 +1,8 @@
 """NATS server processes for the nats-py tests (test_nats_core,
 test_nats_reload, test_nats_accounts): free ports, the server command
 (our binary in nats-server mode, or the reference `$NATS_SERVER_BIN`),
-the monitoring port's JSON, waiting until a server serves, and stopping it.
+the monitoring port's JSON, waiting until a server serves, and stopping it;
+and the account isolation check the account and JWT tests share.
 """
 
 import json
@@ -57,3 +58,20 @@ def stop(proc, timeout=5):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+async def assert_isolated(a, b, subject="iso.x"):
+    """Clients `a` and `b` (nats-py, in two accounts) both subscribe to
+    `subject`; A publishes, then B. A's message is processed (flush is a
+    PING/PONG in nats-py) before B's, so a leak between the accounts would
+    reach B's subscriber first: each must see its own message first."""
+    sa = await a.subscribe(subject)
+    sb = await b.subscribe(subject)
+    await a.flush()
+    await b.flush()
+    await a.publish(subject, b"fromA")
+    await a.flush()
+    await b.publish(subject, b"fromB")
+    await b.flush()
+    assert (await sb.next_msg(5)).data == b"fromB"
+    assert (await sa.next_msg(5)).data == b"fromA"

@@ -17,7 +17,7 @@ import time
 import nats
 import pytest
 
-from natsproc import free_port, http_json, stop, wait_serving
+from natsproc import assert_isolated, free_port, http_json, stop, wait_serving
 
 pytestmark = pytest.mark.asyncio
 
@@ -111,18 +111,7 @@ async def test_accounts_isolate_import_and_export(srv):
 
     c = await nats.connect(srv.url("c", "cpw"), error_cb=on_err, allow_reconnect=False)
     try:
-        # Isolation: A's message is processed (flush = PING/PONG in
-        # nats-py) before B's, so a leak would reach B's subscriber first.
-        sa = await a.subscribe("iso.x")
-        sb = await b.subscribe("iso.x")
-        await a.flush()
-        await b.flush()
-        await a.publish("iso.x", b"fromA")
-        await a.flush()
-        await b.publish("iso.x", b"fromB")
-        await b.flush()
-        assert (await sb.next_msg(5)).data == b"fromB"
-        assert (await sa.next_msg(5)).data == b"fromA"
+        await assert_isolated(a, b)
 
         # Stream import with a prefix; the anonymous client is in B.
         s1 = await b.subscribe("froma.pub.>")

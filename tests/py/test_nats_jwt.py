@@ -23,6 +23,8 @@ import nats
 import nkeys
 import pytest
 
+from natsproc import assert_isolated, free_port, stop
+
 pytestmark = pytest.mark.asyncio
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -77,12 +79,6 @@ def creds(path, jwt, seed_kp):
     return path
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     def __init__(self, which):
         if which == "go":
@@ -96,7 +92,7 @@ class Server:
         self.a = new_key(nkeys.PREFIX_BYTE_ACCOUNT)
         self.b = new_key(nkeys.PREFIX_BYTE_ACCOUNT)
         op_jwt = encode(claims(self.op, pub(self.op), {"type": "operator"}), self.op)
-        self.port = _free_port()
+        self.port = free_port()
         conf = os.path.join(self.dir.name, "jwt.conf")
         with open(conf, "w") as f:
             f.write(f"listen: 127.0.0.1:{self.port}\noperator: {op_jwt}\nresolver: MEMORY\n"
@@ -123,12 +119,7 @@ class Server:
         return creds(os.path.join(self.dir.name, name + ".creds"), jwt, seed_kp)
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop(self.proc, timeout=10)
         self.dir.cleanup()
 
 
@@ -157,17 +148,7 @@ async def test_creds_users_isolated_and_refusals(srv):
     a = await nats.connect(srv.url(), user_credentials=srv.creds("a", user_jwt(srv.a, ua), ua))
     b = await nats.connect(srv.url(), user_credentials=srv.creds("b", user_jwt(srv.b, ub), ub))
     try:
-        sa = await a.subscribe("iso.x")
-        sb = await b.subscribe("iso.x")
-        await a.flush()
-        await b.flush()
-        await a.publish("iso.x", b"fromA")
-        await a.flush()
-        await b.publish("iso.x", b"fromB")
-        await b.flush()
-        assert (await sa.next_msg(5)).data == b"fromA"
-        # B's first message is its own: accounts are isolated.
-        assert (await sb.next_msg(5)).data == b"fromB"
+        await assert_isolated(a, b)
     finally:
         await a.close()
         await b.close()
