@@ -8,7 +8,11 @@
 # Usage: scripts/load-publishers.sh [SECONDS] [PUBLISHERS]
 # Env: LIMIT (nats.recorder.max.pending; unset: the node's default), AFTER (seconds
 # watched after the load, 30), BIN (binary; default target/release/liftbridge,
-# built when missing).
+# built when missing), CONFIG (more liftbridge.yaml lines, e.g.
+# CONFIG='store.cache.size: 64MB').
+# After the load each line also shows the heap as the allocator sees it (in
+# use, free inside its arenas, blocks mapped on their own): RSS far above
+# in-use + mapped is memory the allocator kept, close to it is live data.
 # Targets: RSS <= 256 MB throughout, <= 2x idle RSS 30 s after the load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +35,7 @@ nats.listen: 127.0.0.1:$nats
 http.listen: 127.0.0.1:$http
 EOF
 [ -z "$limit" ] || echo "nats.recorder.max.pending: $limit" >>"$dir/liftbridge.yaml"
+[ -z "${CONFIG:-}" ] || printf '%s\n' "$CONFIG" >>"$dir/liftbridge.yaml"
 limit=${limit:-default}
 "$bin" --config "$dir/liftbridge.yaml" >"$dir/node.log" 2>&1 &
 node=$!
@@ -55,6 +60,13 @@ recorded() {
   curl -s "http://127.0.0.1:$http/metrics" |
     awk '/^liftbridge_partition_messages_appended_total\{.*stream="load"/ {print $2}' | head -1
 }
+heap() {
+  curl -s "http://127.0.0.1:$http/metrics" | awk '
+    /^liftbridge_allocator_in_use_bytes / {u = $2}
+    /^liftbridge_allocator_free_bytes / {f = $2}
+    /^liftbridge_allocator_mapped_bytes / {m = $2}
+    END {printf "heap in use %.1f MB, free %.1f MB, mapped %.1f MB", u / 1e6, f / 1e6, m / 1e6}'
+}
 backlog() {
   curl -s "http://127.0.0.1:$http/varz" | python3 -c '
 import json, sys
@@ -66,7 +78,8 @@ print("backlog %.1f MB (max %.1f MB)  stalled %.1f s" % (
 }
 
 idle=$(rss_mb)
-echo "idle RSS: $idle MB (recorder queue limit $limit, $pubs publishers, ${secs}s)"
+echo "idle RSS: $idle MB (recorder queue limit $limit, $pubs publishers, ${secs}s; $(heap))"
+[ -z "${CONFIG:-}" ] || echo "config: $CONFIG"
 
 for i in $(seq "$pubs"); do
   python3 - "$nats" "$i" <<'EOF' &
@@ -86,6 +99,7 @@ done
 
 start=$(date +%s)
 prev=$(recorded); prev=${prev:-0}; peak=$idle
+first=$prev
 t=0
 while [ "$t" -lt "$secs" ]; do
   sleep 5; t=$(( $(date +%s) - start ))
@@ -96,17 +110,18 @@ while [ "$t" -lt "$secs" ]; do
 done
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 pids=()
+rate=$(( (${prev%.*} - ${first%.*}) / ($(date +%s) - start) ))
 echo "publishers stopped"
 t=0
 while [ "$t" -lt "$after" ]; do
   sleep 5; t=$((t + 5))
   now=$(recorded); now=${now:-0}
   r=$(rss_mb); peak=$(awk -v a="$peak" -v b="$r" 'BEGIN{print (b>a)?b:a}')
-  echo "after +${t}s  RSS $r MB  recorded $(( (${now%.*} - ${prev%.*}) / 5 )) msgs/s  $(backlog)"
+  echo "after +${t}s  RSS $r MB  recorded $(( (${now%.*} - ${prev%.*}) / 5 )) msgs/s  $(backlog)  $(heap)"
   prev=$now
 done
 final=$(rss_mb)
-echo "summary: idle $idle MB, peak $peak MB (target <= 256), ${after}s after $final MB (target <= 2x idle = $(awk -v a="$idle" 'BEGIN{print 2*a}') MB)"
+echo "summary: idle $idle MB, peak $peak MB (target <= 256), ${after}s after $final MB (target <= 2x idle = $(awk -v a="$idle" 'BEGIN{print 2*a}') MB), $rate msgs/s recorded on average during the load"
 if grep -qi "panic\|error" "$dir/node.log"; then
   echo "node log:"; cat "$dir/node.log"
 fi

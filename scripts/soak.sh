@@ -9,7 +9,8 @@
 #   - every acknowledged message is readable with its value, unless
 #     retention removed it (below the stream's oldest offset) or compaction
 #     superseded it (an older record of the same key);
-#   - every NATS message published is recorded.
+#   - every NATS message published is recorded;
+#   - retention and compaction both removed records (runs of 3 min or more).
 # Load, all at once:
 #   soak-main     gRPC publisher, ack policy all (SOAK_RATE msgs/s, default
 #                 200), and a subscriber following it from the earliest offset;
@@ -210,10 +211,20 @@ def verify(stream, prefixes, keyed=False):
     ok = ok and missing + wrong == 0 and len(acked) > 0
     print(f"  {stream}: {len(acked)} acked, {len(got)} readable, {removed} removed by retention, "
           f"{superseded} superseded by compaction, {missing} missing, {wrong} with another value")
+    return removed, superseded
 print("verdict:")
 verify("soak-main", ["main"])
-verify("soak-ret", ["ret"])
-verify("soak-compact", ["c1", "c2"], keyed=True)
+# The cleaner must have done its work: retention removed the start of
+# soak-ret (past 2 MB or 2 min, so runs of 3 minutes or more), compaction
+# removed superseded records of soak-compact.
+removed, _ = verify("soak-ret", ["ret"])
+if removed == 0:
+    print("  retention removed nothing from soak-ret")
+    ok = False
+_, superseded = verify("soak-compact", ["c1", "c2"], keyed=True)
+if superseded == 0:
+    print("  compaction removed nothing from soak-compact")
+    ok = False
 nats_got = load("soak-nats")
 try:
     sent = int(open(os.path.join(work, "nats-pub.log")).read().split()[-1])

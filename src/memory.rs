@@ -11,8 +11,23 @@
 //! stay level and nothing is trimmed; after a burst ends they jump and the
 //! pages go back within a tick or two.
 //!
-//! Invariants: it only reads allocator statistics and asks the allocator
-//! to release free pages; it never frees or touches live memory, takes no
+//! [`malloc_trim`](trim_now) walks each arena's free chunks but leaves the
+//! free *top* of a thread arena's heap alone; glibc gives that back only
+//! when a `free` leaves more than its trim threshold there, and it raises
+//! that threshold (up to 64 MiB) and the mmap threshold (up to 32 MiB)
+//! each time a large mapped block is freed. After a burst that freed a
+//! few journal frames, a dozen arenas could each keep tens of MiB.
+//! [`start_trimmer`] therefore fixes both thresholds first ([`tune`]):
+//! blocks of [`MMAP_THRESHOLD`] or more get their own mapping, unmapped
+//! when freed, and a heap's free top beyond [`TRIM_THRESHOLD`] is returned
+//! at once. An operator's own setting of either (`GLIBC_TUNABLES`
+//! `glibc.malloc.mmap_threshold` / `trim_threshold`, or
+//! `MALLOC_MMAP_THRESHOLD_` / `MALLOC_TRIM_THRESHOLD_`) is kept, and
+//! `LIFTBRIDGE_MALLOC_TUNING=0` leaves glibc's defaults alone.
+//!
+//! Invariants: it sets the allocator's thresholds once at start-up, then
+//! only reads allocator statistics and asks the allocator to release free
+//! pages; it never frees or touches live memory, takes no
 //! lock of ours, and costs nothing on other allocators or platforms (it is
 //! a no-op outside Linux with glibc).
 
@@ -23,6 +38,15 @@ pub const TICK: Duration = Duration::from_secs(1);
 /// Newly free bytes that make a trim worth its cost (a walk over the
 /// arenas' free chunks, holding each arena's lock briefly).
 pub const TRIM_GROWTH: usize = 2 << 20;
+/// Blocks at least this large are mapped on their own and unmapped when
+/// freed (journal frames, large batches, grown vectors). Below it the
+/// arenas serve: the NATS read chunks (64 KiB) and message buffers stay
+/// cheap to allocate.
+pub const MMAP_THRESHOLD: usize = 1 << 20;
+/// A heap's free top larger than this goes back to the system when a
+/// `free` leaves it there (glibc's default is 128 KiB, raised with the
+/// mmap threshold; fixed here so it is never raised).
+pub const TRIM_THRESHOLD: usize = 4 << 20;
 
 /// Starts the trimming thread once per process; later calls do nothing.
 pub fn start_trimmer() {
@@ -30,6 +54,7 @@ pub fn start_trimmer() {
     STARTED.call_once(|| {
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         {
+            tune();
             let spawned = std::thread::Builder::new()
                 .name("mem-trim".into())
                 .stack_size(64 << 10)
@@ -41,18 +66,83 @@ pub fn start_trimmer() {
     });
 }
 
-/// Bytes free inside the allocator's arenas (glibc), `None` elsewhere.
-pub fn allocator_free_bytes() -> Option<usize> {
+/// Fixes glibc's mmap and trim thresholds (see the module documentation),
+/// unless the operator set them or turned the tuning off.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn tune() {
+    let env = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
+    if env("LIFTBRIDGE_MALLOC_TUNING").as_deref() == Some("0") {
+        return;
+    }
+    let tunables = env("GLIBC_TUNABLES").unwrap_or_default();
+    let set = [
+        (
+            libc::M_MMAP_THRESHOLD,
+            MMAP_THRESHOLD,
+            "glibc.malloc.mmap_threshold",
+            "MALLOC_MMAP_THRESHOLD_",
+        ),
+        (
+            libc::M_TRIM_THRESHOLD,
+            TRIM_THRESHOLD,
+            "glibc.malloc.trim_threshold",
+            "MALLOC_TRIM_THRESHOLD_",
+        ),
+    ];
+    for (param, value, tunable, var) in set {
+        if tunables.contains(tunable) || env(var).is_some() {
+            continue;
+        }
+        let value = libc::c_int::try_from(value).unwrap_or(libc::c_int::MAX);
+        // SAFETY: mallopt only changes the allocator's parameters; both
+        // values are within glibc's accepted range.
+        if unsafe { libc::mallopt(param, value) } != 1 {
+            tracing::warn!(param, value, "mallopt refused an allocator setting");
+        }
+    }
+}
+
+/// What the allocator holds (glibc's `mallinfo2`), for `/metrics`: after a
+/// load, resident memory well above `in_use + mapped` is free memory the
+/// allocator kept; close to it, live data holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocatorStats {
+    /// Bytes in use in the arenas (allocated and not freed).
+    pub in_use: usize,
+    /// Bytes free in the arenas (resident or not).
+    pub free: usize,
+    /// Bytes in blocks mapped on their own (at least the mmap threshold).
+    pub mapped: usize,
+}
+
+/// The allocator's statistics (glibc), `None` elsewhere.
+pub fn allocator_stats() -> Option<AllocatorStats> {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: mallinfo2 only reads the allocator's statistics.
         let mi = unsafe { libc::mallinfo2() };
-        Some(mi.fordblks)
+        Some(AllocatorStats {
+            in_use: mi.uordblks,
+            free: mi.fordblks,
+            mapped: mi.hblkhd,
+        })
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
         None
     }
+}
+
+/// Trims done by the trimming thread since the process started.
+pub fn trims() -> u64 {
+    TRIMS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static TRIMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Bytes free inside the allocator's arenas (glibc), `None` elsewhere.
+pub fn allocator_free_bytes() -> Option<usize> {
+    allocator_stats().map(|a| a.free)
 }
 
 /// Returns whole free pages of every arena to the system now.
@@ -77,6 +167,7 @@ fn trim_loop() {
             floor = free;
         } else if free - floor >= TRIM_GROWTH {
             trim_now();
+            TRIMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             floor = free;
         }
     }
@@ -85,6 +176,53 @@ fn trim_loop() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With the thresholds fixed, a block over [`MMAP_THRESHOLD`] is mapped
+    /// on its own (and unmapped when freed) even after a larger block was
+    /// freed — which, untuned, raises glibc's threshold past it so that it
+    /// would stay in an arena. Runs in a child process of its own: the
+    /// allocator's counters are process-wide and other tests allocate.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn tuned_thresholds_keep_large_blocks_mapped() {
+        const NAME: &str = "memory::tests::tuned_thresholds_keep_large_blocks_mapped";
+        if std::env::var_os("LB_MEMORY_TEST_CHILD").is_none() {
+            let exe = std::env::current_exe().expect("test binary");
+            let out = std::process::Command::new(exe)
+                .args(["--exact", NAME, "--test-threads", "1"])
+                .env("LB_MEMORY_TEST_CHILD", "1")
+                .env_remove("GLIBC_TUNABLES")
+                .env_remove("MALLOC_MMAP_THRESHOLD_")
+                .env_remove("MALLOC_TRIM_THRESHOLD_")
+                .env_remove("LIFTBRIDGE_MALLOC_TUNING")
+                .output()
+                .expect("run the child");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains("1 passed"),
+                "child: {stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
+        tune();
+        let big = std::hint::black_box(vec![1u8; 24 << 20]);
+        drop(big);
+        let stats = || allocator_stats().expect("glibc statistics");
+        let before = stats().mapped;
+        let block = std::hint::black_box(vec![2u8; 2 << 20]);
+        let during = stats().mapped;
+        assert!(
+            during >= before + (2 << 20),
+            "a 2 MiB block is mapped on its own: {before} -> {during}"
+        );
+        drop(block);
+        let after = stats().mapped;
+        assert!(
+            after + (2 << 20) <= during,
+            "and unmapped when freed: {during} -> {after}"
+        );
+    }
 
     /// A freed burst is counted as free by the allocator, and trimming
     /// leaves the allocator working.

@@ -775,7 +775,7 @@ impl Default for LiftbridgeConfig {
             store: StoreConfig {
                 sync: SyncPolicy::Always,
                 sync_interval: Duration::from_millis(100),
-                cache_size: 64 << 20,
+                cache_size: crate::store::DEFAULT_CACHE_BYTES as u64,
             },
             streams: StreamsConfig {
                 retention_max_bytes: 0,

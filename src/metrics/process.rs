@@ -229,6 +229,36 @@ impl Collector for ProcessCollector {
                 p.start_time_seconds,
             )?;
         }
+        if let Some(a) = crate::memory::allocator_stats() {
+            gauge(
+                &mut enc,
+                "liftbridge_allocator_in_use",
+                "Heap bytes allocated and not freed (glibc arenas).",
+                Some(&b),
+                a.in_use as f64,
+            )?;
+            gauge(
+                &mut enc,
+                "liftbridge_allocator_free",
+                "Heap bytes free inside glibc's arenas (resident or already returned).",
+                Some(&b),
+                a.free as f64,
+            )?;
+            gauge(
+                &mut enc,
+                "liftbridge_allocator_mapped",
+                "Bytes of blocks mapped on their own (at least the mmap threshold).",
+                Some(&b),
+                a.mapped as f64,
+            )?;
+            let m = enc.encode_descriptor(
+                "liftbridge_allocator_trims",
+                "Times free heap pages were returned to the system after a load.",
+                None,
+                MetricType::Counter,
+            )?;
+            ConstCounter::new(crate::memory::trims()).encode(m)?;
+        }
         gauge(
             &mut enc,
             "liftbridge_uptime",

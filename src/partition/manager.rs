@@ -82,7 +82,7 @@ impl Default for PartitionDefaults {
             concurrency_control: false,
             max_message_bytes: 1024 * 1024,
             sync: SyncPolicy::Always,
-            cache_bytes: 64 << 20,
+            cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
             namespace: "liftbridge-default".into(),
             min_insync_replicas: 1,
             replica_max_lag_time: Duration::from_secs(15),

@@ -223,6 +223,18 @@ impl IsrState {
     }
 }
 
+/// A drained queue keeps room for this many entries; what a burst grew it
+/// to beyond that goes back to the allocator (a staged flood of small
+/// records left tens of MiB of empty capacity behind).
+const IDLE_CAPACITY: usize = 1024;
+
+/// Gives an empty queue's capacity beyond [`IDLE_CAPACITY`] back.
+fn shrink_when_empty<T>(q: &mut VecDeque<T>) {
+    if q.is_empty() && q.capacity() > IDLE_CAPACITY {
+        q.shrink_to(IDLE_CAPACITY);
+    }
+}
+
 /// Most bytes of records staged for followers before the leader's own
 /// write completed. Past it, batches are not staged: followers get them
 /// from the log once written (slower, nothing lost).
@@ -284,6 +296,7 @@ impl<T: Clone> Staged<T> {
         }
         if self.records.is_empty() {
             self.start = self.next.min(leo.max(self.start));
+            shrink_when_empty(&mut self.records);
         } else {
             self.start = self.records.front().map_or(leo, |(o, _, _)| *o);
         }
@@ -350,7 +363,9 @@ impl<T> WaitingAcks<T> {
     /// Takes every ack below `end`.
     pub fn release(&mut self, end: u64) -> Vec<(u64, T)> {
         let n = self.queue.iter().take_while(|(o, _)| *o < end).count();
-        self.queue.drain(..n).collect()
+        let out = self.queue.drain(..n).collect();
+        shrink_when_empty(&mut self.queue);
+        out
     }
 
     /// Acks waiting.
@@ -506,5 +521,43 @@ mod tests {
         }
         assert_eq!((w.len(), w.dropped()), (MAX_WAITING_ACKS, 2));
         assert_eq!(w.release(3).len(), 1, "0 and 1 were dropped");
+    }
+
+    /// A burst grows the queues; once drained they give the room back,
+    /// keeping a small working capacity.
+    #[test]
+    fn drained_queues_give_back_what_a_burst_grew() {
+        let n = 100_000u64;
+        let mut s: Staged<u64> = Staged::new(0);
+        for o in 0..n {
+            s.queued(1, |f| vec![(f, 1)]);
+            assert_eq!(s.end(), o + 1);
+        }
+        assert!(s.records.capacity() >= n as usize);
+        s.written(n / 2);
+        assert!(s.records.capacity() >= n as usize / 2, "not drained yet");
+        s.written(n);
+        assert_eq!(s.bytes(), 0);
+        assert!(
+            s.records.capacity() <= IDLE_CAPACITY,
+            "{}",
+            s.records.capacity()
+        );
+        assert_eq!(s.queued(1, |f| vec![(f, 1)]), n, "still predicts offsets");
+
+        let n = MAX_WAITING_ACKS as u64;
+        let mut w = WaitingAcks::default();
+        for o in 0..n {
+            w.push(o, ());
+        }
+        assert!(w.queue.capacity() >= n as usize);
+        assert_eq!(w.release(n - 1).len(), n as usize - 1);
+        assert!(w.queue.capacity() >= n as usize, "one still waits");
+        assert_eq!(w.release(n).len(), 1);
+        assert!(
+            w.queue.capacity() <= IDLE_CAPACITY,
+            "{}",
+            w.queue.capacity()
+        );
     }
 }

@@ -238,6 +238,12 @@ impl PartialEq for FirstRecord {
 
 impl Eq for FirstRecord {}
 
+/// Default page cache of one partition's database (`store.cache.size`).
+/// redb keeps every page it wrote in this cache until it is full, so it
+/// is memory a write burst leaves behind for good (see BENCHMARKS.md for
+/// what 8 MiB would save after a flood, and why it is not the default).
+pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
+
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
@@ -245,7 +251,7 @@ impl Default for LogConfig {
             retention: RetentionPolicy::default(),
             compact: false,
             cleaner_interval: Duration::from_secs(300),
-            cache_bytes: 64 << 20,
+            cache_bytes: DEFAULT_CACHE_BYTES,
             observer: Observer::default(),
             first_record: FirstRecord::default(),
         }

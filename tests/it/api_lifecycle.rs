@@ -547,6 +547,8 @@ async fn api_consumer_groups_join_assign_fence_evict() {
         .await
         .unwrap()
         .into_inner();
+    // c2's last sign of life is no earlier than this.
+    let c2_seen_after = std::time::Instant::now();
     let a2 = c
         .fetch_consumer_group_assignments(fetch("c2", j2.epoch))
         .await
@@ -595,20 +597,35 @@ async fn api_consumer_groups_join_assign_fence_evict() {
         proto::consumer_group_metadata::Error::UnknownGroup as i32
     );
 
-    // c2 goes silent: evicted after the consumer timeout; c1 gets everything.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    c.fetch_consumer_group_assignments(fetch("c1", j2.epoch))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let e = c
-        .fetch_consumer_group_assignments(fetch("c1", j2.epoch))
-        .await
-        .unwrap_err();
+    // c2 goes silent: evicted after the consumer timeout, never before it;
+    // c1 keeps fetching (so stays) and then gets everything. Polled: the
+    // eviction is a metadata command, committed when the loaded machine
+    // gets to it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let e = loop {
+        match c
+            .fetch_consumer_group_assignments(fetch("c1", j2.epoch))
+            .await
+        {
+            Ok(_) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "c2 not evicted within 30 s"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => break e,
+        }
+    };
     assert_eq!(
         e.code(),
         Code::FailedPrecondition,
         "epoch moved by the eviction"
+    );
+    assert!(
+        c2_seen_after.elapsed() >= Duration::from_millis(1000),
+        "evicted before its timeout: {:?}",
+        c2_seen_after.elapsed()
     );
     let epoch = c
         .fetch_metadata(proto::FetchMetadataRequest {
