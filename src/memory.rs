@@ -17,13 +17,15 @@
 //! that threshold (up to 64 MiB) and the mmap threshold (up to 32 MiB)
 //! each time a large mapped block is freed. After a burst that freed a
 //! few journal frames, a dozen arenas could each keep tens of MiB.
-//! [`start_trimmer`] therefore fixes both thresholds first ([`tune`]):
-//! blocks of [`MMAP_THRESHOLD`] or more get their own mapping, unmapped
-//! when freed, and a heap's free top beyond [`TRIM_THRESHOLD`] is returned
-//! at once. An operator's own setting of either (`GLIBC_TUNABLES`
+//! With `LIFTBRIDGE_MALLOC_TUNING=1`, [`start_trimmer`] fixes both
+//! thresholds first ([`tune`]): blocks of [`MMAP_THRESHOLD`] or more get
+//! their own mapping, unmapped when freed, and a heap's free top beyond
+//! [`TRIM_THRESHOLD`] is returned at once. It is not the default: the
+//! extra mappings and returns cost 12–24 % of the recording throughput of
+//! plain NATS publishes (measured back to back on one build). An
+//! operator's own setting of either (`GLIBC_TUNABLES`
 //! `glibc.malloc.mmap_threshold` / `trim_threshold`, or
-//! `MALLOC_MMAP_THRESHOLD_` / `MALLOC_TRIM_THRESHOLD_`) is kept, and
-//! `LIFTBRIDGE_MALLOC_TUNING=0` leaves glibc's defaults alone.
+//! `MALLOC_MMAP_THRESHOLD_` / `MALLOC_TRIM_THRESHOLD_`) is kept.
 //!
 //! Invariants: it sets the allocator's thresholds once at start-up, then
 //! only reads allocator statistics and asks the allocator to release free
@@ -66,12 +68,12 @@ pub fn start_trimmer() {
     });
 }
 
-/// Fixes glibc's mmap and trim thresholds (see the module documentation),
-/// unless the operator set them or turned the tuning off.
+/// Fixes glibc's mmap and trim thresholds (see the module documentation)
+/// when `LIFTBRIDGE_MALLOC_TUNING=1`, except those the operator set.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn tune() {
     let env = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
-    if env("LIFTBRIDGE_MALLOC_TUNING").as_deref() == Some("0") {
+    if env("LIFTBRIDGE_MALLOC_TUNING").as_deref() != Some("1") {
         return;
     }
     let tunables = env("GLIBC_TUNABLES").unwrap_or_default();
@@ -194,7 +196,7 @@ mod tests {
                 .env_remove("GLIBC_TUNABLES")
                 .env_remove("MALLOC_MMAP_THRESHOLD_")
                 .env_remove("MALLOC_TRIM_THRESHOLD_")
-                .env_remove("LIFTBRIDGE_MALLOC_TUNING")
+                .env("LIFTBRIDGE_MALLOC_TUNING", "1")
                 .output()
                 .expect("run the child");
             let stdout = String::from_utf8_lossy(&out.stdout);
