@@ -28,6 +28,21 @@ def server_cmd():
     return [os.environ.get("LIFTBRIDGE_BIN", "target/debug/liftbridge"), "nats-server"]
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def ours_or_go(which):
+    """The command of `which` server for tests run against both: "go" is
+    nats-server 2.15.1 from `.venv` (CI installs it from requirements.txt, so
+    missing is a failure), anything else our binary in nats-server mode."""
+    if which == "go":
+        go = os.path.join(ROOT, ".venv", "bin", "nats-server")
+        assert os.path.exists(go), f"{go} missing: run scripts/test.sh"
+        return [go]
+    ours = os.environ.get("LIFTBRIDGE_BIN") or os.path.join(ROOT, "target", "debug", "liftbridge")
+    return [ours, "nats-server"]
+
+
 def http_json(port, path):
     """GET `path` on the monitoring port 127.0.0.1:`port`, as JSON."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:

@@ -17,13 +17,10 @@ import time
 import nats
 import pytest
 
-from natsproc import assert_isolated, free_port, http_json, stop, wait_serving
+from natsproc import assert_isolated, free_port, http_json, ours_or_go, stop, wait_serving
 
 pytestmark = pytest.mark.asyncio
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-OURS = os.environ.get("LIFTBRIDGE_BIN") or os.path.join(ROOT, "target", "debug", "liftbridge")
-GO = os.path.join(ROOT, ".venv", "bin", "nats-server")
 
 CONF = """
 listen: 127.0.0.1:{port}
@@ -50,12 +47,7 @@ no_auth_user: b
 
 class Server:
     def __init__(self, which):
-        if which == "go":
-            # CI installs it from requirements.txt: missing is a failure.
-            assert os.path.exists(GO), f"{GO} missing: run scripts/test.sh"
-            cmd = [GO]
-        else:
-            cmd = [OURS, "nats-server"]
+        cmd = ours_or_go(which)
         self.port, self.http = free_port(), free_port()
         self.dir = tempfile.TemporaryDirectory()
         conf = os.path.join(self.dir.name, "accounts.conf")

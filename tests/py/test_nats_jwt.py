@@ -23,13 +23,10 @@ import nats
 import nkeys
 import pytest
 
-from natsproc import assert_isolated, free_port, stop
+from natsproc import assert_isolated, free_port, ours_or_go, stop
 
 pytestmark = pytest.mark.asyncio
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-OURS = os.environ.get("LIFTBRIDGE_BIN") or os.path.join(ROOT, "target", "debug", "liftbridge")
-GO = os.path.join(ROOT, ".venv", "bin", "nats-server")
 
 
 def b64(data):
@@ -81,12 +78,7 @@ def creds(path, jwt, seed_kp):
 
 class Server:
     def __init__(self, which):
-        if which == "go":
-            # CI installs it from requirements.txt: missing is a failure.
-            assert os.path.exists(GO), f"{GO} missing: run scripts/test.sh"
-            cmd = [GO]
-        else:
-            cmd = [OURS, "nats-server"]
+        cmd = ours_or_go(which)
         self.dir = tempfile.TemporaryDirectory()
         self.op = new_key(nkeys.PREFIX_BYTE_OPERATOR)
         self.a = new_key(nkeys.PREFIX_BYTE_ACCOUNT)
