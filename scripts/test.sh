@@ -11,6 +11,8 @@ root=$(pwd)
 apt_pkgs=(nats-server prometheus)
 # Headless Chromium for the web UI's browser test (tests/ui).
 apt_pkgs+=(chromium)
+# The IANA time zones of JWT users' connect windows (tests/it/nats_jwt.rs).
+apt_pkgs+=(tzdata)
 # Node.js and npm run that test; the machine image normally has them.
 command -v node >/dev/null 2>&1 || apt_pkgs+=(nodejs npm)
 missing=()

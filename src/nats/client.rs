@@ -1743,6 +1743,7 @@ impl Reader {
         co: Box<ConnectOptions>,
     ) -> Flow {
         let websocket = self.client.meta.lock().websocket;
+        let ip = self.client.addr.map(|a| a.ip());
         let now = super::jwt::unix_now();
         let result = match co.jwt.as_deref() {
             Some(jwt) => op.authenticate(
@@ -1750,6 +1751,7 @@ impl Reader {
                 co.sig.as_deref(),
                 self.nonce.as_deref(),
                 websocket,
+                ip,
                 now,
             ),
             None => Err(super::resolver::JwtAuthError::NoJwt),
@@ -1764,7 +1766,14 @@ impl Reader {
         let (user, account) = match account {
             Ok(v) => v,
             Err(e) => {
-                tracing::debug!(cid = self.client.id, error = %e, "authorization violation");
+                use super::resolver::JwtAuthError::{BadSrc, OutsideTimes};
+                if matches!(e, BadSrc(_) | OutsideTimes) {
+                    // nats-server logs these two as errors: the user is
+                    // valid, but not here or not now.
+                    tracing::warn!(cid = self.client.id, error = %e, "authorization violation");
+                } else {
+                    tracing::debug!(cid = self.client.id, error = %e, "authorization violation");
+                }
                 self.server.auth_failures.fetch_add(1, Ordering::Relaxed);
                 self.client.close_with_err(Some("Authorization Violation"));
                 return Flow::Close;

@@ -29,6 +29,7 @@ pub mod monitor;
 pub mod proto;
 pub mod reload;
 pub mod resolver;
+pub mod restrict;
 pub mod route;
 pub mod server;
 pub mod subject;

@@ -33,6 +33,7 @@ use parking_lot::RwLock;
 
 use super::auth::PermissionSet;
 use super::jwt::{self, AccountClaims, JwtError, SigningKey};
+use super::restrict;
 use crate::config::nats::{
     AccountConfig, ExportConfig, ExportKind, ImportConfig, OperatorConfig, PermissionRules,
     Permissions, ResolverConfig, ResponseType, DEFAULT_RESPONSE_THRESHOLD,
@@ -103,10 +104,13 @@ pub enum JwtAuthError {
     /// `allowed_connection_types` excludes this connection.
     #[error("connection type {0} not allowed")]
     ConnectionType(&'static str),
-    /// `src`/`times` restrictions, which this server does not enforce, so
-    /// such users are refused rather than let in unrestricted.
-    #[error("user JWT uses {0} restrictions, which are not supported")]
-    Unsupported(&'static str),
+    /// The client's address is outside the user's `src` networks
+    /// (nats-server logs "Bad src Ip").
+    #[error("bad src IP {}", .0.map_or_else(|| "(unknown)".to_string(), |ip| ip.to_string()))]
+    BadSrc(Option<std::net::IpAddr>),
+    /// Now is outside the user's `times` windows.
+    #[error("outside connect times")]
+    OutsideTimes,
     /// A permission subject of the JWT is invalid.
     #[error("invalid permission in user JWT: {0}")]
     Permission(String),
@@ -411,13 +415,14 @@ impl OperatorState {
 
     /// Authenticates a CONNECT carrying a user JWT. `sig` is the nonce
     /// signature (base64url or standard base64), `websocket` the
-    /// connection type, `now` unix seconds.
+    /// connection type, `ip` the client's address, `now` unix seconds.
     pub fn authenticate(
         &self,
         token: &str,
         sig: Option<&str>,
         nonce: Option<&str>,
         websocket: bool,
+        ip: Option<std::net::IpAddr>,
         now: i64,
     ) -> Result<JwtUser, JwtAuthError> {
         let uc = jwt::decode_user(token)?;
@@ -469,12 +474,18 @@ impl OperatorState {
                 return Err(JwtAuthError::ConnectionType(kind));
             }
         }
-        if !is_empty_restriction(&limits.src) {
-            return Err(JwtAuthError::Unsupported("src"));
+        if !restrict::src_allows(&limits.src, ip) {
+            return Err(JwtAuthError::BadSrc(ip));
         }
-        if !is_empty_restriction(&limits.times) {
-            return Err(JwtAuthError::Unsupported("times"));
-        }
+        let window_end = match restrict::times_window(
+            &limits.times,
+            &limits.times_location,
+            jiff::Timestamp::from_second(now).unwrap_or(jiff::Timestamp::UNIX_EPOCH),
+        ) {
+            restrict::Window::Always => None,
+            restrict::Window::Until(end) => Some(end.as_second()),
+            restrict::Window::Outside => return Err(JwtAuthError::OutsideTimes),
+        };
         let (publish, subscribe) = if limits.publish == jwt::Permission::default()
             && limits.subscribe == jwt::Permission::default()
         {
@@ -510,7 +521,12 @@ impl OperatorState {
             permissions,
             max_subs: min_limit(limits.subs, al.subs),
             max_payload: min_limit(limits.payload, al.payload),
-            expires: (uc.exp > 0).then_some(uc.exp),
+            // Closed at the JWT's expiry or the end of its connect window,
+            // whichever comes first.
+            expires: [(uc.exp > 0).then_some(uc.exp), window_end]
+                .into_iter()
+                .flatten()
+                .min(),
             issued_at: uc.iat,
         })
     }
@@ -622,15 +638,6 @@ fn min_limit(user: i64, account: i64) -> Option<usize> {
     match (limit(user), limit(account)) {
         (Some(u), Some(a)) => Some(u.min(a)),
         (u, a) => u.or(a),
-    }
-}
-
-fn is_empty_restriction(v: &serde_json::Value) -> bool {
-    match v {
-        serde_json::Value::Null => true,
-        serde_json::Value::String(s) => s.trim().is_empty(),
-        serde_json::Value::Array(a) => a.is_empty(),
-        _ => false,
     }
 }
 
@@ -828,25 +835,46 @@ mod tests {
         let tok = user_jwt(&k.acc, &user, |_| {});
         let now = jwt::unix_now();
         let u = st
-            .authenticate(&tok, Some(&sign(&user, "abc")), Some("abc"), false, now)
+            .authenticate(
+                &tok,
+                Some(&sign(&user, "abc")),
+                Some("abc"),
+                false,
+                None,
+                now,
+            )
             .unwrap();
         assert_eq!(u.account, k.acc.public_key());
         assert_eq!(u.max_subs, None);
         // Wrong nonce, no signature, other key: refused.
         assert_eq!(
-            st.authenticate(&tok, Some(&sign(&user, "abc")), Some("xyz"), false, now)
-                .unwrap_err(),
+            st.authenticate(
+                &tok,
+                Some(&sign(&user, "abc")),
+                Some("xyz"),
+                false,
+                None,
+                now
+            )
+            .unwrap_err(),
             JwtAuthError::Signature
         );
         assert_eq!(
-            st.authenticate(&tok, None, Some("abc"), false, now)
+            st.authenticate(&tok, None, Some("abc"), false, None, now)
                 .unwrap_err(),
             JwtAuthError::Signature
         );
         let other = nkeys::KeyPair::new_user();
         assert_eq!(
-            st.authenticate(&tok, Some(&sign(&other, "abc")), Some("abc"), false, now)
-                .unwrap_err(),
+            st.authenticate(
+                &tok,
+                Some(&sign(&other, "abc")),
+                Some("abc"),
+                false,
+                None,
+                now
+            )
+            .unwrap_err(),
             JwtAuthError::Signature
         );
     }
@@ -873,25 +901,32 @@ mod tests {
             n.limits.subs = 10;
             n.limits.bearer_token = true;
         });
-        let u = st.authenticate(&tok, None, None, false, now).unwrap();
+        let u = st.authenticate(&tok, None, None, false, None, now).unwrap();
         assert_eq!(u.max_subs, Some(5));
         // Signed by the signing key without issuer_account: unknown account.
         let tok = user_jwt(&sk, &user, |_| {});
         assert!(matches!(
-            st.authenticate(&tok, None, None, false, now),
+            st.authenticate(&tok, None, None, false, None, now),
             Err(JwtAuthError::UnknownAccount(_))
         ));
         // Signed by a key the account does not list.
         let stranger = nkeys::KeyPair::new_account();
         let tok = user_jwt(&stranger, &user, |n| n.issuer_account = k.acc.public_key());
         assert!(matches!(
-            st.authenticate(&tok, None, None, false, now),
+            st.authenticate(&tok, None, None, false, None, now),
             Err(JwtAuthError::Issuer(_))
         ));
         // Revoked user.
         let tok = user_jwt(&k.acc, &revoked, |_| {});
         assert!(matches!(
-            st.authenticate(&tok, Some(&sign(&revoked, "n")), Some("n"), false, now),
+            st.authenticate(
+                &tok,
+                Some(&sign(&revoked, "n")),
+                Some("n"),
+                false,
+                None,
+                now
+            ),
             Err(JwtAuthError::Revoked(_))
         ));
         // Connection types.
@@ -899,11 +934,11 @@ mod tests {
             n.limits.allowed_connection_types = vec!["WEBSOCKET".into()];
         });
         assert!(matches!(
-            st.authenticate(&tok, Some(&sign(&user, "n")), Some("n"), false, now),
+            st.authenticate(&tok, Some(&sign(&user, "n")), Some("n"), false, None, now),
             Err(JwtAuthError::ConnectionType("STANDARD"))
         ));
         assert!(st
-            .authenticate(&tok, Some(&sign(&user, "n")), Some("n"), true, now)
+            .authenticate(&tok, Some(&sign(&user, "n")), Some("n"), true, None, now)
             .is_ok());
     }
 

@@ -482,6 +482,53 @@ async fn body(server: Server, setup: &Setup, port: u16) {
         "{server:?}: {out:?}"
     );
 
+    // `src`: the client's network must be listed (we dial 127.0.0.1).
+    let local = user_jwt(&s.a.kp, &ua, |c| {
+        c.nats.limits.src = serde_json::json!(["10.0.0.0/8", "127.0.0.0/8", "::1/128"]);
+    });
+    assert_eq!(
+        raw_answer(port, &local, Some(&ua)).await,
+        "PONG",
+        "{server:?}: src allows"
+    );
+    let elsewhere = user_jwt(&s.a.kp, &ua, |c| {
+        c.nats.limits.src = serde_json::json!(["10.0.0.0/8"]);
+    });
+    assert_eq!(
+        raw_answer(port, &elsewhere, Some(&ua)).await,
+        "-ERR 'Authorization Violation'",
+        "{server:?}: src refuses"
+    );
+    // `times`: a window that does not contain now is refused; one that
+    // ends in a few seconds lets the user in and closes it at its end.
+    let clock = |t: i64| {
+        let t = t.rem_euclid(86_400);
+        format!("{:02}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60)
+    };
+    let window = |start: i64, end: i64| {
+        let (start, end) = (clock(start), clock(end));
+        user_jwt(&s.a.kp, &ua, move |c| {
+            c.nats.limits.times = serde_json::json!([{"start": start, "end": end}]);
+            c.nats.limits.times_location = "UTC".into();
+        })
+    };
+    let now = jwt::unix_now();
+    assert_eq!(
+        raw_answer(port, &window(now + 3600, now + 7200), Some(&ua)).await,
+        "-ERR 'Authorization Violation'",
+        "{server:?}: outside connect times"
+    );
+    let mut wc = RawConn::open(port, &window(now - 60, now + 4), Some(&ua)).await;
+    assert!(
+        wc.read_until("PONG", T).await.contains("PONG"),
+        "{server:?}: inside the connect window"
+    );
+    let out = wc.read_until("Expired", Duration::from_secs(15)).await;
+    assert!(
+        out.contains("-ERR 'User Authentication Expired'"),
+        "{server:?}: closed at the window's end: {out:?}"
+    );
+
     // Claims updates from a system-account user.
     let us = nkeys::KeyPair::new_user();
     let sys_creds = s.creds("sys", &user_jwt(&s.sys.kp, &us, |_| {}), &us);
