@@ -6,7 +6,8 @@
 //! different nodes (the service reply routes back to the requester's
 //! node). The same holds when one of our servers is routed with Go
 //! nats-server 2.15.1 or 2.9.10 running the same accounts config, in both
-//! directions.
+//! directions. In operator mode the accounts (preloaded JWTs) travel
+//! under their public keys, and the system account stays local.
 //!
 //! Every server is a real process (`liftbridge nats-server -c`, or Go's
 //! `nats-server -c`) on 127.0.0.1; clients are async-nats. Readiness is
@@ -537,4 +538,176 @@ async fn route_accounts_interop_with_nats_server_2_15() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn route_accounts_interop_with_nats_server_2_9() {
     interop(go_nats_server_2_9()).await;
+}
+
+/// Operator mode: account JWTs preloaded on every node (the same
+/// operator); routes carry each account under its public key.
+struct OperatorSetup {
+    dir: tempfile::TempDir,
+    op: nkeys::KeyPair,
+    a: nkeys::KeyPair,
+    b: nkeys::KeyPair,
+    sys: nkeys::KeyPair,
+}
+
+impl OperatorSetup {
+    fn new() -> OperatorSetup {
+        OperatorSetup {
+            dir: tempfile::tempdir().unwrap(),
+            op: nkeys::KeyPair::new_operator(),
+            a: nkeys::KeyPair::new_account(),
+            b: nkeys::KeyPair::new_account(),
+            sys: nkeys::KeyPair::new_account(),
+        }
+    }
+
+    fn account_jwt(&self, acc: &nkeys::KeyPair) -> String {
+        use liftbridge::nats::jwt::{self, AccountNats, Claims};
+        jwt::encode(
+            &Claims {
+                iss: self.op.public_key(),
+                sub: acc.public_key(),
+                name: "acc".into(),
+                nats: AccountNats {
+                    kind: "account".into(),
+                    version: 2,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            &self.op,
+        )
+        .unwrap()
+    }
+
+    /// A creds file of a new user of `acc`.
+    fn creds(&self, name: &str, acc: &nkeys::KeyPair) -> PathBuf {
+        use liftbridge::nats::jwt::{self, Claims, UserNats};
+        let user = nkeys::KeyPair::new_user();
+        let mut c = Claims {
+            iss: acc.public_key(),
+            sub: user.public_key(),
+            name: name.into(),
+            nats: UserNats {
+                kind: "user".into(),
+                version: 2,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        c.nats.limits.subs = -1;
+        c.nats.limits.data = -1;
+        c.nats.limits.payload = -1;
+        let token = jwt::encode(&c, acc).unwrap();
+        let p = self.dir.path().join(format!("{name}.creds"));
+        std::fs::write(&p, jwt::format_creds(&token, &user.seed().unwrap())).unwrap();
+        p
+    }
+
+    fn conf(&self, name: &str, port: u16, cport: u16, http: u16, seed: Option<u16>) -> String {
+        use liftbridge::nats::jwt::{self, Claims, OperatorNats};
+        let op = jwt::encode(
+            &Claims {
+                iss: self.op.public_key(),
+                sub: self.op.public_key(),
+                name: "op".into(),
+                nats: OperatorNats {
+                    kind: "operator".into(),
+                    version: 2,
+                    system_account: self.sys.public_key(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            &self.op,
+        )
+        .unwrap();
+        let routes = seed.map_or(String::new(), |p| {
+            format!("routes: [\"nats-route://127.0.0.1:{p}\"]")
+        });
+        format!(
+            "server_name: {name}\nlisten: 127.0.0.1:{port}\nhttp: 127.0.0.1:{http}\n\
+             cluster {{ name: jwt, listen: 127.0.0.1:{cport}\n {routes} }}\n\
+             operator: \"{op}\"\nsystem_account: {}\nresolver: MEMORY\n\
+             resolver_preload: {{\n  {}: {}\n  {}: {}\n  {}: {}\n}}\n",
+            self.sys.public_key(),
+            self.a.public_key(),
+            self.account_jwt(&self.a),
+            self.b.public_key(),
+            self.account_jwt(&self.b),
+            self.sys.public_key(),
+            self.account_jwt(&self.sys),
+        )
+    }
+}
+
+async fn start_operator(setup: &OperatorSetup, name: &str, seed: Option<u16>) -> Node {
+    let (port, cport, http) = (free_port(), free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("server.conf");
+    std::fs::write(&path, setup.conf(name, port, cport, http, seed)).unwrap();
+    let args = vec![
+        "nats-server".to_string(),
+        "-c".to_string(),
+        path.display().to_string(),
+    ];
+    let mut proc = Proc::spawn(&PathBuf::from(env!("CARGO_BIN_EXE_liftbridge")), args, dir);
+    for p in [port, cport, http] {
+        if let Err(e) = proc.try_wait_port(p).await {
+            panic!("{name}: {e}");
+        }
+    }
+    Node {
+        _proc: proc,
+        port,
+        cport,
+        http,
+    }
+}
+
+async fn connect_creds(node: &Node, creds: &std::path::Path) -> async_nats::Client {
+    async_nats::ConnectOptions::new()
+        .credentials_file(creds)
+        .await
+        .unwrap()
+        .connect(node.url())
+        .await
+        .unwrap_or_else(|e| panic!("connect with {}: {e}", creds.display()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_accounts_operator_mode_carries_accounts_by_public_key() {
+    let setup = OperatorSetup::new();
+    let n1 = start_operator(&setup, "j1", None).await;
+    let n2 = start_operator(&setup, "j2", Some(n1.cport)).await;
+    wait_routed(&n1, 1).await;
+    wait_routed(&n2, 1).await;
+    let (ca, cb) = (setup.creds("ua", &setup.a), setup.creds("ub", &setup.b));
+    let a1 = connect_creds(&n1, &ca).await;
+    let b1 = connect_creds(&n1, &cb).await;
+    let a2 = connect_creds(&n2, &ca).await;
+    let b2 = connect_creds(&n2, &cb).await;
+    let mut sa = a2.subscribe("x.>").await.unwrap();
+    let mut sb = b2.subscribe("x.>").await.unwrap();
+    sync(&a2).await;
+    sync(&b2).await;
+    wait_interest(&n1, &setup.a.public_key(), "x.>", None, 1).await;
+    wait_interest(&n1, &setup.b.public_key(), "x.>", None, 1).await;
+    publish_n(&a1, "x.a", 10).await;
+    let got = recv_n(&mut sa, 10, "A on n2").await;
+    assert!(got.iter().all(|m| m.subject.as_str() == "x.a"));
+    publish_n(&b1, "x.b", 7).await;
+    let got = recv_n(&mut sb, 7, "B on n2").await;
+    assert!(got.iter().all(|m| m.subject.as_str() == "x.b"));
+    assert_quiet(&mut sa, Duration::from_millis(300), "A: nothing of B").await;
+    assert_quiet(&mut sb, Duration::from_millis(300), "B: nothing of A").await;
+    // The system account's interest stays on its node.
+    let rz = http_json(n1.http, "/routez?subs=detail").await.unwrap();
+    let sys = setup.sys.public_key();
+    let leaked = rz["routes"].as_array().unwrap().iter().any(|r| {
+        r["subscriptions_list_detail"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|s| s["account"] == sys.as_str()))
+    });
+    assert!(!leaked, "system account interest crossed the route: {rz}");
 }
