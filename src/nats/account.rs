@@ -1121,6 +1121,39 @@ mod tests {
     }
 
     #[test]
+    fn subscriptions_under_a_stream_import_ask_the_exporter_over_routes() {
+        let a = acc("A", vec![export(ExportKind::Stream, "pub.>", &[])], vec![]);
+        let mut prefixed = import(ExportKind::Stream, "A", "pub.>");
+        prefixed.prefix = Some("froma".into());
+        let mut mapped = import(ExportKind::Stream, "A", "pub.*.x");
+        mapped.to = Some("mine.*".into());
+        let b = acc("B", vec![], vec![prefixed, mapped]);
+        let auth = AuthConfig {
+            accounts: vec![a, b],
+            ..Default::default()
+        };
+        let accounts = Accounts::new(&auth).unwrap();
+        let ia = accounts.get("A").unwrap().idx;
+        let b = accounts.get("B").unwrap();
+        let want = |v: &[&str]| -> Vec<(usize, String)> {
+            v.iter().map(|s| (ia, s.to_string())).collect()
+        };
+        // Inside the prefixed import: mapped back exactly.
+        assert_eq!(b.import_interest("froma.pub.x"), want(&["pub.x"]));
+        // The import's own pattern, or wider: the whole import.
+        assert_eq!(b.import_interest("froma.pub.>"), want(&["pub.>"]));
+        assert_eq!(b.import_interest(">"), want(&["pub.>", "pub.*.x"]));
+        // Through a `to` rewrite, back to the exporter's subject.
+        assert_eq!(b.import_interest("mine.k"), want(&["pub.k.x"]));
+        // Unrelated subjects ask nothing of A.
+        assert!(b.import_interest("other.x").is_empty());
+        assert!(b.import_interest("pub.x").is_empty());
+        // A exports nothing it answers for: no reply interest; B imports
+        // no service either.
+        assert_eq!(accounts.get("A").unwrap().response_interest(), None);
+    }
+
+    #[test]
     fn users_must_name_configured_accounts() {
         let mut auth = AuthConfig::default();
         auth.users.push(crate::config::nats::User {
