@@ -22,6 +22,19 @@
 //!   arrives; every mapping when its export's threshold (2 min by default)
 //!   passes, or when the requester had no responder at all.
 //!
+//! Across routes (Go's model, so mixed clusters agree): imports are
+//! applied on the node of the subscriber. A subscription in B covered by a
+//! stream import announces interest in the exporter A on the exporter-side
+//! subject ([`Account::import_interest`]); a message published in A
+//! travels the route in A and the receiving node hands it to its own B
+//! subscribers ([`deliver_imports_from`] with `from_peer`). A stream
+//! import's own delivery therefore never leaves the node
+//! ([`Origin::Import`]). A service request travels in the exporter's
+//! account with its `_R_` reply; every account that answers imported
+//! services announces interest in its own `_R_.<prefix>.>`, so a reply
+//! from a responder on another node comes back to the node holding the
+//! mapping.
+//!
 //! One hop only: a message that arrived through an import is not passed
 //! on through the importer's own exports (nats-server allows chains; we do
 //! not build them).
@@ -33,9 +46,7 @@
 //! operations.
 //!
 //! Must not: deliver a message of one account to another without an
-//! import that covers it; route accounts other than `$G` over routes or
-//! leaf connections (the server refuses accounts together with
-//! `cluster`/`leafnodes`).
+//! import that covers it; carry the system account over routes.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -47,7 +58,7 @@ use serde_json::{json, Value};
 
 use super::client::{self, ClientShared, FlushList, MsgRef, Origin, Subscription};
 use super::server::ServerInner;
-use super::subject::{is_subset, is_valid_literal_subject, is_valid_subject, matches};
+use super::subject::{intersects, is_subset, is_valid_literal_subject, is_valid_subject, matches};
 use super::sublist::Sublist;
 use crate::config::nats::{AccountConfig, AuthConfig, ExportKind, ResponseType};
 
@@ -123,7 +134,7 @@ pub enum AccountError {
     #[error("nats.account: account {0:?} is not configured")]
     UnknownLocalAccount(String),
     /// Accounts together with routes or leaf nodes.
-    #[error("accounts are not supported together with {0} (routes and leaf nodes carry only the global account $G); remove the accounts block or the {0} block")]
+    #[error("accounts are not supported together with {0} (leaf nodes carry only the global account $G); remove the accounts block or the {0} block")]
     WithPeers(&'static str),
 }
 
@@ -134,6 +145,8 @@ enum Mapping {
     Identity,
     /// `prefix.` + subject.
     Prefix(String),
+    /// The subject without a leading `prefix.` (the reverse of `Prefix`).
+    Strip(String),
     /// Wildcard-positional rewrite: the tokens matched by the source
     /// pattern's wildcards fill the destination pattern's wildcards, in
     /// order.
@@ -157,6 +170,10 @@ impl Mapping {
         match self {
             Mapping::Identity => subject.to_string(),
             Mapping::Prefix(p) => format!("{p}{subject}"),
+            Mapping::Strip(p) => subject
+                .strip_prefix(p.as_str())
+                .unwrap_or(subject)
+                .to_string(),
             Mapping::Transform { from, to } => {
                 let mut caught: Vec<String> = Vec::new();
                 let mut toks = subject.split('.');
@@ -203,6 +220,20 @@ struct StreamOut {
     target: usize,
     /// Exporter subject → importer subject.
     map: Mapping,
+}
+
+/// A stream this account imports (kept on the importer too, for the
+/// interest its subscriptions announce in the exporter over routes).
+#[derive(Debug)]
+struct StreamIn {
+    /// Index of the exporting account.
+    exporter: usize,
+    /// The exporter-side subject pattern imported.
+    from: String,
+    /// The local subject pattern it arrives on.
+    local: String,
+    /// Local subject → exporter subject.
+    back: Mapping,
 }
 
 /// A service this account imports.
@@ -307,7 +338,11 @@ pub struct Account {
     /// The configuration (exports and imports), for `/accountz`.
     config: AccountConfig,
     streams_out: Vec<StreamOut>,
+    streams_in: Vec<StreamIn>,
     services_in: Vec<ServiceIn>,
+    /// Another account imports a service of this one (its replies may
+    /// come back over routes).
+    serves_imports: bool,
     /// `_R_.<6 base62>.`: this account's reply prefix for service requests
     /// it answers.
     resp_prefix: String,
@@ -328,7 +363,9 @@ impl Account {
             sublist: Sublist::new(),
             config,
             streams_out: Vec::new(),
+            streams_in: Vec::new(),
             services_in: Vec::new(),
+            serves_imports: false,
             resp_prefix: format!("{RESPONSE_PREFIX}{}.", base62(6)),
             responses: Mutex::new(Responses::default()),
         }
@@ -343,6 +380,33 @@ impl Account {
     #[inline]
     fn has_routes(&self) -> bool {
         !self.streams_out.is_empty() || !self.services_in.is_empty()
+    }
+
+    /// The interest a subscription of this account on `subject` implies
+    /// in exporters' accounts through stream imports: (exporter index,
+    /// exporter-side subject). A subject inside an import's local pattern
+    /// maps back exactly; a wider or overlapping one asks for the whole
+    /// import (more than needed is harmless: the receiving node matches
+    /// its own subscribers).
+    pub(crate) fn import_interest(&self, subject: &str) -> Vec<(usize, String)> {
+        let mut out = Vec::new();
+        for s in &self.streams_in {
+            if subject == s.local || is_subset(&s.local, subject) {
+                out.push((s.exporter, s.from.clone()));
+            } else if is_subset(subject, &s.local) {
+                out.push((s.exporter, s.back.apply(subject)));
+            } else if intersects(subject, &s.local) {
+                out.push((s.exporter, s.from.clone()));
+            }
+        }
+        out
+    }
+
+    /// The subject of the interest this account announces for replies of
+    /// services others import (`None` when nobody imports one).
+    pub(crate) fn response_interest(&self) -> Option<String> {
+        self.serves_imports
+            .then(|| format!("{}>", self.resp_prefix))
     }
 
     /// Number of reply mappings kept (for `/accountz`).
@@ -424,13 +488,27 @@ impl Accounts {
                 };
                 match imp.kind {
                     ExportKind::Stream => {
-                        let map = match (&imp.prefix, &imp.to) {
+                        let (map, local, back) = match (&imp.prefix, &imp.to) {
                             (Some(p), _) => {
-                                Mapping::Prefix(format!("{}.", p.trim_end_matches('.')))
+                                let p = format!("{}.", p.trim_end_matches('.'));
+                                let local = format!("{p}{}", imp.subject);
+                                (Mapping::Prefix(p.clone()), local, Mapping::Strip(p))
                             }
-                            (None, Some(to)) => Mapping::new(&imp.subject, to),
-                            (None, None) => Mapping::Identity,
+                            (None, Some(to)) => (
+                                Mapping::new(&imp.subject, to),
+                                to.clone(),
+                                Mapping::new(to, &imp.subject),
+                            ),
+                            (None, None) => {
+                                (Mapping::Identity, imp.subject.clone(), Mapping::Identity)
+                            }
                         };
+                        list[importer].streams_in.push(StreamIn {
+                            exporter,
+                            from: imp.subject.clone(),
+                            local,
+                            back,
+                        });
                         list[exporter].streams_out.push(StreamOut {
                             subject: imp.subject.clone(),
                             target: importer,
@@ -450,6 +528,7 @@ impl Accounts {
                             |e| (e.response_type, e.response_threshold),
                         );
                         let map = Mapping::new(&local, &imp.subject);
+                        list[exporter].serves_imports = true;
                         list[importer].services_in.push(ServiceIn {
                             local,
                             target: exporter,
@@ -493,7 +572,7 @@ impl Accounts {
         self.list.iter().map(|a| a.sublist.count()).sum()
     }
 
-    fn at(&self, idx: usize) -> Option<&Arc<Account>> {
+    pub(crate) fn at(&self, idx: usize) -> Option<&Arc<Account>> {
         self.list.get(idx)
     }
 }
@@ -599,6 +678,22 @@ pub(crate) fn deliver_imports(
     msg: &MsgRef<'_>,
     flush: &mut FlushList,
 ) -> usize {
+    deliver_imports_from(server, acc, publisher, msg, flush, false)
+}
+
+/// As [`deliver_imports`]; `from_peer`: the message arrived over a route,
+/// so only stream imports (for this node's subscribers) and replies to
+/// this node's service requests apply. A service import is applied by the
+/// node of the requester, which already sent the request on in the
+/// exporter's account.
+pub(crate) fn deliver_imports_from(
+    server: &ServerInner,
+    acc: &Account,
+    publisher: &Arc<ClientShared>,
+    msg: &MsgRef<'_>,
+    flush: &mut FlushList,
+    from_peer: bool,
+) -> usize {
     let resp = msg.subject.starts_with(RESPONSE_PREFIX.as_bytes());
     if !resp && !acc.has_routes() {
         return 0;
@@ -626,7 +721,10 @@ pub(crate) fn deliver_imports(
             headers: msg.headers,
             payload: msg.payload,
         };
-        n += client::deliver(server, publisher, true, &m, &result, flush, Origin::Client);
+        n += client::deliver(server, publisher, true, &m, &result, flush, Origin::Import);
+    }
+    if from_peer {
+        return n;
     }
     // A subject reaches at most one service (the first import that
     // covers it), as one request must get one set of answers.
@@ -1020,6 +1118,39 @@ mod tests {
         }
         assert!(r.map.is_empty());
         assert!(r.order.len() <= 1024 + 1, "{}", r.order.len());
+    }
+
+    #[test]
+    fn subscriptions_under_a_stream_import_ask_the_exporter_over_routes() {
+        let a = acc("A", vec![export(ExportKind::Stream, "pub.>", &[])], vec![]);
+        let mut prefixed = import(ExportKind::Stream, "A", "pub.>");
+        prefixed.prefix = Some("froma".into());
+        let mut mapped = import(ExportKind::Stream, "A", "pub.*.x");
+        mapped.to = Some("mine.*".into());
+        let b = acc("B", vec![], vec![prefixed, mapped]);
+        let auth = AuthConfig {
+            accounts: vec![a, b],
+            ..Default::default()
+        };
+        let accounts = Accounts::new(&auth).unwrap();
+        let ia = accounts.get("A").unwrap().idx;
+        let b = accounts.get("B").unwrap();
+        let want = |v: &[&str]| -> Vec<(usize, String)> {
+            v.iter().map(|s| (ia, s.to_string())).collect()
+        };
+        // Inside the prefixed import: mapped back exactly.
+        assert_eq!(b.import_interest("froma.pub.x"), want(&["pub.x"]));
+        // The import's own pattern, or wider: the whole import.
+        assert_eq!(b.import_interest("froma.pub.>"), want(&["pub.>"]));
+        assert_eq!(b.import_interest(">"), want(&["pub.>", "pub.*.x"]));
+        // Through a `to` rewrite, back to the exporter's subject.
+        assert_eq!(b.import_interest("mine.k"), want(&["pub.k.x"]));
+        // Unrelated subjects ask nothing of A.
+        assert!(b.import_interest("other.x").is_empty());
+        assert!(b.import_interest("pub.x").is_empty());
+        // A exports nothing it answers for: no reply interest; B imports
+        // no service either.
+        assert_eq!(accounts.get("A").unwrap().response_interest(), None);
     }
 
     #[test]

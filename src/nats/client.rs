@@ -522,6 +522,9 @@ pub struct Subscription {
     pub(crate) client: Arc<ClientShared>,
     /// For in-process subscriptions: the unbounded queue of the handle.
     pub(crate) local: Option<LocalSink>,
+    /// The account whose sublist holds this subscription when it is not
+    /// the connection's own: a route carries interest of every account.
+    pub(crate) acc: Option<Arc<super::account::Account>>,
     delivered: AtomicU64,
     /// Auto-unsubscribe after this many messages (0 = never).
     max: AtomicU64,
@@ -799,12 +802,26 @@ impl Subscription {
         client: Arc<ClientShared>,
         local: Option<LocalSink>,
     ) -> Arc<Self> {
+        Self::new_in(subject, queue, sid, client, local, None)
+    }
+
+    /// A subscription held in `acc`'s sublist rather than its
+    /// connection's account (`None`: the connection's).
+    pub(crate) fn new_in(
+        subject: String,
+        queue: Option<String>,
+        sid: Bytes,
+        client: Arc<ClientShared>,
+        local: Option<LocalSink>,
+        acc: Option<Arc<super::account::Account>>,
+    ) -> Arc<Self> {
         Arc::new(Subscription {
             subject,
             queue,
             sid,
             client,
             local,
+            acc,
             delivered: AtomicU64::new(0),
             max: AtomicU64::new(0),
             closed: AtomicBool::new(false),
@@ -883,6 +900,11 @@ pub(crate) enum Origin<'a> {
         /// Queue groups the sender asked us to serve.
         queues: &'a [Bytes],
     },
+    /// A stream import carrying a message into another account: local
+    /// subscribers only. Peers get the message in the exporter's account
+    /// (the importer's nodes announce interest there), so passing it on
+    /// here would deliver it twice.
+    Import,
 }
 
 impl<'a> Origin<'a> {
@@ -895,13 +917,14 @@ impl<'a> Origin<'a> {
             (Origin::Route(_), _) => false,
             (Origin::Leaf { spoke, .. }, ClientKind::Route) => !spoke,
             (Origin::Leaf { .. }, _) => true,
+            (Origin::Import, _) => false,
         }
     }
 
     /// Queue groups named by a peer sender (`None`: a client, serve all).
     fn named_queues(self) -> Option<&'a [Bytes]> {
         match self {
-            Origin::Client => None,
+            Origin::Client | Origin::Import => None,
             Origin::Route(q) | Origin::Leaf { queues: q, .. } => Some(q),
         }
     }
@@ -919,6 +942,9 @@ pub(crate) fn deliver(
     origin: Origin<'_>,
 ) -> usize {
     let mut n = 0;
+    // The account the matched peer interest belongs to: one lookup is in
+    // one account's sublist, so every peer subscription agrees.
+    let mut peer_account: Option<&Arc<super::account::Account>> = None;
     // A peer connection (route or leaf) that may take this message.
     let peer_ok = |sub: &Arc<Subscription>| {
         origin.may_reach(sub.client.kind)
@@ -928,6 +954,7 @@ pub(crate) fn deliver(
     for sub in &result.psubs {
         if sub.client.kind.is_peer() {
             if peer_ok(sub) {
+                peer_account = peer_account.or(sub.acc.as_ref());
                 flush.add_route(&sub.client, None);
             }
             continue;
@@ -955,6 +982,7 @@ pub(crate) fn deliver(
             let sub = &members[(start + i) % len];
             if sub.client.kind.is_peer() {
                 if remote.is_none() && peer_ok(sub) {
+                    peer_account = peer_account.or(sub.acc.as_ref());
                     remote = Some(sub);
                 }
                 continue;
@@ -972,7 +1000,8 @@ pub(crate) fn deliver(
         }
     }
     if !flush.route_targets.is_empty() {
-        n += send_routed(server, msg, result, flush);
+        let account = peer_account.map_or(super::route::GLOBAL_ACCOUNT, |a| a.name.as_str());
+        n += send_routed(server, account.as_bytes(), msg, result, flush);
     }
     n
 }
@@ -984,6 +1013,7 @@ pub(crate) fn deliver(
 /// beyond the 75 % stall.
 fn send_routed(
     server: &ServerInner,
+    account: &[u8],
     msg: &MsgRef<'_>,
     result: &MatchResult<Subscription>,
     flush: &mut FlushList,
@@ -991,7 +1021,6 @@ fn send_routed(
     let mut targets = std::mem::take(&mut flush.route_targets);
     let mut sent = 0;
     let size = msg.size();
-    let account = super::route::GLOBAL_ACCOUNT.as_bytes();
     for (route, qidx) in targets.drain(..) {
         let queues: Vec<&[u8]> = qidx
             .iter()

@@ -10,14 +10,23 @@
 //! INFO (with its route URL in `ip`) to its other routes, which connect to
 //! it (implicit routes), so each server needs to know only one seed.
 //!
+//! **Accounts.** Every account but the system account (`$SYS`, or the
+//! operator's) is carried, by name (the public key in operator mode), in
+//! every `RS+`/`RS-`/`RMSG`/`HMSG`: one route carries all accounts, as
+//! between nats-server peers without pools. Interest or a message naming
+//! an account this server does not know (or the system account) is
+//! ignored with a debug log, as nats-server does. Imports across nodes are
+//! described in `account.rs`.
+//!
 //! **Interest.** Local interest (TCP clients and in-process clients, never
-//! routes) is counted per (subject, queue) in [`Routes`]: the first plain
-//! subscription sends `RS+ $G subject` to every route, the last one
-//! `RS- $G subject`; every change of a queue group's size sends
-//! `RS+ $G subject queue weight` (or `RS-` at zero). A new route first gets
-//! the whole table. Interest received from a peer becomes ordinary
-//! [`Subscription`]s owned by the route's pseudo-client in the shared
-//! sublist, so matching is one lookup for local and remote receivers.
+//! routes) is counted per (account, subject, queue) in [`Routes`]: the
+//! first plain subscription sends `RS+ <account> subject` to every route,
+//! the last one `RS- <account> subject`; every change of a queue group's
+//! size sends `RS+ <account> subject queue weight` (or `RS-` at zero). A
+//! new route first gets the whole table. Interest received from a peer
+//! becomes ordinary [`Subscription`]s owned by the route's pseudo-client
+//! in that account's sublist, so matching is one lookup for local and
+//! remote receivers.
 //!
 //! **Forwarding.** A message from a local client goes once to each route
 //! with matching interest (`RMSG`/`HMSG`), carrying the names of the queue
@@ -25,8 +34,8 @@
 //! preferred. A message from a route is delivered to local subscribers only
 //! (never to another route: no loops in a full mesh), and to queue groups
 //! only when the sender named them, so each message reaches one member per
-//! group cluster-wide. Only account `$G` is carried; other accounts (Go's
-//! `$SYS`) are parsed and ignored.
+//! group cluster-wide. A message from a route is delivered only in the
+//! account it names.
 //!
 //! **Duplicates.** Two servers that connect to each other at once end up
 //! with two connections. Both keep the one solicited by the server with the
@@ -64,6 +73,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use super::account::Account;
 use super::client::{self, ClientKind, ClientShared, FlushList, MsgRef, Origin, Subscription};
 use super::proto::route::{
     encode_rs_minus, encode_rs_plus, RouteOp, RouteParseError, RouteParsed, RouteParser,
@@ -72,7 +82,7 @@ use super::proto::{self};
 use super::server::{ServerInner, SERVER_VERSION};
 use crate::config::nats::{ClusterOptions, NatsOptions};
 
-/// The only account we carry.
+/// The global account (every client when accounts are not configured).
 pub const GLOBAL_ACCOUNT: &str = "$G";
 /// First reconnect delay of a solicited route.
 const RECONNECT_MIN: Duration = Duration::from_millis(100);
@@ -87,6 +97,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_PING_INTERVAL: Duration = Duration::from_secs(30);
 /// Entries of a route reader's private match cache.
 const ROUTE_CACHE_MAX: usize = 256;
+/// Accounts a route reader keeps a match cache for at once.
+const ACCOUNT_CACHES_MAX: usize = 16;
 /// Interest entries one peer may hold here. A peer that announces more is
 /// closed with `-ERR 'maximum subscriptions exceeded'` (its interest goes
 /// with it): one bad peer cannot grow our sublist without bound.
@@ -151,12 +163,16 @@ impl Route {
     }
 }
 
+/// (account, subject, queue) of local interest.
+type InterestKey = (String, String, Option<String>);
+
 /// Mutable cluster state, under one lock so interest snapshots sent to a
 /// new route and later updates are never reordered.
 #[derive(Default)]
 struct State {
-    /// Local interest: (subject, queue) → number of local subscriptions.
-    interest: HashMap<(String, Option<String>), u32>,
+    /// Local interest: (account, subject, queue) → number of local
+    /// subscriptions.
+    interest: HashMap<InterestKey, u32>,
     /// Registered routes by remote server id.
     routes: HashMap<String, Arc<Route>>,
     /// Connections not yet registered (by client id), for shutdown.
@@ -419,10 +435,21 @@ impl Routes {
     }
 
     /// Counts one more (`delta` = 1) or one fewer (-1) local subscription
-    /// and tells every route when the interest it knows changes.
-    pub(crate) fn local_interest(&self, subject: &str, queue: Option<&str>, delta: i32) {
+    /// of `account` and tells every route when the interest it knows
+    /// changes.
+    pub(crate) fn local_interest(
+        &self,
+        account: &str,
+        subject: &str,
+        queue: Option<&str>,
+        delta: i32,
+    ) {
         let mut st = self.state.lock();
-        let key = (subject.to_string(), queue.map(str::to_string));
+        let key = (
+            account.to_string(),
+            subject.to_string(),
+            queue.map(str::to_string),
+        );
         let before = st.interest.get(&key).copied().unwrap_or(0);
         let after = if delta > 0 {
             before.saturating_add(1)
@@ -443,9 +470,9 @@ impl Routes {
         }
         let mut b = BytesMut::new();
         if after == 0 {
-            encode_rs_minus(&mut b, GLOBAL_ACCOUNT, subject, queue);
+            encode_rs_minus(&mut b, account, subject, queue);
         } else {
-            encode_rs_plus(&mut b, GLOBAL_ACCOUNT, subject, queue.map(|q| (q, after)));
+            encode_rs_plus(&mut b, account, subject, queue.map(|q| (q, after)));
         }
         for r in st.routes.values() {
             r.client.send_now(&b);
@@ -767,6 +794,7 @@ async fn run_route<S>(
         connected: solicited.is_some(),
         flush: FlushList::new(),
         cache: client::MatchCache::new(ROUTE_CACHE_MAX),
+        acc_caches: HashMap::new(),
         in_msgs: 0,
         in_bytes: 0,
     };
@@ -1016,6 +1044,53 @@ pub(crate) fn remove_peer_interest(
     }
 }
 
+/// The key of a route's interest in a non-global account in its
+/// pseudo-client's map: `account subject[ queue]`.
+fn route_sub_key(account: &[u8], subject: &[u8], queue: Option<&[u8]>) -> Bytes {
+    let mut k = BytesMut::with_capacity(account.len() + 1 + subject.len());
+    k.extend_from_slice(account);
+    k.extend_from_slice(b" ");
+    k.extend_from_slice(&peer_sub_key(subject, queue));
+    k.freeze()
+}
+
+/// Records a route's interest in account `acc` (not `$G`) as a
+/// subscription of its pseudo-client in that account's sublist; as
+/// [`add_peer_interest`] otherwise.
+fn add_route_interest(
+    server: &ServerInner,
+    client: &Arc<ClientShared>,
+    acc: Arc<Account>,
+    subject: &[u8],
+    queue: Option<&[u8]>,
+) {
+    let (Ok(subj), q) = (std::str::from_utf8(subject), queue.map(std::str::from_utf8)) else {
+        return;
+    };
+    let q = match q {
+        Some(Ok(q)) => Some(q),
+        Some(Err(_)) => return,
+        None => None,
+    };
+    let key = route_sub_key(acc.name.as_bytes(), subject, queue);
+    if client.subs.lock().contains_key(&key) {
+        return;
+    }
+    let sub = Subscription::new_in(
+        subj.to_string(),
+        q.map(str::to_string),
+        key.clone(),
+        client.clone(),
+        None,
+        Some(acc),
+    );
+    if server.add_subscription(&sub).is_err() {
+        tracing::debug!(cid = client.id, subject = %subj, "ignoring route interest on an invalid subject");
+        return;
+    }
+    client.subs.lock().insert(key, sub);
+}
+
 struct RouteReader {
     server: Arc<ServerInner>,
     route: Arc<Route>,
@@ -1024,7 +1099,10 @@ struct RouteReader {
     /// CONNECT received (accepted side) or sent (solicited side).
     connected: bool,
     flush: FlushList,
+    /// Match cache of `$G`.
     cache: client::MatchCache,
+    /// Match caches of other accounts, by account index.
+    acc_caches: HashMap<usize, client::MatchCache>,
     /// Messages and bytes received in the current read batch.
     in_msgs: u64,
     in_bytes: u64,
@@ -1401,13 +1479,8 @@ impl RouteReader {
         }
         st.pending.remove(&route.client.id);
         let mut b = BytesMut::new();
-        for ((subject, queue), n) in &st.interest {
-            encode_rs_plus(
-                &mut b,
-                GLOBAL_ACCOUNT,
-                subject,
-                queue.as_deref().map(|q| (q, *n)),
-            );
+        for ((account, subject, queue), n) in &st.interest {
+            encode_rs_plus(&mut b, account, subject, queue.as_deref().map(|q| (q, *n)));
         }
         if !b.is_empty() {
             route.client.send_now(&b);
@@ -1462,24 +1535,48 @@ impl RouteReader {
         ));
     }
 
+    /// The account a peer's operation names, if we carry it; otherwise
+    /// logged (debug) and `None`, as nats-server ignores unknown accounts.
+    fn carried_account(&self, account: &[u8], subject: &[u8]) -> Option<Arc<Account>> {
+        let found = std::str::from_utf8(account)
+            .ok()
+            .and_then(|name| self.server.accounts.get(name))
+            .filter(|a| self.server.routes_carry(a))
+            .cloned();
+        if found.is_none() {
+            tracing::debug!(
+                rid = self.route.client.id,
+                account = %String::from_utf8_lossy(account),
+                subject = %String::from_utf8_lossy(subject),
+                "route operation for an unknown or local-only account, ignored"
+            );
+        }
+        found
+    }
+
     fn remote_sub(&mut self, account: &[u8], subject: &[u8], queue: Option<(Bytes, u32)>) {
-        if account != GLOBAL_ACCOUNT.as_bytes() {
+        let q = queue.as_ref().map(|(q, _)| &q[..]);
+        if account == GLOBAL_ACCOUNT.as_bytes() {
+            add_peer_interest(&self.server, &self.route.client, subject, q);
             return;
         }
-        let q = queue.as_ref().map(|(q, _)| &q[..]);
-        add_peer_interest(&self.server, &self.route.client, subject, q);
+        let Some(acc) = self.carried_account(account, subject) else {
+            return;
+        };
+        add_route_interest(&self.server, &self.route.client, acc, subject, q);
     }
 
     fn remote_unsub(&mut self, account: &[u8], subject: &[u8], queue: Option<&Bytes>) {
-        if account != GLOBAL_ACCOUNT.as_bytes() {
+        let q = queue.map(|q| &q[..]);
+        if account == GLOBAL_ACCOUNT.as_bytes() {
+            remove_peer_interest(&self.server, &self.route.client, subject, q);
             return;
         }
-        remove_peer_interest(
-            &self.server,
-            &self.route.client,
-            subject,
-            queue.map(|q| &q[..]),
-        );
+        let key = route_sub_key(account, subject, q);
+        let sub = self.route.client.subs.lock().get(&key).cloned();
+        if let Some(sub) = sub {
+            self.server.remove_subscription(&sub);
+        }
     }
 
     fn routed_msg(
@@ -1501,13 +1598,30 @@ impl RouteReader {
         let c = &self.route.client.stats;
         c.in_msgs.fetch_add(1, Ordering::Relaxed);
         c.in_bytes.fetch_add(size as u64, Ordering::Relaxed);
-        if account != GLOBAL_ACCOUNT.as_bytes() {
-            return;
-        }
-        let Some(result) = self
-            .cache
-            .lookup(&self.server.accounts.global().sublist, &subject)
-        else {
+        let acc = if account == GLOBAL_ACCOUNT.as_bytes() {
+            self.server.accounts.global().clone()
+        } else {
+            match self.carried_account(account, &subject) {
+                Some(a) => a,
+                None => return,
+            }
+        };
+        let result = if acc.is_global() {
+            self.cache.lookup(&acc.sublist, &subject)
+        } else {
+            // One cache per account (few accounts carry traffic; the map
+            // is cleared when it outgrows its bound).
+            if self.acc_caches.len() >= ACCOUNT_CACHES_MAX
+                && !self.acc_caches.contains_key(&acc.idx)
+            {
+                self.acc_caches.clear();
+            }
+            self.acc_caches
+                .entry(acc.idx)
+                .or_insert_with(|| client::MatchCache::new(ROUTE_CACHE_MAX))
+                .lookup(&acc.sublist, &subject)
+        };
+        let Some(result) = result else {
             return;
         };
         let msg = MsgRef {
@@ -1526,12 +1640,23 @@ impl RouteReader {
             &mut self.flush,
             Origin::Route(queues),
         );
+        if !acc.is_global() {
+            super::account::deliver_imports_from(
+                &self.server,
+                &acc,
+                &route_client,
+                &msg,
+                &mut self.flush,
+                true,
+            );
+        }
     }
 }
 
 /// `/routez` body; `subs=1` adds each route's `subscriptions_list`
-/// (subjects of the peer's interest), as nats-server.
-pub(crate) fn routez_json(server: &ServerInner, subs: bool) -> serde_json::Value {
+/// (subjects of the peer's interest, all accounts), `subs=detail` the
+/// `subscriptions_list_detail` (account, subject, queue), as nats-server.
+pub(crate) fn routez_json(server: &ServerInner, subs: bool, detail: bool) -> serde_json::Value {
     use serde_json::json;
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
     let Some(routes) = server.routes.as_ref() else {
@@ -1578,7 +1703,29 @@ pub(crate) fn routez_json(server: &ServerInner, subs: bool) -> serde_json::Value
                 "subscriptions": r.client.subs.lock().len(),
                 "compression": "not supported",
             });
-            if subs {
+            if detail {
+                let mut list: Vec<serde_json::Value> = r
+                    .client
+                    .subs
+                    .lock()
+                    .values()
+                    .map(|s| {
+                        let mut d = json!({
+                            "account": server.sub_account(s).name,
+                            "subject": s.subject,
+                            "sid": String::from_utf8_lossy(&s.sid),
+                            "msgs": s.delivered(),
+                            "cid": r.client.id,
+                        });
+                        if let Some(q) = &s.queue {
+                            d["qgroup"] = json!(q);
+                        }
+                        d
+                    })
+                    .collect();
+                list.sort_by(|a, b| a["sid"].as_str().cmp(&b["sid"].as_str()));
+                v["subscriptions_list_detail"] = json!(list);
+            } else if subs {
                 v["subscriptions_list"] = json!(subjects);
             }
             v

@@ -195,6 +195,45 @@ impl ServerInner {
         c.account.get().unwrap_or_else(|| self.accounts.global())
     }
 
+    /// The account whose sublist holds `sub` (a route's subscriptions
+    /// name theirs; others belong to their connection's account).
+    pub(crate) fn sub_account<'a>(&'a self, sub: &'a Subscription) -> &'a Arc<Account> {
+        sub.acc
+            .as_ref()
+            .unwrap_or_else(|| self.account_of(&sub.client))
+    }
+
+    /// Whether routes carry `account`: every account but the system
+    /// account (`$SYS`, or the operator's), whose events stay local.
+    pub(crate) fn routes_carry(&self, account: &Account) -> bool {
+        account.name != super::account::SYSTEM_ACCOUNT
+            && self
+                .operator
+                .as_ref()
+                .and_then(|o| o.system_account())
+                .is_none_or(|s| s != account.name)
+    }
+
+    /// Tells the routes about a local subscription of a non-global
+    /// account coming (`delta` 1) or going (-1): its own interest and
+    /// the interest its stream imports imply in the exporters' accounts.
+    fn announce_to_routes(&self, account: &Account, sub: &Subscription, delta: i32) {
+        let Some(r) = &self.routes else {
+            return;
+        };
+        if !sub.client.kind.feeds_routes() || !self.routes_carry(account) {
+            return;
+        }
+        r.local_interest(&account.name, &sub.subject, sub.queue.as_deref(), delta);
+        for (idx, subject) in account.import_interest(&sub.subject) {
+            if let Some(exporter) = self.accounts.at(idx) {
+                if self.routes_carry(exporter) {
+                    r.local_interest(&exporter.name, &subject, None, delta);
+                }
+            }
+        }
+    }
+
     pub(crate) fn auth_required(&self) -> bool {
         self.live
             .read()
@@ -259,7 +298,7 @@ impl ServerInner {
     /// Adds a subscription to the sublist; a local one (not a route's) is
     /// also announced to the routes, and to the leaves that should know.
     pub(crate) fn add_subscription(&self, sub: &Arc<Subscription>) -> Result<(), SublistError> {
-        let account = self.account_of(&sub.client);
+        let account = self.sub_account(sub);
         let insert = || {
             account
                 .sublist
@@ -267,9 +306,11 @@ impl ServerInner {
                 .map(|()| true)
         };
         if !account.is_global() {
-            // Routes and leaves carry `$G` only (accounts with peers are
-            // refused at start-up).
-            return insert().map(|_| ());
+            // Leaves carry `$G` only (accounts with leaf nodes are refused
+            // at start-up); routes carry every account.
+            insert()?;
+            self.announce_to_routes(account, sub, 1);
+            return Ok(());
         }
         match &self.leafs {
             Some(l) => l.track(sub, 1, insert)?,
@@ -277,7 +318,12 @@ impl ServerInner {
         };
         if sub.client.kind.feeds_routes() {
             if let Some(r) = &self.routes {
-                r.local_interest(&sub.subject, sub.queue.as_deref(), 1);
+                r.local_interest(
+                    super::route::GLOBAL_ACCOUNT,
+                    &sub.subject,
+                    sub.queue.as_deref(),
+                    1,
+                );
             }
             if let Some(b) = self.external.get() {
                 b.local_interest(&sub.subject, sub.queue.as_deref(), 1);
@@ -290,7 +336,7 @@ impl ServerInner {
     /// from the routes when it was local.
     fn unlist(&self, sub: &Arc<Subscription>) {
         sub.mark_closed();
-        let account = self.account_of(&sub.client);
+        let account = self.sub_account(sub);
         let remove = || {
             Ok::<bool, SublistError>(account.sublist.remove(
                 &sub.subject,
@@ -299,7 +345,9 @@ impl ServerInner {
             ))
         };
         if !account.is_global() {
-            let _ = remove();
+            if remove().unwrap_or(false) {
+                self.announce_to_routes(account, sub, -1);
+            }
             return;
         }
         let removed = match &self.leafs {
@@ -309,7 +357,12 @@ impl ServerInner {
         .unwrap_or(false);
         if removed && sub.client.kind.feeds_routes() {
             if let Some(r) = &self.routes {
-                r.local_interest(&sub.subject, sub.queue.as_deref(), -1);
+                r.local_interest(
+                    super::route::GLOBAL_ACCOUNT,
+                    &sub.subject,
+                    sub.queue.as_deref(),
+                    -1,
+                );
             }
             if let Some(b) = self.external.get() {
                 b.local_interest(&sub.subject, sub.queue.as_deref(), -1);
@@ -461,13 +514,8 @@ impl NatsServer {
             }
             None => Accounts::new(&opts.auth)?,
         };
-        if accounts.configured() {
-            if opts.cluster.is_some() {
-                return Err(AccountError::WithPeers("cluster").into());
-            }
-            if opts.leafnodes.is_some() {
-                return Err(AccountError::WithPeers("leafnodes").into());
-            }
+        if accounts.configured() && opts.leafnodes.is_some() {
+            return Err(AccountError::WithPeers("leafnodes").into());
         }
         let local_account = match opts.local_account.as_deref() {
             None => accounts.global().clone(),
@@ -582,6 +630,17 @@ impl NatsServer {
             tracing::info!(%addr, "listening for client connections");
         }
         if let Some(l) = route_listener {
+            if let Some(r) = &inner.routes {
+                // Replies to imported services may come from responders on
+                // other nodes: ask for them before any route registers.
+                for a in inner.accounts.all() {
+                    if let Some(subject) = a.response_interest() {
+                        if inner.routes_carry(a) {
+                            r.local_interest(&a.name, &subject, None, 1);
+                        }
+                    }
+                }
+            }
             super::route::spawn(inner.clone(), l);
         }
         if let Some(l) = ws_listener {
@@ -692,13 +751,13 @@ impl NatsServer {
         self.inner.routes.as_ref().map(|r| &r.stats)
     }
 
-    /// `/routez` (`subs=1` or `subs=true` lists each route's interest).
+    /// `/routez` (`subs=1` or `subs=true` lists each route's interest;
+    /// `subs=detail` lists it with each subscription's account and queue.
     pub fn routez_json(&self, query: &str) -> serde_json::Value {
-        let subs = query
-            .trim_start_matches('?')
-            .split('&')
-            .any(|p| p == "subs=1" || p == "subs=true");
-        super::route::routez_json(&self.inner, subs)
+        let params: Vec<&str> = query.trim_start_matches('?').split('&').collect();
+        let detail = params.contains(&"subs=detail");
+        let subs = detail || params.iter().any(|p| *p == "subs=1" || *p == "subs=true");
+        super::route::routez_json(&self.inner, subs, detail)
     }
 
     /// The bound leaf-node listener address, when listening for leaves.

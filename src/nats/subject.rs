@@ -68,6 +68,21 @@ pub fn is_subset(sub: &str, pattern: &str) -> bool {
     }
 }
 
+/// Whether some literal subject matches both patterns `a` and `b`.
+pub fn intersects(a: &str, b: &str) -> bool {
+    let mut x = a.split('.');
+    let mut y = b.split('.');
+    loop {
+        match (x.next(), y.next()) {
+            (Some(">"), Some(_)) | (Some(_), Some(">")) => return true,
+            (Some("*"), Some(_)) | (Some(_), Some("*")) => {}
+            (Some(s), Some(t)) if s == t => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +133,15 @@ mod tests {
         assert!(!is_subset("foo.>", "foo.*"));
         assert!(is_subset("foo.>", "foo.>"));
         assert!(is_subset("foo.>", ">"));
+    }
+
+    #[test]
+    fn intersections() {
+        assert!(intersects("a.*", "*.b"));
+        assert!(intersects("a.>", "a.b.c"));
+        assert!(intersects(">", "x"));
+        assert!(!intersects("a.*", "a.b.c"));
+        assert!(!intersects("a.b", "a.c"));
+        assert!(!intersects("a", "a.b"));
     }
 }

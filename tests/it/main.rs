@@ -51,6 +51,7 @@ mod nats_jwt;
 mod nats_leaf;
 mod nats_raw;
 mod nats_reload;
+mod nats_route_accounts;
 mod nats_support;
 mod nats_ws;
 mod packaging;

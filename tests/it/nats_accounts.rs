@@ -6,7 +6,7 @@
 //! (`_R_` reply mapping), `no_auth_user`, per-user permissions inside an
 //! account, `/connz` account fields and `/accountz`. Then what only we can
 //! be asked: bad account configs refused at start-up with nats-server's
-//! text (checked against 2.15.1 too), accounts with routes refused, and a
+//! text (checked against 2.15.1 too), and a
 //! full node (`liftbridge -c`) whose stream records one account's subject
 //! through `nats.account`.
 
@@ -524,17 +524,6 @@ async fn nats_accounts_bad_configs_are_refused_as_nats_server_does() {
             );
         }
     }
-    // Ours only: accounts need the global account on routes, which we do
-    // not provide for other accounts, so the combination is refused.
-    let cport = free_port();
-    let conf = format!(
-        "listen: 127.0.0.1:{port}\ncluster {{ name: c, listen: 127.0.0.1:{cport} }}\naccounts {{ A {{ users: [ {{user: a, password: a}} ] }} }}\n"
-    );
-    let out = refused(Server::Ours, &conf).await;
-    assert!(
-        out.contains("accounts are not supported together with cluster"),
-        "{out}"
-    );
 }
 
 /// A full node (`liftbridge -c`) with `nats.account: A`: a stream on

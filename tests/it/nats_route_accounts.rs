@@ -1,0 +1,713 @@
+//! Contract: with `accounts {}` and `cluster {}` both configured, routes
+//! carry every account. A message published in account A on one node
+//! reaches A's subscribers on every node and never B's; queue groups are
+//! per account cluster-wide; a stream export/import and a service
+//! export/import work when exporter, importer and responder sit on
+//! different nodes (the service reply routes back to the requester's
+//! node). The same holds when one of our servers is routed with Go
+//! nats-server 2.15.1 or 2.9.10 running the same accounts config, in both
+//! directions. In operator mode the accounts (preloaded JWTs) travel
+//! under their public keys, and the system account stays local.
+//!
+//! Every server is a real process (`liftbridge nats-server -c`, or Go's
+//! `nats-server -c`) on 127.0.0.1; clients are async-nats. Readiness is
+//! polled on `/routez?subs=detail` (the `account subject` key of each
+//! route's interest), which our server and Go's both serve.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+
+use crate::support::procs::{go_nats_server_2_15, go_nats_server_2_9, Proc};
+use crate::support::{free_port, http_json, wait_until};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Which program runs a node.
+#[derive(Clone, Debug)]
+enum Srv {
+    Ours,
+    Go(PathBuf),
+}
+
+/// One server of the cluster.
+struct Node {
+    _proc: Proc,
+    port: u16,
+    cport: u16,
+    http: u16,
+}
+
+impl Node {
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+}
+
+/// The accounts config every node runs: A exports a stream and services,
+/// B imports them; both have a user.
+fn conf(name: &str, port: u16, cport: u16, http: u16, seed: Option<u16>) -> String {
+    let routes = seed.map_or(String::new(), |p| {
+        format!("routes: [\"nats-route://127.0.0.1:{p}\"]")
+    });
+    format!(
+        r#"
+server_name: {name}
+listen: 127.0.0.1:{port}
+http: 127.0.0.1:{http}
+cluster {{
+  name: acc
+  listen: 127.0.0.1:{cport}
+  {routes}
+}}
+accounts {{
+  A {{
+    users: [ {{user: a, password: apw}} ]
+    exports: [
+      {{stream: "pub.>"}}
+      {{service: "req.>"}}
+    ]
+  }}
+  B {{
+    users: [ {{user: b, password: bpw}} ]
+    imports: [
+      {{stream: {{account: A, subject: "pub.>"}}, prefix: "froma"}}
+      {{service: {{account: A, subject: "req.echo"}}, to: "local.echo"}}
+      {{service: {{account: A, subject: "req.other"}}, to: "local.other"}}
+    ]
+  }}
+}}
+"#
+    )
+}
+
+/// Starts a node (retrying on fresh ports if one was taken meanwhile).
+async fn start(srv: &Srv, name: &str, seed: Option<u16>) -> Node {
+    let mut last = String::new();
+    for _ in 0..3 {
+        let (port, cport, http) = (free_port(), free_port(), free_port());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.conf");
+        std::fs::write(&path, conf(name, port, cport, http, seed)).unwrap();
+        let (program, mut args) = match srv {
+            Srv::Ours => (
+                PathBuf::from(env!("CARGO_BIN_EXE_liftbridge")),
+                vec!["nats-server".to_string()],
+            ),
+            Srv::Go(p) => (p.clone(), Vec::new()),
+        };
+        args.extend(["-c".to_string(), path.display().to_string()]);
+        let mut proc = Proc::spawn(&program, args, dir);
+        let mut ok = true;
+        for p in [port, cport, http] {
+            if let Err(e) = proc.try_wait_port(p).await {
+                last = e;
+                ok = false;
+                break;
+            }
+        }
+        if ok {
+            return Node {
+                _proc: proc,
+                port,
+                cport,
+                http,
+            };
+        }
+    }
+    panic!("{srv:?} {name} did not start: {last}");
+}
+
+/// Number of distinct servers a node is routed to.
+async fn routed_servers(http: u16) -> usize {
+    let v = http_json(http, "/routez").await.unwrap_or_default();
+    let mut ids: Vec<String> = v["routes"]
+        .as_array()
+        .map(|r| {
+            r.iter()
+                .filter_map(|x| x["remote_id"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids.dedup();
+    ids.len()
+}
+
+async fn wait_routed(n: &Node, want: usize) {
+    let what = format!("routes to {want} servers on :{}", n.port);
+    wait_until(WAIT, &what, || async {
+        routed_servers(n.http).await == want
+    })
+    .await;
+}
+
+/// Routes of the node behind `http` that carry interest of `account` in
+/// exactly `subject` (and `queue`, when given). Matched on the `sid`
+/// (`account subject[ queue]`): Go's detail has no `account` field for
+/// route interest, only that key.
+async fn routes_with(http: u16, account: &str, subject: &str, queue: Option<&str>) -> usize {
+    let sid = match queue {
+        Some(q) => format!("{account} {subject} {q}"),
+        None => format!("{account} {subject}"),
+    };
+    let v = http_json(http, "/routez?subs=detail")
+        .await
+        .unwrap_or_default();
+    v["routes"].as_array().map_or(0, |routes| {
+        routes
+            .iter()
+            .filter(|r| {
+                r["subscriptions_list_detail"]
+                    .as_array()
+                    .is_some_and(|l| l.iter().any(|s| s["sid"] == sid))
+            })
+            .count()
+    })
+}
+
+/// Waits until `n` routes of the node carry the interest.
+async fn wait_interest(node: &Node, account: &str, subject: &str, queue: Option<&str>, n: usize) {
+    let what = format!(
+        "{n} routes with interest of {account} in {subject} {queue:?} on :{}",
+        node.port
+    );
+    wait_until(WAIT, &what, || async {
+        routes_with(node.http, account, subject, queue).await == n
+    })
+    .await;
+}
+
+async fn connect(node: &Node, user: &str) -> async_nats::Client {
+    let pass = format!("{user}pw");
+    async_nats::ConnectOptions::new()
+        .user_and_password(user.into(), pass)
+        .connection_timeout(Duration::from_secs(5))
+        .connect(node.url())
+        .await
+        .unwrap_or_else(|e| panic!("connect as {user} to {}: {e}", node.url()))
+}
+
+/// A round trip on `c`'s connection: its SUBs have been processed.
+async fn sync(c: &async_nats::Client) {
+    let inbox = c.new_inbox();
+    let mut s = c.subscribe(inbox.clone()).await.unwrap();
+    c.publish(inbox.clone(), Bytes::new()).await.unwrap();
+    tokio::time::timeout(WAIT, s.next())
+        .await
+        .expect("sync round trip")
+        .expect("sync subscription open");
+}
+
+/// Receives `n` messages (or fails after `WAIT`).
+async fn recv_n(
+    sub: &mut async_nats::Subscriber,
+    n: usize,
+    what: &str,
+) -> Vec<async_nats::Message> {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        match tokio::time::timeout(WAIT, sub.next()).await {
+            Ok(Some(m)) => out.push(m),
+            Ok(None) => panic!("{what}: subscription ended after {} of {n}", out.len()),
+            Err(_) => panic!("{what}: only {} of {n} messages arrived", out.len()),
+        }
+    }
+    out
+}
+
+/// Nothing arrives on `sub` within `wait`.
+async fn assert_quiet(sub: &mut async_nats::Subscriber, wait: Duration, what: &str) {
+    if let Ok(Some(m)) = tokio::time::timeout(wait, sub.next()).await {
+        panic!(
+            "{what}: unexpected message on {} {:?}",
+            m.subject, m.payload
+        );
+    }
+}
+
+/// Messages spread over queue members: receives until `total` arrived
+/// across `subs`, then checks none gets more. Returns the counts.
+async fn recv_spread(subs: &mut [async_nats::Subscriber], total: usize, what: &str) -> Vec<usize> {
+    let mut counts = vec![0usize; subs.len()];
+    let end = tokio::time::Instant::now() + WAIT;
+    while counts.iter().sum::<usize>() < total {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "{what}: only {counts:?} of {total} arrived"
+        );
+        for (i, s) in subs.iter_mut().enumerate() {
+            if let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(20), s.next()).await {
+                counts[i] += 1;
+            }
+        }
+    }
+    for s in subs.iter_mut() {
+        assert_quiet(s, Duration::from_millis(300), what).await;
+    }
+    counts
+}
+
+async fn publish_n(c: &async_nats::Client, subject: &str, n: usize) {
+    for i in 0..n {
+        c.publish(subject.to_string(), Bytes::from(i.to_string()))
+            .await
+            .unwrap();
+    }
+    c.flush().await.unwrap();
+}
+
+/// Answers requests on `subject` with `tag:payload` until dropped.
+fn serve(c: async_nats::Client, mut sub: async_nats::Subscriber, tag: &'static str) {
+    tokio::spawn(async move {
+        while let Some(m) = sub.next().await {
+            if let Some(reply) = m.reply {
+                let body = format!("{tag}:{}", String::from_utf8_lossy(&m.payload));
+                let _ = c.publish(reply, Bytes::from(body)).await;
+            }
+        }
+    });
+}
+
+async fn request(c: &async_nats::Client, subject: &str, body: &str) -> String {
+    let r = tokio::time::timeout(
+        WAIT,
+        c.request(subject.to_string(), Bytes::from(body.to_string())),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("request on {subject} timed out"))
+    .unwrap_or_else(|e| panic!("request on {subject}: {e}"));
+    String::from_utf8_lossy(&r.payload).into_owned()
+}
+
+/// Three of our servers, meshed from the first.
+async fn mesh3() -> Vec<Node> {
+    let n1 = start(&Srv::Ours, "n1", None).await;
+    let n2 = start(&Srv::Ours, "n2", Some(n1.cport)).await;
+    let n3 = start(&Srv::Ours, "n3", Some(n1.cport)).await;
+    let nodes = vec![n1, n2, n3];
+    for n in &nodes {
+        wait_routed(n, 2).await;
+    }
+    nodes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_accounts_isolation_and_queue_groups_across_three_nodes() {
+    let nodes = mesh3().await;
+    let (n1, n2, n3) = (&nodes[0], &nodes[1], &nodes[2]);
+    let (a1, b1) = (connect(n1, "a").await, connect(n1, "b").await);
+    let (a2, b2) = (connect(n2, "a").await, connect(n2, "b").await);
+    let (a3, b3) = (connect(n3, "a").await, connect(n3, "b").await);
+
+    // Plain subscribers of the same subject in both accounts on n2, n3.
+    let mut sa2 = a2.subscribe("x.>").await.unwrap();
+    let mut sb2 = b2.subscribe("x.>").await.unwrap();
+    let mut sa3 = a3.subscribe("x.>").await.unwrap();
+    let mut sb3 = b3.subscribe("x.>").await.unwrap();
+    for c in [&a2, &b2, &a3, &b3] {
+        sync(c).await;
+    }
+    wait_interest(n1, "A", "x.>", None, 2).await;
+    wait_interest(n1, "B", "x.>", None, 2).await;
+
+    publish_n(&a1, "x.a", 50).await;
+    for (s, what) in [(&mut sa2, "A on n2"), (&mut sa3, "A on n3")] {
+        let got = recv_n(s, 50, what).await;
+        let ids: Vec<usize> = got
+            .iter()
+            .map(|m| std::str::from_utf8(&m.payload).unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(ids, (0..50).collect::<Vec<_>>(), "{what}: in order, once");
+        assert!(got.iter().all(|m| m.subject.as_str() == "x.a"));
+    }
+    publish_n(&b1, "x.b", 30).await;
+    for (s, what) in [(&mut sb2, "B on n2"), (&mut sb3, "B on n3")] {
+        let got = recv_n(s, 30, what).await;
+        assert!(
+            got.iter().all(|m| m.subject.as_str() == "x.b"),
+            "{what}: only B's messages"
+        );
+    }
+    for (s, what) in [
+        (&mut sa2, "A on n2 after B's publish"),
+        (&mut sa3, "A on n3 after B's publish"),
+        (&mut sb2, "B on n2 (A's publish must not reach B)"),
+        (&mut sb3, "B on n3"),
+    ] {
+        assert_quiet(s, Duration::from_millis(300), what).await;
+    }
+
+    // Queue groups of the same name in both accounts: one member per
+    // message within the account, none in the other.
+    let mut qa = vec![
+        a2.queue_subscribe("job", "w".into()).await.unwrap(),
+        a3.queue_subscribe("job", "w".into()).await.unwrap(),
+    ];
+    let mut qb = vec![
+        b2.queue_subscribe("job", "w".into()).await.unwrap(),
+        b3.queue_subscribe("job", "w".into()).await.unwrap(),
+    ];
+    for c in [&a2, &b2, &a3, &b3] {
+        sync(c).await;
+    }
+    wait_interest(n1, "A", "job", Some("w"), 2).await;
+    wait_interest(n1, "B", "job", Some("w"), 2).await;
+    publish_n(&a1, "job", 100).await;
+    let counts = recv_spread(&mut qa, 100, "A's queue group").await;
+    assert_eq!(counts.iter().sum::<usize>(), 100, "{counts:?}");
+    for s in qb.iter_mut() {
+        assert_quiet(
+            s,
+            Duration::from_millis(200),
+            "B's queue group during A's publish",
+        )
+        .await;
+    }
+    publish_n(&b1, "job", 40).await;
+    let counts = recv_spread(&mut qb, 40, "B's queue group").await;
+    assert_eq!(counts.iter().sum::<usize>(), 40, "{counts:?}");
+    for s in qa.iter_mut() {
+        assert_quiet(
+            s,
+            Duration::from_millis(200),
+            "A's queue group during B's publish",
+        )
+        .await;
+    }
+
+    // /accountz is per node and unchanged by routes; the route's interest
+    // is listed per account on /routez.
+    let az = http_json(n1.http, "/accountz?acc=A").await.unwrap();
+    assert_eq!(az["account_detail"]["account_name"], "A", "{az}");
+    let rz = http_json(n1.http, "/routez?subs=detail").await.unwrap();
+    let accounts: Vec<&str> = rz["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["subscriptions_list_detail"].as_array().unwrap().iter())
+        .filter_map(|s| s["account"].as_str())
+        .collect();
+    assert!(accounts.contains(&"A") && accounts.contains(&"B"), "{rz}");
+    assert!(
+        !accounts.contains(&"$SYS"),
+        "the system account stays local: {rz}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_accounts_stream_and_service_imports_across_nodes() {
+    let nodes = mesh3().await;
+    let (n1, n2, n3) = (&nodes[0], &nodes[1], &nodes[2]);
+    let a1 = connect(n1, "a").await;
+    let b1 = connect(n1, "b").await;
+    let a2 = connect(n2, "a").await;
+    let b3 = connect(n3, "b").await;
+
+    // Stream: B on n3 imports A's pub.> with prefix froma; A publishes on
+    // n1. n3 announces interest in A's pub.> for it.
+    let mut imported = b3.subscribe("froma.pub.>").await.unwrap();
+    sync(&b3).await;
+    wait_interest(n1, "A", "pub.>", None, 1).await;
+    publish_n(&a1, "pub.one", 20).await;
+    let got = recv_n(&mut imported, 20, "B's import on n3").await;
+    assert!(
+        got.iter().all(|m| m.subject.as_str() == "froma.pub.one"),
+        "mapped subject"
+    );
+    // B publishing on the exporter's subject is not A's stream.
+    publish_n(&b1, "pub.one", 5).await;
+    publish_n(&b1, "froma.pub.one", 1).await;
+    let own = recv_n(&mut imported, 1, "B's own publish on froma.pub.one").await;
+    assert_eq!(&own[0].payload[..], b"0");
+    assert_quiet(
+        &mut imported,
+        Duration::from_millis(400),
+        "B's import: no duplicates, nothing from B's pub.one",
+    )
+    .await;
+
+    // Service: A's responder on n2; B requests on n3 and on n1; the reply
+    // comes back over the route to the requester's node.
+    let responder = a2.subscribe("req.echo").await.unwrap();
+    sync(&a2).await;
+    serve(a2.clone(), responder, "n2");
+    wait_interest(n3, "A", "req.echo", None, 1).await;
+    wait_interest(n1, "A", "req.echo", None, 1).await;
+    for i in 0..10 {
+        assert_eq!(
+            request(&b3, "local.echo", &i.to_string()).await,
+            format!("n2:{i}")
+        );
+        assert_eq!(
+            request(&b1, "local.echo", &i.to_string()).await,
+            format!("n2:{i}")
+        );
+    }
+    // B cannot reach A's service on A's own subject.
+    let err = b3
+        .request("req.echo".to_string(), Bytes::from_static(b"x"))
+        .await;
+    assert!(err.is_err(), "B must not reach req.echo in A directly");
+}
+
+/// One of ours routed with a Go server on the same accounts config:
+/// isolation and delivery, stream and service imports, both ways.
+async fn interop(go: PathBuf) {
+    let g = start(&Srv::Go(go), "go", None).await;
+    let r = start(&Srv::Ours, "ours", Some(g.cport)).await;
+    wait_routed(&g, 1).await;
+    wait_routed(&r, 1).await;
+    let (ga, gb) = (connect(&g, "a").await, connect(&g, "b").await);
+    let (ra, rb) = (connect(&r, "a").await, connect(&r, "b").await);
+
+    let mut g_sa = ga.subscribe("x.>").await.unwrap();
+    let mut g_sb = gb.subscribe("x.>").await.unwrap();
+    let mut r_sa = ra.subscribe("x.>").await.unwrap();
+    let mut r_sb = rb.subscribe("x.>").await.unwrap();
+    for c in [&ga, &gb, &ra, &rb] {
+        sync(c).await;
+    }
+    wait_interest(&r, "A", "x.>", None, 1).await;
+    wait_interest(&r, "B", "x.>", None, 1).await;
+    wait_interest(&g, "A", "x.>", None, 1).await;
+    wait_interest(&g, "B", "x.>", None, 1).await;
+
+    // Ours → Go in A; Go → ours in B.
+    publish_n(&ra, "x.from.ours", 25).await;
+    recv_n(&mut g_sa, 25, "A on Go from ours").await;
+    recv_n(&mut r_sa, 25, "A on ours (local)").await;
+    publish_n(&gb, "x.from.go", 15).await;
+    recv_n(&mut r_sb, 15, "B on ours from Go").await;
+    recv_n(&mut g_sb, 15, "B on Go (local)").await;
+    for (s, what) in [
+        (&mut g_sa, "A on Go"),
+        (&mut g_sb, "B on Go: A's messages must not arrive"),
+        (&mut r_sa, "A on ours: B's messages must not arrive"),
+        (&mut r_sb, "B on ours"),
+    ] {
+        assert_quiet(s, Duration::from_millis(300), what).await;
+    }
+
+    // Stream import, importer on Go, exporter's publisher on ours.
+    let mut g_imp = gb.subscribe("froma.pub.>").await.unwrap();
+    sync(&gb).await;
+    wait_interest(&r, "A", "pub.>", None, 1).await;
+    publish_n(&ra, "pub.a", 10).await;
+    let got = recv_n(&mut g_imp, 10, "import on Go from ours").await;
+    assert!(got.iter().all(|m| m.subject.as_str() == "froma.pub.a"));
+    assert_quiet(&mut g_imp, Duration::from_millis(300), "import on Go").await;
+    drop(g_imp);
+    // And the other way: importer on ours, publisher on Go.
+    let mut r_imp = rb.subscribe("froma.pub.>").await.unwrap();
+    sync(&rb).await;
+    wait_interest(&g, "A", "pub.>", None, 1).await;
+    publish_n(&ga, "pub.b", 10).await;
+    let got = recv_n(&mut r_imp, 10, "import on ours from Go").await;
+    assert!(got.iter().all(|m| m.subject.as_str() == "froma.pub.b"));
+    assert_quiet(&mut r_imp, Duration::from_millis(300), "import on ours").await;
+
+    // Service imports: responder on Go, requester on ours; and back.
+    let on_go = ga.subscribe("req.echo").await.unwrap();
+    sync(&ga).await;
+    serve(ga.clone(), on_go, "go");
+    let on_ours = ra.subscribe("req.other").await.unwrap();
+    sync(&ra).await;
+    serve(ra.clone(), on_ours, "ours");
+    wait_interest(&r, "A", "req.echo", None, 1).await;
+    wait_interest(&g, "A", "req.other", None, 1).await;
+    for i in 0..5 {
+        assert_eq!(
+            request(&rb, "local.echo", &i.to_string()).await,
+            format!("go:{i}")
+        );
+        assert_eq!(
+            request(&gb, "local.other", &i.to_string()).await,
+            format!("ours:{i}")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_accounts_interop_with_nats_server_2_15() {
+    interop(go_nats_server_2_15()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_accounts_interop_with_nats_server_2_9() {
+    interop(go_nats_server_2_9()).await;
+}
+
+/// Operator mode: account JWTs preloaded on every node (the same
+/// operator); routes carry each account under its public key.
+struct OperatorSetup {
+    dir: tempfile::TempDir,
+    op: nkeys::KeyPair,
+    a: nkeys::KeyPair,
+    b: nkeys::KeyPair,
+    sys: nkeys::KeyPair,
+}
+
+impl OperatorSetup {
+    fn new() -> OperatorSetup {
+        OperatorSetup {
+            dir: tempfile::tempdir().unwrap(),
+            op: nkeys::KeyPair::new_operator(),
+            a: nkeys::KeyPair::new_account(),
+            b: nkeys::KeyPair::new_account(),
+            sys: nkeys::KeyPair::new_account(),
+        }
+    }
+
+    fn account_jwt(&self, acc: &nkeys::KeyPair) -> String {
+        use liftbridge::nats::jwt::{self, AccountNats, Claims};
+        jwt::encode(
+            &Claims {
+                iss: self.op.public_key(),
+                sub: acc.public_key(),
+                name: "acc".into(),
+                nats: AccountNats {
+                    kind: "account".into(),
+                    version: 2,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            &self.op,
+        )
+        .unwrap()
+    }
+
+    /// A creds file of a new user of `acc`.
+    fn creds(&self, name: &str, acc: &nkeys::KeyPair) -> PathBuf {
+        use liftbridge::nats::jwt::{self, Claims, UserNats};
+        let user = nkeys::KeyPair::new_user();
+        let mut c = Claims {
+            iss: acc.public_key(),
+            sub: user.public_key(),
+            name: name.into(),
+            nats: UserNats {
+                kind: "user".into(),
+                version: 2,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        c.nats.limits.subs = -1;
+        c.nats.limits.data = -1;
+        c.nats.limits.payload = -1;
+        let token = jwt::encode(&c, acc).unwrap();
+        let p = self.dir.path().join(format!("{name}.creds"));
+        std::fs::write(&p, jwt::format_creds(&token, &user.seed().unwrap())).unwrap();
+        p
+    }
+
+    fn conf(&self, name: &str, port: u16, cport: u16, http: u16, seed: Option<u16>) -> String {
+        use liftbridge::nats::jwt::{self, Claims, OperatorNats};
+        let op = jwt::encode(
+            &Claims {
+                iss: self.op.public_key(),
+                sub: self.op.public_key(),
+                name: "op".into(),
+                nats: OperatorNats {
+                    kind: "operator".into(),
+                    version: 2,
+                    system_account: self.sys.public_key(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            &self.op,
+        )
+        .unwrap();
+        let routes = seed.map_or(String::new(), |p| {
+            format!("routes: [\"nats-route://127.0.0.1:{p}\"]")
+        });
+        format!(
+            "server_name: {name}\nlisten: 127.0.0.1:{port}\nhttp: 127.0.0.1:{http}\n\
+             cluster {{ name: jwt, listen: 127.0.0.1:{cport}\n {routes} }}\n\
+             operator: \"{op}\"\nsystem_account: {}\nresolver: MEMORY\n\
+             resolver_preload: {{\n  {}: {}\n  {}: {}\n  {}: {}\n}}\n",
+            self.sys.public_key(),
+            self.a.public_key(),
+            self.account_jwt(&self.a),
+            self.b.public_key(),
+            self.account_jwt(&self.b),
+            self.sys.public_key(),
+            self.account_jwt(&self.sys),
+        )
+    }
+}
+
+async fn start_operator(setup: &OperatorSetup, name: &str, seed: Option<u16>) -> Node {
+    let (port, cport, http) = (free_port(), free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("server.conf");
+    std::fs::write(&path, setup.conf(name, port, cport, http, seed)).unwrap();
+    let args = vec![
+        "nats-server".to_string(),
+        "-c".to_string(),
+        path.display().to_string(),
+    ];
+    let mut proc = Proc::spawn(&PathBuf::from(env!("CARGO_BIN_EXE_liftbridge")), args, dir);
+    for p in [port, cport, http] {
+        if let Err(e) = proc.try_wait_port(p).await {
+            panic!("{name}: {e}");
+        }
+    }
+    Node {
+        _proc: proc,
+        port,
+        cport,
+        http,
+    }
+}
+
+async fn connect_creds(node: &Node, creds: &std::path::Path) -> async_nats::Client {
+    async_nats::ConnectOptions::new()
+        .credentials_file(creds)
+        .await
+        .unwrap()
+        .connect(node.url())
+        .await
+        .unwrap_or_else(|e| panic!("connect with {}: {e}", creds.display()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_accounts_operator_mode_carries_accounts_by_public_key() {
+    let setup = OperatorSetup::new();
+    let n1 = start_operator(&setup, "j1", None).await;
+    let n2 = start_operator(&setup, "j2", Some(n1.cport)).await;
+    wait_routed(&n1, 1).await;
+    wait_routed(&n2, 1).await;
+    let (ca, cb) = (setup.creds("ua", &setup.a), setup.creds("ub", &setup.b));
+    let a1 = connect_creds(&n1, &ca).await;
+    let b1 = connect_creds(&n1, &cb).await;
+    let a2 = connect_creds(&n2, &ca).await;
+    let b2 = connect_creds(&n2, &cb).await;
+    let mut sa = a2.subscribe("x.>").await.unwrap();
+    let mut sb = b2.subscribe("x.>").await.unwrap();
+    sync(&a2).await;
+    sync(&b2).await;
+    wait_interest(&n1, &setup.a.public_key(), "x.>", None, 1).await;
+    wait_interest(&n1, &setup.b.public_key(), "x.>", None, 1).await;
+    publish_n(&a1, "x.a", 10).await;
+    let got = recv_n(&mut sa, 10, "A on n2").await;
+    assert!(got.iter().all(|m| m.subject.as_str() == "x.a"));
+    publish_n(&b1, "x.b", 7).await;
+    let got = recv_n(&mut sb, 7, "B on n2").await;
+    assert!(got.iter().all(|m| m.subject.as_str() == "x.b"));
+    assert_quiet(&mut sa, Duration::from_millis(300), "A: nothing of B").await;
+    assert_quiet(&mut sb, Duration::from_millis(300), "B: nothing of A").await;
+    // The system account's interest stays on its node.
+    let rz = http_json(n1.http, "/routez?subs=detail").await.unwrap();
+    let sys = setup.sys.public_key();
+    let leaked = rz["routes"].as_array().unwrap().iter().any(|r| {
+        r["subscriptions_list_detail"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|s| s["account"] == sys.as_str()))
+    });
+    assert!(!leaked, "system account interest crossed the route: {rz}");
+}
