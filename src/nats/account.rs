@@ -33,9 +33,10 @@
 //! operations.
 //!
 //! Must not: deliver a message of one account to another without an
-//! import that covers it; route accounts other than `$G` over routes or
-//! leaf connections (the server refuses accounts together with
-//! `cluster`/`leafnodes`).
+//! import that covers it; route accounts other than `$G` over routes (the
+//! server refuses accounts together with `cluster`). A leaf connection is
+//! bound to one account and carries only that account's subjects (see
+//! `leaf`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -122,8 +123,8 @@ pub enum AccountError {
     /// The in-process clients' account (`nats.account`) is not configured.
     #[error("nats.account: account {0:?} is not configured")]
     UnknownLocalAccount(String),
-    /// Accounts together with routes or leaf nodes.
-    #[error("accounts are not supported together with {0} (routes and leaf nodes carry only the global account $G); remove the accounts block or the {0} block")]
+    /// Accounts together with routes.
+    #[error("accounts are not supported together with {0} (routes carry only the global account $G); remove the accounts block or the {0} block")]
     WithPeers(&'static str),
 }
 

@@ -420,6 +420,21 @@ impl OperatorState {
         websocket: bool,
         now: i64,
     ) -> Result<JwtUser, JwtAuthError> {
+        let kind = if websocket { "WEBSOCKET" } else { "STANDARD" };
+        self.authenticate_as(token, sig, nonce, kind, now)
+    }
+
+    /// [`OperatorState::authenticate`] for a connection of type `kind`
+    /// (`STANDARD`, `WEBSOCKET`, `LEAFNODE`), checked against the user's
+    /// `allowed_connection_types`.
+    pub fn authenticate_as(
+        &self,
+        token: &str,
+        sig: Option<&str>,
+        nonce: Option<&str>,
+        kind: &'static str,
+        now: i64,
+    ) -> Result<JwtUser, JwtAuthError> {
         let uc = jwt::decode_user(token)?;
         uc.check_times(now)?;
         let account_key = if uc.nats.issuer_account.is_empty() {
@@ -460,7 +475,6 @@ impl OperatorState {
             return Err(JwtAuthError::Revoked(uc.sub.clone()));
         }
         if !limits.allowed_connection_types.is_empty() {
-            let kind = if websocket { "WEBSOCKET" } else { "STANDARD" };
             if !limits
                 .allowed_connection_types
                 .iter()

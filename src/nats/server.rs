@@ -256,8 +256,9 @@ impl ServerInner {
         self.next_cid.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Adds a subscription to the sublist; a local one (not a route's) is
-    /// also announced to the routes, and to the leaves that should know.
+    /// Adds a subscription to the sublist; it is announced to the leaves
+    /// of its account that should know, and a local one (not a route's) of
+    /// `$G` also to the routes.
     pub(crate) fn add_subscription(&self, sub: &Arc<Subscription>) -> Result<(), SublistError> {
         let account = self.account_of(&sub.client);
         let insert = || {
@@ -266,15 +267,15 @@ impl ServerInner {
                 .insert(&sub.subject, sub.queue.as_deref(), sub.clone())
                 .map(|()| true)
         };
-        if !account.is_global() {
-            // Routes and leaves carry `$G` only (accounts with peers are
-            // refused at start-up).
-            return insert().map(|_| ());
-        }
         match &self.leafs {
-            Some(l) => l.track(sub, 1, insert)?,
+            Some(l) => l.track(account, sub, 1, insert)?,
             None => insert()?,
         };
+        if !account.is_global() {
+            // Routes and the external bridge carry `$G` only (accounts
+            // with routes are refused at start-up).
+            return Ok(());
+        }
         if sub.client.kind.feeds_routes() {
             if let Some(r) = &self.routes {
                 r.local_interest(&sub.subject, sub.queue.as_deref(), 1);
@@ -298,16 +299,12 @@ impl ServerInner {
                 sub,
             ))
         };
-        if !account.is_global() {
-            let _ = remove();
-            return;
-        }
         let removed = match &self.leafs {
-            Some(l) => l.track(sub, -1, remove),
+            Some(l) => l.track(account, sub, -1, remove),
             None => remove(),
         }
         .unwrap_or(false);
-        if removed && sub.client.kind.feeds_routes() {
+        if removed && account.is_global() && sub.client.kind.feeds_routes() {
             if let Some(r) = &self.routes {
                 r.local_interest(&sub.subject, sub.queue.as_deref(), -1);
             }
@@ -461,13 +458,10 @@ impl NatsServer {
             }
             None => Accounts::new(&opts.auth)?,
         };
-        if accounts.configured() {
-            if opts.cluster.is_some() {
-                return Err(AccountError::WithPeers("cluster").into());
-            }
-            if opts.leafnodes.is_some() {
-                return Err(AccountError::WithPeers("leafnodes").into());
-            }
+        // Leaf connections are bound to one account each (see `leaf`);
+        // routes carry `$G` only.
+        if accounts.configured() && opts.cluster.is_some() {
+            return Err(AccountError::WithPeers("cluster").into());
         }
         let local_account = match opts.local_account.as_deref() {
             None => accounts.global().clone(),
@@ -535,7 +529,7 @@ impl NatsServer {
         };
         let (leafs, leaf_listener) = match &opts.leafnodes {
             Some(lo) => {
-                let (l, listener) = Leafnodes::bind(&opts, lo).await?;
+                let (l, listener) = Leafnodes::bind(&opts, lo, &accounts).await?;
                 (Some(l), listener)
             }
             None => (None, None),
