@@ -233,8 +233,9 @@ async fn user_pair(hub_imp: &Impl, leaf_imp: &Impl, auth: HubAuth, tag: &str) {
         HubAuth::ClientUsers => ("a:a", "b:b"),
         HubAuth::LeafUsers => ("edge-a:pa", "edge-b:pb"),
     };
+    // No `reconnect` here: nats-server 2.9 reads it as whole seconds only.
     let remotes = format!(
-        "reconnect: 250ms\nremotes [\n  {{ url: \"nats-leaf://{ua}@127.0.0.1:{port}\", account: LA }}\n  {{ url: \"nats-leaf://{ub}@127.0.0.1:{port}\", local: LB }}\n]"
+        "remotes [\n  {{ url: \"nats-leaf://{ua}@127.0.0.1:{port}\", account: LA }}\n  {{ url: \"nats-leaf://{ub}@127.0.0.1:{port}\", local: LB }}\n]"
     );
     let leaf = ConfNode::start_with(
         leaf_imp,
