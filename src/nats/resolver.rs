@@ -474,14 +474,13 @@ impl OperatorState {
         if acc.claims.nats.is_revoked(&uc.sub, uc.iat) {
             return Err(JwtAuthError::Revoked(uc.sub.clone()));
         }
-        if !limits.allowed_connection_types.is_empty() {
-            if !limits
+        if !limits.allowed_connection_types.is_empty()
+            && !limits
                 .allowed_connection_types
                 .iter()
                 .any(|t| t.eq_ignore_ascii_case(kind))
-            {
-                return Err(JwtAuthError::ConnectionType(kind));
-            }
+        {
+            return Err(JwtAuthError::ConnectionType(kind));
         }
         if !is_empty_restriction(&limits.src) {
             return Err(JwtAuthError::Unsupported("src"));

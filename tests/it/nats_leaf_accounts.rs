@@ -427,8 +427,9 @@ async fn creds_pair(hub_imp: &Impl, leaf_imp: &Impl, tag: &str) {
         op.creds(&op.a, "leaf-a", false),
         op.creds(&op.b, "leaf-b", false),
     );
+    // No `reconnect` here: nats-server 2.9 reads it as whole seconds only.
     let remotes = format!(
-        "reconnect: 250ms\nremotes [\n  {{ url: \"nats-leaf://127.0.0.1:{port}\", account: LA, credentials: \"{}\" }}\n  {{ url: \"nats-leaf://127.0.0.1:{port}\", account: LB, credentials: \"{}\" }}\n]",
+        "remotes [\n  {{ url: \"nats-leaf://127.0.0.1:{port}\", account: LA, credentials: \"{}\" }}\n  {{ url: \"nats-leaf://127.0.0.1:{port}\", account: LB, credentials: \"{}\" }}\n]",
         la.display(),
         lb.display()
     );
@@ -479,6 +480,11 @@ async fn nats_leaf_accounts_creds_ours_as_leaf_of_go_2_9() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_leaf_accounts_creds_go_2_15_leaf_of_ours() {
     creds_pair(&Impl::Liftbridge, &Impl::Go(go_nats_server_2_15()), "l15").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_leaf_accounts_creds_go_2_9_leaf_of_ours() {
+    creds_pair(&Impl::Liftbridge, &Impl::Go(go_nats_server_2_9()), "l9").await;
 }
 
 /// A remote whose creds file has a seed that does not match its JWT: the
