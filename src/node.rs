@@ -310,7 +310,7 @@ fn apply_leafnodes(
     nats: &mut NatsOptions,
 ) -> Result<(), NodeError> {
     use crate::config::nats::{
-        parse_cluster_listen, ClusterAuth, LeafRemote, LeafnodeOptions, TlsFiles,
+        parse_cluster_listen, LeafRemote, LeafUser, LeafnodeOptions, TlsFiles,
     };
     if *c == crate::config::liftbridge::NatsLeafConfig::default() {
         return Ok(());
@@ -345,6 +345,7 @@ fn apply_leafnodes(
             .map(|u| LeafRemote {
                 urls: vec![u.clone()],
                 tls: remote_tls.clone(),
+                ..LeafRemote::default()
             })
             .collect();
     } else if remote_tls.is_some() {
@@ -354,9 +355,10 @@ fn apply_leafnodes(
     }
     match (&c.auth_user, &c.auth_password) {
         (Some(u), p) => {
-            o.users = vec![ClusterAuth {
+            o.users = vec![LeafUser {
                 user: u.clone(),
                 password: p.clone().unwrap_or_default(),
+                account: None,
             }]
         }
         (None, Some(_)) => {

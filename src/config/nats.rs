@@ -447,8 +447,9 @@ pub const DEFAULT_LEAFNODE_PORT: u16 = 7422;
 
 /// The leaf-node block (`leafnodes { … }`, `nats.leafnodes.*`): a listener
 /// that accepts leaves (we are their hub) and remotes we solicit (we are a
-/// leaf of each). Only the global account exists, so every leaf
-/// connection is bound to it.
+/// leaf of each). Every leaf connection is bound to one local account:
+/// a remote's `account`, or on the hub side the account of the user the
+/// leaf authenticated as (`$G` by default).
 #[derive(Debug, Clone)]
 pub struct LeafnodeOptions {
     /// Interface of the leaf listener.
@@ -461,9 +462,13 @@ pub struct LeafnodeOptions {
     pub advertise: Option<String>,
     /// Advertise no URL to leaves.
     pub no_advertise: bool,
-    /// Users a leaf may authenticate as (`authorization { user, password }`
-    /// or `users [...]`). Empty: the client users apply (as nats-server).
-    pub users: Vec<ClusterAuth>,
+    /// Users a leaf may authenticate as (`authorization { user, password,
+    /// account }` or `users [...]`). Empty: the client users apply (as
+    /// nats-server).
+    pub users: Vec<LeafUser>,
+    /// `authorization { account }` without a user: the account of leaves
+    /// when no authentication is required (`None` = `$G`).
+    pub account: Option<String>,
     /// Time a leaf has to send CONNECT.
     pub auth_timeout: Duration,
     /// TLS on the leaf listener.
@@ -482,6 +487,7 @@ impl Default for LeafnodeOptions {
             advertise: None,
             no_advertise: false,
             users: Vec::new(),
+            account: None,
             auth_timeout: Duration::from_secs(2),
             tls: None,
             reconnect: Duration::from_secs(1),
@@ -500,6 +506,56 @@ pub struct LeafRemote {
     /// client certificate (`cert`/`key`). Also used when the hub's INFO
     /// says `tls_required` or the URL scheme is `tls://`.
     pub tls: Option<TlsFiles>,
+    /// The local account the connection is bound to (`account`/`local`);
+    /// `None` = `$G`.
+    pub account: Option<String>,
+    /// How the leaf authenticates beyond a URL's `user:pass@`.
+    pub auth: LeafRemoteAuth,
+}
+
+/// A remote's credentials (`credentials` or `nkey`/`seed`).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub enum LeafRemoteAuth {
+    /// None (or only the URL's user and password).
+    #[default]
+    None,
+    /// A creds file (user JWT + nkey seed): CONNECT carries `jwt` and the
+    /// hub's nonce signed with the seed. Read at each connection attempt,
+    /// so a rotated file is picked up.
+    Credentials(PathBuf),
+    /// A user nkey seed: CONNECT carries its public key and the signature.
+    Seed(String),
+}
+
+impl std::fmt::Debug for LeafRemoteAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The seed stays out of logs.
+        match self {
+            LeafRemoteAuth::None => f.write_str("None"),
+            LeafRemoteAuth::Credentials(p) => f.debug_tuple("Credentials").field(p).finish(),
+            LeafRemoteAuth::Seed(_) => f.write_str("Seed(<hidden>)"),
+        }
+    }
+}
+
+/// A user a leaf may authenticate as on our leaf listener.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct LeafUser {
+    pub user: String,
+    pub password: String,
+    /// The account its leaf connections are bound to (`None` = `$G`).
+    pub account: Option<String>,
+}
+
+impl std::fmt::Debug for LeafUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The password stays out of logs.
+        f.debug_struct("LeafUser")
+            .field("user", &self.user)
+            .field("password", &"<hidden>")
+            .field("account", &self.account)
+            .finish()
+    }
 }
 
 /// A parsed leaf remote URL.

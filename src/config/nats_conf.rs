@@ -38,8 +38,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::nats::{
-    AuthConfig, ClusterAuth, ClusterOptions, LeafRemote, LeafnodeOptions, NatsOptions, NkeyUser,
-    OperatorConfig, PermissionRules, Permissions, ResolverConfig, TlsFiles, User, WebsocketOptions,
+    AuthConfig, ClusterAuth, ClusterOptions, LeafRemote, LeafRemoteAuth, LeafUser, LeafnodeOptions,
+    NatsOptions, NkeyUser, OperatorConfig, PermissionRules, Permissions, ResolverConfig, TlsFiles,
+    User, WebsocketOptions,
 };
 
 /// Errors of reading, parsing or interpreting a config file.
@@ -1310,22 +1311,18 @@ fn compression_off(v: &Node) -> bool {
     }
 }
 
-/// A `user`/`password` pair of a block.
-fn user_pass(key: &str, n: &Node) -> Result<ClusterAuth, ConfError> {
-    let mut user = None;
-    let mut pass = None;
+/// A `{ user, password, account }` entry of a leafnodes `users` list.
+fn leaf_user(key: &str, n: &Node) -> Result<LeafUser, ConfError> {
+    let mut u = LeafUser::default();
+    let mut named = false;
     for (k, v) in want_map(key, n)? {
         match k.to_ascii_lowercase().as_str() {
-            "user" | "username" => user = Some(want_str(k, v)?.to_string()),
-            "password" | "pass" => pass = Some(want_str(k, v)?.to_string()),
-            "account" if want_str(k, v)? == "$G" => {}
-            "account" => {
-                return invalid(
-                    k,
-                    v,
-                    "accounts are not supported (only the global account $G)",
-                )
+            "user" | "username" => {
+                u.user = want_str(k, v)?.to_string();
+                named = true;
             }
+            "password" | "pass" => u.password = want_str(k, v)?.to_string(),
+            "account" => u.account = Some(want_str(k, v)?.to_string()),
             other => {
                 return invalid(
                     key,
@@ -1335,20 +1332,18 @@ fn user_pass(key: &str, n: &Node) -> Result<ClusterAuth, ConfError> {
             }
         }
     }
-    match user {
-        Some(user) => Ok(ClusterAuth {
-            user,
-            password: pass.unwrap_or_default(),
-        }),
-        None => invalid(key, n, "needs user"),
+    if !named {
+        return invalid(key, n, "needs user");
     }
+    Ok(u)
 }
 
 /// `leafnodes { listen | host/port, advertise, no_advertise,
-/// authorization { user, password, users, timeout }, tls, reconnect,
-/// remotes [ { url | urls, tls } ] }`. Keys for features we do not
-/// provide (accounts other than `$G`, credentials/JWT, compression, hub
-/// role reversal, deny lists) are refused with an error naming them.
+/// authorization { user, password, account, users, timeout }, tls,
+/// reconnect, remotes [ { url | urls, tls, account, credentials, nkey } ]
+/// }`. Keys for features we do not provide (compression, hub role
+/// reversal, deny lists, a leaf nkey on the listener) are refused with an
+/// error naming them.
 fn leafnodes_block(
     key: &str,
     n: &Node,
@@ -1389,32 +1384,28 @@ fn leafnodes_block(
                 return invalid(k, v, "leafnode compression is not supported (use off)")
             }
             "authorization" => {
-                let mut single: Option<ClusterAuth> = None;
+                let mut single: Option<LeafUser> = None;
+                let mut account = None;
                 for (ak, av) in want_map(k, v)? {
                     match ak.to_ascii_lowercase().as_str() {
                         "user" | "username" => {
-                            single.get_or_insert_with(ClusterAuth::default).user =
+                            single.get_or_insert_with(LeafUser::default).user =
                                 want_str(ak, av)?.to_string()
                         }
                         "password" | "pass" => {
-                            single.get_or_insert_with(ClusterAuth::default).password =
+                            single.get_or_insert_with(LeafUser::default).password =
                                 want_str(ak, av)?.to_string()
                         }
-                        "account" if want_str(ak, av)? == "$G" => {}
-                        "account" => {
-                            return invalid(
-                                ak,
-                                av,
-                                "accounts are not supported (only the global account $G)",
-                            )
-                        }
+                        // The single user's account, or (without a user)
+                        // the account of leaves that need no credentials.
+                        "account" => account = Some(want_str(ak, av)?.to_string()),
                         "timeout" => l.auth_timeout = want_duration(ak, av)?,
                         "users" => {
                             let Value::Array(items) = &av.value else {
                                 return invalid(ak, av, "expected an array of users");
                             };
                             for item in items {
-                                l.users.push(user_pass(ak, item)?);
+                                l.users.push(leaf_user(ak, item)?);
                             }
                         }
                         other => {
@@ -1426,15 +1417,17 @@ fn leafnodes_block(
                         }
                     }
                 }
-                if let Some(u) = single {
+                if let Some(mut u) = single {
                     if !l.users.is_empty() {
                         return invalid(k, v, "can not have a single user/pass and a users array");
                     }
                     if u.user.is_empty() {
                         return invalid(k, v, "password without user");
                     }
+                    u.account = account.take();
                     l.users.push(u);
                 }
+                l.account = account;
                 let mut seen = std::collections::HashSet::new();
                 for u in &l.users {
                     if !seen.insert(u.user.clone()) {
@@ -1486,16 +1479,38 @@ fn leaf_remote(key: &str, n: &Node, warnings: &mut Vec<String>) -> Result<LeafRe
                 }
             }
             "tls" => r.tls = Some(tls_block(k, v, warnings, false)?.0),
-            "account" | "local" if want_str(k, v)? == "$G" => {}
-            "account" | "local" => {
-                return invalid(k, v, "accounts are not supported (only the global account $G)")
+            "account" | "local" => r.account = Some(want_str(k, v)?.to_string()),
+            "credentials" | "creds" => {
+                if matches!(r.auth, LeafRemoteAuth::Seed(_)) {
+                    return invalid(
+                        k,
+                        v,
+                        "Remote leafnode can not have both creds and nkey defined",
+                    );
+                }
+                r.auth = LeafRemoteAuth::Credentials(PathBuf::from(want_str(k, v)?));
             }
-            "credentials" | "creds" | "nkey" | "seed" => {
-                return invalid(
-                    k,
-                    v,
-                    "JWT/nkey credentials for leafnode remotes are not supported; use user:password in the URL",
-                )
+            "nkey" | "seed" => {
+                let seed = want_str(k, v)?;
+                if !seed.starts_with("SU") || nkeys::KeyPair::from_seed(seed).is_err() {
+                    return invalid(
+                        k,
+                        v,
+                        // Only the start of a would-be secret goes into the message.
+                        format!(
+                            "Remote leafnode nkey is not a valid seed: \"{}…\"",
+                            seed.chars().take(4).collect::<String>()
+                        ),
+                    );
+                }
+                if matches!(r.auth, LeafRemoteAuth::Credentials(_)) {
+                    return invalid(
+                        k,
+                        v,
+                        "Remote leafnode can not have both creds and nkey defined",
+                    );
+                }
+                r.auth = LeafRemoteAuth::Seed(seed.to_string());
             }
             "hub" if !want_bool(k, v)? => {}
             "hub" => return invalid(k, v, "hub: true (role reversal) is not supported"),
@@ -2487,15 +2502,65 @@ no_auth_user: bob
     }
 
     #[test]
+    fn leafnode_accounts_and_credentials() {
+        use crate::config::nats::LeafRemoteAuth;
+        let seed = nkeys::KeyPair::new_user().seed().unwrap();
+        let c = conf(&format!(
+            "leafnodes {{ port: 1, authorization {{ user: a, password: b, account: A }}
+               remotes [ {{ url: \"nats://h:1\", account: B, credentials: \"/x.creds\" }},
+                         {{ url: \"nats://h:2\", local: C, nkey: {seed} }},
+                         {{ url: \"nats://h:3\" }} ] }}"
+        ));
+        let l = c.options.leafnodes.unwrap();
+        assert_eq!(l.users[0].account.as_deref(), Some("A"));
+        assert_eq!(l.account, None, "the single user's account is the user's");
+        assert_eq!(l.remotes[0].account.as_deref(), Some("B"));
+        assert_eq!(
+            l.remotes[0].auth,
+            LeafRemoteAuth::Credentials("/x.creds".into())
+        );
+        assert_eq!(l.remotes[1].account.as_deref(), Some("C"));
+        assert_eq!(l.remotes[1].auth, LeafRemoteAuth::Seed(seed.clone()));
+        assert!(
+            !format!("{:?}", l.remotes[1].auth).contains(&seed),
+            "the seed stays out of Debug output"
+        );
+        assert_eq!(l.remotes[2].account, None);
+        assert_eq!(l.remotes[2].auth, LeafRemoteAuth::None);
+        let users = conf(
+            "leafnodes { port: 1, authorization { users [ {user: a, password: b, account: A}, {user: c, password: d} ] } }",
+        );
+        let l = users.options.leafnodes.unwrap();
+        assert_eq!(l.users[0].account.as_deref(), Some("A"));
+        assert_eq!(l.users[1].account, None);
+        let default = conf("leafnodes { port: 1, authorization { account: D } }");
+        let l = default.options.leafnodes.unwrap();
+        assert!(l.users.is_empty());
+        assert_eq!(l.account.as_deref(), Some("D"));
+        let both = format!(
+            "leafnodes {{ remotes [ {{ url: \"nats://h:1\", credentials: \"/x.creds\", nkey: {seed} }} ] }}"
+        );
+        let e = from_str(&both, Path::new("l.conf"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("can not have both creds and nkey"), "{e}");
+        let account_seed = nkeys::KeyPair::new_account().seed().unwrap();
+        let e = from_str(
+            &format!("leafnodes {{ remotes [ {{ url: \"nats://h:1\", seed: {account_seed} }} ] }}"),
+            Path::new("l.conf"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("not a valid seed") && e.contains("seed"), "{e}");
+        assert!(!e.contains(&account_seed), "the seed is not echoed: {e}");
+    }
+
+    #[test]
     fn leafnode_features_we_lack_are_refused_by_name() {
         for (text, want) in [
             (
-                "leafnodes { remotes [ { url: \"nats://h:1\", credentials: \"/x.creds\" } ] }",
-                "credentials",
-            ),
-            (
-                "leafnodes { remotes [ { url: \"nats://h:1\", account: ACC } ] }",
-                "account",
+                "leafnodes { remotes [ { url: \"nats://h:1\", nkey: SUNOTASEED } ] }",
+                "not a valid seed",
             ),
             (
                 "leafnodes { remotes [ { url: \"nats://h:1\", hub: true } ] }",
@@ -2520,8 +2585,8 @@ no_auth_user: bob
                 "nkey",
             ),
             (
-                "leafnodes { port: 1, authorization { user: a, password: b, account: ACC } }",
-                "account",
+                "leafnodes { port: 1, authorization { users [ {user: b, permissions: {}} ] } }",
+                "permissions",
             ),
             (
                 "leafnodes { port: 1, authorization { user: a, users [ {user: b} ] } }",

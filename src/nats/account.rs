@@ -46,7 +46,9 @@
 //! operations.
 //!
 //! Must not: deliver a message of one account to another without an
-//! import that covers it; carry the system account over routes.
+//! import that covers it; carry the system account over routes; let a
+//! leaf connection carry subjects of any account but the one it is bound
+//! to (see `leaf`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -133,9 +135,6 @@ pub enum AccountError {
     /// The in-process clients' account (`nats.account`) is not configured.
     #[error("nats.account: account {0:?} is not configured")]
     UnknownLocalAccount(String),
-    /// Accounts together with routes or leaf nodes.
-    #[error("accounts are not supported together with {0} (leaf nodes carry only the global account $G); remove the accounts block or the {0} block")]
-    WithPeers(&'static str),
 }
 
 /// How an imported subject becomes the local one (or back).

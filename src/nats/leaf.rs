@@ -6,13 +6,27 @@
 //! hub); each `remotes [ { url } ]` entry is a hub we solicit (we are its
 //! leaf, the "spoke"). A leaf connection is a route-like pseudo-client
 //! ([`ClientKind::Leaf`]) speaking the route grammar without accounts
-//! (`LS+`/`LS-`/`LMSG`, see `proto::route::Dialect::Leaf`); only the global
-//! account exists, so every leaf connection is bound to it. Handshake: the
+//! (`LS+`/`LS-`/`LMSG`, see `proto::route::Dialect::Leaf`). Handshake: the
 //! hub sends INFO (plain text, then TLS if configured), the leaf sends
 //! CONNECT (`lang` in it means a client dialled the leaf port and is
 //! refused), then both send their interest. Our INFO carries neither
 //! `compression` nor `info_on_connect`, which makes Go servers treat us as
 //! an uncompressed peer that needs no `connect_info` round trip.
+//!
+//! **Accounts.** No account travels on the leaf wire: each connection is
+//! bound to one local account for its whole life (the pseudo-client's
+//! `account`), and everything on it happens in that account only — the
+//! interest it is told about, the interest it announces, the messages it
+//! brings. A remote binds `account` (default `$G`) and names it in CONNECT
+//! (`remote_account`). The hub binds an accepted leaf as nats-server does
+//! (`isLeafNodeAuthorized`): a `leafnodes { authorization }` user binds
+//! its `account`; without leaf users the client path applies (a config
+//! user's account, a JWT's account in operator mode, `no_auth_user`);
+//! with no authentication at all, `authorization { account }` or `$G`.
+//! Remote credentials: a creds file (`credentials`: user JWT + seed, read
+//! at every attempt so a rotated file is used) or a user seed (`nkey`);
+//! CONNECT then carries `jwt`/`nkey` and `sig`, the hub's INFO nonce
+//! signed with the seed.
 //!
 //! **Interest.** Every live leaf connection has its own "smap": (subject,
 //! queue) → count of the subscriptions it is told about. Toward a leaf of
@@ -32,12 +46,14 @@
 //! message, with the names of the queue groups it must serve; queue
 //! groups prefer local members.
 //!
-//! **Loops.** Each server has one `$LDS.<random>` subject that it always
-//! announces to every leaf. Interest propagates hub-leaf → spoke, so in a
-//! cycle our own LDS subject comes back to us: we then send
-//! `-ERR 'Loop detected for leafnode account="$G". Delaying attempt to
-//! reconnect for 30s'`, close, and (as the soliciting side, or when we
-//! receive that error) wait 30 s before reconnecting.
+//! **Loops.** Each account has its own `$LDS.<random>` subject, always
+//! announced to every leaf bound to it. Interest propagates hub-leaf →
+//! spoke, so in a cycle the account's LDS subject comes back to us on a
+//! connection of the same account: we then send `-ERR 'Loop detected for
+//! leafnode account="<name>". Delaying attempt to reconnect for 30s'`,
+//! close, and (as the soliciting side, or when we receive that error) wait
+//! 30 s before reconnecting. (One subject per account, not per server: two
+//! remotes of different accounts to the same hub account are no loop.)
 //!
 //! **Tasks.** Per server: the accept loop (with a listener) and one solicit
 //! task per remote, which connects, runs the connection to its end and
@@ -67,6 +83,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use base64::Engine;
+
+use super::account::{Account, Accounts};
 use super::auth::{Authenticator, Credentials};
 use super::client::{self, ClientKind, ClientShared, FlushList, MsgRef, Origin, Subscription};
 use super::proto::route::{
@@ -75,11 +94,11 @@ use super::proto::route::{
 use super::proto::{self};
 use super::route::{
     accept_peers, add_peer_interest, host_of, is_wildcard_host, peer_ping_loop, primary_ip,
-    read_peer, remove_peer_interest, PeerReader, GLOBAL_ACCOUNT, MAX_ROUTE_SUBS,
+    read_peer, remove_peer_interest, PeerReader, MAX_ROUTE_SUBS,
 };
 use super::server::{new_nonce, ServerInner, SERVER_VERSION};
 use crate::config::nats::{
-    parse_leaf_url, AuthConfig, LeafUrl, LeafnodeOptions, NatsOptions, User,
+    parse_leaf_url, AuthConfig, LeafRemoteAuth, LeafUrl, LeafnodeOptions, NatsOptions, User,
 };
 
 /// Prefix of loop-detection subjects.
@@ -135,6 +154,9 @@ pub struct Leaf {
     pub spoke: bool,
     /// Index of the remote in the configuration (solicited connections).
     remote: Option<usize>,
+    /// The local account the connection is bound to (also set as the
+    /// pseudo-client's account, so its interest lands in this account).
+    pub account: Arc<Account>,
     /// The peer.
     pub peer: Mutex<LeafPeer>,
     /// Interest flows (handshake complete).
@@ -164,8 +186,12 @@ pub struct Leafnodes {
     opts: LeafnodeOptions,
     /// The bound leaf listener, if any.
     pub listen: Option<SocketAddr>,
-    /// Our loop-detection subject.
-    lds: String,
+    /// Loop-detection subjects, by account index.
+    lds: Vec<String>,
+    /// Per remote: the local account it binds.
+    remote_accounts: Vec<Arc<Account>>,
+    /// The account of accepted leaves when no authentication applies.
+    default_account: Arc<Account>,
     state: Mutex<State>,
     remotes: Vec<Mutex<RemoteState>>,
     cancel: CancellationToken,
@@ -212,6 +238,86 @@ pub enum LeafError {
     /// Leaf users are invalid.
     #[error("leafnodes authorization: {0}")]
     Auth(#[from] super::auth::AuthError),
+    /// A remote or leaf user names an account that is not configured
+    /// (nats-server's text).
+    #[error("cannot find local account {account:?} specified in leafnode {what}")]
+    UnknownAccount {
+        /// The account name.
+        account: String,
+        /// `remote` or `authorization`.
+        what: &'static str,
+    },
+    /// A remote's creds file is unusable.
+    #[error("leafnodes remote {index}: credentials {path:?}: {source}")]
+    Credentials {
+        /// Index of the remote.
+        index: usize,
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: CredsError,
+    },
+    /// Leaf configuration that operator mode does not allow (nats-server's
+    /// texts).
+    #[error("{0}")]
+    Operator(&'static str),
+}
+
+/// Why a creds file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CredsError {
+    /// It cannot be read.
+    #[error("cannot read: {0}")]
+    Read(#[from] std::io::Error),
+    /// It has no JWT and seed blocks.
+    #[error("malformed (expected a user JWT block and a seed block)")]
+    Malformed,
+    /// The seed block is not a user seed.
+    #[error("malformed seed")]
+    Seed,
+    /// The JWT block is not a valid user JWT.
+    #[error("malformed user jwt: {0}")]
+    Jwt(#[from] super::jwt::JwtError),
+}
+
+/// Whether `k` is an account public key (`A…`).
+fn is_account_key(k: &str) -> bool {
+    k.starts_with('A')
+        && nkeys::KeyPair::from_public_key(k)
+            .is_ok_and(|kp| kp.key_pair_type() == nkeys::KeyPairType::Account)
+}
+
+/// A creds file's user JWT and key.
+struct Creds {
+    jwt: String,
+    key: nkeys::KeyPair,
+}
+
+/// Parses a creds file's text (as `nsc` writes it): the first framed
+/// block is the user JWT, the second the user seed.
+fn parse_creds(text: &str) -> Result<Creds, CredsError> {
+    let blocks = super::jwt::framed_tokens(text);
+    let [jwt, seed, ..] = blocks.as_slice() else {
+        return Err(CredsError::Malformed);
+    };
+    if !seed.starts_with("SU") {
+        return Err(CredsError::Seed);
+    }
+    let key = nkeys::KeyPair::from_seed(seed).map_err(|_| CredsError::Seed)?;
+    super::jwt::decode_user(jwt)?;
+    Ok(Creds {
+        jwt: jwt.clone(),
+        key,
+    })
+}
+
+/// `sig` for CONNECT: the nonce's ASCII bytes signed with `key`, base64url
+/// without padding (as nats-server and the clients send it).
+fn sign_nonce(key: &nkeys::KeyPair, nonce: &str) -> Option<String> {
+    key.sign(nonce.as_bytes())
+        .ok()
+        .map(|raw| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw))
 }
 
 /// The INFO we send to a leaf that connects to us.
@@ -251,6 +357,7 @@ struct HubInfo {
     leafnode_urls: Option<Vec<String>>,
     tls_required: bool,
     cluster: String,
+    nonce: String,
 }
 
 /// The CONNECT a leaf sends (the fields we read on the hub side).
@@ -282,12 +389,18 @@ struct LeafConnectOut<'a> {
     pass: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     auth_token: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jwt: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nkey: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sig: Option<String>,
     server_id: &'a str,
     name: &'a str,
     headers: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     cluster: Option<String>,
-    remote_account: &'static str,
+    remote_account: &'a str,
 }
 
 /// Whether a leaf connection (we are `spoke` on it) is told about a
@@ -343,11 +456,29 @@ fn random_token() -> String {
 
 impl Leafnodes {
     /// Binds the leaf listener (so a bad address fails start-up) and checks
-    /// the remotes.
+    /// the remotes: URLs, accounts, creds files.
     pub(crate) async fn bind(
         opts: &NatsOptions,
         lo: &LeafnodeOptions,
+        accounts: &Accounts,
     ) -> Result<(Leafnodes, Option<TcpListener>), LeafError> {
+        let operator = opts.auth.operator.is_some();
+        let account = |name: &Option<String>, what: &'static str| match name {
+            None => Ok(accounts.global().clone()),
+            Some(n) => accounts
+                .get(n)
+                .cloned()
+                .ok_or_else(|| LeafError::UnknownAccount {
+                    account: n.clone(),
+                    what,
+                }),
+        };
+        if operator && !lo.users.is_empty() {
+            return Err(LeafError::Operator(
+                "operator mode does not allow specifying users in leafnode config",
+            ));
+        }
+        let mut remote_accounts = Vec::with_capacity(lo.remotes.len());
         for (i, r) in lo.remotes.iter().enumerate() {
             if r.urls.is_empty() {
                 return Err(LeafError::NoUrl(i));
@@ -358,7 +489,30 @@ impl Leafnodes {
                     url: u.clone(),
                 });
             }
+            if operator && !r.account.as_deref().is_some_and(is_account_key) {
+                return Err(LeafError::Operator(
+                    "operator mode requires account nkeys in remotes. Please add an `account` key to each remote in your `leafnodes` section, to assign it to an account. Each account value should be a 56 character public key, starting with the letter 'A'",
+                ));
+            }
+            remote_accounts.push(account(&r.account, "remote")?);
+            if let LeafRemoteAuth::Credentials(path) = &r.auth {
+                // Checked now so a typo fails start-up; read again at each
+                // attempt.
+                tokio::fs::read_to_string(path)
+                    .await
+                    .map_err(CredsError::from)
+                    .and_then(|t| parse_creds(&t))
+                    .map_err(|source| LeafError::Credentials {
+                        index: i,
+                        path: path.clone(),
+                        source,
+                    })?;
+            }
         }
+        for u in &lo.users {
+            account(&u.account, "authorization")?;
+        }
+        let default_account = account(&lo.account, "authorization")?;
         let (listener, listen) = match lo.port {
             None => (None, None),
             Some(port) => {
@@ -407,7 +561,7 @@ impl Leafnodes {
                         username: u.user.clone(),
                         password: u.password.clone(),
                         permissions: None,
-                        account: None,
+                        account: u.account.clone(),
                     })
                     .collect(),
                 ..AuthConfig::default()
@@ -430,7 +584,13 @@ impl Leafnodes {
             Leafnodes {
                 opts: lo.clone(),
                 listen,
-                lds: format!("{LDS_PREFIX}{}", random_token()),
+                lds: accounts
+                    .all()
+                    .iter()
+                    .map(|_| format!("{LDS_PREFIX}{}", random_token()))
+                    .collect(),
+                remote_accounts,
+                default_account,
                 state: Mutex::new(State::default()),
                 remotes: lo.remotes.iter().map(|_| Mutex::default()).collect(),
                 cancel: CancellationToken::new(),
@@ -450,9 +610,9 @@ impl Leafnodes {
         &self.opts
     }
 
-    /// Our loop-detection subject.
-    pub fn loop_detection_subject(&self) -> &str {
-        &self.lds
+    /// The loop-detection subject of `account`.
+    pub fn loop_detection_subject(&self, account: &Account) -> &str {
+        self.lds.get(account.idx).map_or("", String::as_str)
     }
 
     /// Registered leaf connections, by client id.
@@ -488,11 +648,13 @@ impl Leafnodes {
             .collect()
     }
 
-    /// Runs `op` (a sublist insert or removal of `sub`, returning whether
-    /// it changed anything) and, if it did, tells every leaf connection
-    /// that should know, all under the interest lock.
+    /// Runs `op` (a sublist insert or removal of `sub`, which belongs to
+    /// `account`, returning whether it changed anything) and, if it did,
+    /// tells every leaf connection of that account that should know, all
+    /// under the interest lock.
     pub(crate) fn track<E>(
         &self,
+        account: &Account,
         sub: &Subscription,
         delta: i32,
         op: impl FnOnce() -> Result<bool, E>,
@@ -508,7 +670,10 @@ impl Leafnodes {
             let Some(leaf) = st.conns.get(cid) else {
                 continue;
             };
-            if Arc::ptr_eq(&leaf.client, &sub.client) || !leaf_wants(leaf.spoke, sub.client.kind) {
+            if leaf.account.idx != account.idx
+                || Arc::ptr_eq(&leaf.client, &sub.client)
+                || !leaf_wants(leaf.spoke, sub.client.kind)
+            {
                 continue;
             }
             update_smap(smap, &sub.subject, sub.queue.as_deref(), delta, &mut out);
@@ -521,15 +686,15 @@ impl Leafnodes {
     }
 
     /// Starts interest on a connection whose handshake is complete: its
-    /// smap is built from every subscription it should know about, sent
-    /// (with our loop-detection subject) in one batch, and kept current by
-    /// [`Leafnodes::track`] from now on.
-    fn register(&self, server: &ServerInner, leaf: &Arc<Leaf>) {
+    /// smap is built from every subscription of its account it should know
+    /// about, sent (with the account's loop-detection subject) in one
+    /// batch, and kept current by [`Leafnodes::track`] from now on.
+    fn register(&self, leaf: &Arc<Leaf>) {
         let mut st = self.state.lock();
         let mut smap = HashMap::new();
         let mut out = BytesMut::new();
-        encode_ls_plus(&mut out, &self.lds, None);
-        for (subject, queue, sub) in server.accounts.global().sublist.all() {
+        encode_ls_plus(&mut out, self.loop_detection_subject(&leaf.account), None);
+        for (subject, queue, sub) in leaf.account.sublist.all() {
             if Arc::ptr_eq(&sub.client, &leaf.client) || !leaf_wants(leaf.spoke, sub.client.kind) {
                 continue;
             }
@@ -717,7 +882,11 @@ async fn run_accepted<S>(
         }
     };
     let nonce_sent = nonce.clone();
-    let connect = match check_connect(&server, json, nonce).await {
+    let Admitted {
+        connect,
+        account,
+        expires,
+    } = match check_connect(&server, json, nonce, addr.ip()).await {
         Ok(c) => c,
         Err(text) => {
             tracing::warn!(%addr, error = %text, "leafnode connection refused");
@@ -732,6 +901,8 @@ async fn run_accepted<S>(
         Some(addr),
         leafs.max_pending,
     );
+    // A fresh client: the account cannot be set yet.
+    let _ = client.account.set(account.clone());
     // Kept for a reload, which checks them against the new users.
     *client.auth.lock() = Some(super::reload::ConnAuth {
         user: connect.user.clone(),
@@ -741,12 +912,29 @@ async fn run_accepted<S>(
         sig: connect.sig.clone(),
         nonce: Some(nonce_sent),
         perms: None,
-        jwt: None,
+        jwt: connect.jwt.clone(),
     });
+    if let Some(exp) = expires {
+        // A JWT user's leaf ends at the JWT's expiry, as a client does.
+        let at = std::time::UNIX_EPOCH + Duration::from_secs(u64::try_from(exp).unwrap_or(0));
+        let wait = at
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        let c = client.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = c.cancel.cancelled() => {}
+                _ = tokio::time::sleep(wait) => {
+                    c.close_with_err(Some("User Authentication Expired"));
+                }
+            }
+        });
+    }
     let leaf = Arc::new(Leaf {
         client: client.clone(),
         spoke: false,
         remote: None,
+        account,
         peer: Mutex::new(LeafPeer {
             id: connect.server_id,
             name: connect.name,
@@ -757,13 +945,34 @@ async fn run_accepted<S>(
     run_leaf(server, leaf, r, w, rest, parser).await;
 }
 
-/// Checks a leaf's CONNECT (its kind and credentials). `Err` is the
-/// `-ERR` text to refuse it with.
+/// A leaf CONNECT that passed [`check_connect`].
+struct Admitted {
+    connect: LeafConnectIn,
+    /// The account the connection is bound to.
+    account: Arc<Account>,
+    /// The user JWT's expiry (unix seconds), in operator mode.
+    expires: Option<i64>,
+}
+
+/// How a leaf was authenticated, before its account is looked up.
+enum Verdict {
+    /// Bound to this account (`None` = `$G`).
+    Account(Option<String>),
+    /// A user JWT, bound to its account.
+    Jwt(super::resolver::JwtUser),
+}
+
+/// Checks a leaf's CONNECT (its kind and credentials) and finds the
+/// account to bind it to, as nats-server's `isLeafNodeAuthorized`: the
+/// `leafnodes { authorization }` users first, else the client users (or
+/// the user JWT in operator mode), else no authentication at all.
+/// `Err` is the `-ERR` text to refuse it with.
 async fn check_connect(
     server: &Arc<ServerInner>,
     json: Bytes,
     nonce: String,
-) -> Result<LeafConnectIn, String> {
+    ip: std::net::IpAddr,
+) -> Result<Admitted, String> {
     let c: LeafConnectIn = serde_json::from_slice(&json)
         .map_err(|e| format!("Invalid CONNECT: {e}").replace('\'', "\""))?;
     if c.lang.is_some() {
@@ -785,9 +994,6 @@ async fn check_connect(
             return Err("remote leafnode has same cluster name".into());
         }
     }
-    if c.jwt.is_some() {
-        return Err("Authorization Violation".into());
-    }
     let srv = server.clone();
     let creds = (
         c.user.clone(),
@@ -795,10 +1001,11 @@ async fn check_connect(
         c.auth_token.clone(),
         c.nkey.clone(),
         c.sig.clone(),
+        c.jwt.clone(),
     );
     // bcrypt may take a while: off the executor.
     let verdict = tokio::task::spawn_blocking(move || {
-        let (user, pass, token, nkey, sig) = &creds;
+        let (user, pass, token, nkey, sig, jwt) = &creds;
         let creds = Credentials {
             user: user.as_deref(),
             pass: pass.as_deref(),
@@ -807,30 +1014,82 @@ async fn check_connect(
             sig: sig.as_deref(),
         };
         let leafs = srv.leafs.as_ref()?;
+        if leafs.auth.is_none() {
+            if let Some(op) = &srv.operator {
+                // Operator mode: the user JWT decides (no JWT, no entry).
+                let Some(jwt) = jwt else {
+                    return Some(Err("no user JWT in operator mode".to_string()));
+                };
+                let now = super::jwt::unix_now();
+                return Some(
+                    op.authenticate_as(
+                        jwt,
+                        sig.as_deref(),
+                        Some(&nonce),
+                        "LEAFNODE",
+                        Some(ip),
+                        now,
+                    )
+                    .map(Verdict::Jwt)
+                    .map_err(|e| e.to_string()),
+                );
+            }
+        }
+        if jwt.is_some() {
+            return Some(Err("a user JWT outside operator mode".to_string()));
+        }
         let client_auth = srv.live().authenticator.clone();
         let auth = match (&leafs.auth, &client_auth) {
             (Some(a), _) => a,
             (None, Some(a)) if a.required() => a,
-            _ => return Some(Ok(())),
+            _ => return Some(Ok(Verdict::Account(None))),
         };
-        Some(match auth.authenticate(&creds, Some(&nonce)) {
-            Ok(None) => Ok(()),
+        Some(match auth.authenticate_identity(&creds, Some(&nonce)) {
+            Ok(o) if o.permissions.is_none() => Ok(Verdict::Account(o.account)),
             // Permissions would have to be swapped and sent to the leaf;
             // we do not do that, so such users cannot be leaves.
-            Ok(Some(_)) => Err("a user with permissions cannot connect as a leafnode"),
-            Err(_) => Err("bad credentials"),
+            Ok(_) => Err("a user with permissions cannot connect as a leafnode".to_string()),
+            Err(e) => Err(e.to_string()),
         })
     })
     .await;
-    match verdict {
-        Ok(Some(Ok(()))) => Ok(c),
-        Ok(Some(Err(why))) => {
-            tracing::warn!(name = %c.name, reason = why, "leafnode authorization failed");
-            server.auth_failures.fetch_add(1, Ordering::Relaxed);
-            Err("Authorization Violation".into())
+    let refused = |why: &str| {
+        tracing::warn!(name = %c.name, reason = why, "leafnode authorization failed");
+        server.auth_failures.fetch_add(1, Ordering::Relaxed);
+        "Authorization Violation".to_string()
+    };
+    let (name, expires) = match verdict {
+        Ok(Some(Ok(Verdict::Account(name)))) => (name, None),
+        Ok(Some(Ok(Verdict::Jwt(u)))) => {
+            if u.permissions.is_some() {
+                return Err(refused(
+                    "a user with permissions cannot connect as a leafnode",
+                ));
+            }
+            (Some(u.account), u.expires)
         }
-        _ => Err("Authorization Violation".into()),
-    }
+        Ok(Some(Err(why))) => return Err(refused(&why)),
+        _ => return Err("Authorization Violation".into()),
+    };
+    let Some(leafs) = server.leafs.as_ref() else {
+        return Err("Authorization Violation".into());
+    };
+    let account = match name {
+        // No user account: `authorization { account }` when nothing had to
+        // be checked, else the global account (nats-server binds a client
+        // user without an account to `$G`).
+        None if leafs.auth.is_none() && !server.auth_required() => leafs.default_account.clone(),
+        None => server.accounts.global().clone(),
+        Some(n) => match server.accounts.get(&n) {
+            Some(a) => a.clone(),
+            None => return Err(refused(&format!("unable to lookup account {n:?}"))),
+        },
+    };
+    Ok(Admitted {
+        connect: c,
+        account,
+        expires,
+    })
 }
 
 /// Solicits remote `index` forever (until shutdown): connect, run, wait
@@ -885,6 +1144,8 @@ enum ConnectError {
     Handshake(String),
     #[error("tls: {0}")]
     Tls(String),
+    #[error("credentials: {0}")]
+    Credentials(CredsError),
 }
 
 /// One attempt on remote `index` at `url`; returns when the connection
@@ -930,6 +1191,8 @@ async fn connect_remote(
             "remote is this server itself".into(),
         ));
     }
+    let account = leafs.remote_accounts[index].clone();
+    let (jwt, nkey, sig) = remote_signature(&leafs.opts.remotes[index].auth, &info.nonce).await?;
     let cid = server.next_client_id();
     let client = ClientShared::new(
         cid,
@@ -937,10 +1200,13 @@ async fn connect_remote(
         Some(addr),
         leafs.max_pending,
     );
+    // A fresh client: the account cannot be set yet.
+    let _ = client.account.set(account.clone());
     let leaf = Arc::new(Leaf {
         client: client.clone(),
         spoke: true,
         remote: Some(index),
+        account: account.clone(),
         peer: Mutex::new(LeafPeer {
             id: info.server_id.clone(),
             name: info.server_name.clone(),
@@ -958,11 +1224,14 @@ async fn connect_remote(
         user,
         pass,
         auth_token: token,
+        jwt,
+        nkey,
+        sig,
         server_id: &server.server_id,
         name: &server.server_name,
         headers: true,
         cluster: server.routes.as_ref().map(|r| r.cluster_name()),
-        remote_account: GLOBAL_ACCOUNT,
+        remote_account: &account.name,
     };
     let mut hello = BytesMut::new();
     hello.extend_from_slice(b"CONNECT ");
@@ -999,6 +1268,32 @@ async fn connect_remote(
     Ok(())
 }
 
+/// The `jwt`, `nkey` and `sig` a remote's CONNECT carries: a creds file is
+/// read again (a rotated file is used from the next attempt on) and the
+/// hub's `nonce` signed with its seed, as nats-server does.
+async fn remote_signature(
+    auth: &LeafRemoteAuth,
+    nonce: &str,
+) -> Result<(Option<String>, Option<String>, Option<String>), ConnectError> {
+    match auth {
+        LeafRemoteAuth::None => Ok((None, None, None)),
+        LeafRemoteAuth::Credentials(path) => {
+            let text = tokio::fs::read_to_string(path)
+                .await
+                .map_err(|e| ConnectError::Credentials(CredsError::Read(e)))?;
+            let creds = parse_creds(&text).map_err(ConnectError::Credentials)?;
+            let sig = sign_nonce(&creds.key, nonce);
+            Ok((Some(creds.jwt), None, sig))
+        }
+        LeafRemoteAuth::Seed(seed) => {
+            // Checked when the configuration was read.
+            let key = nkeys::KeyPair::from_seed(seed)
+                .map_err(|_| ConnectError::Credentials(CredsError::Seed))?;
+            Ok((None, Some(key.public_key()), sign_nonce(&key, nonce)))
+        }
+    }
+}
+
 /// Runs a leaf connection whose handshake is done: registers it (sends
 /// our interest), starts its writer and ping timer, reads until it ends,
 /// then cleans up.
@@ -1030,7 +1325,7 @@ async fn run_leaf<R, W>(
         server.opts.write_deadline,
         server.clone(),
     ));
-    leafs.register(&server, &leaf);
+    leafs.register(&leaf);
     if let Some(i) = leaf.remote {
         leafs.remotes[i].lock().attempts = 0;
     }
@@ -1042,7 +1337,8 @@ async fn run_leaf<R, W>(
             remote_id = %p.id,
             remote_name = %p.name,
             spoke = leaf.spoke,
-            "leafnode connection created for account: $G"
+            "leafnode connection created for account: {}",
+            leaf.account.name
         );
     }
     tokio::spawn(peer_ping_loop(client.clone(), server.clone()));
@@ -1103,7 +1399,8 @@ impl LeafReader {
         let leafs = self.leafs();
         leafs.stats.loops.fetch_add(1, Ordering::Relaxed);
         let text = format!(
-            "Loop detected for leafnode account=\"{GLOBAL_ACCOUNT}\". Delaying attempt to reconnect for {}s",
+            "Loop detected for leafnode account=\"{}\". Delaying attempt to reconnect for {}s",
+            self.leaf.account.name,
             LOOP_DELAY.as_secs()
         );
         tracing::error!(cid = self.leaf.client.id, "{text}");
@@ -1137,10 +1434,8 @@ impl LeafReader {
         let size = headers.as_ref().map_or(0, |h| h.len()) + payload.len();
         self.in_msgs += 1;
         self.in_bytes += size as u64;
-        let Some(result) = self
-            .cache
-            .lookup(&self.server.accounts.global().sublist, &subject)
-        else {
+        let account = self.leaf.account.clone();
+        let Some(result) = self.cache.lookup(&account.sublist, &subject) else {
             return;
         };
         let msg = MsgRef {
@@ -1162,6 +1457,8 @@ impl LeafReader {
                 queues,
             },
         );
+        // As a client's publish: the account's exports and imports apply.
+        super::account::deliver_imports(&self.server, &account, &publisher, &msg, &mut self.flush);
     }
 }
 
@@ -1202,7 +1499,8 @@ impl PeerReader for LeafReader {
             RouteOp::Ok | RouteOp::Info(_) | RouteOp::Connect(_) => Ok(()),
             RouteOp::Err(text) => Err(self.on_err(&text)),
             RouteOp::Sub { subject, queue, .. } => {
-                if subject[..] == *self.leafs().lds.as_bytes() {
+                let lds = self.leafs().loop_detection_subject(&self.leaf.account);
+                if subject[..] == *lds.as_bytes() {
                     return Err(self.loop_detected());
                 }
                 if self.leaf.client.subs.lock().len() >= MAX_ROUTE_SUBS {
@@ -1288,7 +1586,7 @@ pub(crate) fn leafz_json(server: &ServerInner, subs: bool) -> serde_json::Value 
                 "id": c.id,
                 "name": peer.name,
                 "is_spoke": l.spoke,
-                "account": GLOBAL_ACCOUNT,
+                "account": l.account.name,
                 "ip": c.addr.map(|a| a.ip().to_string()).unwrap_or_default(),
                 "port": c.addr.map_or(0, |a| a.port()),
                 "rtt": rtt.map(|d| format!("{d:?}")).unwrap_or_default(),
@@ -1323,13 +1621,14 @@ pub(crate) fn varz_leaf(server: &ServerInner) -> serde_json::Value {
         .opts
         .remotes
         .iter()
-        .map(|r| {
+        .zip(&leafs.remote_accounts)
+        .map(|(r, acc)| {
             let urls: Vec<String> = r
                 .urls
                 .iter()
                 .filter_map(|u| parse_leaf_url(u).map(|l| l.hostport))
                 .collect();
-            json!({"local_account": GLOBAL_ACCOUNT, "urls": urls, "tls_timeout": 2.0})
+            json!({"local_account": acc.name, "urls": urls, "tls_timeout": 2.0})
         })
         .collect();
     json!({
@@ -1382,6 +1681,51 @@ mod tests {
         assert!(leaf_wants(true, ClientKind::Leaf { spoke: false }));
         assert!(!leaf_wants(true, ClientKind::Route));
         assert!(!leaf_wants(true, ClientKind::Leaf { spoke: true }));
+    }
+
+    #[test]
+    fn creds_files_parse_and_sign_the_nonce() {
+        use super::super::jwt::{self, Claims, UserNats};
+        let account = nkeys::KeyPair::new_account();
+        let user = nkeys::KeyPair::new_user();
+        let token = jwt::encode(
+            &Claims {
+                iss: account.public_key(),
+                sub: user.public_key(),
+                nats: UserNats {
+                    kind: "user".into(),
+                    version: 2,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            &account,
+        )
+        .unwrap();
+        let text = jwt::format_creds(&token, &user.seed().unwrap()).replace('\n', "\r\n");
+        let creds = parse_creds(&text).expect("an nsc-style creds file (CRLF too)");
+        assert_eq!(creds.jwt, token);
+        let sig = sign_nonce(&creds.key, "abcdefghijklmno").unwrap();
+        let raw = super::super::auth::decode_signature(&sig).unwrap();
+        assert!(
+            user.verify(b"abcdefghijklmno", &raw).is_ok(),
+            "the ASCII nonce is signed with the user key"
+        );
+        assert!(!sig.contains('=') && !sig.contains('+') && !sig.contains('/'));
+
+        assert!(matches!(parse_creds("junk"), Err(CredsError::Malformed)));
+        let account_seed = jwt::format_creds(&token, &account.seed().unwrap());
+        assert!(matches!(parse_creds(&account_seed), Err(CredsError::Seed)));
+        let bad_jwt = jwt::format_creds("eyJ.not.ajwt", &user.seed().unwrap());
+        assert!(matches!(parse_creds(&bad_jwt), Err(CredsError::Jwt(_))));
+    }
+
+    #[test]
+    fn account_keys_are_recognised() {
+        assert!(is_account_key(&nkeys::KeyPair::new_account().public_key()));
+        assert!(!is_account_key(&nkeys::KeyPair::new_user().public_key()));
+        assert!(!is_account_key("A"));
+        assert!(!is_account_key("LA"));
     }
 
     #[test]

@@ -715,18 +715,42 @@ pub(crate) fn recheck_client(
 
 /// Checks a leaf that authenticated with the client users: closed with
 /// `-ERR 'Authorization Violation'` when its credentials no longer pass,
-/// or when its user now has permissions (which leaves do not get here, as
-/// at connect time).
+/// when its user now has permissions (which leaves do not get here, as
+/// at connect time) or belongs to another account than the one the leaf
+/// is bound to (a connection never changes account). A JWT leaf is
+/// checked for revocation only.
 fn recheck_leaf(inner: &Arc<ServerInner>, c: &Arc<ClientShared>, live: &Live) -> Vec<String> {
     let Some(ca) = c.auth.lock().clone() else {
         return Vec::new();
     };
+    let bound = inner.account_of(c).name.clone();
+    if let Some(jwt) = &ca.jwt {
+        // A JWT leaf: only a revocation (operator mode) can end it here.
+        let why = inner
+            .operator
+            .as_ref()
+            .and_then(|op| op.recheck_user(&bound, jwt));
+        if let Some(why) = why {
+            c.close_with_err(Some(why));
+            return vec![format!("leafnode authentication error - {}", ca.who())];
+        }
+        return Vec::new();
+    }
     let Some(auth) = live.authenticator.as_deref().filter(|a| a.required()) else {
         return Vec::new();
     };
-    match auth.authenticate(&ca.credentials(), ca.nonce.as_deref()) {
-        Ok(None) => Vec::new(),
-        Ok(Some(_)) | Err(_) => {
+    match auth.authenticate_identity(&ca.credentials(), ca.nonce.as_deref()) {
+        // Still the same user, in the account the leaf is bound to.
+        Ok(o)
+            if o.permissions.is_none()
+                && o.account
+                    .as_deref()
+                    .unwrap_or(super::account::GLOBAL_ACCOUNT)
+                    == bound =>
+        {
+            Vec::new()
+        }
+        Ok(_) | Err(_) => {
             inner.auth_failures.fetch_add(1, Ordering::Relaxed);
             c.close_with_err(Some("Authorization Violation"));
             vec![format!("leafnode authentication error - {}", ca.who())]

@@ -425,6 +425,22 @@ impl OperatorState {
         ip: Option<std::net::IpAddr>,
         now: i64,
     ) -> Result<JwtUser, JwtAuthError> {
+        let kind = if websocket { "WEBSOCKET" } else { "STANDARD" };
+        self.authenticate_as(token, sig, nonce, kind, ip, now)
+    }
+
+    /// [`OperatorState::authenticate`] for a connection of type `kind`
+    /// (`STANDARD`, `WEBSOCKET`, `LEAFNODE`), checked against the user's
+    /// `allowed_connection_types`.
+    pub fn authenticate_as(
+        &self,
+        token: &str,
+        sig: Option<&str>,
+        nonce: Option<&str>,
+        kind: &'static str,
+        ip: Option<std::net::IpAddr>,
+        now: i64,
+    ) -> Result<JwtUser, JwtAuthError> {
         let uc = jwt::decode_user(token)?;
         uc.check_times(now)?;
         let account_key = if uc.nats.issuer_account.is_empty() {
@@ -464,15 +480,13 @@ impl OperatorState {
         if acc.claims.nats.is_revoked(&uc.sub, uc.iat) {
             return Err(JwtAuthError::Revoked(uc.sub.clone()));
         }
-        if !limits.allowed_connection_types.is_empty() {
-            let kind = if websocket { "WEBSOCKET" } else { "STANDARD" };
-            if !limits
+        if !limits.allowed_connection_types.is_empty()
+            && !limits
                 .allowed_connection_types
                 .iter()
                 .any(|t| t.eq_ignore_ascii_case(kind))
-            {
-                return Err(JwtAuthError::ConnectionType(kind));
-            }
+        {
+            return Err(JwtAuthError::ConnectionType(kind));
         }
         if !restrict::src_allows(&limits.src, ip) {
             return Err(JwtAuthError::BadSrc(ip));

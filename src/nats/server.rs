@@ -295,8 +295,9 @@ impl ServerInner {
         self.next_cid.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Adds a subscription to the sublist; a local one (not a route's) is
-    /// also announced to the routes, and to the leaves that should know.
+    /// Adds a subscription to the sublist; it is announced to the leaves
+    /// of its account that should know, and a local one (not a route's) of
+    /// `$G` also to the routes.
     pub(crate) fn add_subscription(&self, sub: &Arc<Subscription>) -> Result<(), SublistError> {
         let account = self.sub_account(sub);
         let insert = || {
@@ -305,17 +306,16 @@ impl ServerInner {
                 .insert(&sub.subject, sub.queue.as_deref(), sub.clone())
                 .map(|()| true)
         };
+        match &self.leafs {
+            Some(l) => l.track(account, sub, 1, insert)?,
+            None => insert()?,
+        };
         if !account.is_global() {
-            // Leaves carry `$G` only (accounts with leaf nodes are refused
-            // at start-up); routes carry every account.
-            insert()?;
+            // Routes carry every account (by name); the external bridge
+            // carries `$G` only.
             self.announce_to_routes(account, sub, 1);
             return Ok(());
         }
-        match &self.leafs {
-            Some(l) => l.track(sub, 1, insert)?,
-            None => insert()?,
-        };
         if sub.client.kind.feeds_routes() {
             if let Some(r) = &self.routes {
                 r.local_interest(
@@ -344,18 +344,16 @@ impl ServerInner {
                 sub,
             ))
         };
-        if !account.is_global() {
-            if remove().unwrap_or(false) {
-                self.announce_to_routes(account, sub, -1);
-            }
-            return;
-        }
         let removed = match &self.leafs {
-            Some(l) => l.track(sub, -1, remove),
+            Some(l) => l.track(account, sub, -1, remove),
             None => remove(),
         }
         .unwrap_or(false);
-        if removed && sub.client.kind.feeds_routes() {
+        if removed && !account.is_global() {
+            self.announce_to_routes(account, sub, -1);
+            return;
+        }
+        if removed && account.is_global() && sub.client.kind.feeds_routes() {
             if let Some(r) = &self.routes {
                 r.local_interest(
                     super::route::GLOBAL_ACCOUNT,
@@ -514,9 +512,6 @@ impl NatsServer {
             }
             None => Accounts::new(&opts.auth)?,
         };
-        if accounts.configured() && opts.leafnodes.is_some() {
-            return Err(AccountError::WithPeers("leafnodes").into());
-        }
         let local_account = match opts.local_account.as_deref() {
             None => accounts.global().clone(),
             Some(name) => accounts
@@ -583,7 +578,7 @@ impl NatsServer {
         };
         let (leafs, leaf_listener) = match &opts.leafnodes {
             Some(lo) => {
-                let (l, listener) = Leafnodes::bind(&opts, lo).await?;
+                let (l, listener) = Leafnodes::bind(&opts, lo, &accounts).await?;
                 (Some(l), listener)
             }
             None => (None, None),

@@ -49,6 +49,7 @@ mod nats_core;
 mod nats_external;
 mod nats_jwt;
 mod nats_leaf;
+mod nats_leaf_accounts;
 mod nats_raw;
 mod nats_reload;
 mod nats_route_accounts;
