@@ -10,9 +10,11 @@
 # watched after the load, 30), BIN (binary; default target/release/liftbridge,
 # built when missing), CONFIG (more liftbridge.yaml lines, e.g.
 # CONFIG='store.cache.size: 64MB').
-# After the load each line also shows the heap as the allocator sees it (in
-# use, free inside its arenas, blocks mapped on their own): RSS far above
-# in-use + mapped is memory the allocator kept, close to it is live data.
+# After the load each line also shows the heap as the allocator sees it
+# (liftbridge_allocator_*: in use; free = held beyond that — glibc: free in
+# its arenas, jemalloc: resident but not in use; mapped — glibc: blocks
+# mapped on their own, jemalloc: active extents). A large "free" long after
+# the load is memory the allocator kept; "in use" is live data.
 # Targets: RSS <= 256 MB throughout, <= 2x idle RSS 30 s after the load.
 set -euo pipefail
 cd "$(dirname "$0")/.."

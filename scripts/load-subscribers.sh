@@ -7,7 +7,9 @@
 #     `liftbridge nats-server`, nats-server 2.15.1 (.venv) and 2.9.10 (Debian);
 #  3. optionally (`--bench`) the core NATS benchmark, whose table ends with
 #     each server's RSS after the runs.
-# Usage: scripts/load-subscribers.sh [--bench]   (builds target/release once)
+# Usage: scripts/load-subscribers.sh [--bench | --subscribers]
+#   (--subscribers: case 1 only). Env: BIN (binary; default
+#   target/release/liftbridge, built when unset).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ulimit -n "$(ulimit -Hn)"  # 10,000 connections need more than 10,000 descriptors
@@ -17,8 +19,12 @@ go29=/usr/sbin/nats-server
 for f in "$py" "$go215" "$go29"; do
   [ -x "$f" ] || { echo "missing $f (scripts/test.sh builds .venv; apt-get install nats-server)" >&2; exit 1; }
 done
-cargo build --release --bin liftbridge
-bin=$(pwd)/target/release/liftbridge
+if [ -n "${BIN:-}" ]; then
+  bin=$(realpath "$BIN")
+else
+  cargo build --release --bin liftbridge
+  bin=$(pwd)/target/release/liftbridge
+fi
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
@@ -39,6 +45,7 @@ echo "== 1,000 idle gRPC subscribers on a ~20 MB stream"
 start_node "$work/subs"
 "$py" scripts/load_subscribers.py subscribers --pid "$pid" --grpc "127.0.0.1:$grpc" --nats "127.0.0.1:$nats" --idle 1000
 kill "$pid"; wait "$pid" 2>/dev/null || true
+[ "${1:-}" != "--subscribers" ] || exit 0
 
 echo "== 10,000 NATS connections, then closed"
 start_node "$work/conns"

@@ -567,7 +567,7 @@ pub struct StoreConfig {
     pub sync: SyncPolicy,
     /// `store.sync.interval` (100ms), used with `interval`.
     pub sync_interval: Duration,
-    /// `store.cache.size` (64 MiB): page cache of each partition's database.
+    /// `store.cache.size` (8 MiB): page cache of each partition's database.
     pub cache_size: u64,
 }
 
@@ -1682,7 +1682,7 @@ mod tests {
         assert_eq!(c.http.listen, "0.0.0.0:8222");
         assert_eq!(c.store.sync, SyncPolicy::Always);
         assert_eq!(c.store.sync_interval, Duration::from_millis(100));
-        assert_eq!(c.store.cache_size, 64 << 20);
+        assert_eq!(c.store.cache_size, 8 << 20);
         assert_eq!(
             c.streams.retention_max_age,
             Duration::from_secs(7 * 24 * 3600)

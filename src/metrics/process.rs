@@ -233,27 +233,35 @@ impl Collector for ProcessCollector {
             gauge(
                 &mut enc,
                 "liftbridge_allocator_in_use",
-                "Heap bytes allocated and not freed (glibc arenas).",
+                "Heap bytes allocated and not freed.",
                 Some(&b),
                 a.in_use as f64,
             )?;
             gauge(
                 &mut enc,
                 "liftbridge_allocator_free",
-                "Heap bytes free inside glibc's arenas (resident or already returned).",
+                if a.name == "jemalloc" {
+                    "Heap bytes jemalloc holds resident beyond those in use (freed pages not yet returned, fragmentation, metadata)."
+                } else {
+                    "Heap bytes free inside glibc's arenas (resident or already returned)."
+                },
                 Some(&b),
                 a.free as f64,
             )?;
             gauge(
                 &mut enc,
                 "liftbridge_allocator_mapped",
-                "Bytes of blocks mapped on their own (at least the mmap threshold).",
+                if a.name == "jemalloc" {
+                    "Bytes in jemalloc's active extents (pages holding allocations)."
+                } else {
+                    "Bytes of blocks glibc mapped on their own (at least the mmap threshold)."
+                },
                 Some(&b),
                 a.mapped as f64,
             )?;
             let m = enc.encode_descriptor(
                 "liftbridge_allocator_trims",
-                "Times free heap pages were returned to the system after a load.",
+                "Times the mem-trim thread returned free heap pages to the system after a load (glibc; jemalloc returns them on its own).",
                 None,
                 MetricType::Counter,
             )?;

@@ -240,9 +240,11 @@ impl Eq for FirstRecord {}
 
 /// Default page cache of one partition's database (`store.cache.size`).
 /// redb keeps every page it wrote in this cache until it is full, so it
-/// is memory a write burst leaves behind for good (see BENCHMARKS.md for
-/// what 8 MiB would save after a flood, and why it is not the default).
-pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
+/// is memory a write burst leaves behind for good: 8 MiB keeps a node
+/// near its idle size after a flood, and recording and replay measured
+/// no slower than with 64 MiB (see BENCHMARKS.md, "Memory back near idle
+/// after the flood").
+pub const DEFAULT_CACHE_BYTES: usize = 8 << 20;
 
 impl Default for LogConfig {
     fn default() -> Self {

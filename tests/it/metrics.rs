@@ -300,7 +300,7 @@ async fn metrics_count_nats_grpc_partitions_and_http() {
     assert!(s.get("process_cpu_seconds_total", &[]) > 0.0);
     assert!(s.get("process_start_time_seconds", &[]) > 1.6e9);
     assert!(s.get("liftbridge_uptime_seconds", &[]) > 0.0);
-    // The allocator's view (glibc): the node's own heap is in use.
+    // The allocator's view (glibc or jemalloc): the node's own heap is in use.
     assert!(s.get("liftbridge_allocator_in_use_bytes", &[]) > 1e5);
     let free = s.get("liftbridge_allocator_free_bytes", &[]);
     let mapped = s.get("liftbridge_allocator_mapped_bytes", &[]);
