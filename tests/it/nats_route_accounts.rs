@@ -7,7 +7,10 @@
 //! node). The same holds when one of our servers is routed with Go
 //! nats-server 2.15.1 or 2.9.10 running the same accounts config, in both
 //! directions. In operator mode the accounts (preloaded JWTs) travel
-//! under their public keys, and the system account stays local.
+//! under their public keys, and the system account stays local. With a
+//! leaf node bound to one account hanging off a routed server, that
+//! account's messages cross leaf and route hops in both directions and no
+//! other account's do.
 //!
 //! Every server is a real process (`liftbridge nats-server -c`, or Go's
 //! `nats-server -c`) on 127.0.0.1; clients are async-nats. Readiness is
@@ -85,12 +88,19 @@ accounts {{
 
 /// Starts a node (retrying on fresh ports if one was taken meanwhile).
 async fn start(srv: &Srv, name: &str, seed: Option<u16>) -> Node {
+    start_with(srv, name, seed, "").await
+}
+
+/// [`start`] with `extra` appended to the config (e.g. a `leafnodes`
+/// block).
+async fn start_with(srv: &Srv, name: &str, seed: Option<u16>, extra: &str) -> Node {
     let mut last = String::new();
     for _ in 0..3 {
         let (port, cport, http) = (free_port(), free_port(), free_port());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("server.conf");
-        std::fs::write(&path, conf(name, port, cport, http, seed)).unwrap();
+        let text = conf(name, port, cport, http, seed) + extra;
+        std::fs::write(&path, text).unwrap();
         let (program, mut args) = match srv {
             Srv::Ours => (
                 PathBuf::from(env!("CARGO_BIN_EXE_liftbridge")),
@@ -710,4 +720,152 @@ async fn route_accounts_operator_mode_carries_accounts_by_public_key() {
             .is_some_and(|l| l.iter().any(|s| s["account"] == sys.as_str()))
     });
     assert!(!leaked, "system account interest crossed the route: {rz}");
+}
+
+/// Publishes `probe` on `subject` every 100 ms until `sub` receives one
+/// (interest has crossed every hop), then returns.
+async fn until_flowing(c: &async_nats::Client, sub: &mut async_nats::Subscriber, subject: &str) {
+    let end = tokio::time::Instant::now() + WAIT;
+    loop {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "no message on {subject} reached its subscriber"
+        );
+        c.publish(subject.to_string(), Bytes::from_static(b"probe"))
+            .await
+            .unwrap();
+        c.flush().await.unwrap();
+        if let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(100), sub.next()).await {
+            return;
+        }
+    }
+}
+
+/// Receives the `n` numbered messages `publish_n` sent, skipping probes.
+async fn recv_numbered(sub: &mut async_nats::Subscriber, n: usize, what: &str) {
+    let mut got = Vec::new();
+    while got.len() < n {
+        match tokio::time::timeout(WAIT, sub.next()).await {
+            Ok(Some(m)) if &m.payload[..] == b"probe" => {}
+            Ok(Some(m)) => got.push(String::from_utf8_lossy(&m.payload).into_owned()),
+            _ => panic!("{what}: only {} of {n} arrived", got.len()),
+        }
+    }
+    let want: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+    assert_eq!(got, want, "{what}: in order, once each");
+}
+
+/// Routes, leaf nodes and accounts together: n1 and n2 are routed; n1 is
+/// also the hub of a leaf L whose connection is bound to account A on
+/// both ends (the remote's `account`, the hub's leaf user's `account`).
+/// A's messages cross leaf → hub → route and route → hub → leaf; B's
+/// stay on their own server, and nothing of A reaches B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_accounts_and_leaf_accounts_together() {
+    let lport = free_port();
+    let hub_leafs = format!(
+        r#"
+leafnodes {{
+  listen: 127.0.0.1:{lport}
+  authorization {{
+    users: [ {{user: la, password: lapw, account: A}} ]
+  }}
+}}
+"#
+    );
+    let n1 = start_with(&Srv::Ours, "n1", None, &hub_leafs).await;
+    let n2 = start(&Srv::Ours, "n2", Some(n1.cport)).await;
+    wait_routed(&n1, 1).await;
+    wait_routed(&n2, 1).await;
+
+    // The leaf: the same accounts, no cluster; its remote binds A.
+    let (port, http) = (free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leaf.conf");
+    let leaf_conf = format!(
+        r#"
+server_name: leaf
+listen: 127.0.0.1:{port}
+http: 127.0.0.1:{http}
+accounts {{
+  A {{ users: [ {{user: a, password: apw}} ] }}
+  B {{ users: [ {{user: b, password: bpw}} ] }}
+}}
+leafnodes {{
+  remotes: [ {{ url: "nats-leaf://la:lapw@127.0.0.1:{lport}", account: A }} ]
+}}
+"#
+    );
+    std::fs::write(&path, leaf_conf).unwrap();
+    let mut proc = Proc::spawn(
+        &PathBuf::from(env!("CARGO_BIN_EXE_liftbridge")),
+        vec![
+            "nats-server".into(),
+            "-c".into(),
+            path.display().to_string(),
+        ],
+        dir,
+    );
+    proc.try_wait_port(port).await.expect("leaf node listens");
+    let leaf = Node {
+        _proc: proc,
+        port,
+        cport: 0,
+        http,
+    };
+    wait_until(WAIT, "the leaf connected to n1 in account A", || async {
+        http_json(n1.http, "/leafz")
+            .await
+            .and_then(|v| v["leafs"].as_array().cloned())
+            .is_some_and(|l| l.iter().any(|x| x["account"] == "A"))
+    })
+    .await;
+
+    // Leaf → hub → route: A on the leaf reaches A on n2, never B.
+    let n2_a = connect(&n2, "a").await;
+    let n2_b = connect(&n2, "b").await;
+    let mut n2_a_sub = n2_a.subscribe("edge.>").await.unwrap();
+    let mut n2_b_sub = n2_b.subscribe("edge.>").await.unwrap();
+    sync(&n2_a).await;
+    sync(&n2_b).await;
+    let leaf_a = connect(&leaf, "a").await;
+    let leaf_b = connect(&leaf, "b").await;
+    until_flowing(&leaf_a, &mut n2_a_sub, "edge.probe").await;
+    publish_n(&leaf_a, "edge.a", 30).await;
+    recv_numbered(&mut n2_a_sub, 30, "leaf A → n2 A").await;
+    publish_n(&leaf_b, "edge.b", 10).await;
+    assert_quiet(
+        &mut n2_b_sub,
+        Duration::from_millis(500),
+        "n2 B from the leaf",
+    )
+    .await;
+    assert_quiet(
+        &mut n2_a_sub,
+        Duration::from_millis(200),
+        "n2 A from the leaf's B",
+    )
+    .await;
+
+    // Route → hub → leaf: A on n2 reaches A on the leaf, never B.
+    let mut leaf_a_sub = leaf_a.subscribe("hub.>").await.unwrap();
+    let mut leaf_b_sub = leaf_b.subscribe("hub.>").await.unwrap();
+    sync(&leaf_a).await;
+    sync(&leaf_b).await;
+    until_flowing(&n2_a, &mut leaf_a_sub, "hub.probe").await;
+    publish_n(&n2_a, "hub.a", 30).await;
+    recv_numbered(&mut leaf_a_sub, 30, "n2 A → leaf A").await;
+    publish_n(&n2_b, "hub.b", 10).await;
+    assert_quiet(
+        &mut leaf_b_sub,
+        Duration::from_millis(500),
+        "leaf B from n2",
+    )
+    .await;
+    assert_quiet(
+        &mut leaf_a_sub,
+        Duration::from_millis(200),
+        "leaf A from n2's B",
+    )
+    .await;
 }
