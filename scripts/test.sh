@@ -13,6 +13,8 @@ apt_pkgs=(nats-server prometheus)
 apt_pkgs+=(chromium)
 # The IANA time zones of JWT users' connect windows (tests/it/nats_jwt.rs).
 apt_pkgs+=(tzdata)
+# jemalloc (the default allocator) is built from source with make and gcc.
+apt_pkgs+=(make gcc)
 # Node.js and npm run that test; the machine image normally has them.
 command -v node >/dev/null 2>&1 || apt_pkgs+=(nodejs npm)
 missing=()
