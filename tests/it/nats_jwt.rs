@@ -21,12 +21,11 @@ use std::time::Duration;
 
 use base64::Engine;
 use futures::StreamExt;
-use liftbridge::nats::jwt::{
-    self, AccountLimits, AccountNats, Claims, OperatorNats, SigningKey, UserNats,
-};
+use liftbridge::nats::jwt::{self, AccountLimits, AccountNats, SigningKey};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::free_port;
+use crate::support::jwt::{account_jwt, operator_jwt, user_jwt, write_creds};
 use crate::support::procs::{go_nats_server_2_15, Proc};
 
 const T: Duration = Duration::from_secs(5);
@@ -58,52 +57,12 @@ impl Acc {
 
     /// The account JWT signed by `op`, with `f` applied to its claims.
     fn jwt(&self, op: &nkeys::KeyPair, f: impl FnOnce(&mut AccountNats)) -> String {
-        let mut nats = AccountNats {
-            kind: "account".into(),
-            version: 2,
-            limits: AccountLimits::default(),
-            signing_keys: vec![SigningKey::Plain(self.sk.public_key())],
-            ..Default::default()
-        };
-        f(&mut nats);
-        jwt::encode(
-            &Claims {
-                iss: op.public_key(),
-                sub: self.key(),
-                name: "acc".into(),
-                nats,
-                ..Default::default()
-            },
-            op,
-        )
-        .unwrap()
+        account_jwt(op, &self.key(), "acc", |nats| {
+            nats.limits = AccountLimits::default();
+            nats.signing_keys = vec![SigningKey::Plain(self.sk.public_key())];
+            f(nats)
+        })
     }
-}
-
-/// A user JWT for `user`, signed by `signer`; `iat` one minute ago so a
-/// revocation "now" covers it.
-fn user_jwt(
-    signer: &nkeys::KeyPair,
-    user: &nkeys::KeyPair,
-    f: impl FnOnce(&mut Claims<UserNats>),
-) -> String {
-    let mut c = Claims {
-        iss: signer.public_key(),
-        sub: user.public_key(),
-        name: "u".into(),
-        iat: jwt::unix_now() - 60,
-        nats: UserNats {
-            kind: "user".into(),
-            version: 2,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    c.nats.limits.subs = -1;
-    c.nats.limits.data = -1;
-    c.nats.limits.payload = -1;
-    f(&mut c);
-    jwt::encode(&c, signer).unwrap()
 }
 
 /// Everything a run needs: keys, JWTs, creds files, the config.
@@ -137,22 +96,7 @@ impl Setup {
     }
 
     fn operator_jwt(&self) -> String {
-        jwt::encode(
-            &Claims {
-                iss: self.op.public_key(),
-                sub: self.op.public_key(),
-                name: "op".into(),
-                nats: OperatorNats {
-                    kind: "operator".into(),
-                    version: 2,
-                    system_account: self.sys.key(),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-            &self.op,
-        )
-        .unwrap()
+        operator_jwt(&self.op, &self.sys.key())
     }
 
     fn b_jwt(&self, revoke_too: bool) -> String {
@@ -201,7 +145,7 @@ impl Setup {
     /// Writes a creds file for (`jwt`, `seed_of`) and returns its path.
     fn creds(&self, name: &str, jwt: &str, seed_of: &nkeys::KeyPair) -> std::path::PathBuf {
         let p = self.dir.path().join(format!("{name}.creds"));
-        std::fs::write(&p, jwt::format_creds(jwt, &seed_of.seed().unwrap())).unwrap();
+        write_creds(&p, jwt, seed_of);
         p
     }
 }

@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use liftbridge::nats::jwt::{self, AccountNats, Claims, OperatorNats, UserNats};
 
+use crate::support::jwt::{account_jwt, operator_jwt, user_jwt, write_creds};
 use crate::support::procs::{
     go_nats_server_2_15, go_nats_server_2_9, ConfNode, Impl, Proc, START_TIMEOUT,
 };
@@ -330,41 +330,12 @@ impl Operator {
     }
 
     fn account_jwt(&self, acc: &nkeys::KeyPair, name: &str) -> String {
-        jwt::encode(
-            &Claims {
-                iss: self.op.public_key(),
-                sub: acc.public_key(),
-                name: name.into(),
-                nats: AccountNats {
-                    kind: "account".into(),
-                    version: 2,
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-            &self.op,
-        )
-        .unwrap()
+        account_jwt(&self.op, &acc.public_key(), name, |_| {})
     }
 
     /// The top-level config of a hub in operator mode (MEMORY resolver).
     fn hub_conf(&self) -> String {
-        let op_jwt = jwt::encode(
-            &Claims {
-                iss: self.op.public_key(),
-                sub: self.op.public_key(),
-                name: "op".into(),
-                nats: OperatorNats {
-                    kind: "operator".into(),
-                    version: 2,
-                    system_account: self.sys.public_key(),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-            &self.op,
-        )
-        .unwrap();
+        let op_jwt = operator_jwt(&self.op, &self.sys.public_key());
         let op_file = self.dir.path().join("op.jwt");
         std::fs::write(&op_file, op_jwt).unwrap();
         format!(
@@ -384,28 +355,14 @@ impl Operator {
     /// user's own key when given (a creds file with a wrong signature).
     fn creds(&self, acc: &nkeys::KeyPair, name: &str, wrong_seed: bool) -> PathBuf {
         let user = nkeys::KeyPair::new_user();
-        let mut c = Claims {
-            iss: acc.public_key(),
-            sub: user.public_key(),
-            name: name.into(),
-            nats: UserNats {
-                kind: "user".into(),
-                version: 2,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        c.nats.limits.subs = -1;
-        c.nats.limits.data = -1;
-        c.nats.limits.payload = -1;
-        let token = jwt::encode(&c, acc).unwrap();
+        let token = user_jwt(acc, &user, |c| c.name = name.into());
         let signer = if wrong_seed {
             nkeys::KeyPair::new_user()
         } else {
             user
         };
         let p = self.dir.path().join(format!("{name}.creds"));
-        std::fs::write(&p, jwt::format_creds(&token, &signer.seed().unwrap())).unwrap();
+        write_creds(&p, &token, &signer);
         p
     }
 }

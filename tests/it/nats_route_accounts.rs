@@ -23,6 +23,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 
+use crate::support::jwt::{account_jwt, operator_jwt, user_jwt, write_creds};
 use crate::support::procs::{go_nats_server_2_15, go_nats_server_2_9, Proc};
 use crate::support::{free_port, http_json, wait_until};
 
@@ -572,66 +573,20 @@ impl OperatorSetup {
     }
 
     fn account_jwt(&self, acc: &nkeys::KeyPair) -> String {
-        use liftbridge::nats::jwt::{self, AccountNats, Claims};
-        jwt::encode(
-            &Claims {
-                iss: self.op.public_key(),
-                sub: acc.public_key(),
-                name: "acc".into(),
-                nats: AccountNats {
-                    kind: "account".into(),
-                    version: 2,
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-            &self.op,
-        )
-        .unwrap()
+        account_jwt(&self.op, &acc.public_key(), "acc", |_| {})
     }
 
     /// A creds file of a new user of `acc`.
     fn creds(&self, name: &str, acc: &nkeys::KeyPair) -> PathBuf {
-        use liftbridge::nats::jwt::{self, Claims, UserNats};
         let user = nkeys::KeyPair::new_user();
-        let mut c = Claims {
-            iss: acc.public_key(),
-            sub: user.public_key(),
-            name: name.into(),
-            nats: UserNats {
-                kind: "user".into(),
-                version: 2,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        c.nats.limits.subs = -1;
-        c.nats.limits.data = -1;
-        c.nats.limits.payload = -1;
-        let token = jwt::encode(&c, acc).unwrap();
+        let token = user_jwt(acc, &user, |c| c.name = name.into());
         let p = self.dir.path().join(format!("{name}.creds"));
-        std::fs::write(&p, jwt::format_creds(&token, &user.seed().unwrap())).unwrap();
+        write_creds(&p, &token, &user);
         p
     }
 
     fn conf(&self, name: &str, port: u16, cport: u16, http: u16, seed: Option<u16>) -> String {
-        use liftbridge::nats::jwt::{self, Claims, OperatorNats};
-        let op = jwt::encode(
-            &Claims {
-                iss: self.op.public_key(),
-                sub: self.op.public_key(),
-                name: "op".into(),
-                nats: OperatorNats {
-                    kind: "operator".into(),
-                    version: 2,
-                    system_account: self.sys.public_key(),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-            &self.op,
-        )
-        .unwrap();
+        let op = operator_jwt(&self.op, &self.sys.public_key());
         let routes = seed.map_or(String::new(), |p| {
             format!("routes: [\"nats-route://127.0.0.1:{p}\"]")
         });

@@ -5,6 +5,7 @@
 //!   optional proxies on every route, kill/stop/restart, metadata helpers);
 //! - [`history`]: concurrent publishers recording every attempt, and the
 //!   checker of replicated logs against that history;
+//! - [`jwt`]: operator, account and user JWTs and creds files;
 //! - [`procs`]: spawn the built `liftbridge` binary (NATS-server mode or a
 //!   full node from a liftbridge.yaml) or a Go `nats-server`, wait until it
 //!   listens, `kill -9` it and restart it on the same ports;
@@ -15,6 +16,7 @@
 
 pub mod cluster;
 pub mod history;
+pub mod jwt;
 pub mod procs;
 pub mod proxy;
 
