@@ -994,6 +994,20 @@ fn peer_sub_key(subject: &[u8], queue: Option<&[u8]>) -> Bytes {
     k.freeze()
 }
 
+/// A peer's interest (subject, queue) as text; `None` when either is not
+/// UTF-8 (ignored, as an invalid subject is).
+fn interest_text<'a>(
+    subject: &'a [u8],
+    queue: Option<&'a [u8]>,
+) -> Option<(&'a str, Option<&'a str>)> {
+    let subject = std::str::from_utf8(subject).ok()?;
+    let queue = match queue {
+        Some(q) => Some(std::str::from_utf8(q).ok()?),
+        None => None,
+    };
+    Some((subject, queue))
+}
+
 /// Records a peer's (route's or leaf's) interest as a subscription of its
 /// pseudo-client. A repeated queue interest is a weight update: one member
 /// per peer is enough for us to pick the peer; the peer picks among its
@@ -1004,13 +1018,8 @@ pub(crate) fn add_peer_interest(
     subject: &[u8],
     queue: Option<&[u8]>,
 ) {
-    let (Ok(subj), q) = (std::str::from_utf8(subject), queue.map(std::str::from_utf8)) else {
+    let Some((subj, q)) = interest_text(subject, queue) else {
         return;
-    };
-    let q = match q {
-        Some(Ok(q)) => Some(q),
-        Some(Err(_)) => return,
-        None => None,
     };
     let key = peer_sub_key(subject, queue);
     if client.subs.lock().contains_key(&key) {
@@ -1064,13 +1073,8 @@ fn add_route_interest(
     subject: &[u8],
     queue: Option<&[u8]>,
 ) {
-    let (Ok(subj), q) = (std::str::from_utf8(subject), queue.map(std::str::from_utf8)) else {
+    let Some((subj, q)) = interest_text(subject, queue) else {
         return;
-    };
-    let q = match q {
-        Some(Ok(q)) => Some(q),
-        Some(Err(_)) => return,
-        None => None,
     };
     let key = route_sub_key(acc.name.as_bytes(), subject, queue);
     if client.subs.lock().contains_key(&key) {
