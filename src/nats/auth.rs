@@ -36,7 +36,7 @@ use std::sync::Arc;
 use base64::Engine;
 
 use crate::config::nats::{AuthConfig, PermissionRules, Permissions};
-use crate::nats::subject::{is_subset, is_valid_subject, matches};
+use crate::nats::subject::{intersects, is_subset, is_valid_subject, matches};
 
 /// Errors of authentication and of building the authenticator.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -565,7 +565,7 @@ impl PermissionSet {
         self.subscribe
             .deny
             .iter()
-            .any(|e| e.queue.is_none() && overlaps(subject, &e.subject))
+            .any(|e| e.queue.is_none() && intersects(subject, &e.subject))
     }
 }
 
@@ -574,21 +574,6 @@ impl PermissionSet {
 /// clients can; such a subject is then covered only as a subset.
 fn covers(pattern: &str, subject: &str) -> bool {
     matches(pattern, subject) || is_subset(subject, pattern)
-}
-
-/// Whether two subject patterns can match a common literal subject.
-fn overlaps(a: &str, b: &str) -> bool {
-    let mut x = a.split('.');
-    let mut y = b.split('.');
-    loop {
-        match (x.next(), y.next()) {
-            (Some(">"), Some(_)) | (Some(_), Some(">")) => return true,
-            (Some("*"), Some(_)) | (Some(_), Some("*")) => {}
-            (Some(p), Some(q)) if p == q => {}
-            (None, None) => return true,
-            _ => return false,
-        }
-    }
 }
 
 fn queue_matches(pattern: Option<&str>, queue: &str) -> bool {
