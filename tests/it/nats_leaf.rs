@@ -770,10 +770,16 @@ async fn nats_leaf_edge_node_records_through_hub_outage() {
     .await;
     publish(200, 300).await;
     for i in 200..300 {
-        assert_eq!(
-            next(&mut on_hub).await.payload,
-            Bytes::from(format!("m{i}"))
-        );
+        let Ok(Some(m)) = tokio::time::timeout(WAIT, on_hub.next()).await else {
+            panic!(
+                "m{i} did not reach the hub; edge /leafz {}; hub /leafz {}",
+                leafz().await,
+                http_json(hub.http_port, "/leafz?subs=1")
+                    .await
+                    .unwrap_or_default()
+            );
+        };
+        assert_eq!(m.payload, Bytes::from(format!("m{i}")));
     }
 
     // Nothing recorded locally was lost: all 300, in order.

@@ -198,10 +198,27 @@ impl Proc {
 }
 
 impl Drop for Proc {
+    /// Kills the child; when a test is failing, the end of the child's log
+    /// goes to stderr first, so a failure in CI shows what the process saw.
     fn drop(&mut self) {
         self.kill9();
+        if std::thread::panicking() {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..];
+            eprintln!(
+                "---- last {} lines of {} ({}) ----\n{}",
+                tail.len(),
+                self.log.display(),
+                self.program.display(),
+                tail.join("\n")
+            );
+        }
     }
 }
+
+/// Lines of a child's log printed when a test fails.
+const LOG_TAIL_LINES: usize = 80;
 
 /// Writes `yaml` as `liftbridge.yaml` in `dir` and starts the built
 /// `liftbridge -c` on it (not waiting for it to listen).
