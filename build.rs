@@ -38,6 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut cfg = tonic_build::configure()
         .build_server(true)
         .build_client(true)
+        .codec_path("crate::api::codec::ApiCodec")
         .bytes(bytes_fields);
     for (proto, rust) in WIRE_TYPES {
         cfg = cfg.extern_path(*proto, *rust);

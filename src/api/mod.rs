@@ -10,6 +10,7 @@
 //! below this module sees a proto request or tonic.
 
 pub mod authz;
+pub mod codec;
 pub mod convert;
 pub mod proto;
 pub mod service;

@@ -156,6 +156,9 @@ pub(crate) const CHECKPOINT_EVERY: Duration = Duration::from_secs(2);
 /// Records removed per retention transaction: small enough that appends
 /// queued meanwhile wait only for one short transaction.
 const RETENTION_CHUNK: u64 = 1024;
+/// Most bytes a read reserves before it knows what it will find (larger
+/// reads grow their buffer as they go).
+const READ_PREALLOC_MAX: usize = 1 << 20;
 /// File name suffix of a partition database.
 const SUFFIX: &str = ".redb";
 /// Suffix of a database file being initialised: it is renamed to
@@ -1110,7 +1113,10 @@ impl PartitionLog {
         // holds), so the tail must not add records after a gap.
         let spans = self.with_read(Ok((Vec::new(), BytesMut::new(), false)), |rtx| {
             let mut spans = Vec::new();
-            let mut buf = BytesMut::new();
+            // Sized for the whole read up front: a buffer grown by doubling
+            // would hold up to twice what it carries for as long as a
+            // subscriber holds any record of the read.
+            let mut buf = BytesMut::with_capacity(max_bytes.min(READ_PREALLOC_MAX));
             let mut full = false;
             let Some(t) = open_read(rtx, RECORDS)? else {
                 return Ok(Ok((spans, buf, full)));
@@ -1148,8 +1154,12 @@ impl PartitionLog {
             }
             Ok(Ok((spans, buf, full)))
         })??;
-        let (spans, buf, full) = spans;
+        let (spans, mut buf, full) = spans;
         let used = buf.len();
+        if buf.capacity() - used > used / 8 {
+            // A short read: keep only what it carries.
+            buf = BytesMut::from(&buf[..]);
+        }
         let buf = buf.freeze();
         let mut out = spans
             .into_iter()
