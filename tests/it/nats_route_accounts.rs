@@ -677,6 +677,33 @@ async fn route_accounts_operator_mode_carries_accounts_by_public_key() {
     assert!(!leaked, "system account interest crossed the route: {rz}");
 }
 
+/// Account A's messages from `from` (clients in A and B) reach A's
+/// subscriber on `to` (30, in order) and B's never do: B's publishes
+/// arrive at neither subscriber. Subjects are `<prefix>.probe|a|b`.
+async fn a_only(
+    (pub_a, pub_b): (&async_nats::Client, &async_nats::Client),
+    (sub_a, sub_b): (&mut async_nats::Subscriber, &mut async_nats::Subscriber),
+    prefix: &str,
+    (from, to): (&str, &str),
+) {
+    until_flowing(pub_a, sub_a, &format!("{prefix}.probe")).await;
+    publish_n(pub_a, &format!("{prefix}.a"), 30).await;
+    recv_numbered(sub_a, 30, &format!("{from} A → {to} A")).await;
+    publish_n(pub_b, &format!("{prefix}.b"), 10).await;
+    assert_quiet(
+        sub_b,
+        Duration::from_millis(500),
+        &format!("{to} B from the {from}"),
+    )
+    .await;
+    assert_quiet(
+        sub_a,
+        Duration::from_millis(200),
+        &format!("{to} A from the {from}'s B"),
+    )
+    .await;
+}
+
 /// Publishes `probe` on `subject` every 100 ms until `sub` receives one
 /// (interest has crossed every hop), then returns.
 async fn until_flowing(c: &async_nats::Client, sub: &mut async_nats::Subscriber, subject: &str) {
@@ -785,20 +812,11 @@ leafnodes {{
     sync(&n2_b).await;
     let leaf_a = connect(&leaf, "a").await;
     let leaf_b = connect(&leaf, "b").await;
-    until_flowing(&leaf_a, &mut n2_a_sub, "edge.probe").await;
-    publish_n(&leaf_a, "edge.a", 30).await;
-    recv_numbered(&mut n2_a_sub, 30, "leaf A → n2 A").await;
-    publish_n(&leaf_b, "edge.b", 10).await;
-    assert_quiet(
-        &mut n2_b_sub,
-        Duration::from_millis(500),
-        "n2 B from the leaf",
-    )
-    .await;
-    assert_quiet(
-        &mut n2_a_sub,
-        Duration::from_millis(200),
-        "n2 A from the leaf's B",
+    a_only(
+        (&leaf_a, &leaf_b),
+        (&mut n2_a_sub, &mut n2_b_sub),
+        "edge",
+        ("leaf", "n2"),
     )
     .await;
 
@@ -807,20 +825,11 @@ leafnodes {{
     let mut leaf_b_sub = leaf_b.subscribe("hub.>").await.unwrap();
     sync(&leaf_a).await;
     sync(&leaf_b).await;
-    until_flowing(&n2_a, &mut leaf_a_sub, "hub.probe").await;
-    publish_n(&n2_a, "hub.a", 30).await;
-    recv_numbered(&mut leaf_a_sub, 30, "n2 A → leaf A").await;
-    publish_n(&n2_b, "hub.b", 10).await;
-    assert_quiet(
-        &mut leaf_b_sub,
-        Duration::from_millis(500),
-        "leaf B from n2",
-    )
-    .await;
-    assert_quiet(
-        &mut leaf_a_sub,
-        Duration::from_millis(200),
-        "leaf A from n2's B",
+    a_only(
+        (&n2_a, &n2_b),
+        (&mut leaf_a_sub, &mut leaf_b_sub),
+        "hub",
+        ("n2", "leaf"),
     )
     .await;
 }
