@@ -2518,6 +2518,17 @@ no_auth_user: bob
     }
 
     #[test]
+    fn leafnode_remote_deny_lists() {
+        let c = conf(
+            "leafnodes { remotes [ { url: \"nats://h:1\", deny_imports: [\"a.>\", b],
+               deny_exports: \"c.*\" } ] }",
+        );
+        let l = c.options.leafnodes.unwrap();
+        assert_eq!(l.remotes[0].deny_imports, vec!["a.>", "b"]);
+        assert_eq!(l.remotes[0].deny_exports, vec!["c.*"]);
+    }
+
+    #[test]
     fn leafnode_accounts_and_credentials() {
         use crate::config::nats::LeafRemoteAuth;
         let seed = nkeys::KeyPair::new_user().seed().unwrap();

@@ -9,9 +9,12 @@
 //! (`LS+`/`LS-`/`LMSG`, see `proto::route::Dialect::Leaf`). Handshake: the
 //! hub sends INFO (plain text, then TLS if configured), the leaf sends
 //! CONNECT (`lang` in it means a client dialled the leaf port and is
-//! refused), then both send their interest. Our INFO carries neither
-//! `compression` nor `info_on_connect`, which makes Go servers treat us as
-//! an uncompressed peer that needs no `connect_info` round trip.
+//! refused), then both send their interest. Our INFO carries no
+//! `compression` (Go servers treat us as an uncompressed peer) but
+//! `info_on_connect`: we answer CONNECT with a `connect_info` INFO
+//! (`remote_account`, and the leaf user's permissions as `import`/`export`)
+//! before any interest, and a Go leaf waits for it. As a leaf we likewise
+//! wait for that answer when the hub's INFO announces it.
 //!
 //! **Accounts.** No account travels on the leaf wire: each connection is
 //! bound to one local account for its whole life (the pseudo-client's
@@ -27,6 +30,22 @@
 //! at every attempt so a rotated file is used) or a user seed (`nkey`);
 //! CONNECT then carries `jwt`/`nkey` and `sig`, the hub's INFO nonce
 //! signed with the seed.
+//!
+//! **Permissions** (nats-server's semantics). A connection may carry a
+//! [`PermissionSet`] (`ClientShared::leaf_perms`) read as: `publish` = what
+//! we may send on it, `subscribe` = what it may bring us and the interest
+//! we announce on it. On a leaf we accept, that is the user's permissions
+//! swapped (we send what the user may subscribe to, minus the leaf's
+//! `deny_pub`; it may bring what the user may publish). On a connection to
+//! our hub it is the hub's `export` (+ our `deny_exports`) and `import`
+//! (+ our `deny_imports`, also sent to the hub as `deny_pub`). Messages we
+//! may not send are skipped at delivery (a queue group picks another
+//! member); interest we may not announce is not sent (a wildcard broader
+//! than an allowed pattern is, and is filtered per message). What the peer
+//! may not bring: a leaf of ours is closed with `-ERR 'Permissions
+//! Violation for Publish|Subscription to "<s>"'` (an `LS+` only for a
+//! literal subject); from our hub it is dropped. `$LDS.`/`$GR.`/`_GR_.`
+//! interest and `_R_.`/`$JS.ACK.` messages are exempt.
 //!
 //! **Interest.** Every live leaf connection has its own "smap": (subject,
 //! queue) → count of the subscriptions it is told about. Toward a leaf of
@@ -2098,6 +2117,103 @@ mod tests {
         assert!(!is_account_key(&nkeys::KeyPair::new_user().public_key()));
         assert!(!is_account_key("A"));
         assert!(!is_account_key("LA"));
+    }
+
+    fn perms(
+        pub_allow: &[&str],
+        pub_deny: &[&str],
+        sub_allow: &[&str],
+        sub_deny: &[&str],
+    ) -> Permissions {
+        let v = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        Permissions {
+            publish: PermissionRules {
+                allow: v(pub_allow),
+                deny: v(pub_deny),
+            },
+            subscribe: PermissionRules {
+                allow: v(sub_allow),
+                deny: v(sub_deny),
+            },
+        }
+    }
+
+    #[test]
+    fn hub_view_swaps_the_user_directions_and_adds_deny_pub() {
+        let user = PermissionSet::new(&perms(&["up.>"], &["up.secret"], &["down.>"], &[])).unwrap();
+        let deny_pub = vec![
+            "down.no".to_string(),
+            "bad subject x".to_string(),
+            "a..b".into(),
+        ];
+        let v = hub_view(Some(&user), &deny_pub).unwrap().unwrap();
+        // We send what the user may subscribe to, minus deny_pub.
+        assert!(v.can_publish("down.x"));
+        assert!(!v.can_publish("down.no"));
+        assert!(!v.can_publish("up.x"));
+        // It may bring (and we announce) what the user may publish.
+        assert!(v.can_subscribe("up.x", None));
+        assert!(!v.can_subscribe("up.secret", None));
+        assert!(!v.can_subscribe("down.x", None));
+        assert!(v.leaf_may_subscribe(">"), "broader wildcard announced");
+        assert!(!v.leaf_may_subscribe("other.>"));
+        // No user permissions and no deny_pub: unrestricted.
+        assert!(hub_view(None, &[]).unwrap().is_none());
+        let only_deny = hub_view(None, &["x".to_string()]).unwrap().unwrap();
+        assert!(!only_deny.can_publish("x") && only_deny.can_publish("y"));
+    }
+
+    #[test]
+    fn spoke_view_merges_the_hub_permissions_with_our_deny_lists() {
+        let remote = LeafRemote {
+            deny_imports: vec!["in.secret".into()],
+            deny_exports: vec!["out.secret".into()],
+            ..LeafRemote::default()
+        };
+        let v = spoke_view(&remote, None, None).unwrap().unwrap();
+        assert!(!v.can_publish("out.secret") && v.can_publish("out.ok"));
+        assert!(!v.can_subscribe("in.secret", None) && v.can_subscribe("in.ok", None));
+        assert!(!v.leaf_may_subscribe("in.secret") && v.leaf_may_subscribe("in.*"));
+        let import = SubjectPerm {
+            allow: Some(vec!["in.>".into()]),
+            deny: None,
+        };
+        let export = SubjectPerm {
+            allow: None,
+            deny: Some(vec!["x".into()]),
+        };
+        let v = spoke_view(&remote, Some(&import), Some(&export))
+            .unwrap()
+            .unwrap();
+        assert!(v.can_subscribe("in.ok", None));
+        assert!(!v.can_subscribe("in.secret", None));
+        assert!(!v.can_subscribe("other", None));
+        assert!(!v.can_publish("x") && !v.can_publish("out.secret"));
+        assert!(v.can_publish("y"));
+        assert!(spoke_view(&LeafRemote::default(), None, None)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn info_permissions_have_nats_server_json_shape() {
+        let user =
+            PermissionSet::new(&perms(&["up.>"], &[], &["down.>"], &["down.secret q"])).unwrap();
+        let l = user.lists();
+        let import = serde_json::to_value(SubjectPerm::from_rules(&l.subscribe)).unwrap();
+        let export = serde_json::to_value(SubjectPerm::from_rules(&l.publish)).unwrap();
+        assert_eq!(
+            import,
+            serde_json::json!({"allow": ["down.>"], "deny": ["down.secret q"]})
+        );
+        assert_eq!(export, serde_json::json!({"allow": ["up.>"]}));
+        assert!(SubjectPerm::from_rules(&PermissionRules::default()).is_none());
+        // Go escapes `>` in JSON; the hub INFO parses either way.
+        let info: HubInfo =
+            serde_json::from_str(r#"{"connect_info":true,"import":{"allow":["a.\u003e"]}}"#)
+                .unwrap();
+        assert!(info.connect_info);
+        assert_eq!(info.import.unwrap().allow.unwrap(), vec!["a.>"]);
     }
 
     #[test]
