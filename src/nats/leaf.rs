@@ -2019,7 +2019,20 @@ pub(crate) fn varz_leaf(server: &ServerInner) -> serde_json::Value {
                 .iter()
                 .filter_map(|u| parse_leaf_url(u).map(|l| l.hostport))
                 .collect();
-            json!({"local_account": acc.name, "urls": urls, "tls_timeout": 2.0})
+            let mut v = json!({"local_account": acc.name, "urls": urls, "tls_timeout": 2.0});
+            // As nats-server: `deny` only when a list is set, each list
+            // only when non-empty.
+            let mut deny = serde_json::Map::new();
+            if !r.deny_exports.is_empty() {
+                deny.insert("exports".into(), json!(r.deny_exports));
+            }
+            if !r.deny_imports.is_empty() {
+                deny.insert("imports".into(), json!(r.deny_imports));
+            }
+            if !deny.is_empty() {
+                v["deny"] = serde_json::Value::Object(deny);
+            }
+            v
         })
         .collect();
     json!({

@@ -2,7 +2,8 @@
 //! nats-server, and the same configuration gives the same outcome whether
 //! the hub (or the leaf) is ours or Go's.
 //!
-//! - A hub user with permissions may connect as a leaf: its `publish`
+//! - A hub user with permissions (a config user, or a user JWT in
+//!   operator mode) may connect as a leaf: its `publish`
 //!   permissions bound what the leaf brings into the hub, its `subscribe`
 //!   permissions what the hub sends the leaf; the hub's INFO after CONNECT
 //!   carries them as `export`/`import`. A raw leaf that announces a
@@ -22,6 +23,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+use crate::support::http_json;
 use crate::support::procs::{go_nats_server_2_15, go_nats_server_2_9, ConfNode, Impl};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -111,8 +113,6 @@ async fn hub_user_permissions(hub_imp: &Impl, leaf_imp: &Impl, tag: &str) {
     let port = hub.leaf_port.expect("hub leaf port");
     let remote = format!("remotes [ {{ url: \"nats-leaf://leaf:pw@127.0.0.1:{port}\" }} ]");
     let leaf = ConfNode::start(leaf_imp, &format!("leaf-{tag}"), false, Some(&remote)).await;
-    hub.wait_leafs(1).await;
-    leaf.wait_leafs(1).await;
     // Without echo: each client both subscribes to `>` and publishes, and
     // must see only what crossed the link.
     let hub_client = async_nats::ConnectOptions::with_user_and_password("app".into(), "pw".into())
@@ -120,6 +120,15 @@ async fn hub_user_permissions(hub_imp: &Impl, leaf_imp: &Impl, tag: &str) {
         .connect(hub.url())
         .await
         .expect("connect to the hub as app");
+    restricted_link(&hub, &leaf, hub_client).await;
+}
+
+/// The flows over a link whose leaf user may publish `up.>` but not
+/// `up.secret` and receive `down.>` but not `down.secret`; `hub_client` is
+/// an unrestricted client of the hub's account, without echo.
+async fn restricted_link(hub: &ConfNode, leaf: &ConfNode, hub_client: async_nats::Client) {
+    hub.wait_leafs(1).await;
+    leaf.wait_leafs(1).await;
     let leaf_client = async_nats::ConnectOptions::new()
         .no_echo()
         .connect(leaf.url())
@@ -127,7 +136,7 @@ async fn hub_user_permissions(hub_imp: &Impl, leaf_imp: &Impl, tag: &str) {
         .expect("connect to the leaf");
 
     // Hub -> leaf: only what the leaf user may subscribe to.
-    let mut on_leaf = sub_all(&leaf_client, &hub).await;
+    let mut on_leaf = sub_all(&leaf_client, hub).await;
     only_allowed_arrives(
         &hub_client,
         &mut on_leaf,
@@ -138,7 +147,7 @@ async fn hub_user_permissions(hub_imp: &Impl, leaf_imp: &Impl, tag: &str) {
     .await;
 
     // Leaf -> hub: only what the leaf user may publish.
-    let mut on_hub = sub_all(&hub_client, &leaf).await;
+    let mut on_hub = sub_all(&hub_client, leaf).await;
     only_allowed_arrives(
         &leaf_client,
         &mut on_hub,
@@ -188,6 +197,75 @@ async fn nats_leaf_perms_hub_user_go_2_15_hub_ours_leaf() {
 async fn nats_leaf_perms_hub_user_go_2_15_hub_go_2_15_leaf() {
     let go = Impl::Go(go_nats_server_2_15());
     hub_user_permissions(&go, &go, "gg").await;
+}
+
+/// As [`hub_user_permissions`] with the permissions in a user JWT: the hub
+/// runs in operator mode and the leaf connects with a creds file.
+async fn jwt_user_permissions(hub_imp: &Impl, leaf_imp: &Impl, tag: &str) {
+    use crate::support::jwt::{account_jwt, operator_jwt, user_jwt, write_creds};
+    let dir = tempfile::tempdir().unwrap();
+    let (op, acc, sys) = (
+        nkeys::KeyPair::new_operator(),
+        nkeys::KeyPair::new_account(),
+        nkeys::KeyPair::new_account(),
+    );
+    let op_file = dir.path().join("op.jwt");
+    std::fs::write(&op_file, operator_jwt(&op, &sys.public_key())).unwrap();
+    let top = format!(
+        "operator: \"{}\"\nsystem_account: {}\nresolver: MEMORY\nresolver_preload: {{\n  {}: {}\n  {}: {}\n}}\n",
+        op_file.display(),
+        sys.public_key(),
+        acc.public_key(),
+        account_jwt(&op, &acc.public_key(), "A", |_| {}),
+        sys.public_key(),
+        account_jwt(&op, &sys.public_key(), "SYS", |_| {}),
+    );
+    let creds = |name: &str, restricted: bool| {
+        let user = nkeys::KeyPair::new_user();
+        let token = user_jwt(&acc, &user, |c| {
+            c.name = name.into();
+            if restricted {
+                let l = &mut c.nats.limits;
+                l.publish.allow = vec!["up.>".into()];
+                l.publish.deny = vec!["up.secret".into()];
+                l.subscribe.allow = vec!["down.>".into()];
+                l.subscribe.deny = vec!["down.secret".into()];
+            }
+        });
+        let p = dir.path().join(format!("{name}.creds"));
+        write_creds(&p, &token, &user);
+        p
+    };
+    let hub = ConfNode::start_with(hub_imp, &format!("ophub-{tag}"), true, Some(""), &top).await;
+    let remote = format!(
+        "remotes [ {{ url: \"{}\", credentials: \"{}\" }} ]",
+        hub.leaf_url(),
+        creds("leaf", true).display()
+    );
+    let leaf = ConfNode::start(leaf_imp, &format!("opleaf-{tag}"), false, Some(&remote)).await;
+    let hub_client = async_nats::ConnectOptions::with_credentials_file(creds("app", false))
+        .await
+        .expect("app creds")
+        .no_echo()
+        .connect(hub.url())
+        .await
+        .expect("connect to the hub with app creds");
+    restricted_link(&hub, &leaf, hub_client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_leaf_perms_jwt_user_ours_hub_ours_leaf() {
+    jwt_user_permissions(&Impl::Liftbridge, &Impl::Liftbridge, "joo").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_leaf_perms_jwt_user_ours_hub_go_2_15_leaf() {
+    jwt_user_permissions(&Impl::Liftbridge, &Impl::Go(go_nats_server_2_15()), "jog").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_leaf_perms_jwt_user_go_2_15_hub_ours_leaf() {
+    jwt_user_permissions(&Impl::Go(go_nats_server_2_15()), &Impl::Liftbridge, "jgo").await;
 }
 
 /// A leaf of `leaf_imp` under a hub of `hub_imp` (no authentication) with
@@ -255,6 +333,13 @@ async fn remote_deny_lists(hub_imp: &Impl, leaf_imp: &Impl, tag: &str) {
         .expect("subscription open");
     assert_eq!(&m.payload[..], b"local");
     assert_eq!(hub.leafz().await["leafnodes"].as_u64(), Some(1));
+    // `/varz` shows the lists as nats-server does.
+    let varz = http_json(leaf.http_port, "/varz").await.expect("/varz");
+    assert_eq!(
+        varz["leaf"]["remotes"][0]["deny"],
+        serde_json::json!({"exports": ["out.secret"], "imports": ["in.secret", "in.hidden.>"]}),
+        "{varz}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
