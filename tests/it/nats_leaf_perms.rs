@@ -493,3 +493,58 @@ async fn nats_leaf_perms_hub_protocol_ours() {
 async fn nats_leaf_perms_hub_protocol_go_2_15() {
     hub_protocol(&Impl::Go(go_nats_server_2_15()), "pg").await;
 }
+
+/// A reload that widens the leaf user's subscribe permissions closes the
+/// leaf connection; the leaf reconnects and gets the new permissions from
+/// the hub's INFO, after which the newly allowed subject flows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_leaf_perms_reload_changes_leaf_permissions() {
+    let hub = ConfNode::start_with(&Impl::Liftbridge, "hub-rl", true, None, HUB_USERS).await;
+    let port = hub.leaf_port.expect("hub leaf port");
+    let remote = format!("remotes [ {{ url: \"nats-leaf://leaf:pw@127.0.0.1:{port}\" }} ]");
+    let leaf = ConfNode::start(&Impl::Liftbridge, "leaf-rl", false, Some(&remote)).await;
+    hub.wait_leafs(1).await;
+    leaf.wait_leafs(1).await;
+    let hub_client = async_nats::ConnectOptions::with_user_and_password("app".into(), "pw".into())
+        .connect(hub.url())
+        .await
+        .expect("connect to the hub as app");
+    let leaf_client = connect(&leaf.url()).await;
+    let mut on_leaf = sub_all(&leaf_client, &hub).await;
+    only_allowed_arrives(&hub_client, &mut on_leaf, &["other.x"], "down.ok", "before").await;
+
+    let path = hub.proc.dir.path().join("server.conf");
+    let conf = std::fs::read_to_string(&path).unwrap();
+    let widened = conf.replace(
+        r#"subscribe: { allow: ["down.>"]"#,
+        r#"subscribe: { allow: ["down.>", "other.>"]"#,
+    );
+    assert_ne!(conf, widened, "the test edits the leaf user's permissions");
+    std::fs::write(&path, widened).unwrap();
+    let pid = hub.proc.pid().expect("hub running");
+    // SAFETY: a plain signal to our own child process.
+    unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "other.x never reached the leaf after the reload"
+        );
+        hub_client.publish("other.x", "after".into()).await.unwrap();
+        hub_client.flush().await.unwrap();
+        if let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(300), on_leaf.next()).await
+        {
+            if m.subject.as_str() == "other.x" {
+                break;
+            }
+        }
+    }
+    assert!(
+        hub.proc
+            .log_text()
+            .contains("leafnode authentication error"),
+        "the reload closed the leaf: {}",
+        hub.proc.log_text()
+    );
+}
