@@ -443,6 +443,15 @@ async fn closed_after<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) {
 /// `LS+` is accepted.
 async fn hub_protocol(hub_imp: &Impl, tag: &str) {
     let hub = ConfNode::start_with(hub_imp, &format!("hub-{tag}"), true, None, HUB_USERS).await;
+    let app = async_nats::ConnectOptions::with_user_and_password("app".into(), "pw".into())
+        .connect(hub.url())
+        .await
+        .expect("connect to the hub as app");
+    // Interest present when the leaf connects: only what the leaf user may
+    // publish is announced to it.
+    let _z1 = app.subscribe("other.z").await.unwrap();
+    let _z2 = app.subscribe("up.z").await.unwrap();
+    app.flush().await.unwrap();
 
     let (info, mut r, mut w) = raw_leaf(&hub).await;
     assert_eq!(
@@ -461,10 +470,30 @@ async fn hub_protocol(hub_imp: &Impl, tag: &str) {
     w.write_all(b"LS+ >\r\nLS+ down.x\r\nLMSG up.x 2\r\nhi\r\nPING\r\n")
         .await
         .unwrap();
+    let mut announced = Vec::new();
     loop {
         let line = read_line(&mut r).await;
         assert!(!line.starts_with("-ERR"), "refused: {line}");
+        if let Some(s) = line.strip_prefix("LS+ ") {
+            announced.push(s.trim_end().to_string());
+        }
         if line.starts_with("PONG") {
+            break;
+        }
+    }
+    assert!(announced.iter().any(|s| s == "up.z"), "{announced:?}");
+    assert!(!announced.iter().any(|s| s == "other.z"), "{announced:?}");
+    // Messages the leaf user may not receive are not forwarded, although
+    // the leaf's `>` covers them.
+    app.publish("down.secret", "no".into()).await.unwrap();
+    app.publish("other.q", "no".into()).await.unwrap();
+    app.publish("down.ok", "yes".into()).await.unwrap();
+    app.flush().await.unwrap();
+    loop {
+        let line = read_line(&mut r).await;
+        assert!(!line.starts_with("-ERR"), "refused: {line}");
+        if line.starts_with("LMSG ") {
+            assert!(line.starts_with("LMSG down.ok "), "first message: {line}");
             break;
         }
     }
