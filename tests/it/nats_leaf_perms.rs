@@ -577,3 +577,92 @@ async fn nats_leaf_perms_reload_changes_leaf_permissions() {
         hub.proc.log_text()
     );
 }
+
+/// Our leaf under a raw hub that sends permissions the way nats-server
+/// does: the leaf waits for the `connect_info` INFO before announcing
+/// interest (a literal subject it may not receive is never announced), sends
+/// its `deny_imports` as `deny_pub`, drops messages it may not receive and
+/// sends only what it may publish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_leaf_perms_ours_leaf_applies_the_hub_info() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let remote = format!(
+        "remotes [ {{ url: \"nats-leaf://127.0.0.1:{port}\", deny_imports: [\"down.secret\"] }} ]"
+    );
+    let leaf = ConfNode::start(&Impl::Liftbridge, "leaf-raw", false, Some(&remote)).await;
+    let client = async_nats::ConnectOptions::new()
+        .no_echo()
+        .connect(leaf.url())
+        .await
+        .expect("connect to the leaf");
+    let _lit_ok = client.subscribe("down.lit").await.unwrap();
+    let _lit_no = client.subscribe("other.lit").await.unwrap();
+    let mut all = client.subscribe(">").await.unwrap();
+    client.flush().await.unwrap();
+
+    // The leaf dialled at start and waits (5 s) for our INFO; its interest
+    // goes out only after the `connect_info` INFO below, so the
+    // subscriptions above are all in it.
+    let (s, _) = tokio::time::timeout(WAIT, listener.accept())
+        .await
+        .expect("the leaf connects")
+        .unwrap();
+    let (r, mut w) = s.into_split();
+    let mut r = BufReader::new(r);
+    w.write_all(
+        b"INFO {\"server_id\":\"NRAWHUB\",\"server_name\":\"rawhub\",\"version\":\"2.15.1\",\"proto\":3,\"headers\":true,\"max_payload\":1048576,\"client_id\":7,\"nonce\":\"abc\",\"info_on_connect\":true,\"leafnode_urls\":[]}\r\n",
+    )
+    .await
+    .unwrap();
+    let connect = read_line(&mut r).await;
+    let json: serde_json::Value = serde_json::from_str(
+        connect
+            .strip_prefix("CONNECT ")
+            .unwrap_or_else(|| panic!("CONNECT expected: {connect}"))
+            .trim(),
+    )
+    .unwrap();
+    assert_eq!(
+        json["deny_pub"],
+        serde_json::json!(["down.secret"]),
+        "{json}"
+    );
+    w.write_all(
+        b"INFO {\"server_id\":\"NRAWHUB\",\"client_id\":7,\"connect_info\":true,\"remote_account\":\"$G\",\"import\":{\"allow\":[\"down.\\u003e\"]},\"export\":{\"allow\":[\"up.\\u003e\"]},\"leafnode_urls\":[]}\r\nLS+ >\r\nPING\r\n",
+    )
+    .await
+    .unwrap();
+    let mut announced = Vec::new();
+    loop {
+        let line = read_line(&mut r).await;
+        if let Some(s) = line.strip_prefix("LS+ ") {
+            announced.push(s.trim_end().to_string());
+        }
+        if line.starts_with("PONG") {
+            break;
+        }
+    }
+    assert!(announced.iter().any(|s| s == "down.lit"), "{announced:?}");
+    assert!(announced.iter().any(|s| s == ">"), "{announced:?}");
+    assert!(!announced.iter().any(|s| s == "other.lit"), "{announced:?}");
+
+    // Hub -> leaf: not-imported and deny_imports subjects are dropped.
+    w.write_all(b"LMSG other.x 2\r\nno\r\nLMSG down.secret 2\r\nno\r\nLMSG down.ok 3\r\nyes\r\n")
+        .await
+        .unwrap();
+    let m = first_app_msg(&mut all).await;
+    assert_eq!(m.subject.as_str(), "down.ok");
+
+    // Leaf -> hub: only exported subjects go out.
+    client.publish("other.y", "no".into()).await.unwrap();
+    client.publish("up.ok", "yes".into()).await.unwrap();
+    client.flush().await.unwrap();
+    loop {
+        let line = read_line(&mut r).await;
+        if line.starts_with("LMSG ") {
+            assert!(line.starts_with("LMSG up.ok "), "first message: {line}");
+            break;
+        }
+    }
+}
