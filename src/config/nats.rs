@@ -511,6 +511,13 @@ pub struct LeafRemote {
     pub account: Option<String>,
     /// How the leaf authenticates beyond a URL's `user:pass@`.
     pub auth: LeafRemoteAuth,
+    /// Subjects whose messages from the hub are not delivered here and in
+    /// which we announce no interest (a local subscribe deny); also sent to
+    /// the hub as `deny_pub` in CONNECT.
+    pub deny_imports: Vec<String>,
+    /// Subjects whose local messages do not go to the hub (a local publish
+    /// deny).
+    pub deny_exports: Vec<String>,
 }
 
 /// A remote's credentials (`credentials` or `nkey`/`seed`).

@@ -1340,9 +1340,10 @@ fn leaf_user(key: &str, n: &Node) -> Result<LeafUser, ConfError> {
 
 /// `leafnodes { listen | host/port, advertise, no_advertise,
 /// authorization { user, password, account, users, timeout }, tls,
-/// reconnect, remotes [ { url | urls, tls, account, credentials, nkey } ]
-/// }`. Keys for features we do not provide (compression, hub role
-/// reversal, deny lists, a leaf nkey on the listener) are refused with an
+/// reconnect, remotes [ { url | urls, tls, account, credentials, nkey,
+/// deny_imports, deny_exports } ] }`. Keys for features we do not provide
+/// (compression, hub role reversal, a leaf nkey on the listener) are
+/// refused with an
 /// error naming them.
 fn leafnodes_block(
     key: &str,
@@ -1512,6 +1513,8 @@ fn leaf_remote(key: &str, n: &Node, warnings: &mut Vec<String>) -> Result<LeafRe
                 }
                 r.auth = LeafRemoteAuth::Seed(seed.to_string());
             }
+            "deny_imports" | "deny_import" => r.deny_imports = deny_subjects(k, v)?,
+            "deny_exports" | "deny_export" => r.deny_exports = deny_subjects(k, v)?,
             "hub" if !want_bool(k, v)? => {}
             "hub" => return invalid(k, v, "hub: true (role reversal) is not supported"),
             "no_randomize" | "dont_randomize" if !want_bool(k, v)? => {}
@@ -1532,6 +1535,19 @@ fn leaf_remote(key: &str, n: &Node, warnings: &mut Vec<String>) -> Result<LeafRe
         return invalid(key, n, "a leafnode remote needs url or urls");
     }
     Ok(r)
+}
+
+/// A remote's `deny_imports`/`deny_exports`: a subject or a list of
+/// subjects (wildcards allowed), each checked.
+fn deny_subjects(key: &str, n: &Node) -> Result<Vec<String>, ConfError> {
+    let list = subjects(key, n)?;
+    if let Some(bad) = list
+        .iter()
+        .find(|s| !crate::nats::subject::is_valid_subject(s))
+    {
+        return invalid(key, n, format!("invalid subject {bad:?}"));
+    }
+    Ok(list)
 }
 
 /// A `tls {}` block; `need_cert`: a listener needs `cert_file` and
@@ -2502,6 +2518,17 @@ no_auth_user: bob
     }
 
     #[test]
+    fn leafnode_remote_deny_lists() {
+        let c = conf(
+            "leafnodes { remotes [ { url: \"nats://h:1\", deny_imports: [\"a.>\", b],
+               deny_exports: \"c.*\" } ] }",
+        );
+        let l = c.options.leafnodes.unwrap();
+        assert_eq!(l.remotes[0].deny_imports, vec!["a.>", "b"]);
+        assert_eq!(l.remotes[0].deny_exports, vec!["c.*"]);
+    }
+
+    #[test]
     fn leafnode_accounts_and_credentials() {
         use crate::config::nats::LeafRemoteAuth;
         let seed = nkeys::KeyPair::new_user().seed().unwrap();
@@ -2567,7 +2594,7 @@ no_auth_user: bob
                 "hub",
             ),
             (
-                "leafnodes { remotes [ { url: \"nats://h:1\", deny_imports: [x] } ] }",
+                "leafnodes { remotes [ { url: \"nats://h:1\", deny_imports: [\"a..b\"] } ] }",
                 "deny_imports",
             ),
             ("leafnodes { remotes [ { url: \"ws://h:1\" } ] }", "url"),

@@ -429,7 +429,7 @@ fn build_perms(p: Option<&Permissions>) -> Result<Option<Arc<PermissionSet>>, Au
 
 /// One permission entry: a subject pattern and, for subscribe rules, an
 /// optional queue group (`"foo.> workers"`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry {
     subject: String,
     queue: Option<String>,
@@ -452,7 +452,7 @@ impl Entry {
     }
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Rules {
     /// `None` = no allow list (everything not denied is allowed).
     allow: Option<Vec<Entry>>,
@@ -460,6 +460,22 @@ struct Rules {
 }
 
 impl Rules {
+    /// The allow and deny lists as configured (`"subject [queue]"`).
+    fn lists(&self) -> PermissionRules {
+        let text = |e: &Entry| match &e.queue {
+            None => e.subject.clone(),
+            Some(q) => format!("{} {q}", e.subject),
+        };
+        PermissionRules {
+            allow: self
+                .allow
+                .as_ref()
+                .map(|l| l.iter().map(text).collect())
+                .unwrap_or_default(),
+            deny: self.deny.iter().map(text).collect(),
+        }
+    }
+
     fn new(r: &PermissionRules) -> Result<Rules, AuthError> {
         let allow = if r.allow.is_empty() {
             None
@@ -481,7 +497,7 @@ impl Rules {
 }
 
 /// The compiled permissions of one user.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PermissionSet {
     publish: Rules,
     subscribe: Rules,
@@ -494,6 +510,38 @@ impl PermissionSet {
             publish: Rules::new(&p.publish)?,
             subscribe: Rules::new(&p.subscribe)?,
         })
+    }
+
+    /// The publish and subscribe lists as configured (for a leaf hub's
+    /// INFO `export`/`import`).
+    pub fn lists(&self) -> Permissions {
+        Permissions {
+            publish: self.publish.lists(),
+            subscribe: self.subscribe.lists(),
+        }
+    }
+
+    /// Whether a leaf connection may carry interest in `subject` (which
+    /// may hold wildcards) under these subscribe rules. As nats-server
+    /// treats leaf connections, a wildcard broader than an allowed pattern
+    /// (`>` with `foo.*` allowed) passes too: what it would bring is
+    /// filtered message by message.
+    pub fn leaf_may_subscribe(&self, subject: &str) -> bool {
+        if self.can_subscribe(subject, None) {
+            return true;
+        }
+        let r = &self.subscribe;
+        let Some(list) = &r.allow else {
+            return false;
+        };
+        subject.split('.').any(|t| t == "*" || t == ">")
+            && list
+                .iter()
+                .any(|e| e.queue.is_none() && is_subset(&e.subject, subject))
+            && !r
+                .deny
+                .iter()
+                .any(|e| e.queue.is_none() && is_subset(subject, &e.subject))
     }
 
     /// Whether the client may publish to `subject`.

@@ -214,6 +214,11 @@ pub struct ClientShared {
     /// The account, set once when the client is bound to one (at CONNECT,
     /// or at creation for in-process clients); unset = `$G`.
     pub(crate) account: std::sync::OnceLock<Arc<super::account::Account>>,
+    /// A leaf connection's permissions as the connection applies them (see
+    /// `leaf.rs`): `publish` = what we may send over it, `subscribe` = what
+    /// it may bring us and what interest we announce on it. `None` = no
+    /// restrictions (and always for other kinds).
+    pub(crate) leaf_perms: parking_lot::RwLock<Option<Arc<PermissionSet>>>,
 }
 
 impl ClientShared {
@@ -254,6 +259,7 @@ impl ClientShared {
             max_pending,
             auth: Mutex::new(None),
             account: std::sync::OnceLock::new(),
+            leaf_perms: parking_lot::RwLock::new(None),
         })
     }
 
@@ -930,6 +936,19 @@ impl<'a> Origin<'a> {
     }
 }
 
+/// Whether a message on `subject` may go out on `peer`: a leaf connection
+/// with permissions carries only what they let us send (a queue group
+/// then picks another member).
+fn leaf_may_send(peer: &ClientShared, subject: &[u8]) -> bool {
+    if !matches!(peer.kind, ClientKind::Leaf { .. }) {
+        return true;
+    }
+    match &*peer.leaf_perms.read() {
+        None => true,
+        Some(p) => std::str::from_utf8(subject).is_ok_and(|s| p.can_publish(s)),
+    }
+}
+
 /// Delivers `msg` to everything in `result`. Returns how many subscriptions
 /// (and routes) received it.
 pub(crate) fn deliver(
@@ -950,6 +969,7 @@ pub(crate) fn deliver(
         origin.may_reach(sub.client.kind)
             && !Arc::ptr_eq(&sub.client, publisher)
             && !sub.closed.load(Ordering::Acquire)
+            && leaf_may_send(&sub.client, msg.subject)
     };
     for sub in &result.psubs {
         if sub.client.kind.is_peer() {

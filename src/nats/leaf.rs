@@ -9,9 +9,12 @@
 //! (`LS+`/`LS-`/`LMSG`, see `proto::route::Dialect::Leaf`). Handshake: the
 //! hub sends INFO (plain text, then TLS if configured), the leaf sends
 //! CONNECT (`lang` in it means a client dialled the leaf port and is
-//! refused), then both send their interest. Our INFO carries neither
-//! `compression` nor `info_on_connect`, which makes Go servers treat us as
-//! an uncompressed peer that needs no `connect_info` round trip.
+//! refused), then both send their interest. Our INFO carries no
+//! `compression` (Go servers treat us as an uncompressed peer) but
+//! `info_on_connect`: we answer CONNECT with a `connect_info` INFO
+//! (`remote_account`, and the leaf user's permissions as `import`/`export`)
+//! before any interest, and a Go leaf waits for it. As a leaf we likewise
+//! wait for that answer when the hub's INFO announces it.
 //!
 //! **Accounts.** No account travels on the leaf wire: each connection is
 //! bound to one local account for its whole life (the pseudo-client's
@@ -27,6 +30,22 @@
 //! at every attempt so a rotated file is used) or a user seed (`nkey`);
 //! CONNECT then carries `jwt`/`nkey` and `sig`, the hub's INFO nonce
 //! signed with the seed.
+//!
+//! **Permissions** (nats-server's semantics). A connection may carry a
+//! [`PermissionSet`] (`ClientShared::leaf_perms`) read as: `publish` = what
+//! we may send on it, `subscribe` = what it may bring us and the interest
+//! we announce on it. On a leaf we accept, that is the user's permissions
+//! swapped (we send what the user may subscribe to, minus the leaf's
+//! `deny_pub`; it may bring what the user may publish). On a connection to
+//! our hub it is the hub's `export` (+ our `deny_exports`) and `import`
+//! (+ our `deny_imports`, also sent to the hub as `deny_pub`). Messages we
+//! may not send are skipped at delivery (a queue group picks another
+//! member); interest we may not announce is not sent (a wildcard broader
+//! than an allowed pattern is, and is filtered per message). What the peer
+//! may not bring: a leaf of ours is closed with `-ERR 'Permissions
+//! Violation for Publish|Subscription to "<s>"'` (an `LS+` only for a
+//! literal subject); from our hub it is dropped. `$LDS.`/`$GR.`/`_GR_.`
+//! interest and `_R_.`/`$JS.ACK.` messages are exempt.
 //!
 //! **Interest.** Every live leaf connection has its own "smap": (subject,
 //! queue) → count of the subscriptions it is told about. Toward a leaf of
@@ -86,7 +105,7 @@ use tokio_util::sync::CancellationToken;
 use base64::Engine;
 
 use super::account::{Account, Accounts};
-use super::auth::{Authenticator, Credentials};
+use super::auth::{AuthError, Authenticator, Credentials, PermissionSet};
 use super::client::{self, ClientKind, ClientShared, FlushList, MsgRef, Origin, Subscription};
 use super::proto::route::{
     encode_ls_minus, encode_ls_plus, Dialect, RouteOp, RouteParsed, RouteParser,
@@ -97,8 +116,10 @@ use super::route::{
     read_peer, remove_peer_interest, PeerReader, MAX_ROUTE_SUBS,
 };
 use super::server::{new_nonce, ServerInner, SERVER_VERSION};
+use super::subject::{is_valid_literal_subject, is_valid_subject};
 use crate::config::nats::{
-    parse_leaf_url, AuthConfig, LeafRemoteAuth, LeafUrl, LeafnodeOptions, NatsOptions, User,
+    parse_leaf_url, AuthConfig, LeafRemote, LeafRemoteAuth, LeafUrl, LeafnodeOptions, NatsOptions,
+    PermissionRules, Permissions, User,
 };
 
 /// Prefix of loop-detection subjects.
@@ -339,12 +360,51 @@ struct LeafInfoOut<'a> {
     tls_verify: bool,
     max_payload: usize,
     client_id: u64,
+    #[serde(skip_serializing_if = "str::is_empty")]
     nonce: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     cluster: Option<String>,
     /// Always present (possibly empty): Go leaves take an INFO without it
     /// for a wrong port.
     leafnode_urls: &'a [String],
+    /// We answer CONNECT with a `connect_info` INFO: Go leaves (2.10+)
+    /// wait for it, and so for their permissions, before sending interest.
+    info_on_connect: bool,
+    /// Set in the INFO that answers CONNECT.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    connect_info: bool,
+    /// The account the leaf is bound to (in the `connect_info` INFO).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remote_account: Option<&'a str>,
+    /// The leaf user's subscribe permissions (what the leaf may receive).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    import: Option<SubjectPerm>,
+    /// The leaf user's publish permissions (what the leaf may send us).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    export: Option<SubjectPerm>,
+}
+
+/// One direction of permissions in a leaf INFO (`import`/`export`), as
+/// nats-server writes it.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[serde(default)]
+struct SubjectPerm {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allow: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deny: Option<Vec<String>>,
+}
+
+impl SubjectPerm {
+    /// `None` when both lists are empty (nats-server sends no such key).
+    fn from_rules(r: &PermissionRules) -> Option<SubjectPerm> {
+        let some = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
+        let p = SubjectPerm {
+            allow: some(&r.allow),
+            deny: some(&r.deny),
+        };
+        (p.allow.is_some() || p.deny.is_some()).then_some(p)
+    }
 }
 
 /// The fields of a hub's INFO we use.
@@ -358,6 +418,14 @@ struct HubInfo {
     tls_required: bool,
     cluster: String,
     nonce: String,
+    /// The hub answers CONNECT with a `connect_info` INFO.
+    info_on_connect: bool,
+    /// This INFO answers our CONNECT.
+    connect_info: bool,
+    /// What we may receive from the hub (its user's subscribe permissions).
+    import: Option<SubjectPerm>,
+    /// What we may send to the hub (its user's publish permissions).
+    export: Option<SubjectPerm>,
 }
 
 /// The CONNECT a leaf sends (the fields we read on the hub side).
@@ -377,6 +445,8 @@ struct LeafConnectIn {
     /// Only clients send `lang`.
     lang: Option<String>,
     gateway: Option<String>,
+    /// The leaf's `deny_imports`: subjects we must not send it.
+    deny_pub: Option<Vec<String>>,
 }
 
 /// The CONNECT we send to a hub.
@@ -401,6 +471,87 @@ struct LeafConnectOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     cluster: Option<String>,
     remote_account: &'a str,
+    /// Our `deny_imports`, so the hub does not send us those subjects.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    deny_pub: &'a [String],
+}
+
+/// Subjects no leaf permission applies to: loop detection and gateway
+/// replies (nats-server's exemptions for `LS+`).
+fn perm_exempt_interest(subject: &str) -> bool {
+    subject.starts_with(LDS_PREFIX) || subject.starts_with("$GR.") || subject.starts_with("_GR_.")
+}
+
+/// Subjects a leaf message may always carry: service-import replies and
+/// JetStream acks (nats-server forwards their interest unchecked).
+fn perm_exempt_msg(subject: &str) -> bool {
+    subject.starts_with("_R_.") || subject.starts_with("$JS.ACK.")
+}
+
+/// Permissions of a leaf connection we accept, as it applies them (the
+/// user's directions swapped, as nats-server does): we may send it what the
+/// user may subscribe to, minus the leaf's own `deny_pub`; it may bring us,
+/// and we announce to it, what the user may publish. `None` = unrestricted.
+fn hub_view(
+    user: Option<&PermissionSet>,
+    deny_pub: &[String],
+) -> Result<Option<Arc<PermissionSet>>, AuthError> {
+    // Entries that are not a valid subject are skipped (nats-server logs
+    // and skips them too); anything else could make the set fail to build.
+    let deny_pub: Vec<String> = deny_pub
+        .iter()
+        .filter(|d| !d.contains(char::is_whitespace) && is_valid_subject(d))
+        .cloned()
+        .collect();
+    if user.is_none() && deny_pub.is_empty() {
+        return Ok(None);
+    }
+    let lists = user.map(PermissionSet::lists).unwrap_or_default();
+    let mut send = lists.subscribe;
+    send.deny.extend(deny_pub);
+    let view = Permissions {
+        publish: send,
+        subscribe: lists.publish,
+    };
+    Ok(Some(Arc::new(PermissionSet::new(&view)?)))
+}
+
+/// Permissions of a connection to our hub: what we may send is the hub's
+/// `export` plus our `deny_exports`; what we accept and announce is its
+/// `import` plus our `deny_imports`. `None` = unrestricted.
+fn spoke_view(
+    remote: &LeafRemote,
+    import: Option<&SubjectPerm>,
+    export: Option<&SubjectPerm>,
+) -> Result<Option<Arc<PermissionSet>>, AuthError> {
+    let rules = |p: Option<&SubjectPerm>, extra: &[String]| {
+        let mut r = PermissionRules {
+            allow: p.and_then(|p| p.allow.clone()).unwrap_or_default(),
+            deny: p.and_then(|p| p.deny.clone()).unwrap_or_default(),
+        };
+        r.deny.extend(extra.iter().cloned());
+        r
+    };
+    let view = Permissions {
+        publish: rules(export, &remote.deny_exports),
+        subscribe: rules(import, &remote.deny_imports),
+    };
+    let empty = |r: &PermissionRules| r.allow.is_empty() && r.deny.is_empty();
+    if empty(&view.publish) && empty(&view.subscribe) {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(PermissionSet::new(&view)?)))
+}
+
+/// Whether we may tell `leaf` about interest in `subject`.
+fn may_announce(leaf: &Leaf, subject: &str) -> bool {
+    perm_exempt_interest(subject)
+        || leaf
+            .client
+            .leaf_perms
+            .read()
+            .as_ref()
+            .is_none_or(|p| p.leaf_may_subscribe(subject))
 }
 
 /// Whether a leaf connection (we are `spoke` on it) is told about a
@@ -676,6 +827,14 @@ impl Leafnodes {
             {
                 continue;
             }
+            // Interest the connection's permissions do not allow is not
+            // announced; what was announced (before a hub sent us our
+            // permissions) is still counted down, so its LS- goes out.
+            if !may_announce(leaf, &sub.subject)
+                && !smap.contains_key(&(sub.subject.clone(), sub.queue.clone()))
+            {
+                continue;
+            }
             update_smap(smap, &sub.subject, sub.queue.as_deref(), delta, &mut out);
             if !out.is_empty() {
                 leaf.client.send_now(&out);
@@ -695,7 +854,10 @@ impl Leafnodes {
         let mut out = BytesMut::new();
         encode_ls_plus(&mut out, self.loop_detection_subject(&leaf.account), None);
         for (subject, queue, sub) in leaf.account.sublist.all() {
-            if Arc::ptr_eq(&sub.client, &leaf.client) || !leaf_wants(leaf.spoke, sub.client.kind) {
+            if Arc::ptr_eq(&sub.client, &leaf.client)
+                || !leaf_wants(leaf.spoke, sub.client.kind)
+                || !may_announce(leaf, &subject)
+            {
                 continue;
             }
             let key = (subject, queue);
@@ -751,14 +913,15 @@ async fn accept_loop(server: Arc<ServerInner>, listener: TcpListener) {
 }
 
 /// Reads until one whole operation is parsed (bounded by `timeout` and
-/// [`HANDSHAKE_MAX_LINE`]); returns it with the bytes after it.
+/// [`HANDSHAKE_MAX_LINE`]), starting with the bytes in `buf`; returns it
+/// with the bytes after it.
 async fn read_first_op<R: AsyncRead + Unpin>(
     r: &mut R,
     parser: &mut RouteParser,
     timeout: Duration,
+    mut buf: BytesMut,
     cancel: &CancellationToken,
 ) -> Result<(RouteOp, BytesMut), String> {
-    let mut buf = BytesMut::with_capacity(4096);
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         match parser.parse(&mut buf) {
@@ -792,13 +955,19 @@ async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, text: &str) {
     .await;
 }
 
-async fn accept_one(server: Arc<ServerInner>, mut stream: TcpStream, addr: SocketAddr) {
-    let Some(leafs) = server.leafs.as_ref() else {
-        return;
-    };
-    let cid = server.next_client_id();
-    // As nats-server, the accepting side always sends a nonce to leaves.
-    let nonce = new_nonce();
+/// Appends the INFO we send a leaf: the first one (with `nonce`), or,
+/// with `answer` (its account and its user's permissions), the one that
+/// answers its CONNECT (`connect_info`, `remote_account`, `import`,
+/// `export`).
+fn encode_hub_info(
+    server: &ServerInner,
+    leafs: &Leafnodes,
+    cid: u64,
+    nonce: &str,
+    answer: Option<(&Account, Option<&PermissionSet>)>,
+    out: &mut BytesMut,
+) {
+    let lists = answer.and_then(|(_, p)| p).map(PermissionSet::lists);
     let info = LeafInfoOut {
         server_id: &server.server_id,
         server_name: &server.server_name,
@@ -813,16 +982,32 @@ async fn accept_one(server: Arc<ServerInner>, mut stream: TcpStream, addr: Socke
         tls_verify: leafs.opts.tls.as_ref().is_some_and(|t| t.verify),
         max_payload: server.live().opts.max_payload,
         client_id: cid,
-        nonce: &nonce,
+        nonce,
         cluster: server.routes.as_ref().map(|r| r.cluster_name()),
         leafnode_urls: &leafs.urls,
+        info_on_connect: true,
+        connect_info: answer.is_some(),
+        remote_account: answer.map(|(a, _)| a.name.as_str()),
+        import: lists
+            .as_ref()
+            .and_then(|l| SubjectPerm::from_rules(&l.subscribe)),
+        export: lists
+            .as_ref()
+            .and_then(|l| SubjectPerm::from_rules(&l.publish)),
     };
-    let mut frame = BytesMut::new();
     // Serializing strings and numbers cannot fail.
-    proto::encode_info(
-        &mut frame,
-        &serde_json::to_string(&info).unwrap_or_default(),
-    );
+    proto::encode_info(out, &serde_json::to_string(&info).unwrap_or_default());
+}
+
+async fn accept_one(server: Arc<ServerInner>, mut stream: TcpStream, addr: SocketAddr) {
+    let Some(leafs) = server.leafs.as_ref() else {
+        return;
+    };
+    let cid = server.next_client_id();
+    // As nats-server, the accepting side always sends a nonce to leaves.
+    let nonce = new_nonce();
+    let mut frame = BytesMut::new();
+    encode_hub_info(&server, leafs, cid, &nonce, None, &mut frame);
     if stream.write_all(&frame).await.is_err() {
         return;
     }
@@ -858,7 +1043,14 @@ async fn run_accepted<S>(
     let (mut r, mut w) = tokio::io::split(stream);
     let mut parser =
         RouteParser::with_dialect(Dialect::Leaf, server.opts.max_control_line.max(16 * 1024));
-    let first = read_first_op(&mut r, &mut parser, leafs.opts.auth_timeout, &leafs.cancel).await;
+    let first = read_first_op(
+        &mut r,
+        &mut parser,
+        leafs.opts.auth_timeout,
+        BytesMut::with_capacity(4096),
+        &leafs.cancel,
+    )
+    .await;
     let (json, rest) = match first {
         Ok((RouteOp::Connect(json), rest)) => (json, rest),
         Ok((_, _)) => {
@@ -886,12 +1078,25 @@ async fn run_accepted<S>(
         connect,
         account,
         expires,
+        perms,
     } = match check_connect(&server, json, nonce, addr.ip()).await {
         Ok(c) => c,
         Err(text) => {
             tracing::warn!(%addr, error = %text, "leafnode connection refused");
             leafs.stats.rejected.fetch_add(1, Ordering::Relaxed);
             refuse(&mut w, &text).await;
+            return;
+        }
+    };
+    let view = match hub_view(
+        perms.as_deref(),
+        connect.deny_pub.as_deref().unwrap_or_default(),
+    ) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(%addr, error = %e, "leafnode permissions unusable, connection refused");
+            leafs.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            refuse(&mut w, "Authorization Violation").await;
             return;
         }
     };
@@ -903,6 +1108,19 @@ async fn run_accepted<S>(
     );
     // A fresh client: the account cannot be set yet.
     let _ = client.account.set(account.clone());
+    *client.leaf_perms.write() = view;
+    // The answer to CONNECT goes out before any interest (`run_leaf`
+    // registers the connection after this is queued).
+    let mut answer = BytesMut::new();
+    encode_hub_info(
+        &server,
+        leafs,
+        cid,
+        "",
+        Some((&account, perms.as_deref())),
+        &mut answer,
+    );
+    client.send_now(&answer);
     // Kept for a reload, which checks them against the new users.
     *client.auth.lock() = Some(super::reload::ConnAuth {
         user: connect.user.clone(),
@@ -911,7 +1129,7 @@ async fn run_accepted<S>(
         nkey: connect.nkey.clone(),
         sig: connect.sig.clone(),
         nonce: Some(nonce_sent),
-        perms: None,
+        perms,
         jwt: connect.jwt.clone(),
     });
     if let Some(exp) = expires {
@@ -942,7 +1160,7 @@ async fn run_accepted<S>(
         }),
         registered: AtomicBool::new(false),
     });
-    run_leaf(server, leaf, r, w, rest, parser).await;
+    run_leaf(server, leaf, r, w, rest, parser, false).await;
 }
 
 /// A leaf CONNECT that passed [`check_connect`].
@@ -952,12 +1170,14 @@ struct Admitted {
     account: Arc<Account>,
     /// The user JWT's expiry (unix seconds), in operator mode.
     expires: Option<i64>,
+    /// The leaf user's permissions (`None` = unrestricted).
+    perms: Option<Arc<PermissionSet>>,
 }
 
 /// How a leaf was authenticated, before its account is looked up.
 enum Verdict {
-    /// Bound to this account (`None` = `$G`).
-    Account(Option<String>),
+    /// Bound to this account (`None` = `$G`), with these permissions.
+    Account(Option<String>, Option<Arc<PermissionSet>>),
     /// A user JWT, bound to its account.
     Jwt(super::resolver::JwtUser),
 }
@@ -1042,15 +1262,13 @@ async fn check_connect(
         let auth = match (&leafs.auth, &client_auth) {
             (Some(a), _) => a,
             (None, Some(a)) if a.required() => a,
-            _ => return Some(Ok(Verdict::Account(None))),
+            _ => return Some(Ok(Verdict::Account(None, None))),
         };
-        Some(match auth.authenticate_identity(&creds, Some(&nonce)) {
-            Ok(o) if o.permissions.is_none() => Ok(Verdict::Account(o.account)),
-            // Permissions would have to be swapped and sent to the leaf;
-            // we do not do that, so such users cannot be leaves.
-            Ok(_) => Err("a user with permissions cannot connect as a leafnode".to_string()),
-            Err(e) => Err(e.to_string()),
-        })
+        Some(
+            auth.authenticate_identity(&creds, Some(&nonce))
+                .map(|o| Verdict::Account(o.account, o.permissions))
+                .map_err(|e| e.to_string()),
+        )
     })
     .await;
     let refused = |why: &str| {
@@ -1058,16 +1276,9 @@ async fn check_connect(
         server.auth_failures.fetch_add(1, Ordering::Relaxed);
         "Authorization Violation".to_string()
     };
-    let (name, expires) = match verdict {
-        Ok(Some(Ok(Verdict::Account(name)))) => (name, None),
-        Ok(Some(Ok(Verdict::Jwt(u)))) => {
-            if u.permissions.is_some() {
-                return Err(refused(
-                    "a user with permissions cannot connect as a leafnode",
-                ));
-            }
-            (Some(u.account), u.expires)
-        }
+    let (name, expires, perms) = match verdict {
+        Ok(Some(Ok(Verdict::Account(name, perms)))) => (name, None, perms),
+        Ok(Some(Ok(Verdict::Jwt(u)))) => (Some(u.account), u.expires, u.permissions),
         Ok(Some(Err(why))) => return Err(refused(&why)),
         _ => return Err("Authorization Violation".into()),
     };
@@ -1089,6 +1300,7 @@ async fn check_connect(
         connect: c,
         account,
         expires,
+        perms,
     })
 }
 
@@ -1171,9 +1383,15 @@ async fn connect_remote(
     let addr = stream.peer_addr()?;
     let mut parser =
         RouteParser::with_dialect(Dialect::Leaf, server.opts.max_control_line.max(16 * 1024));
-    let (op, rest) = read_first_op(&mut stream, &mut parser, CONNECT_TIMEOUT, &leafs.cancel)
-        .await
-        .map_err(ConnectError::Handshake)?;
+    let (op, rest) = read_first_op(
+        &mut stream,
+        &mut parser,
+        CONNECT_TIMEOUT,
+        BytesMut::with_capacity(4096),
+        &leafs.cancel,
+    )
+    .await
+    .map_err(ConnectError::Handshake)?;
     let RouteOp::Info(json) = op else {
         return Err(ConnectError::Handshake(
             "the remote did not start with INFO".into(),
@@ -1192,7 +1410,12 @@ async fn connect_remote(
         ));
     }
     let account = leafs.remote_accounts[index].clone();
-    let (jwt, nkey, sig) = remote_signature(&leafs.opts.remotes[index].auth, &info.nonce).await?;
+    let remote = &leafs.opts.remotes[index];
+    // Our own deny lists apply from the start; the hub's permissions join
+    // them when its INFO brings them.
+    let initial = spoke_view(remote, None, None)
+        .map_err(|e| ConnectError::Handshake(format!("deny_imports/deny_exports: {e}")))?;
+    let (jwt, nkey, sig) = remote_signature(&remote.auth, &info.nonce).await?;
     let cid = server.next_client_id();
     let client = ClientShared::new(
         cid,
@@ -1202,6 +1425,7 @@ async fn connect_remote(
     );
     // A fresh client: the account cannot be set yet.
     let _ = client.account.set(account.clone());
+    *client.leaf_perms.write() = initial;
     let leaf = Arc::new(Leaf {
         client: client.clone(),
         spoke: true,
@@ -1232,6 +1456,7 @@ async fn connect_remote(
         headers: true,
         cluster: server.routes.as_ref().map(|r| r.cluster_name()),
         remote_account: &account.name,
+        deny_pub: &remote.deny_imports,
     };
     let mut hello = BytesMut::new();
     hello.extend_from_slice(b"CONNECT ");
@@ -1245,7 +1470,16 @@ async fn connect_remote(
     if !want_tls {
         client.send_now(&hello);
         let (r, w) = tokio::io::split(stream);
-        run_leaf(server.clone(), leaf, r, w, rest, parser).await;
+        run_leaf(
+            server.clone(),
+            leaf,
+            r,
+            w,
+            rest,
+            parser,
+            info.info_on_connect,
+        )
+        .await;
         return Ok(());
     }
     let Some(conn) = leafs.remote_tls[index].clone() else {
@@ -1264,7 +1498,16 @@ async fn connect_remote(
         .map_err(|e| ConnectError::Tls(e.to_string()))?;
     client.send_now(&hello);
     let (r, w) = tokio::io::split(tls);
-    run_leaf(server.clone(), leaf, r, w, rest, parser).await;
+    run_leaf(
+        server.clone(),
+        leaf,
+        r,
+        w,
+        rest,
+        parser,
+        info.info_on_connect,
+    )
+    .await;
     Ok(())
 }
 
@@ -1296,14 +1539,17 @@ async fn remote_signature(
 
 /// Runs a leaf connection whose handshake is done: registers it (sends
 /// our interest), starts its writer and ping timer, reads until it ends,
-/// then cleans up.
+/// then cleans up. With `await_info` (a hub that answers CONNECT with a
+/// `connect_info` INFO) that answer, which carries our permissions, is
+/// awaited before any interest is sent, as a Go leaf does.
 async fn run_leaf<R, W>(
     server: Arc<ServerInner>,
     leaf: Arc<Leaf>,
-    r: R,
+    mut r: R,
     w: W,
     rest: BytesMut,
-    parser: RouteParser,
+    mut parser: RouteParser,
+    await_info: bool,
 ) where
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
@@ -1325,6 +1571,20 @@ async fn run_leaf<R, W>(
         server.opts.write_deadline,
         server.clone(),
     ));
+    let rest = if await_info {
+        match await_connect_info(leafs, &leaf, &mut r, &mut parser, rest).await {
+            Ok(rest) => rest,
+            Err(why) => {
+                tracing::warn!(cid = client.id, reason = %why, "leafnode handshake failed");
+                client.close_now();
+                leafs.state.lock().conns.remove(&client.id);
+                server.remove_client(&client);
+                return;
+            }
+        }
+    } else {
+        rest
+    };
     leafs.register(&leaf);
     if let Some(i) = leaf.remote {
         leafs.remotes[i].lock().attempts = 0;
@@ -1373,6 +1633,75 @@ async fn run_leaf<R, W>(
     );
 }
 
+/// The reconnect delay a hub's `-ERR` asks for: 30 s after a loop, a
+/// permissions violation, the same cluster name or a too-old version.
+fn refusal_delay(text: &str) -> Option<Duration> {
+    if text.contains("Loop detected") {
+        Some(LOOP_DELAY)
+    } else if text.contains("same cluster name")
+        || text.contains("Permissions Violation")
+        || text.contains("minimum version")
+    {
+        Some(REFUSED_DELAY)
+    } else {
+        None
+    }
+}
+
+/// Applies a hub's INFO on a connection we solicited: its `import` and
+/// `export`, merged with our deny lists, become the connection's
+/// permissions. Returns whether it answers our CONNECT (`connect_info`).
+fn apply_hub_info(leafs: &Leafnodes, leaf: &Leaf, json: &[u8]) -> Result<bool, String> {
+    let info: HubInfo = serde_json::from_slice(json).map_err(|e| format!("bad INFO: {e}"))?;
+    if info.import.is_some() || info.export.is_some() {
+        let remote = leaf
+            .remote
+            .and_then(|i| leafs.opts.remotes.get(i))
+            .ok_or("INFO with permissions on a connection we did not solicit")?;
+        let view = spoke_view(remote, info.import.as_ref(), info.export.as_ref())
+            .map_err(|e| format!("unusable permissions in the hub's INFO: {e}"))?;
+        tracing::debug!(cid = leaf.client.id, perms = ?view, "leafnode permissions from the hub");
+        *leaf.client.leaf_perms.write() = view;
+    }
+    Ok(info.connect_info)
+}
+
+/// Waits (at most [`CONNECT_TIMEOUT`]) for the hub's INFO that answers our
+/// CONNECT, applying it; returns the bytes read after it.
+async fn await_connect_info<R: AsyncRead + Unpin>(
+    leafs: &Leafnodes,
+    leaf: &Leaf,
+    r: &mut R,
+    parser: &mut RouteParser,
+    mut buf: BytesMut,
+) -> Result<BytesMut, String> {
+    let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let (op, rest) = read_first_op(r, parser, left, buf, &leafs.cancel).await?;
+        buf = rest;
+        match op {
+            RouteOp::Info(json) => {
+                if apply_hub_info(leafs, leaf, &json)? {
+                    return Ok(buf);
+                }
+            }
+            RouteOp::Ping => leaf.client.send_now(proto::PONG),
+            RouteOp::Pong | RouteOp::Ok | RouteOp::Connect(_) => {}
+            RouteOp::Err(text) => {
+                let t = String::from_utf8_lossy(&text).into_owned();
+                if let Some(d) = refusal_delay(&t) {
+                    leafs.set_remote_delay(leaf, d);
+                }
+                return Err(format!("hub refused us: {t}"));
+            }
+            RouteOp::Sub { .. } | RouteOp::Unsub { .. } | RouteOp::Msg { .. } => {
+                return Err("the hub sent interest or messages before answering CONNECT".into())
+            }
+        }
+    }
+}
+
 struct LeafReader {
     server: Arc<ServerInner>,
     leaf: Arc<Leaf>,
@@ -1409,16 +1738,47 @@ impl LeafReader {
         "loop detected".into()
     }
 
+    /// Whether interest in `subject` is acceptable: a wildcard or exempt
+    /// subject always is, a literal one when we may send it on this
+    /// connection.
+    fn may_send_literal(&self, subject: &[u8]) -> bool {
+        let perms = self.leaf.client.leaf_perms.read();
+        let Some(p) = perms.as_ref() else {
+            return true;
+        };
+        let Ok(s) = std::str::from_utf8(subject) else {
+            return false;
+        };
+        perm_exempt_interest(s) || !is_valid_literal_subject(s) || p.can_publish(s)
+    }
+
+    /// Whether a message on `subject` may come in on this connection.
+    fn may_receive(&self, subject: &[u8]) -> bool {
+        let perms = self.leaf.client.leaf_perms.read();
+        let Some(p) = perms.as_ref() else {
+            return true;
+        };
+        std::str::from_utf8(subject).is_ok_and(|s| perm_exempt_msg(s) || p.can_subscribe(s, None))
+    }
+
+    /// Refuses a leaf of ours that broke its permissions, as nats-server:
+    /// `-ERR 'Permissions Violation for <what> to "<subject>"'` and close.
+    fn perm_violation(&self, what: &str, subject: &str) -> String {
+        let text = format!("Permissions Violation for {what} to \"{subject}\"");
+        tracing::error!(
+            cid = self.leaf.client.id,
+            "leafnode {what} violation on {subject:?}, closing - check the other side's configuration"
+        );
+        self.count_rejected();
+        self.leaf.client.close_with_err(Some(&text));
+        text
+    }
+
     fn on_err(&self, text: &Bytes) -> String {
         let t = String::from_utf8_lossy(text).into_owned();
         tracing::error!(cid = self.leaf.client.id, error = %t, "leafnode peer sent -ERR, closing");
-        if t.contains("Loop detected") {
-            self.leafs().set_remote_delay(&self.leaf, LOOP_DELAY);
-        } else if t.contains("same cluster name")
-            || t.contains("Permissions Violation")
-            || t.contains("minimum version")
-        {
-            self.leafs().set_remote_delay(&self.leaf, REFUSED_DELAY);
+        if let Some(d) = refusal_delay(&t) {
+            self.leafs().set_remote_delay(&self.leaf, d);
         }
         format!("peer error {t}")
     }
@@ -1494,14 +1854,34 @@ impl PeerReader for LeafReader {
                 self.leaf.client.pings_out.store(0, Ordering::Relaxed);
                 Ok(())
             }
-            // A hub's INFO after CONNECT (`connect_info`, URL updates) and a
-            // repeated CONNECT change nothing we use.
+            // A hub's INFO may bring (new) permissions; other INFO fields
+            // (URL updates) and a repeated CONNECT change nothing we use.
+            RouteOp::Info(json) if self.leaf.spoke => {
+                if let Err(why) = apply_hub_info(self.leafs(), &self.leaf, &json) {
+                    tracing::warn!(cid = self.leaf.client.id, reason = %why, "leafnode INFO refused, closing");
+                    self.leaf.client.close_now();
+                    return Err(why);
+                }
+                Ok(())
+            }
             RouteOp::Ok | RouteOp::Info(_) | RouteOp::Connect(_) => Ok(()),
             RouteOp::Err(text) => Err(self.on_err(&text)),
             RouteOp::Sub { subject, queue, .. } => {
                 let lds = self.leafs().loop_detection_subject(&self.leaf.account);
                 if subject[..] == *lds.as_bytes() {
                     return Err(self.loop_detected());
+                }
+                // Interest in a literal subject we may not send on this
+                // connection: a leaf of ours is refused (nats-server's
+                // text); from our hub it is ignored (the hub told us our
+                // permissions; nothing would be sent anyway). Wildcard
+                // interest is kept and filtered message by message.
+                if !self.may_send_literal(&subject) {
+                    if self.leaf.spoke {
+                        return Ok(());
+                    }
+                    let s = String::from_utf8_lossy(&subject).into_owned();
+                    return Err(self.perm_violation("Subscription", &s));
                 }
                 if self.leaf.client.subs.lock().len() >= MAX_ROUTE_SUBS {
                     tracing::warn!(
@@ -1530,6 +1910,17 @@ impl PeerReader for LeafReader {
                 payload,
                 ..
             } => {
+                // A message the connection's permissions do not let in: a
+                // leaf of ours is refused (nats-server's text), one from our
+                // hub is dropped.
+                if !self.may_receive(&subject) {
+                    if self.leaf.spoke {
+                        tracing::debug!(cid = self.leaf.client.id, subject = %String::from_utf8_lossy(&subject), "message from the hub not permitted here, dropped");
+                        return Ok(());
+                    }
+                    let s = String::from_utf8_lossy(&subject).into_owned();
+                    return Err(self.perm_violation("Publish", &s));
+                }
                 self.leaf_msg(subject, reply, &queues, headers, payload);
                 Ok(())
             }
@@ -1628,7 +2019,20 @@ pub(crate) fn varz_leaf(server: &ServerInner) -> serde_json::Value {
                 .iter()
                 .filter_map(|u| parse_leaf_url(u).map(|l| l.hostport))
                 .collect();
-            json!({"local_account": acc.name, "urls": urls, "tls_timeout": 2.0})
+            let mut v = json!({"local_account": acc.name, "urls": urls, "tls_timeout": 2.0});
+            // As nats-server: `deny` only when a list is set, each list
+            // only when non-empty.
+            let mut deny = serde_json::Map::new();
+            if !r.deny_exports.is_empty() {
+                deny.insert("exports".into(), json!(r.deny_exports));
+            }
+            if !r.deny_imports.is_empty() {
+                deny.insert("imports".into(), json!(r.deny_imports));
+            }
+            if !deny.is_empty() {
+                v["deny"] = serde_json::Value::Object(deny);
+            }
+            v
         })
         .collect();
     json!({
@@ -1726,6 +2130,103 @@ mod tests {
         assert!(!is_account_key(&nkeys::KeyPair::new_user().public_key()));
         assert!(!is_account_key("A"));
         assert!(!is_account_key("LA"));
+    }
+
+    fn perms(
+        pub_allow: &[&str],
+        pub_deny: &[&str],
+        sub_allow: &[&str],
+        sub_deny: &[&str],
+    ) -> Permissions {
+        let v = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        Permissions {
+            publish: PermissionRules {
+                allow: v(pub_allow),
+                deny: v(pub_deny),
+            },
+            subscribe: PermissionRules {
+                allow: v(sub_allow),
+                deny: v(sub_deny),
+            },
+        }
+    }
+
+    #[test]
+    fn hub_view_swaps_the_user_directions_and_adds_deny_pub() {
+        let user = PermissionSet::new(&perms(&["up.>"], &["up.secret"], &["down.>"], &[])).unwrap();
+        let deny_pub = vec![
+            "down.no".to_string(),
+            "bad subject x".to_string(),
+            "a..b".into(),
+        ];
+        let v = hub_view(Some(&user), &deny_pub).unwrap().unwrap();
+        // We send what the user may subscribe to, minus deny_pub.
+        assert!(v.can_publish("down.x"));
+        assert!(!v.can_publish("down.no"));
+        assert!(!v.can_publish("up.x"));
+        // It may bring (and we announce) what the user may publish.
+        assert!(v.can_subscribe("up.x", None));
+        assert!(!v.can_subscribe("up.secret", None));
+        assert!(!v.can_subscribe("down.x", None));
+        assert!(v.leaf_may_subscribe(">"), "broader wildcard announced");
+        assert!(!v.leaf_may_subscribe("other.>"));
+        // No user permissions and no deny_pub: unrestricted.
+        assert!(hub_view(None, &[]).unwrap().is_none());
+        let only_deny = hub_view(None, &["x".to_string()]).unwrap().unwrap();
+        assert!(!only_deny.can_publish("x") && only_deny.can_publish("y"));
+    }
+
+    #[test]
+    fn spoke_view_merges_the_hub_permissions_with_our_deny_lists() {
+        let remote = LeafRemote {
+            deny_imports: vec!["in.secret".into()],
+            deny_exports: vec!["out.secret".into()],
+            ..LeafRemote::default()
+        };
+        let v = spoke_view(&remote, None, None).unwrap().unwrap();
+        assert!(!v.can_publish("out.secret") && v.can_publish("out.ok"));
+        assert!(!v.can_subscribe("in.secret", None) && v.can_subscribe("in.ok", None));
+        assert!(!v.leaf_may_subscribe("in.secret") && v.leaf_may_subscribe("in.*"));
+        let import = SubjectPerm {
+            allow: Some(vec!["in.>".into()]),
+            deny: None,
+        };
+        let export = SubjectPerm {
+            allow: None,
+            deny: Some(vec!["x".into()]),
+        };
+        let v = spoke_view(&remote, Some(&import), Some(&export))
+            .unwrap()
+            .unwrap();
+        assert!(v.can_subscribe("in.ok", None));
+        assert!(!v.can_subscribe("in.secret", None));
+        assert!(!v.can_subscribe("other", None));
+        assert!(!v.can_publish("x") && !v.can_publish("out.secret"));
+        assert!(v.can_publish("y"));
+        assert!(spoke_view(&LeafRemote::default(), None, None)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn info_permissions_have_nats_server_json_shape() {
+        let user =
+            PermissionSet::new(&perms(&["up.>"], &[], &["down.>"], &["down.secret q"])).unwrap();
+        let l = user.lists();
+        let import = serde_json::to_value(SubjectPerm::from_rules(&l.subscribe)).unwrap();
+        let export = serde_json::to_value(SubjectPerm::from_rules(&l.publish)).unwrap();
+        assert_eq!(
+            import,
+            serde_json::json!({"allow": ["down.>"], "deny": ["down.secret q"]})
+        );
+        assert_eq!(export, serde_json::json!({"allow": ["up.>"]}));
+        assert!(SubjectPerm::from_rules(&PermissionRules::default()).is_none());
+        // Go escapes `>` in JSON; the hub INFO parses either way.
+        let info: HubInfo =
+            serde_json::from_str(r#"{"connect_info":true,"import":{"allow":["a.\u003e"]}}"#)
+                .unwrap();
+        assert!(info.connect_info);
+        assert_eq!(info.import.unwrap().allow.unwrap(), vec!["a.>"]);
     }
 
     #[test]

@@ -740,9 +740,11 @@ fn recheck_leaf(inner: &Arc<ServerInner>, c: &Arc<ClientShared>, live: &Live) ->
         return Vec::new();
     };
     match auth.authenticate_identity(&ca.credentials(), ca.nonce.as_deref()) {
-        // Still the same user, in the account the leaf is bound to.
+        // Still the same user, in the account the leaf is bound to, with
+        // the permissions it connected with (the leaf enforces those too,
+        // from our INFO: on a change it must reconnect to learn them).
         Ok(o)
-            if o.permissions.is_none()
+            if o.permissions.as_deref() == ca.perms.as_deref()
                 && o.account
                     .as_deref()
                     .unwrap_or(super::account::GLOBAL_ACCOUNT)

@@ -354,11 +354,16 @@ async fn nats_leaf_existing_interest_is_sent_on_connect() {
     assert_eq!(next(&mut on_leaf).await.payload, Bytes::from("d"));
     assert_eq!(next(&mut on_hub).await.payload, Bytes::from("u"));
     // The unreachable remote is retried without disturbing the live one.
-    let log = leaf.proc.log_text();
-    assert!(
-        log.contains("error trying to connect as leafnode"),
-        "the dead remote is reported:\n{log}"
-    );
+    wait_until(
+        WAIT,
+        "the dead remote reported in the leaf's log",
+        || async {
+            leaf.proc
+                .log_text()
+                .contains("error trying to connect as leafnode")
+        },
+    )
+    .await;
 }
 
 /// Two servers that are each other's remote form a cycle: our own
