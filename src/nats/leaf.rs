@@ -26,6 +26,9 @@
 //! its `account`; without leaf users the client path applies (a config
 //! user's account, a JWT's account in operator mode, `no_auth_user`);
 //! with no authentication at all, `authorization { account }` or `$G`.
+//! In operator mode the account JWT's `limits.leaf` caps the connections
+//! bound to the account (accepted and solicited): one past it gets
+//! `-ERR 'maximum account active connections exceeded'` and is closed.
 //! Remote credentials: a creds file (`credentials`: user JWT + seed, read
 //! at every attempt so a rotated file is used) or a user seed (`nkey`);
 //! CONNECT then carries `jwt`/`nkey` and `sig`, the hub's INFO nonce
@@ -1558,19 +1561,48 @@ async fn run_leaf<R, W>(
         return;
     };
     let client = leaf.client.clone();
-    {
+    // In operator mode an account JWT may limit its leaf connections
+    // (`limits.leaf`, both directions, as nats-server counts them); the
+    // count and the insertion are one step, so two leaves connecting at
+    // once cannot both take the last place.
+    let max_leafs = server
+        .operator
+        .as_ref()
+        .and_then(|op| op.max_leafnodes(&leaf.account.name));
+    let over_limit = {
         let mut st = leafs.state.lock();
         if leafs.cancel.is_cancelled() {
             return;
         }
-        st.conns.insert(client.id, leaf.clone());
-    }
+        let bound = || {
+            st.conns
+                .values()
+                .filter(|l| Arc::ptr_eq(&l.account, &leaf.account))
+                .count()
+        };
+        let over = max_leafs.is_some_and(|max| bound() >= max);
+        if !over {
+            st.conns.insert(client.id, leaf.clone());
+        }
+        over
+    };
     tokio::spawn(client::write_loop(
         client.clone(),
         w,
         server.opts.write_deadline,
         server.clone(),
     ));
+    if over_limit {
+        tracing::warn!(
+            cid = client.id,
+            account = %leaf.account.name,
+            limit = max_leafs.unwrap_or_default(),
+            "leafnode connection refused: the account's leafnode connection limit is reached"
+        );
+        client.close_with_err(Some("maximum account active connections exceeded"));
+        server.remove_client(&client);
+        return;
+    }
     let rest = if await_info {
         match await_connect_info(leafs, &leaf, &mut r, &mut parser, rest).await {
             Ok(rest) => rest,

@@ -357,6 +357,12 @@ impl OperatorState {
         limit(a.claims.nats.limits.conn)
     }
 
+    /// The account's leaf-node connection limit (`None` = unlimited).
+    pub fn max_leafnodes(&self, key: &str) -> Option<usize> {
+        let a = self.account(key)?;
+        limit(a.claims.nats.limits.leaf)
+    }
+
     /// The accounts to wire at start-up (their exports and imports), the
     /// system account included even without a JWT.
     pub fn account_configs(&self) -> Vec<AccountConfig> {

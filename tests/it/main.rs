@@ -50,6 +50,7 @@ mod nats_external;
 mod nats_jwt;
 mod nats_leaf;
 mod nats_leaf_accounts;
+mod nats_leaf_jwt_limits;
 mod nats_leaf_perms;
 mod nats_raw;
 mod nats_reload;
