@@ -15,13 +15,18 @@
 //! rules.
 //!
 //! Memory per subscriber is bounded in bytes, not in batches: each read
-//! first takes [`READ_BYTES`] of credit from the subscription's
-//! [`Budget`] ([`SUBSCRIBER_BUFFER`] bytes), keeps what the records it read
-//! weigh, and the credit comes back only when the consumer drops the
-//! delivery (after the gRPC layer has encoded its last message). So a
-//! subscriber that stops reading stops its reader after at most
-//! `SUBSCRIBER_BUFFER` bytes of records (plus one record per read when a
-//! single record is bigger than `READ_BYTES`); reads are paced by what the
+//! first takes its size in credit from the subscription's [`Budget`] (two
+//! reads), keeps what the records it read weigh, and the credit comes back
+//! only when the consumer drops the delivery (after the gRPC layer has
+//! encoded its last message). Reads start at [`READ_BYTES`] with a budget of
+//! [`SUBSCRIBER_BUFFER`]; once the consumer has taken [`GROW_AFTER`] bytes —
+//! more than any transport buffer holds for a client that does not read —
+//! they grow to [`MAX_READ_BYTES`] and the budget to two of those, so a
+//! replay pays for fewer, larger store reads. So a subscriber that never
+//! reads stops its reader after at most `SUBSCRIBER_BUFFER` bytes of
+//! records, and one that read at least `GROW_AFTER` and then stopped after
+//! at most [`MAX_SUBSCRIBER_BUFFER`] (plus one record per read when a
+//! single record is bigger than a read); reads are paced by what the
 //! client consumes. The reader waits for credit without holding any lock.
 //!
 //! Speaks the domain only: positions in, stored [`Record`]s out. Turning a
@@ -43,6 +48,14 @@ pub const READ_BYTES: usize = 64 << 10;
 /// the client (read, queued, or being encoded): two reads, so the next read
 /// overlaps the sending of the previous one.
 pub const SUBSCRIBER_BUFFER: usize = 2 * READ_BYTES;
+/// Bytes per store call once the consumer has taken [`GROW_AFTER`].
+pub const MAX_READ_BYTES: usize = 256 << 10;
+/// What a subscription may hold once its reads have grown.
+pub const MAX_SUBSCRIBER_BUFFER: usize = 2 * MAX_READ_BYTES;
+/// Bytes the consumer must have taken (credit returned) before reads grow:
+/// far more than an HTTP/2 stream window and the encoder's buffers hold, so
+/// a client that does not read never gets there.
+pub const GROW_AFTER: usize = 16 << 20;
 /// What a record costs in memory besides its fields (the `Record` itself
 /// and its share of the batch's vector), so that a read of tiny records is
 /// not counted as nearly free.
@@ -68,14 +81,61 @@ impl Budget {
         self.0.available_permits()
     }
 
-    /// Waits for credit for one read; `None` if the budget was closed
-    /// (it never is; kept total rather than panicking).
-    async fn take_read(&self) -> Option<OwnedSemaphorePermit> {
+    /// Waits for `bytes` of credit for one read; `None` if the budget was
+    /// closed (it never is; kept total rather than panicking).
+    async fn take_read(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
         self.0
             .clone()
-            .acquire_many_owned(READ_BYTES as u32)
+            .acquire_many_owned(u32::try_from(bytes).unwrap_or(u32::MAX))
             .await
             .ok()
+    }
+
+    /// Adds `bytes` of credit (when reads grow).
+    fn grow(&self, bytes: usize) {
+        self.0.add_permits(bytes);
+    }
+}
+
+/// A forward reader's read size: [`READ_BYTES`] until the consumer has
+/// taken [`GROW_AFTER`] bytes, then [`MAX_READ_BYTES`] (see the module
+/// documentation).
+struct ReadSize {
+    bytes: usize,
+    /// Credit the reader's deliveries kept (their weight), in total.
+    delivered: usize,
+    /// The budget's size now.
+    capacity: usize,
+}
+
+impl ReadSize {
+    fn new() -> Self {
+        ReadSize {
+            bytes: READ_BYTES,
+            delivered: 0,
+            capacity: SUBSCRIBER_BUFFER,
+        }
+    }
+
+    /// Notes a delivery that kept `weight` bytes of credit.
+    fn delivered(&mut self, weight: usize) {
+        self.delivered = self.delivered.saturating_add(weight);
+    }
+
+    /// Grows reads and the budget once the consumer has given back
+    /// [`GROW_AFTER`] bytes; the read size to use now.
+    fn next(&mut self, budget: &Budget) -> usize {
+        if self.bytes < MAX_READ_BYTES {
+            // Held now = capacity − available; the rest of what was
+            // delivered came back.
+            let held = self.capacity.saturating_sub(budget.available());
+            if self.delivered.saturating_sub(held) >= GROW_AFTER {
+                budget.grow(MAX_SUBSCRIBER_BUFFER - self.capacity);
+                self.capacity = MAX_SUBSCRIBER_BUFFER;
+                self.bytes = MAX_READ_BYTES;
+            }
+        }
+        self.bytes
     }
 }
 
@@ -267,6 +327,7 @@ pub async fn run(
     let mut end_rx = p.committed_watch();
     let mut closed_rx = p.closed_watch();
     let mut ro_rx = p.readonly_watch();
+    let mut size = ReadSize::new();
     let end = loop {
         if let Some(s) = stop {
             if next > s {
@@ -281,8 +342,9 @@ pub async fn run(
             // Credit first: a subscriber that does not read stops its
             // reader here, holding no records beyond its budget. The
             // partition closing or the client leaving still end it.
+            let read_bytes = size.next(&budget);
             let credit = tokio::select! {
-                c = budget.take_read() => match c {
+                c = budget.take_read(read_bytes) => match c {
                     Some(c) => c,
                     None => return,
                 },
@@ -300,7 +362,7 @@ pub async fn run(
                 None => READ_BATCH,
             }
             .min(committed);
-            let recs = match log.read(next, max, READ_BYTES).await {
+            let recs = match log.read(next, max, read_bytes).await {
                 Ok(r) => r,
                 Err(StoreError::Closed(_)) => continue,
                 Err(e) => break store_end(&p, e),
@@ -328,7 +390,12 @@ pub async fn run(
                 next = r.offset + 1;
                 batch.push(r);
             }
-            if !batch.is_empty() && tx.send(Ok(Delivery::new(batch, credit))).await.is_err() {
+            if batch.is_empty() {
+                continue;
+            }
+            let delivery = Delivery::new(batch, credit);
+            size.delivered(delivery.credit.num_permits());
+            if tx.send(Ok(delivery)).await.is_err() {
                 return;
             }
             continue;
@@ -376,7 +443,7 @@ pub async fn run_reverse(
             break ReadEnd::ReverseEnd;
         }
         let credit = tokio::select! {
-            c = budget.take_read() => match c {
+            c = budget.take_read(READ_BYTES) => match c {
                 Some(c) => c,
                 None => return,
             },
@@ -456,6 +523,37 @@ mod tests {
             Ok(Some(Ok(b))) => b.records.iter().map(|r| r.offset).collect(),
             other => panic!("expected a batch, got {other:?}"),
         }
+    }
+
+    /// A consumer that holds what it got keeps reads at `READ_BYTES`; one
+    /// that has taken `GROW_AFTER` bytes gets `MAX_READ_BYTES` reads and a
+    /// budget of two of them.
+    #[tokio::test]
+    async fn reads_grow_only_once_the_consumer_took_enough() {
+        let budget = Budget::new();
+        let mut size = ReadSize::new();
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let bytes = size.next(&budget);
+            held.push(budget.take_read(bytes).await.unwrap());
+            size.delivered(bytes);
+        }
+        assert_eq!(size.next(&budget), READ_BYTES);
+        assert_eq!(budget.available(), 0);
+        drop(held);
+        let mut taken = 2 * READ_BYTES;
+        while taken < GROW_AFTER {
+            assert_eq!(size.next(&budget), READ_BYTES, "grew after {taken} bytes");
+            let credit = budget.take_read(READ_BYTES).await.unwrap();
+            size.delivered(READ_BYTES);
+            drop(credit);
+            taken += READ_BYTES;
+        }
+        assert_eq!(size.next(&budget), MAX_READ_BYTES);
+        assert_eq!(budget.available(), MAX_SUBSCRIBER_BUFFER);
+        // Grown once: the budget does not grow again.
+        assert_eq!(size.next(&budget), MAX_READ_BYTES);
+        assert_eq!(budget.available(), MAX_SUBSCRIBER_BUFFER);
     }
 
     /// Readers deliver only below the partition's committed end, whatever
