@@ -99,13 +99,11 @@ impl Budget {
 
 /// A forward reader's read size: [`READ_BYTES`] until the consumer has
 /// taken [`GROW_AFTER`] bytes, then [`MAX_READ_BYTES`] (see the module
-/// documentation).
+/// documentation). The budget is always two reads.
 struct ReadSize {
     bytes: usize,
     /// Credit the reader's deliveries kept (their weight), in total.
     delivered: usize,
-    /// The budget's size now.
-    capacity: usize,
 }
 
 impl ReadSize {
@@ -113,7 +111,6 @@ impl ReadSize {
         ReadSize {
             bytes: READ_BYTES,
             delivered: 0,
-            capacity: SUBSCRIBER_BUFFER,
         }
     }
 
@@ -126,12 +123,11 @@ impl ReadSize {
     /// [`GROW_AFTER`] bytes; the read size to use now.
     fn next(&mut self, budget: &Budget) -> usize {
         if self.bytes < MAX_READ_BYTES {
-            // Held now = capacity − available; the rest of what was
-            // delivered came back.
-            let held = self.capacity.saturating_sub(budget.available());
+            // Held now = the budget (two reads) − available; the rest of
+            // what was delivered came back.
+            let held = (2 * self.bytes).saturating_sub(budget.available());
             if self.delivered.saturating_sub(held) >= GROW_AFTER {
-                budget.grow(MAX_SUBSCRIBER_BUFFER - self.capacity);
-                self.capacity = MAX_SUBSCRIBER_BUFFER;
+                budget.grow(MAX_SUBSCRIBER_BUFFER - 2 * self.bytes);
                 self.bytes = MAX_READ_BYTES;
             }
         }
