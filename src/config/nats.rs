@@ -272,6 +272,50 @@ pub struct NkeyUser {
 pub struct Permissions {
     pub publish: PermissionRules,
     pub subscribe: PermissionRules,
+    /// `allow_responses`: the user may also publish to the reply subjects
+    /// of messages it received (and, with no publish allow list, only
+    /// there).
+    pub responses: Option<ResponsePermission>,
+}
+
+/// How many answers a user with `allow_responses` may publish to a reply
+/// subject it received, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponsePermission {
+    /// `None` = any number.
+    pub max_msgs: Option<u32>,
+    /// `None` = no time limit.
+    pub expires: Option<Duration>,
+}
+
+impl Default for ResponsePermission {
+    /// nats-server's defaults: one response within two minutes.
+    fn default() -> Self {
+        ResponsePermission {
+            max_msgs: Some(1),
+            expires: Some(Duration::from_secs(120)),
+        }
+    }
+}
+
+impl ResponsePermission {
+    /// From nats-server's numbers (a config's `max`, a JWT's `max`/`ttl`):
+    /// 0 = the default, negative = no limit.
+    pub fn from_limits(max: i64, expires_nanos: i64) -> ResponsePermission {
+        let d = ResponsePermission::default();
+        ResponsePermission {
+            max_msgs: match max {
+                0 => d.max_msgs,
+                m if m < 0 => None,
+                m => Some(u32::try_from(m).unwrap_or(u32::MAX)),
+            },
+            expires: match expires_nanos {
+                0 => d.expires,
+                n if n < 0 => None,
+                n => Some(Duration::from_nanos(n as u64)),
+            },
+        }
+    }
 }
 
 /// Allow and deny lists of subjects (wildcards allowed). An empty allow

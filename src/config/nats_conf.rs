@@ -39,8 +39,8 @@ use std::time::Duration;
 
 use crate::config::nats::{
     AuthConfig, ClusterAuth, ClusterOptions, LeafRemote, LeafRemoteAuth, LeafUser, LeafnodeOptions,
-    NatsOptions, NkeyUser, OperatorConfig, PermissionRules, Permissions, ResolverConfig, TlsFiles,
-    User, WebsocketOptions,
+    NatsOptions, NkeyUser, OperatorConfig, PermissionRules, Permissions, ResolverConfig,
+    ResponsePermission, TlsFiles, User, WebsocketOptions,
 };
 
 /// Errors of reading, parsing or interpreting a config file.
@@ -1980,12 +1980,52 @@ fn permissions(key: &str, n: &Node) -> Result<Permissions, ConfError> {
         match k.to_ascii_lowercase().as_str() {
             "publish" | "pub" | "import" => p.publish = rules(k, v)?,
             "subscribe" | "sub" | "export" => p.subscribe = rules(k, v)?,
-            // Reply permissions are not enforced; accepting keeps configs loading.
-            "allow_responses" | "allow_response" | "responses" => {}
+            "allow_responses" | "publish_allow_responses" => p.responses = responses(k, v)?,
             other => return invalid(key, v, format!("unknown permissions field {other:?}")),
         }
     }
     Ok(p)
+}
+
+/// `allow_responses: true|false` or `{ max: N, expires: "1m" }` (0 = the
+/// default, negative = no limit), as nats-server reads it.
+fn responses(key: &str, n: &Node) -> Result<Option<ResponsePermission>, ConfError> {
+    if let Value::Bool(b) = n.value {
+        return Ok(b.then(ResponsePermission::default));
+    }
+    let Value::Map(m) = &n.value else {
+        return invalid(
+            key,
+            n,
+            "error parsing response permissions, expected a boolean or a map".to_string(),
+        );
+    };
+    let mut max = 0i64;
+    let mut expires = 0i64;
+    for (k, v) in m {
+        match k.to_ascii_lowercase().as_str() {
+            "max" | "max_msgs" | "max_messages" | "max_responses" => match &v.value {
+                Value::Int(i) => max = *i,
+                _ => return invalid(k, v, "expected an integer".to_string()),
+            },
+            "expires" | "expiration" | "ttl" => {
+                let Value::Str(s) = &v.value else {
+                    return invalid(k, v, "error parsing expires, not a duration string");
+                };
+                expires = match s.strip_prefix('-') {
+                    Some(_) => -1,
+                    None => match parse_go_duration(s) {
+                        Some(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+                        None => {
+                            return invalid(k, v, format!("error parsing expires: {s:?}"));
+                        }
+                    },
+                };
+            }
+            other => return invalid(k, v, format!("Unknown field {other:?} parsing permissions")),
+        }
+    }
+    Ok(Some(ResponsePermission::from_limits(max, expires)))
 }
 
 fn subjects(key: &str, n: &Node) -> Result<Vec<String>, ConfError> {
@@ -2219,6 +2259,55 @@ mod tests {
         assert_eq!(c.options.ping_max, 5);
         assert_eq!(c.options.port, 4333);
         assert_eq!(c.options.host, "0.0.0.0");
+    }
+
+    #[test]
+    fn allow_responses_as_nats_server_reads_it() {
+        let perms = |text: &str| {
+            let c = conf(&format!(
+                "authorization {{ users = [ {{ user: u, password: p, permissions: {{ {text} }} }} ] }}"
+            ));
+            c.options.auth.users[0].permissions.clone().unwrap()
+        };
+        let p = perms("allow_responses: true");
+        assert_eq!(p.responses, Some(ResponsePermission::default()));
+        assert_eq!(p.responses.unwrap().expires, Some(Duration::from_secs(120)));
+        assert_eq!(perms("allow_responses: false").responses, None);
+        let p = perms("publish: x, allow_responses: { max: 5, expires: \"1m\" }");
+        assert_eq!(
+            p.responses,
+            Some(ResponsePermission {
+                max_msgs: Some(5),
+                expires: Some(Duration::from_secs(60))
+            })
+        );
+        let p = perms("allow_responses: { max: -1, ttl: \"-1s\" }");
+        assert_eq!(
+            p.responses,
+            Some(ResponsePermission {
+                max_msgs: None,
+                expires: None
+            })
+        );
+        let p = perms("allow_responses: { max: 0 }");
+        assert_eq!(p.responses, Some(ResponsePermission::default()));
+        for (bad, want) in [
+            ("allow_responses: 3", "expected a boolean or a map"),
+            ("allow_responses: { expires: 5 }", "not a duration string"),
+            (
+                "allow_responses: { expires: \"soon\" }",
+                "error parsing expires",
+            ),
+            ("allow_responses: { often: 1 }", "Unknown field \"often\""),
+        ] {
+            let text = format!(
+                "authorization {{ users = [ {{ user: u, password: p, permissions: {{ {bad} }} }} ] }}"
+            );
+            let e = from_str(&text, Path::new("r.conf"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
     }
 
     #[test]

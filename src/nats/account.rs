@@ -5,8 +5,9 @@
 //! a client belongs to exactly one account (the one of the user it
 //! authenticated as, `$G` when accounts are not used) and its publishes are
 //! matched against that account's index only. Messages cross accounts in
-//! three ways, all wired at start-up from the configuration (no change at
-//! run time):
+//! three ways, wired at start-up from the configuration, and again when
+//! operator mode learns of a new or changed account JWT
+//! ([`Accounts::update`]):
 //!
 //! - **stream import**: B imports `sub.>` from A (with `prefix: p` or
 //!   `to`); a message published in A on `sub.x` is also delivered to B's
@@ -54,6 +55,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
@@ -138,7 +140,7 @@ pub enum AccountError {
 }
 
 /// How an imported subject becomes the local one (or back).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Mapping {
     /// The same subject.
     Identity,
@@ -223,7 +225,7 @@ struct StreamOut {
 
 /// A stream this account imports (kept on the importer too, for the
 /// interest its subscriptions announce in the exporter over routes).
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 struct StreamIn {
     /// Index of the exporting account.
     exporter: usize,
@@ -326,14 +328,12 @@ impl Responses {
     }
 }
 
-/// One account.
-pub struct Account {
-    /// The account name (`$G` for the global account).
-    pub name: String,
-    /// Index in the server's account list.
-    pub(crate) idx: usize,
-    /// The account's subscriptions.
-    pub(crate) sublist: Sublist<Subscription>,
+/// What connects one account to the others: its exports and imports as
+/// configured, and the routes they imply. Replaced as a whole when the
+/// accounts change at run time, so a publish sees either the old wiring or
+/// the new one, never a mix.
+#[derive(Debug, Default)]
+struct Wiring {
     /// The configuration (exports and imports), for `/accountz`.
     config: AccountConfig,
     streams_out: Vec<StreamOut>,
@@ -342,6 +342,35 @@ pub struct Account {
     /// Another account imports a service of this one (its replies may
     /// come back over routes).
     serves_imports: bool,
+}
+
+impl Wiring {
+    fn empty(name: &str) -> Wiring {
+        Wiring {
+            config: AccountConfig {
+                name: name.to_string(),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// Whether a publish in this account may have to cross to another.
+    fn has_routes(&self) -> bool {
+        !self.streams_out.is_empty() || !self.services_in.is_empty()
+    }
+}
+
+/// One account.
+pub struct Account {
+    /// The account name (`$G` for the global account).
+    pub name: String,
+    /// Index in the server's account list (never reused: accounts are
+    /// added at run time, not removed).
+    pub(crate) idx: usize,
+    /// The account's subscriptions.
+    pub(crate) sublist: Sublist<Subscription>,
+    wiring: ArcSwap<Wiring>,
     /// `_R_.<6 base62>.`: this account's reply prefix for service requests
     /// it answers.
     resp_prefix: String,
@@ -355,16 +384,12 @@ impl std::fmt::Debug for Account {
 }
 
 impl Account {
-    fn new(idx: usize, config: AccountConfig) -> Account {
+    fn new(idx: usize, name: &str) -> Account {
         Account {
-            name: config.name.clone(),
+            name: name.to_string(),
             idx,
             sublist: Sublist::new(),
-            config,
-            streams_out: Vec::new(),
-            streams_in: Vec::new(),
-            services_in: Vec::new(),
-            serves_imports: false,
+            wiring: ArcSwap::from_pointee(Wiring::empty(name)),
             resp_prefix: format!("{RESPONSE_PREFIX}{}.", base62(6)),
             responses: Mutex::new(Responses::default()),
         }
@@ -375,43 +400,45 @@ impl Account {
         self.idx == 0
     }
 
-    /// Whether a publish in this account may have to cross to another.
-    #[inline]
-    fn has_routes(&self) -> bool {
-        !self.streams_out.is_empty() || !self.services_in.is_empty()
-    }
-
     /// The interest a subscription of this account on `subject` implies
     /// in exporters' accounts through stream imports: (exporter index,
     /// exporter-side subject). A subject inside an import's local pattern
     /// maps back exactly; a wider or overlapping one asks for the whole
     /// import (more than needed is harmless: the receiving node matches
     /// its own subscribers).
-    pub(crate) fn import_interest(&self, subject: &str) -> Vec<(usize, String)> {
-        let mut out = Vec::new();
-        for s in &self.streams_in {
-            if subject == s.local || is_subset(&s.local, subject) {
-                out.push((s.exporter, s.from.clone()));
-            } else if is_subset(subject, &s.local) {
-                out.push((s.exporter, s.back.apply(subject)));
-            } else if intersects(subject, &s.local) {
-                out.push((s.exporter, s.from.clone()));
-            }
-        }
-        out
+    pub(crate) fn import_interest(&self, subject: &str) -> Vec<ImportInterest> {
+        import_interest(&self.wiring.load(), subject)
     }
 
     /// The subject of the interest this account announces for replies of
     /// services others import (`None` when nobody imports one).
     pub(crate) fn response_interest(&self) -> Option<String> {
-        self.serves_imports
-            .then(|| format!("{}>", self.resp_prefix))
+        response_interest(&self.resp_prefix, &self.wiring.load())
     }
 
     /// Number of reply mappings kept (for `/accountz`).
     pub fn num_responses(&self) -> usize {
         self.responses.lock().map.len()
     }
+}
+
+/// See [`Account::import_interest`].
+fn import_interest(w: &Wiring, subject: &str) -> Vec<ImportInterest> {
+    let mut out = Vec::new();
+    for s in &w.streams_in {
+        if subject == s.local || is_subset(&s.local, subject) {
+            out.push((s.exporter, s.from.clone()));
+        } else if is_subset(subject, &s.local) {
+            out.push((s.exporter, s.back.apply(subject)));
+        } else if intersects(subject, &s.local) {
+            out.push((s.exporter, s.from.clone()));
+        }
+    }
+    out
+}
+
+fn response_interest(resp_prefix: &str, w: &Wiring) -> Option<String> {
+    w.serves_imports.then(|| format!("{resp_prefix}>"))
 }
 
 /// `n` random base62 characters.
@@ -422,45 +449,83 @@ fn base62(n: usize) -> String {
         .collect()
 }
 
-/// Every account of a server: `$G` first (index 0), then the configured
-/// ones in file order. Immutable after start-up.
+/// Every account of a server: `$G` first (index 0), the system account,
+/// then the configured ones in file order; in operator mode accounts
+/// learnt at run time are appended (never removed, so an index stays
+/// valid).
 pub struct Accounts {
-    list: Vec<Arc<Account>>,
-    by_name: HashMap<String, usize>,
+    global: Arc<Account>,
+    table: ArcSwap<Table>,
     /// Whether the configuration declares accounts (`$SYS` alone does not
     /// count).
     configured: bool,
+    /// Serialises [`Accounts::update`].
+    update: Mutex<()>,
+}
+
+/// The account list and its name index, replaced as a whole.
+#[derive(Default)]
+struct Table {
+    list: Vec<Arc<Account>>,
+    by_name: HashMap<String, usize>,
+}
+
+impl Table {
+    fn push(&mut self, name: &str) {
+        let idx = self.list.len();
+        self.by_name.insert(name.to_string(), idx);
+        self.list.push(Arc::new(Account::new(idx, name)));
+    }
+}
+
+/// Interest a subscription implies in an exporter's account through a
+/// stream import: (exporter index, exporter-side subject).
+pub(crate) type ImportInterest = (usize, String);
+
+/// An account whose imports changed in [`Accounts::update`], with its
+/// wiring before and after (to move the interest it announces).
+pub(crate) struct Rewired {
+    pub(crate) account: Arc<Account>,
+    old: Arc<Wiring>,
+    new: Arc<Wiring>,
+}
+
+impl Rewired {
+    /// The exporter-side interest of a subscription on `subject` under
+    /// the old and the new imports.
+    pub(crate) fn import_interest(
+        &self,
+        subject: &str,
+    ) -> (Vec<ImportInterest>, Vec<ImportInterest>) {
+        (
+            import_interest(&self.old, subject),
+            import_interest(&self.new, subject),
+        )
+    }
+
+    /// The reply interest before and after.
+    pub(crate) fn response_interest(&self) -> (Option<String>, Option<String>) {
+        let p = &self.account.resp_prefix;
+        (
+            response_interest(p, &self.old),
+            response_interest(p, &self.new),
+        )
+    }
 }
 
 impl Accounts {
     /// Builds the accounts of `auth` and wires their imports and exports.
     pub fn new(auth: &AuthConfig) -> Result<Accounts, AccountError> {
         check(&auth.accounts)?;
-        let mut by_name = HashMap::new();
-        let mut list = vec![Account::new(
-            0,
-            AccountConfig {
-                name: GLOBAL_ACCOUNT.to_string(),
-                ..Default::default()
-            },
-        )];
-        by_name.insert(GLOBAL_ACCOUNT.to_string(), 0);
+        let mut table = Table::default();
+        table.push(GLOBAL_ACCOUNT);
         // As nats-server, a system account exists even when not declared
         // (it has no users then, and we publish no system events in it).
         if !auth.accounts.iter().any(|a| a.name == SYSTEM_ACCOUNT) {
-            by_name.insert(SYSTEM_ACCOUNT.to_string(), 1);
-            list.push(Account::new(
-                1,
-                AccountConfig {
-                    name: SYSTEM_ACCOUNT.to_string(),
-                    ..Default::default()
-                },
-            ));
+            table.push(SYSTEM_ACCOUNT);
         }
         for a in &auth.accounts {
-            let idx = list.len();
-            by_name.insert(a.name.clone(), idx);
-            list.push(Account::new(idx, a.clone()));
+            table.push(&a.name);
         }
         for (user, account) in auth
             .users
@@ -469,7 +534,7 @@ impl Accounts {
             .chain(auth.nkeys.iter().map(|u| (&u.nkey, &u.account)))
         {
             if let Some(a) = account {
-                if !by_name.contains_key(a) {
+                if !table.by_name.contains_key(a) {
                     return Err(AccountError::UnknownUserAccount {
                         user: user.clone(),
                         account: a.clone(),
@@ -477,88 +542,70 @@ impl Accounts {
                 }
             }
         }
-        // Wire imports: a stream import lives on the exporter (it fans
-        // out from there), a service import on the importer.
-        for importer in 1..list.len() {
-            let imports = list[importer].config.imports.clone();
-            for imp in imports {
-                let Some(&exporter) = by_name.get(&imp.account) else {
-                    continue; // `check` reported it already
-                };
-                match imp.kind {
-                    ExportKind::Stream => {
-                        let (map, local, back) = match (&imp.prefix, &imp.to) {
-                            (Some(p), _) => {
-                                let p = format!("{}.", p.trim_end_matches('.'));
-                                let local = format!("{p}{}", imp.subject);
-                                (Mapping::Prefix(p.clone()), local, Mapping::Strip(p))
-                            }
-                            (None, Some(to)) => (
-                                Mapping::new(&imp.subject, to),
-                                to.clone(),
-                                Mapping::new(to, &imp.subject),
-                            ),
-                            (None, None) => {
-                                (Mapping::Identity, imp.subject.clone(), Mapping::Identity)
-                            }
-                        };
-                        list[importer].streams_in.push(StreamIn {
-                            exporter,
-                            from: imp.subject.clone(),
-                            local,
-                            back,
-                        });
-                        list[exporter].streams_out.push(StreamOut {
-                            subject: imp.subject.clone(),
-                            target: importer,
-                            map,
-                        });
-                    }
-                    ExportKind::Service => {
-                        let local = imp.to.clone().unwrap_or_else(|| imp.subject.clone());
-                        let export = list[exporter].config.exports.iter().find(|e| {
-                            e.kind == ExportKind::Service && is_subset(&imp.subject, &e.subject)
-                        });
-                        let (response_type, threshold) = export.map_or(
-                            (
-                                ResponseType::Singleton,
-                                crate::config::nats::DEFAULT_RESPONSE_THRESHOLD,
-                            ),
-                            |e| (e.response_type, e.response_threshold),
-                        );
-                        let map = Mapping::new(&local, &imp.subject);
-                        list[exporter].serves_imports = true;
-                        list[importer].services_in.push(ServiceIn {
-                            local,
-                            target: exporter,
-                            map,
-                            response_type,
-                            threshold,
-                        });
-                    }
-                }
-            }
+        for (acc, w) in table.list.iter().zip(wire(&table, &auth.accounts)) {
+            acc.wiring.store(Arc::new(w));
         }
         Ok(Accounts {
-            list: list.into_iter().map(Arc::new).collect(),
-            by_name,
+            global: table.list[0].clone(),
+            table: ArcSwap::from_pointee(table),
             configured: !auth.accounts.is_empty(),
+            update: Mutex::new(()),
         })
+    }
+
+    /// Replaces the accounts' exports and imports with `accounts` (every
+    /// account but `$G`), adding the accounts not known yet. An account
+    /// left out keeps its subscriptions and loses its exports and imports.
+    /// Returns the accounts whose imports or served exports changed; the
+    /// caller moves the interest they announce over routes.
+    pub(crate) fn update(&self, accounts: &[AccountConfig]) -> Result<Vec<Rewired>, AccountError> {
+        check(accounts)?;
+        let _one = self.update.lock();
+        let old = self.table.load_full();
+        let mut table = Table {
+            list: old.list.clone(),
+            by_name: old.by_name.clone(),
+        };
+        for a in accounts {
+            if !table.by_name.contains_key(&a.name) {
+                tracing::info!(account = %a.name, "account added");
+                table.push(&a.name);
+            }
+        }
+        let wirings = wire(&table, accounts);
+        let list = table.list.clone();
+        // The new accounts must be reachable by index before any wiring
+        // names them.
+        self.table.store(Arc::new(table));
+        let mut out = Vec::new();
+        for (acc, w) in list.into_iter().zip(wirings) {
+            let new = Arc::new(w);
+            let old = acc.wiring.swap(new.clone());
+            if old.streams_in != new.streams_in || old.serves_imports != new.serves_imports {
+                out.push(Rewired {
+                    account: acc,
+                    old,
+                    new,
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// The global account.
     pub fn global(&self) -> &Arc<Account> {
-        &self.list[0]
+        &self.global
     }
 
     /// The account called `name`.
-    pub fn get(&self, name: &str) -> Option<&Arc<Account>> {
-        self.by_name.get(name).map(|&i| &self.list[i])
+    pub fn get(&self, name: &str) -> Option<Arc<Account>> {
+        let t = self.table.load();
+        t.by_name.get(name).map(|&i| t.list[i].clone())
     }
 
     /// Every account, `$G` first.
-    pub fn all(&self) -> &[Arc<Account>] {
-        &self.list
+    pub fn all(&self) -> Vec<Arc<Account>> {
+        self.table.load().list.clone()
     }
 
     /// Whether accounts other than `$G` are configured.
@@ -568,12 +615,97 @@ impl Accounts {
 
     /// Subscriptions of every account.
     pub fn num_subscriptions(&self) -> u64 {
-        self.list.iter().map(|a| a.sublist.count()).sum()
+        self.table
+            .load()
+            .list
+            .iter()
+            .map(|a| a.sublist.count())
+            .sum()
     }
 
-    pub(crate) fn at(&self, idx: usize) -> Option<&Arc<Account>> {
-        self.list.get(idx)
+    pub(crate) fn at(&self, idx: usize) -> Option<Arc<Account>> {
+        self.table.load().list.get(idx).cloned()
     }
+}
+
+/// The wiring of every account of `table` from `configs` (accounts
+/// without a config get none): a stream import lives on the exporter (it
+/// fans out from there) and on the importer (for the interest its
+/// subscriptions announce), a service import on the importer. `configs`
+/// passed [`check`].
+fn wire(table: &Table, configs: &[AccountConfig]) -> Vec<Wiring> {
+    let mut out: Vec<Wiring> = table
+        .list
+        .iter()
+        .map(|a| {
+            configs.iter().find(|c| c.name == a.name).map_or_else(
+                || Wiring::empty(&a.name),
+                |c| Wiring {
+                    config: c.clone(),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect();
+    for importer in 1..out.len() {
+        let imports = out[importer].config.imports.clone();
+        for imp in imports {
+            let Some(&exporter) = table.by_name.get(&imp.account) else {
+                continue; // `check` reported it already
+            };
+            match imp.kind {
+                ExportKind::Stream => {
+                    let (map, local, back) = match (&imp.prefix, &imp.to) {
+                        (Some(p), _) => {
+                            let p = format!("{}.", p.trim_end_matches('.'));
+                            let local = format!("{p}{}", imp.subject);
+                            (Mapping::Prefix(p.clone()), local, Mapping::Strip(p))
+                        }
+                        (None, Some(to)) => (
+                            Mapping::new(&imp.subject, to),
+                            to.clone(),
+                            Mapping::new(to, &imp.subject),
+                        ),
+                        (None, None) => (Mapping::Identity, imp.subject.clone(), Mapping::Identity),
+                    };
+                    out[importer].streams_in.push(StreamIn {
+                        exporter,
+                        from: imp.subject.clone(),
+                        local,
+                        back,
+                    });
+                    out[exporter].streams_out.push(StreamOut {
+                        subject: imp.subject.clone(),
+                        target: importer,
+                        map,
+                    });
+                }
+                ExportKind::Service => {
+                    let local = imp.to.clone().unwrap_or_else(|| imp.subject.clone());
+                    let export = out[exporter].config.exports.iter().find(|e| {
+                        e.kind == ExportKind::Service && is_subset(&imp.subject, &e.subject)
+                    });
+                    let (response_type, threshold) = export.map_or(
+                        (
+                            ResponseType::Singleton,
+                            crate::config::nats::DEFAULT_RESPONSE_THRESHOLD,
+                        ),
+                        |e| (e.response_type, e.response_threshold),
+                    );
+                    let map = Mapping::new(&local, &imp.subject);
+                    out[exporter].serves_imports = true;
+                    out[importer].services_in.push(ServiceIn {
+                        local,
+                        target: exporter,
+                        map,
+                        response_type,
+                        threshold,
+                    });
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Checks the wiring of configured accounts: every named account exists,
@@ -694,7 +826,8 @@ pub(crate) fn deliver_imports_from(
     from_peer: bool,
 ) -> usize {
     let resp = msg.subject.starts_with(RESPONSE_PREFIX.as_bytes());
-    if !resp && !acc.has_routes() {
+    let wiring = acc.wiring.load();
+    if !resp && !wiring.has_routes() {
         return 0;
     }
     let Ok(subject) = std::str::from_utf8(msg.subject) else {
@@ -704,7 +837,7 @@ pub(crate) fn deliver_imports_from(
     if resp {
         n += deliver_response(server, acc, publisher, subject, msg, flush);
     }
-    for s in &acc.streams_out {
+    for s in &wiring.streams_out {
         if !matches(&s.subject, subject) {
             continue;
         }
@@ -727,13 +860,17 @@ pub(crate) fn deliver_imports_from(
     }
     // A subject reaches at most one service (the first import that
     // covers it), as one request must get one set of answers.
-    if let Some(s) = acc.services_in.iter().find(|s| matches(&s.local, subject)) {
+    if let Some(s) = wiring
+        .services_in
+        .iter()
+        .find(|s| matches(&s.local, subject))
+    {
         if let Some(target) = server.accounts.at(s.target) {
             let mapped = s.map.apply(subject);
             let result = target.sublist.match_subject(&mapped);
             let mapped = Bytes::from(mapped);
             let reply = msg.reply.map(|r| {
-                let new = new_reply(target, acc.idx, r, s.response_type, s.threshold);
+                let new = new_reply(&target, acc.idx, r, s.response_type, s.threshold);
                 (new.clone(), Bytes::from(new))
             });
             let m = MsgRef {
@@ -857,11 +994,11 @@ pub(crate) fn accountz_json(server: &ServerInner, query: &str) -> Result<Value, 
         "system_account": SYSTEM_ACCOUNT,
     });
     let Some(name) = acc else {
-        let names: Vec<&str> = server
+        let names: Vec<String> = server
             .accounts
             .all()
             .iter()
-            .map(|a| a.name.as_str())
+            .map(|a| a.name.clone())
             .collect();
         out["accounts"] = json!(names);
         return Ok(out);
@@ -874,9 +1011,10 @@ pub(crate) fn accountz_json(server: &ServerInner, query: &str) -> Result<Value, 
         .lock()
         .values()
         .filter(|c| !c.kind.is_peer() && c.kind != client::ClientKind::Local)
-        .filter(|c| Arc::ptr_eq(server.account_of(c), a))
+        .filter(|c| Arc::ptr_eq(server.account_of(c), &a))
         .count();
-    let exports: Vec<Value> = a
+    let wiring = a.wiring.load();
+    let exports: Vec<Value> = wiring
         .config
         .exports
         .iter()
@@ -897,7 +1035,7 @@ pub(crate) fn accountz_json(server: &ServerInner, query: &str) -> Result<Value, 
             v
         })
         .collect();
-    let imports: Vec<Value> = a
+    let imports: Vec<Value> = wiring
         .config
         .imports
         .iter()

@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use base64::Engine;
 
-use crate::config::nats::{AuthConfig, PermissionRules, Permissions};
+use crate::config::nats::{AuthConfig, PermissionRules, Permissions, ResponsePermission};
 use crate::nats::subject::{intersects, is_subset, is_valid_subject, matches};
 
 /// Errors of authentication and of building the authenticator.
@@ -501,14 +501,22 @@ impl Rules {
 pub struct PermissionSet {
     publish: Rules,
     subscribe: Rules,
+    responses: Option<ResponsePermission>,
 }
 
 impl PermissionSet {
-    /// Compiles configured permissions, validating every subject.
+    /// Compiles configured permissions, validating every subject. With
+    /// `allow_responses` and no publish allow list, nothing but responses
+    /// may be published (nats-server's rule).
     pub fn new(p: &Permissions) -> Result<PermissionSet, AuthError> {
+        let mut publish = Rules::new(&p.publish)?;
+        if p.responses.is_some() && publish.allow.is_none() {
+            publish.allow = Some(Vec::new());
+        }
         Ok(PermissionSet {
-            publish: Rules::new(&p.publish)?,
+            publish,
             subscribe: Rules::new(&p.subscribe)?,
+            responses: p.responses,
         })
     }
 
@@ -518,7 +526,23 @@ impl PermissionSet {
         Permissions {
             publish: self.publish.lists(),
             subscribe: self.subscribe.lists(),
+            responses: self.responses,
         }
+    }
+
+    /// `allow_responses`, if given.
+    pub fn responses(&self) -> Option<ResponsePermission> {
+        self.responses
+    }
+
+    /// For a leaf hub's view (directions swapped, see `leaf`): the user's
+    /// `allow_responses` applies to what the leaf may bring, which is then
+    /// only responses when the user had no publish allow list.
+    pub(crate) fn allow_leaf_responses(&mut self, responses: Option<ResponsePermission>) {
+        if responses.is_some() && self.subscribe.allow.is_none() {
+            self.subscribe.allow = Some(Vec::new());
+        }
+        self.responses = responses;
     }
 
     /// Whether a leaf connection may carry interest in `subject` (which
@@ -882,6 +906,7 @@ mod tests {
         let perms = Permissions {
             publish: rules(&["public.>"], &[]),
             subscribe: PermissionRules::default(),
+            responses: None,
         };
         let cfg = AuthConfig {
             users: vec![
@@ -935,6 +960,7 @@ mod tests {
         let p = PermissionSet::new(&Permissions {
             publish: rules(&["foo.*", "bar.>"], &["foo.secret", "bar.x.>"]),
             subscribe: PermissionRules::default(),
+            responses: None,
         })
         .unwrap();
         assert!(p.can_publish("foo.a"));
@@ -950,6 +976,7 @@ mod tests {
         let p = PermissionSet::new(&Permissions {
             publish: rules(&[], &["admin.>"]),
             subscribe: PermissionRules::default(),
+            responses: None,
         })
         .unwrap();
         assert!(p.can_publish("anything"));
@@ -961,6 +988,7 @@ mod tests {
         let p = PermissionSet::new(&Permissions {
             publish: PermissionRules::default(),
             subscribe: rules(&["foo.>", "bar.*"], &["foo.secret", "foo.private.>"]),
+            responses: None,
         })
         .unwrap();
         assert!(p.can_subscribe("foo.a", None));
@@ -988,6 +1016,7 @@ mod tests {
         let p = PermissionSet::new(&Permissions {
             publish: PermissionRules::default(),
             subscribe: rules(&["jobs.> workers", "events.>"], &["events.x admins"]),
+            responses: None,
         })
         .unwrap();
         assert!(p.can_subscribe("jobs.a", Some("workers")));
@@ -999,6 +1028,7 @@ mod tests {
         assert!(PermissionSet::new(&Permissions {
             publish: rules(&["foo..bar"], &[]),
             subscribe: PermissionRules::default(),
+            responses: None,
         })
         .is_err());
     }
@@ -1013,6 +1043,7 @@ mod tests {
                 permissions: Some(Permissions {
                     publish: rules(&["a"], &[]),
                     subscribe: rules(&["b"], &[]),
+                    responses: None,
                 }),
             }],
             ..Default::default()

@@ -5,8 +5,21 @@
 //! stored JWT or an empty message (`spec/nats-parity.md` §2.6).
 //!
 //! Only clients of the system account can reach these subjects: the
-//! subscriptions live in its subject space. After an update changes a
-//! loaded account, its connected users are re-checked: revoked ones get
+//! subscriptions live in its subject space. A stored update takes effect at
+//! once: a new account's users can connect, and changed exports and
+//! imports are rewired ([`ServerInner::update_accounts`]).
+//!
+//! In a cluster every node learns each push: a valid one is passed to the
+//! route peers (as `RMSG <system account> <subject>`, before it is applied
+//! here, so a peer knows the account before any interest in it arrives
+//! from this node), and a full resolver sends its stored JWTs to each new
+//! route peer on [`CLAIMS_SYNC`], which applies the ones newer than its
+//! own — so a node that was down during a push catches up when it
+//! rejoins. Forwarded pushes are
+//! applied by the route's reader, not answered and not passed on.
+//!
+//! After an update changes a loaded account, its connected users are
+//! re-checked: revoked ones get
 //! `-ERR 'User Authentication Revoked'`, bearer users of an account that
 //! now disallows bearer tokens `Authorization Violation`, and connections
 //! over a lowered `conn` limit (newest first) `maximum account active
@@ -27,9 +40,16 @@ use super::handle::{LocalClient, LocalSubscription};
 use super::resolver::OperatorState;
 use super::server::{NatsError, ServerInner, SERVER_VERSION};
 
+/// The subject of account JWT pushes that name no account.
+const CLAIMS_UPDATE: &str = "$SYS.REQ.CLAIMS.UPDATE";
+
+/// The subject, between route peers only, of the stored JWTs a full
+/// resolver sends a new peer (applied only when newer than the peer's).
+pub(crate) const CLAIMS_SYNC: &str = "$SYS.REQ.CLAIMS.SYNC";
+
 /// The subjects served.
 const SUBJECTS: [&str; 4] = [
-    "$SYS.REQ.CLAIMS.UPDATE",
+    CLAIMS_UPDATE,
     "$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE",
     "$SYS.ACCOUNT.*.CLAIMS.UPDATE",
     "$SYS.REQ.ACCOUNT.*.CLAIMS.LOOKUP",
@@ -40,11 +60,7 @@ pub(crate) fn spawn(inner: &Arc<ServerInner>) -> Result<(), NatsError> {
     let Some(op) = inner.operator.clone() else {
         return Ok(());
     };
-    let Some(account) = op
-        .system_account()
-        .and_then(|s| inner.accounts.get(s))
-        .cloned()
-    else {
+    let Some(account) = op.system_account().and_then(|s| inner.accounts.get(s)) else {
         return Ok(());
     };
     let client = LocalClient::new_in(inner.clone(), "$SYS claims", account);
@@ -87,21 +103,15 @@ async fn serve(
             }
             continue;
         }
-        let key = match tokens.as_slice() {
-            ["$SYS", "REQ", "ACCOUNT", k, "CLAIMS", "UPDATE"] => Some(*k),
-            ["$SYS", "ACCOUNT", k, "CLAIMS", "UPDATE"] => Some(*k),
-            _ => None,
+        let Some(key) = update_key(&subject) else {
+            continue;
         };
-        let outcome = op.apply_update(key, &m.payload);
-        match &outcome.result {
-            Ok(msg) => tracing::info!(account = %outcome.account, "claims update: {msg}"),
-            Err((msg, e)) => {
-                tracing::warn!(account = %outcome.account, "claims update: {msg} - {e}")
+        if let (Some(routes), Some(sys)) = (&inner.routes, op.system_account()) {
+            if op.is_valid_update(key, &m.payload) {
+                routes.forward_system(sys, &subject, &m.payload);
             }
         }
-        if outcome.changed {
-            enforce(&inner, &op, &outcome.account);
-        }
+        let outcome = apply(&inner, &op, key, &m.payload, false);
         if let Some(r) = reply {
             let server = serde_json::json!({
                 "name": inner.server_name,
@@ -113,6 +123,71 @@ async fn serve(
             });
             let body = super::resolver::update_reply(server, &outcome);
             let _ = client.publish(&r, None, None, Bytes::from(body.to_string()));
+        }
+    }
+}
+
+/// The account a claims-update subject names (`Some(None)` for
+/// `$SYS.REQ.CLAIMS.UPDATE`); `None` for other subjects.
+fn update_key(subject: &str) -> Option<Option<&str>> {
+    let tokens: Vec<&str> = subject.split('.').collect();
+    match tokens.as_slice() {
+        ["$SYS", "REQ", "CLAIMS", "UPDATE"] => Some(None),
+        ["$SYS", "REQ", "ACCOUNT", k, "CLAIMS", "UPDATE"] => Some(Some(*k)),
+        ["$SYS", "ACCOUNT", k, "CLAIMS", "UPDATE"] => Some(Some(*k)),
+        _ => None,
+    }
+}
+
+/// Applies a pushed account JWT: to the resolver, to the live accounts
+/// (a new account, changed exports or imports) and to the connected users
+/// of a changed account.
+fn apply(
+    inner: &ServerInner,
+    op: &OperatorState,
+    key: Option<&str>,
+    body: &[u8],
+    newer_only: bool,
+) -> super::resolver::UpdateOutcome {
+    let outcome = op.apply_update(key, body, newer_only);
+    match &outcome.result {
+        // A peer's catch-up mostly repeats what is stored: quiet then.
+        Ok(msg) if newer_only && !outcome.stored => {
+            tracing::debug!(account = %outcome.account, "claims sync: {msg} (not newer)")
+        }
+        Ok(msg) => tracing::info!(account = %outcome.account, "claims update: {msg}"),
+        Err((msg, e)) => {
+            tracing::warn!(account = %outcome.account, "claims update: {msg} - {e}")
+        }
+    }
+    if outcome.stored {
+        if let Err(e) = inner.update_accounts(&op.account_configs()) {
+            tracing::warn!(account = %outcome.account, error = %e, "claims update: accounts not rewired");
+        }
+    }
+    if outcome.changed {
+        enforce(inner, op, &outcome.account);
+    }
+    outcome
+}
+
+/// A message a route peer sent in the system account: a forwarded claims
+/// update is applied (not answered, not passed on); anything else is
+/// ignored, as routes carry no other system traffic.
+pub(crate) fn from_route(inner: &ServerInner, subject: &[u8], payload: &[u8]) {
+    let (Some(op), Ok(subject)) = (&inner.operator, std::str::from_utf8(subject)) else {
+        return;
+    };
+    if subject == CLAIMS_SYNC {
+        apply(inner, op, None, payload, true);
+        return;
+    }
+    match update_key(subject) {
+        Some(key) => {
+            apply(inner, op, key, payload, false);
+        }
+        None => {
+            tracing::debug!(%subject, "route message in the system account ignored");
         }
     }
 }

@@ -219,6 +219,11 @@ pub struct ClientShared {
     /// it may bring us and what interest we announce on it. `None` = no
     /// restrictions (and always for other kinds).
     pub(crate) leaf_perms: parking_lot::RwLock<Option<Arc<PermissionSet>>>,
+    /// `allow_responses`: the reply subjects this connection may answer
+    /// (see `replies`); `tracks_replies` says whether there is a tracker,
+    /// so deliveries to other connections take no lock.
+    replies: Mutex<Option<super::replies::ReplyTracker>>,
+    tracks_replies: AtomicBool,
 }
 
 impl ClientShared {
@@ -260,7 +265,51 @@ impl ClientShared {
             auth: Mutex::new(None),
             account: std::sync::OnceLock::new(),
             leaf_perms: parking_lot::RwLock::new(None),
+            replies: Mutex::new(None),
+            tracks_replies: AtomicBool::new(false),
         })
+    }
+
+    /// Follows a change of this connection's permissions: reply subjects
+    /// are tracked when they have `allow_responses` (kept when the
+    /// permissions did not change).
+    pub(crate) fn set_reply_perms(&self, perms: Option<&Arc<PermissionSet>>) {
+        let mut g = self.replies.lock();
+        match (g.as_ref(), perms) {
+            (Some(t), Some(p)) if t.serves(p) => return,
+            _ => *g = perms.and_then(super::replies::ReplyTracker::new),
+        }
+        self.tracks_replies.store(g.is_some(), Ordering::Release);
+    }
+
+    /// A message with reply subject `reply` is being delivered here.
+    #[inline]
+    fn track_reply(&self, reply: Option<&Bytes>) {
+        let Some(reply) = reply else {
+            return;
+        };
+        if !self.tracks_replies.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(t) = self.replies.lock().as_mut() {
+            t.track(
+                reply,
+                Instant::now(),
+                matches!(self.kind, ClientKind::Leaf { .. }),
+            );
+        }
+    }
+
+    /// Whether a publish to `subject` (denied by the permissions) answers
+    /// a reply subject delivered here (`allow_responses`); counts it.
+    pub(crate) fn answers_reply(&self, subject: &[u8]) -> bool {
+        if !self.tracks_replies.load(Ordering::Acquire) {
+            return false;
+        }
+        self.replies
+            .lock()
+            .as_mut()
+            .is_some_and(|t| t.answer(subject, Instant::now()))
     }
 
     /// Messages and bytes delivered to this client so far.
@@ -976,6 +1025,7 @@ pub(crate) fn deliver(
             if peer_ok(sub) {
                 peer_account = peer_account.or(sub.acc.as_ref());
                 flush.add_route(&sub.client, None);
+                sub.client.track_reply(msg.reply);
             }
             continue;
         }
@@ -1016,6 +1066,7 @@ pub(crate) fn deliver(
         if !done {
             if let Some(sub) = remote {
                 flush.add_route(&sub.client, Some(qi));
+                sub.client.track_reply(msg.reply);
             }
         }
     }
@@ -1176,6 +1227,7 @@ fn deliver_one(
             .fetch_add(size as u64, Ordering::Relaxed);
         size
     } else {
+        client.track_reply(msg.reply);
         let with_headers = msg.headers.is_some() && client.headers.load(Ordering::Relaxed);
         let size = if with_headers {
             msg.size()
@@ -1466,6 +1518,7 @@ impl Reader {
                 self.st.perms = a.perms.clone();
             }
             self.perm_cache.clear();
+            self.client.set_reply_perms(self.st.perms.as_ref());
         }
     }
 
@@ -1687,6 +1740,7 @@ impl Reader {
             self.st.perms = a.perms.clone();
         }
         self.perm_cache.clear();
+        self.client.set_reply_perms(self.st.perms.as_ref());
     }
 
     /// Verifies CONNECT credentials; bcrypt hashes are checked on the
@@ -1899,6 +1953,7 @@ impl Reader {
             perms,
         };
         self.perm_cache.clear();
+        self.client.set_reply_perms(self.st.perms.as_ref());
         *self.client.auth.lock() = Some(ConnAuth {
             user: co.user.clone(),
             pass: co.pass.clone(),
@@ -1935,14 +1990,14 @@ impl Reader {
             return true;
         };
         if let Some(&ok) = self.perm_cache.get(&subject[..]) {
-            return ok;
+            return ok || self.client.answers_reply(subject);
         }
         let ok = std::str::from_utf8(subject).is_ok_and(|s| perms.can_publish(s));
         if self.perm_cache.len() >= PERM_CACHE_MAX {
             self.perm_cache.clear();
         }
         self.perm_cache.insert(Bytes::copy_from_slice(subject), ok);
-        ok
+        ok || self.client.answers_reply(subject)
     }
 
     fn publish(

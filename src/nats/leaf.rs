@@ -515,8 +515,13 @@ fn hub_view(
     let view = Permissions {
         publish: send,
         subscribe: lists.publish,
+        responses: None,
     };
-    Ok(Some(Arc::new(PermissionSet::new(&view)?)))
+    let mut set = PermissionSet::new(&view)?;
+    // The user's `allow_responses` lets the leaf bring answers to the
+    // requests we sent it (tracked on its connection).
+    set.allow_leaf_responses(user.and_then(PermissionSet::responses));
+    Ok(Some(Arc::new(set)))
 }
 
 /// Permissions of a connection to our hub: what we may send is the hub's
@@ -538,6 +543,7 @@ fn spoke_view(
     let view = Permissions {
         publish: rules(export, &remote.deny_exports),
         subscribe: rules(import, &remote.deny_imports),
+        responses: None,
     };
     let empty = |r: &PermissionRules| r.allow.is_empty() && r.deny.is_empty();
     if empty(&view.publish) && empty(&view.subscribe) {
@@ -619,13 +625,10 @@ impl Leafnodes {
         let operator = opts.auth.operator.is_some();
         let account = |name: &Option<String>, what: &'static str| match name {
             None => Ok(accounts.global().clone()),
-            Some(n) => accounts
-                .get(n)
-                .cloned()
-                .ok_or_else(|| LeafError::UnknownAccount {
-                    account: n.clone(),
-                    what,
-                }),
+            Some(n) => accounts.get(n).ok_or_else(|| LeafError::UnknownAccount {
+                account: n.clone(),
+                what,
+            }),
         };
         if operator && !lo.users.is_empty() {
             return Err(LeafError::Operator(
@@ -1111,7 +1114,8 @@ async fn run_accepted<S>(
     );
     // A fresh client: the account cannot be set yet.
     let _ = client.account.set(account.clone());
-    *client.leaf_perms.write() = view;
+    *client.leaf_perms.write() = view.clone();
+    client.set_reply_perms(view.as_ref());
     // The answer to CONNECT goes out before any interest (`run_leaf`
     // registers the connection after this is queued).
     let mut answer = BytesMut::new();
@@ -1428,7 +1432,8 @@ async fn connect_remote(
     );
     // A fresh client: the account cannot be set yet.
     let _ = client.account.set(account.clone());
-    *client.leaf_perms.write() = initial;
+    *client.leaf_perms.write() = initial.clone();
+    client.set_reply_perms(initial.as_ref());
     let leaf = Arc::new(Leaf {
         client: client.clone(),
         spoke: true,
@@ -1693,7 +1698,8 @@ fn apply_hub_info(leafs: &Leafnodes, leaf: &Leaf, json: &[u8]) -> Result<bool, S
         let view = spoke_view(remote, info.import.as_ref(), info.export.as_ref())
             .map_err(|e| format!("unusable permissions in the hub's INFO: {e}"))?;
         tracing::debug!(cid = leaf.client.id, perms = ?view, "leafnode permissions from the hub");
-        *leaf.client.leaf_perms.write() = view;
+        *leaf.client.leaf_perms.write() = view.clone();
+        leaf.client.set_reply_perms(view.as_ref());
     }
     Ok(info.connect_info)
 }
@@ -1791,6 +1797,7 @@ impl LeafReader {
             return true;
         };
         std::str::from_utf8(subject).is_ok_and(|s| perm_exempt_msg(s) || p.can_subscribe(s, None))
+            || self.leaf.client.answers_reply(subject)
     }
 
     /// Refuses a leaf of ours that broke its permissions, as nats-server:
@@ -2180,6 +2187,7 @@ mod tests {
                 allow: v(sub_allow),
                 deny: v(sub_deny),
             },
+            responses: None,
         }
     }
 

@@ -28,6 +28,7 @@ pub mod leaf;
 pub mod monitor;
 pub mod proto;
 pub mod reload;
+mod replies;
 pub mod resolver;
 pub mod restrict;
 pub mod route;

@@ -4,13 +4,15 @@
 //! system account (`spec/nats-parity.md` §2.4–2.6).
 //!
 //! [`OperatorState`] is built once at start-up and shared; the account
-//! claims it holds can change at run time (a pushed update replaces an
-//! account's limits, signing keys and revocations at once, under a write
-//! lock held only for the map operation). What does not change at run
-//! time: the accounts' subject spaces and imports/exports (wired into
-//! [`super::account::Accounts`] at start-up from the JWTs known then). An
-//! account pushed at run time that was not known at start-up is stored
-//! (full resolver) but its users are refused until the server restarts.
+//! claims it holds change at run time: a pushed update replaces an
+//! account's limits, signing keys and revocations at once (under a write
+//! lock held only for the map operation), and a full resolver stores
+//! accounts it did not know. The server then rewires
+//! [`super::account::Accounts`] from [`OperatorState::account_configs`],
+//! so a new account's users can connect and changed exports/imports apply
+//! without a restart (`claims`). The same JWT pushed again is acknowledged
+//! and not applied; a route peer's catch-up applies only JWTs newer than
+//! the stored ones (nats-server's `saveIfNewer`), a push any JWT.
 //!
 //! Authentication order follows nats-server's (user JWT valid and in its
 //! time window → account known and trusted → issuer is the account or one
@@ -36,7 +38,7 @@ use super::jwt::{self, AccountClaims, JwtError, SigningKey};
 use super::restrict;
 use crate::config::nats::{
     AccountConfig, ExportConfig, ExportKind, ImportConfig, OperatorConfig, PermissionRules,
-    Permissions, ResolverConfig, ResponseType, DEFAULT_RESPONSE_THRESHOLD,
+    Permissions, ResolverConfig, ResponsePermission, ResponseType, DEFAULT_RESPONSE_THRESHOLD,
 };
 
 /// Errors of setting up operator mode (start-up only).
@@ -164,6 +166,9 @@ pub struct UpdateOutcome {
     /// Whether live account claims changed (connected users must be
     /// re-checked).
     pub changed: bool,
+    /// Whether the resolver's set of accounts changed (a new account, or a
+    /// new JWT for a known one): the live accounts are rewired.
+    pub stored: bool,
 }
 
 /// Operator-mode state shared by the server (see the module doc).
@@ -178,6 +183,9 @@ pub struct OperatorState {
     system_account: Option<String>,
     store: Store,
     accounts: RwLock<HashMap<String, Arc<AccountEntry>>>,
+    /// Serialises pushed updates (a local push and one forwarded by a
+    /// route may race; the newest must win).
+    updates: parking_lot::Mutex<()>,
 }
 
 impl OperatorState {
@@ -218,6 +226,7 @@ impl OperatorState {
             system_account,
             store: Store::Memory,
             accounts: RwLock::new(HashMap::new()),
+            updates: parking_lot::Mutex::new(()),
         };
         match &cfg.resolver {
             ResolverConfig::Memory { preload } => state.preload(preload, false)?,
@@ -516,24 +525,32 @@ impl OperatorState {
         } else {
             (limits.publish.clone(), limits.subscribe.clone())
         };
-        let permissions =
-            if publish == jwt::Permission::default() && subscribe == jwt::Permission::default() {
-                None
-            } else {
-                let p = Permissions {
-                    publish: PermissionRules {
-                        allow: publish.allow,
-                        deny: publish.deny,
-                    },
-                    subscribe: PermissionRules {
-                        allow: subscribe.allow,
-                        deny: subscribe.deny,
-                    },
-                };
-                Some(Arc::new(
-                    PermissionSet::new(&p).map_err(|e| JwtAuthError::Permission(e.to_string()))?,
-                ))
+        // `resp` as nats-server reads it: 0 = the default, negative = none.
+        let responses = limits
+            .resp
+            .as_ref()
+            .map(|r| ResponsePermission::from_limits(r.max, r.ttl));
+        let permissions = if publish == jwt::Permission::default()
+            && subscribe == jwt::Permission::default()
+            && responses.is_none()
+        {
+            None
+        } else {
+            let p = Permissions {
+                publish: PermissionRules {
+                    allow: publish.allow,
+                    deny: publish.deny,
+                },
+                subscribe: PermissionRules {
+                    allow: subscribe.allow,
+                    deny: subscribe.deny,
+                },
+                responses,
             };
+            Some(Arc::new(
+                PermissionSet::new(&p).map_err(|e| JwtAuthError::Permission(e.to_string()))?,
+            ))
+        };
         let al = &acc.claims.nats.limits;
         Ok(JwtUser {
             user: uc.sub.clone(),
@@ -571,12 +588,20 @@ impl OperatorState {
     /// Applies an account JWT pushed on a claims-update subject.
     /// `subject_key` is the account named by the subject
     /// (`$SYS.REQ.ACCOUNT.<key>.CLAIMS.UPDATE`), `None` for
-    /// `$SYS.REQ.CLAIMS.UPDATE`.
-    pub fn apply_update(&self, subject_key: Option<&str>, body: &[u8]) -> UpdateOutcome {
+    /// `$SYS.REQ.CLAIMS.UPDATE`. `newer_only`: a JWT issued before the
+    /// stored one is not applied (a route peer's catch-up).
+    pub fn apply_update(
+        &self,
+        subject_key: Option<&str>,
+        body: &[u8],
+        newer_only: bool,
+    ) -> UpdateOutcome {
+        let _one = self.updates.lock();
         let mut out = UpdateOutcome {
             account: subject_key.unwrap_or_default().to_string(),
             result: Ok(""),
             changed: false,
+            stored: false,
         };
         let token = String::from_utf8_lossy(body).trim().to_string();
         if token.is_empty() {
@@ -601,7 +626,16 @@ impl OperatorState {
         }
         out.account = claims.sub.clone();
         let key = claims.sub.clone();
-        let known = self.accounts.read().contains_key(&key);
+        let existing = self.account(&key);
+        let known = existing.is_some();
+        // As nats-server's store: the same JWT again is acknowledged and
+        // not applied; so is, when only newer ones count (nodes catching
+        // up with each other), one issued before the stored one. A push
+        // replaces the stored JWT whatever its age.
+        let stale = existing.is_some_and(|e| {
+            e.claims.jti == claims.jti && !claims.jti.is_empty()
+                || newer_only && e.claims.iat > claims.iat
+        });
         let message = match &self.store {
             Store::Memory => {
                 if !known {
@@ -622,23 +656,57 @@ impl OperatorState {
                     ));
                     return out;
                 }
+                let message = if *full {
+                    "jwt updated"
+                } else {
+                    "jwt updated cache"
+                };
+                if stale {
+                    out.result = Ok(message);
+                    return out;
+                }
                 if let Err(e) = write_jwt(dir, &key, &token) {
                     out.result = Err(("jwt update resulted in error", e.to_string()));
                     return out;
                 }
-                if *full {
-                    "jwt updated"
-                } else {
-                    "jwt updated cache"
-                }
+                message
             }
         };
+        if stale {
+            out.result = Ok(message);
+            return out;
+        }
         self.accounts
             .write()
             .insert(key, Arc::new(AccountEntry { jwt: token, claims }));
         out.changed = known;
+        out.stored = true;
         out.result = Ok(message);
         out
+    }
+
+    /// Whether `body` is an account JWT this server would accept on a
+    /// claims-update subject naming `subject_key` (so it is worth passing
+    /// on to route peers).
+    pub fn is_valid_update(&self, subject_key: Option<&str>, body: &[u8]) -> bool {
+        let token = String::from_utf8_lossy(body);
+        self.validate_account(token.trim(), jwt::unix_now())
+            .is_ok_and(|c| subject_key.is_none_or(|k| k == c.sub))
+    }
+
+    /// The stored account JWTs a full resolver offers a new route peer
+    /// (nats-server's full resolvers keep each other in step); none for
+    /// other resolvers.
+    pub fn sync_jwts(&self) -> Vec<String> {
+        match &self.store {
+            Store::Dir { full: true, .. } => self
+                .accounts
+                .read()
+                .values()
+                .map(|a| a.jwt.clone())
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// The stored JWT of `key` (lookup requests); `None` = not found.
@@ -866,6 +934,25 @@ mod tests {
             .unwrap();
         assert_eq!(u.account, k.acc.public_key());
         assert_eq!(u.max_subs, None);
+        assert!(u.permissions.is_none());
+        // `resp` gives `allow_responses` (0 = nats-server's defaults), and
+        // with no publish allow list, only responses may be published.
+        let tok_resp = user_jwt(&k.acc, &user, |n| {
+            n.limits.resp = Some(jwt::ResponsePermission { max: 0, ttl: 0 })
+        });
+        let u = st
+            .authenticate(
+                &tok_resp,
+                Some(&sign(&user, "n")),
+                Some("n"),
+                false,
+                None,
+                now,
+            )
+            .unwrap();
+        let p = u.permissions.expect("response permissions");
+        assert_eq!(p.responses(), Some(ResponsePermission::default()));
+        assert!(!p.can_publish("any.subject"));
         // Wrong nonce, no signature, other key: refused.
         assert_eq!(
             st.authenticate(
@@ -1012,7 +1099,7 @@ mod tests {
         let st = load();
         assert!(st.account(&k.acc.public_key()).is_none());
         let good = account_jwt(&k, |n| n.limits.conn = 1);
-        let o = st.apply_update(None, good.as_bytes());
+        let o = st.apply_update(None, good.as_bytes(), false);
         assert_eq!(o.result, Ok("jwt updated"));
         assert!(!o.changed);
         assert_eq!(st.max_connections(&k.acc.public_key()), Some(1));
@@ -1020,19 +1107,37 @@ mod tests {
             .path()
             .join(format!("{}.jwt", k.acc.public_key()))
             .exists());
-        let o = st.apply_update(Some("AXXX"), good.as_bytes());
+        let o = st.apply_update(Some("AXXX"), good.as_bytes(), false);
         assert!(o.result.is_err());
-        let o = st.apply_update(None, bad.as_bytes());
+        let o = st.apply_update(None, bad.as_bytes(), false);
         assert_eq!(o.result.unwrap_err().0, "jwt validation failed");
-        let o = st.apply_update(None, b"");
+        let o = st.apply_update(None, b"", false);
         assert_eq!(o.result.unwrap_err().0, "jwt update error");
         let newer = account_jwt(&k, |n| n.limits.conn = 3);
-        let o = st.apply_update(Some(&k.acc.public_key()), newer.as_bytes());
+        let o = st.apply_update(Some(&k.acc.public_key()), newer.as_bytes(), false);
         assert!(o.changed);
         assert_eq!(st.max_connections(&k.acc.public_key()), Some(3));
         // A restart reads the stored file.
         let again = load();
         assert_eq!(again.max_connections(&k.acc.public_key()), Some(3));
+
+        // Issued earlier than the stored one: a catch-up leaves it, a push
+        // applies it; the same JWT again changes nothing.
+        let dated = |iat: i64, conn: i64| {
+            let mut c = jwt::decode_account(&account_jwt(&k, |n| n.limits.conn = conn)).unwrap();
+            c.iat = iat;
+            jwt::encode(&c, &k.op).unwrap()
+        };
+        let now = jwt::unix_now();
+        let (late, early) = (dated(now + 2_000, 5), dated(now + 1_000, 6));
+        assert!(st.apply_update(None, late.as_bytes(), true).stored);
+        let o = st.apply_update(None, early.as_bytes(), true);
+        assert_eq!((o.result, o.stored), (Ok("jwt updated"), false));
+        assert_eq!(st.max_connections(&k.acc.public_key()), Some(5));
+        assert!(st.apply_update(None, early.as_bytes(), false).stored);
+        assert_eq!(st.max_connections(&k.acc.public_key()), Some(6));
+        assert!(!st.apply_update(None, early.as_bytes(), false).stored);
+        assert_eq!(st.sync_jwts(), vec![early.clone()]);
     }
 
     #[test]

@@ -76,7 +76,8 @@ use tokio_util::sync::CancellationToken;
 use super::account::Account;
 use super::client::{self, ClientKind, ClientShared, FlushList, MsgRef, Origin, Subscription};
 use super::proto::route::{
-    encode_rs_minus, encode_rs_plus, RouteOp, RouteParseError, RouteParsed, RouteParser,
+    encode_rmsg, encode_rs_minus, encode_rs_plus, RouteOp, RouteParseError, RouteParsed,
+    RouteParser,
 };
 use super::proto::{self};
 use super::server::{ServerInner, SERVER_VERSION};
@@ -437,6 +438,24 @@ impl Routes {
     /// Counts one more (`delta` = 1) or one fewer (-1) local subscription
     /// of `account` and tells every route when the interest it knows
     /// changes.
+    /// Passes a claims update pushed here to every route peer, in the
+    /// system account `account` (see `claims`).
+    pub(crate) fn forward_system(&self, account: &str, subject: &str, payload: &[u8]) {
+        let mut b = BytesMut::new();
+        encode_rmsg(
+            &mut b,
+            account.as_bytes(),
+            subject.as_bytes(),
+            None,
+            &[],
+            None,
+            payload,
+        );
+        for r in self.state.lock().routes.values() {
+            r.client.send_now(&b);
+        }
+    }
+
     pub(crate) fn local_interest(
         &self,
         account: &str,
@@ -1483,6 +1502,23 @@ impl RouteReader {
         }
         st.pending.remove(&route.client.id);
         let mut b = BytesMut::new();
+        // A full resolver's accounts go first, so the peer knows them
+        // before the interest in them (see `claims`).
+        if let Some(op) = &server.operator {
+            if let Some(sys) = op.system_account() {
+                for jwt in op.sync_jwts() {
+                    encode_rmsg(
+                        &mut b,
+                        sys.as_bytes(),
+                        super::claims::CLAIMS_SYNC.as_bytes(),
+                        None,
+                        &[],
+                        None,
+                        jwt.as_bytes(),
+                    );
+                }
+            }
+        }
         for ((account, subject, queue), n) in &st.interest {
             encode_rs_plus(&mut b, account, subject, queue.as_deref().map(|q| (q, *n)));
         }
@@ -1545,8 +1581,7 @@ impl RouteReader {
         let found = std::str::from_utf8(account)
             .ok()
             .and_then(|name| self.server.accounts.get(name))
-            .filter(|a| self.server.routes_carry(a))
-            .cloned();
+            .filter(|a| self.server.routes_carry(a));
         if found.is_none() {
             tracing::debug!(
                 rid = self.route.client.id,
@@ -1602,6 +1637,16 @@ impl RouteReader {
         let c = &self.route.client.stats;
         c.in_msgs.fetch_add(1, Ordering::Relaxed);
         c.in_bytes.fetch_add(size as u64, Ordering::Relaxed);
+        if self
+            .server
+            .operator
+            .as_ref()
+            .and_then(|o| o.system_account())
+            .is_some_and(|s| s.as_bytes() == account)
+        {
+            super::claims::from_route(&self.server, &subject, &payload);
+            return;
+        }
         let acc = if account == GLOBAL_ACCOUNT.as_bytes() {
             self.server.accounts.global().clone()
         } else {

@@ -30,7 +30,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::account::{Account, AccountError, Accounts};
+use super::account::{Account, AccountError, Accounts, ImportInterest};
 use super::auth::AuthError;
 use super::client::{self, ClientKind, ClientShared, ClientStats, Reader, Subscription};
 use super::handle::LocalClient;
@@ -39,7 +39,7 @@ use super::proto;
 use super::reload::Live;
 use super::route::Routes;
 use super::sublist::SublistError;
-use crate::config::nats::NatsOptions;
+use crate::config::nats::{AccountConfig, NatsOptions};
 
 /// Version reported in INFO and `/varz` (semver, as clients require).
 pub const SERVER_VERSION: &str = "2.11.0";
@@ -137,6 +137,11 @@ pub(crate) struct ServerInner {
     pub addr: SocketAddr,
     /// Every account, each with its own subscriptions (`$G` first).
     pub accounts: Accounts,
+    /// Held (shared) while a subscription of a non-global account enters
+    /// or leaves its sublist and its interest is announced, and
+    /// (exclusive) while the accounts are rewired, so every subscription's
+    /// import interest is announced and withdrawn under the same imports.
+    pub(crate) wiring_gate: parking_lot::RwLock<()>,
     /// The account of in-process clients (`nats.account`, default `$G`).
     pub(crate) local_account: Arc<Account>,
     /// Operator (JWT) mode: trusted operators and account claims; `None`
@@ -225,13 +230,54 @@ impl ServerInner {
             return;
         }
         r.local_interest(&account.name, &sub.subject, sub.queue.as_deref(), delta);
-        for (idx, subject) in account.import_interest(&sub.subject) {
+        self.announce_import_interest(r, account.import_interest(&sub.subject), delta);
+    }
+
+    /// Announces (`delta` 1) or withdraws (-1) interest in exporters'
+    /// accounts: (exporter index, exporter-side subject) pairs.
+    fn announce_import_interest(&self, r: &Routes, interest: Vec<ImportInterest>, delta: i32) {
+        for (idx, subject) in interest {
             if let Some(exporter) = self.accounts.at(idx) {
-                if self.routes_carry(exporter) {
+                if self.routes_carry(&exporter) {
                     r.local_interest(&exporter.name, &subject, None, delta);
                 }
             }
         }
+    }
+
+    /// Rewires the accounts to `accounts` (operator mode, after an
+    /// account JWT was added or changed): new accounts become usable, and
+    /// the interest that imports imply is moved on the routes — for each
+    /// local subscription of an account whose imports changed, the new
+    /// interest is announced before the old one is withdrawn, so a subject
+    /// both cover never loses its interest in between.
+    pub(crate) fn update_accounts(&self, accounts: &[AccountConfig]) -> Result<(), AccountError> {
+        let _gate = self.wiring_gate.write();
+        let rewired = self.accounts.update(accounts)?;
+        let Some(r) = &self.routes else {
+            return Ok(());
+        };
+        for rw in rewired {
+            if !self.routes_carry(&rw.account) {
+                continue;
+            }
+            for (subject, _, sub) in rw.account.sublist.all() {
+                if !sub.client.kind.feeds_routes() {
+                    continue;
+                }
+                let (old, new) = rw.import_interest(&subject);
+                self.announce_import_interest(r, new, 1);
+                self.announce_import_interest(r, old, -1);
+            }
+            let (old, new) = rw.response_interest();
+            if let Some(s) = new {
+                r.local_interest(&rw.account.name, &s, None, 1);
+            }
+            if let Some(s) = old {
+                r.local_interest(&rw.account.name, &s, None, -1);
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn auth_required(&self) -> bool {
@@ -300,6 +346,7 @@ impl ServerInner {
     /// `$G` also to the routes.
     pub(crate) fn add_subscription(&self, sub: &Arc<Subscription>) -> Result<(), SublistError> {
         let account = self.sub_account(sub);
+        let _wiring = (!account.is_global()).then(|| self.wiring_gate.read());
         let insert = || {
             account
                 .sublist
@@ -337,6 +384,7 @@ impl ServerInner {
     fn unlist(&self, sub: &Arc<Subscription>) {
         sub.mark_closed();
         let account = self.sub_account(sub);
+        let _wiring = (!account.is_global()).then(|| self.wiring_gate.read());
         let remove = || {
             Ok::<bool, SublistError>(account.sublist.remove(
                 &sub.subject,
@@ -516,7 +564,6 @@ impl NatsServer {
             None => accounts.global().clone(),
             Some(name) => accounts
                 .get(name)
-                .cloned()
                 .ok_or_else(|| AccountError::UnknownLocalAccount(name.to_string()))?,
         };
         let authenticator = super::reload::authenticator_for(&opts)?;
@@ -597,6 +644,7 @@ impl NatsServer {
             server_name,
             addr,
             accounts,
+            wiring_gate: parking_lot::RwLock::new(()),
             local_account,
             operator,
             live: parking_lot::RwLock::new(Arc::new(live)),
@@ -630,7 +678,7 @@ impl NatsServer {
                 // other nodes: ask for them before any route registers.
                 for a in inner.accounts.all() {
                     if let Some(subject) = a.response_interest() {
-                        if inner.routes_carry(a) {
+                        if inner.routes_carry(&a) {
                             r.local_interest(&a.name, &subject, None, 1);
                         }
                     }

@@ -22,6 +22,7 @@ fn perms(pub_allow: &[&str], sub_allow: &[&str]) -> Option<Permissions> {
             allow: sub_allow.iter().map(|s| s.to_string()).collect(),
             deny: vec![],
         },
+        responses: None,
     })
 }
 

@@ -21,10 +21,11 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 
 use crate::support::http_json;
 use crate::support::procs::{go_nats_server_2_15, go_nats_server_2_9, ConfNode, Impl};
+use crate::support::rawleaf::{closed_after, raw_leaf, read_line, read_until_err};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -362,80 +363,6 @@ async fn nats_leaf_perms_deny_lists_go_2_15_leaf_ours_hub() {
     remote_deny_lists(&Impl::Liftbridge, &Impl::Go(go_nats_server_2_15()), "dgo").await;
 }
 
-/// A raw leaf connection to `hub` as the `leaf` user: reads INFO, sends
-/// CONNECT, returns the INFO that answers it (parsed) and the reader.
-async fn raw_leaf(
-    hub: &ConfNode,
-) -> (
-    serde_json::Value,
-    BufReader<tokio::net::tcp::OwnedReadHalf>,
-    tokio::net::tcp::OwnedWriteHalf,
-) {
-    let port = hub.leaf_port.expect("hub leaf port");
-    let s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("connect to the leaf port");
-    let (r, mut w) = s.into_split();
-    let mut r = BufReader::new(r);
-    let first = read_line(&mut r).await;
-    assert!(first.starts_with("INFO "), "{first}");
-    w.write_all(
-        b"CONNECT {\"user\":\"leaf\",\"pass\":\"pw\",\"name\":\"raw\",\"server_id\":\"NRAWLEAF\",\"headers\":true}\r\n",
-    )
-    .await
-    .unwrap();
-    loop {
-        let line = read_line(&mut r).await;
-        if let Some(json) = line.strip_prefix("INFO ") {
-            let v: serde_json::Value = serde_json::from_str(json.trim()).expect("INFO json");
-            if v["connect_info"] == serde_json::json!(true) {
-                return (v, r, w);
-            }
-        }
-        assert!(!line.starts_with("-ERR"), "refused: {line}");
-    }
-}
-
-async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> String {
-    let mut line = String::new();
-    let n = tokio::time::timeout(WAIT, r.read_line(&mut line))
-        .await
-        .expect("a line in time")
-        .expect("read");
-    assert!(n > 0, "connection closed");
-    line
-}
-
-/// Reads until `-ERR` (returned) or the end of the connection (`None`).
-async fn read_until_err<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Option<String> {
-    loop {
-        let mut line = String::new();
-        let n = tokio::time::timeout(WAIT, r.read_line(&mut line))
-            .await
-            .expect("an answer in time")
-            .ok()?;
-        if n == 0 {
-            return None;
-        }
-        if line.starts_with("-ERR") {
-            return Some(line.trim_end().to_string());
-        }
-    }
-}
-
-/// After the `-ERR`, the hub closes the connection.
-async fn closed_after<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let mut line = String::new();
-        match tokio::time::timeout_at(deadline, r.read_line(&mut line)).await {
-            Err(_) => panic!("the hub did not close the connection"),
-            Ok(Ok(0)) | Ok(Err(_)) => return,
-            Ok(Ok(_)) => {}
-        }
-    }
-}
-
 /// The hub's side of the protocol, seen by a raw leaf: the `connect_info`
 /// INFO carries the user's permissions as `import`/`export`; a literal
 /// `LS+` the user may not receive and an `LMSG` it may not publish are
@@ -453,7 +380,7 @@ async fn hub_protocol(hub_imp: &Impl, tag: &str) {
     let _z2 = app.subscribe("up.z").await.unwrap();
     app.flush().await.unwrap();
 
-    let (info, mut r, mut w) = raw_leaf(&hub).await;
+    let (info, mut r, mut w) = raw_leaf(&hub, "leaf", "pw").await;
     assert_eq!(
         info["import"],
         serde_json::json!({"allow": ["down.>"], "deny": ["down.secret"]}),
@@ -504,7 +431,7 @@ async fn hub_protocol(hub_imp: &Impl, tag: &str) {
     );
     closed_after(&mut r).await;
 
-    let (_, mut r, mut w) = raw_leaf(&hub).await;
+    let (_, mut r, mut w) = raw_leaf(&hub, "leaf", "pw").await;
     w.write_all(b"LMSG up.secret 2\r\nhi\r\n").await.unwrap();
     assert_eq!(
         read_until_err(&mut r).await.as_deref(),

@@ -11,6 +11,8 @@
 //!   listens, `kill -9` it and restart it on the same ports;
 //! - [`proxy`]: a TCP proxy that cuts or freezes connections (network
 //!   faults without mocks);
+//! - [`rawleaf`]: a leaf-node connection spoken by hand, for a hub's
+//!   protocol-level answers;
 //! - [`free_port`], [`http_json`], [`wait_until`]: the small helpers those
 //!   tests need.
 
@@ -19,6 +21,7 @@ pub mod history;
 pub mod jwt;
 pub mod procs;
 pub mod proxy;
+pub mod rawleaf;
 
 use std::time::Duration;
 
