@@ -29,8 +29,11 @@
 //! subject ([`Account::import_interest`]); a message published in A
 //! travels the route in A and the receiving node hands it to its own B
 //! subscribers ([`deliver_imports_from`] with `from_peer`). A stream
-//! import's own delivery therefore never leaves the node
-//! ([`Origin::Import`]). A service request travels in the exporter's
+//! import's delivery to plain subscribers therefore never leaves the node;
+//! a queue group of B gets one copy cluster-wide: the publisher's node
+//! picks the member, local or behind a route (sent in B, naming the
+//! group), and a node that got the message from a peer serves no queue
+//! group ([`Origin::Import`]). A service request travels in the exporter's
 //! account with its `_R_` reply; every account that answers imported
 //! services announces interest in its own `_R_.<prefix>.>`, so a reply
 //! from a responder on another node comes back to the node holding the
@@ -853,7 +856,15 @@ pub(crate) fn deliver_imports_from(
             headers: msg.headers,
             payload: msg.payload,
         };
-        n += client::deliver(server, publisher, true, &m, &result, flush, Origin::Import);
+        n += client::deliver(
+            server,
+            publisher,
+            true,
+            &m,
+            &result,
+            flush,
+            Origin::Import { from_peer },
+        );
     }
     if from_peer {
         return n;

@@ -955,11 +955,18 @@ pub(crate) enum Origin<'a> {
         /// Queue groups the sender asked us to serve.
         queues: &'a [Bytes],
     },
-    /// A stream import carrying a message into another account: local
-    /// subscribers only. Peers get the message in the exporter's account
-    /// (the importer's nodes announce interest there), so passing it on
-    /// here would deliver it twice.
-    Import,
+    /// A stream import carrying a message into another account. Plain
+    /// subscribers: local ones only — peers get the message in the
+    /// exporter's account (the importer's nodes announce interest there),
+    /// so passing it on here would deliver it twice. Queue groups: the
+    /// node where the message was published (`from_peer` false) picks one
+    /// member cluster-wide, local or behind a route (which gets it in the
+    /// importer's account, naming the group); a node that got the message
+    /// from a peer (`from_peer`) serves no queue group.
+    Import {
+        /// The exporter's message arrived over a route.
+        from_peer: bool,
+    },
 }
 
 impl<'a> Origin<'a> {
@@ -972,14 +979,22 @@ impl<'a> Origin<'a> {
             (Origin::Route(_), _) => false,
             (Origin::Leaf { spoke, .. }, ClientKind::Route) => !spoke,
             (Origin::Leaf { .. }, _) => true,
-            (Origin::Import, _) => false,
+            (Origin::Import { .. }, _) => false,
+        }
+    }
+
+    /// As [`Origin::may_reach`], for a member of a queue group.
+    fn may_reach_member(self, to: ClientKind) -> bool {
+        match self {
+            Origin::Import { from_peer } => !from_peer && to == ClientKind::Route,
+            _ => self.may_reach(to),
         }
     }
 
     /// Queue groups named by a peer sender (`None`: a client, serve all).
     fn named_queues(self) -> Option<&'a [Bytes]> {
         match self {
-            Origin::Client | Origin::Import => None,
+            Origin::Client | Origin::Import { .. } => None,
             Origin::Route(q) | Origin::Leaf { queues: q, .. } => Some(q),
         }
     }
@@ -1020,6 +1035,12 @@ pub(crate) fn deliver(
             && !sub.closed.load(Ordering::Acquire)
             && leaf_may_send(&sub.client, msg.subject)
     };
+    let member_ok = |sub: &Arc<Subscription>| {
+        origin.may_reach_member(sub.client.kind)
+            && !Arc::ptr_eq(&sub.client, publisher)
+            && !sub.closed.load(Ordering::Acquire)
+            && leaf_may_send(&sub.client, msg.subject)
+    };
     for sub in &result.psubs {
         if sub.client.kind.is_peer() {
             if peer_ok(sub) {
@@ -1034,6 +1055,9 @@ pub(crate) fn deliver(
         }
     }
     for (qi, (name, members)) in result.qsubs.iter().enumerate() {
+        if matches!(origin, Origin::Import { from_peer: true }) {
+            break;
+        }
         if let Some(named) = origin.named_queues() {
             if !named.iter().any(|q| q[..] == *name.as_bytes()) {
                 continue;
@@ -1051,7 +1075,7 @@ pub(crate) fn deliver(
         for i in 0..len {
             let sub = &members[(start + i) % len];
             if sub.client.kind.is_peer() {
-                if remote.is_none() && peer_ok(sub) {
+                if remote.is_none() && member_ok(sub) {
                     peer_account = peer_account.or(sub.acc.as_ref());
                     remote = Some(sub);
                 }

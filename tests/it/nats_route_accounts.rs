@@ -6,7 +6,9 @@
 //! different nodes (the service reply routes back to the requester's
 //! node). The same holds when one of our servers is routed with Go
 //! nats-server 2.15.1 or 2.9.10 running the same accounts config, in both
-//! directions. In operator mode the accounts (preloaded JWTs) travel
+//! directions. A queue group of the importer spread over the nodes gets
+//! each imported message once (ours and a Go 2.15.1 cluster alike). In
+//! operator mode the accounts (preloaded JWTs) travel
 //! under their public keys, and the system account stays local. With a
 //! leaf node bound to one account hanging off a routed server, that
 //! account's messages cross leaf and route hops in both directions and no
@@ -157,8 +159,8 @@ async fn wait_routed(n: &Node, want: usize) {
 
 /// Routes of the node behind `http` that carry interest of `account` in
 /// exactly `subject` (and `queue`, when given). Matched on the `sid`
-/// (`account subject[ queue]`): Go's detail has no `account` field for
-/// route interest, only that key.
+/// (`account subject[ queue]`, `R `-prefixed by Go 2.10+): Go's detail has
+/// no `account` field for route interest, only that key.
 async fn routes_with(http: u16, account: &str, subject: &str, queue: Option<&str>) -> usize {
     let sid = match queue {
         Some(q) => format!("{account} {subject} {q}"),
@@ -171,9 +173,13 @@ async fn routes_with(http: u16, account: &str, subject: &str, queue: Option<&str
         routes
             .iter()
             .filter(|r| {
-                r["subscriptions_list_detail"]
-                    .as_array()
-                    .is_some_and(|l| l.iter().any(|s| s["sid"] == sid))
+                r["subscriptions_list_detail"].as_array().is_some_and(|l| {
+                    // Go 2.10+ prefixes the key with the route's `R `.
+                    l.iter().any(|s| {
+                        let k = s["sid"].as_str().unwrap_or_default();
+                        k == sid || k.strip_prefix("R ") == Some(sid.as_str())
+                    })
+                })
             })
             .count()
     })
@@ -462,6 +468,50 @@ async fn route_accounts_stream_and_service_imports_across_nodes() {
         .request("req.echo".to_string(), Bytes::from_static(b"x"))
         .await;
     assert!(err.is_err(), "B must not reach req.echo in A directly");
+}
+
+/// A queue group of B on every node subscribed to A's stream through B's
+/// import: each message published in A reaches exactly one member of the
+/// group cluster-wide, whichever node it is published on (the node of the
+/// publisher picks the member, local or behind a route).
+async fn imported_stream_queue_group(srv: Srv) {
+    let n1 = start(&srv, "q1", None).await;
+    let n2 = start(&srv, "q2", Some(n1.cport)).await;
+    let n3 = start(&srv, "q3", Some(n1.cport)).await;
+    for n in [&n1, &n2, &n3] {
+        wait_routed(n, 2).await;
+    }
+    let (mut clients, mut members) = (Vec::new(), Vec::new());
+    for n in [&n1, &n2, &n3] {
+        let b = connect(n, "b").await;
+        members.push(
+            b.queue_subscribe("froma.pub.>", "workers".into())
+                .await
+                .unwrap(),
+        );
+        sync(&b).await;
+        clients.push(b);
+    }
+    for n in [&n1, &n2, &n3] {
+        wait_interest(n, "B", "froma.pub.>", Some("workers"), 2).await;
+    }
+    for (i, n) in [&n1, &n2, &n3].into_iter().enumerate() {
+        let a = connect(n, "a").await;
+        publish_n(&a, "pub.q", 60).await;
+        let what = format!("{srv:?}: published on node {}", i + 1);
+        let counts = recv_spread(&mut members, 60, &what).await;
+        assert_eq!(counts.iter().sum::<usize>(), 60, "{what}: {counts:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_accounts_imported_stream_queue_group_gets_one_copy() {
+    imported_stream_queue_group(Srv::Ours).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_accounts_imported_stream_queue_group_go_2_15() {
+    imported_stream_queue_group(Srv::Go(go_nats_server_2_15())).await;
 }
 
 /// One of ours routed with a Go server on the same accounts config:
