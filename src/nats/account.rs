@@ -362,6 +362,11 @@ impl Wiring {
     fn has_routes(&self) -> bool {
         !self.streams_out.is_empty() || !self.services_in.is_empty()
     }
+
+    /// The local subjects of the services this account imports.
+    fn service_subjects(&self) -> Vec<String> {
+        self.services_in.iter().map(|s| s.local.clone()).collect()
+    }
 }
 
 /// One account.
@@ -417,6 +422,13 @@ impl Account {
     /// services others import (`None` when nobody imports one).
     pub(crate) fn response_interest(&self) -> Option<String> {
         response_interest(&self.resp_prefix, &self.wiring.load())
+    }
+
+    /// The local subjects of the services this account imports: a leaf
+    /// connection bound to it is told of interest in them, so requests on
+    /// them come over the leaf to be served here.
+    pub(crate) fn service_import_subjects(&self) -> Vec<String> {
+        self.wiring.load().service_subjects()
     }
 
     /// Number of reply mappings kept (for `/accountz`).
@@ -506,6 +518,11 @@ impl Rewired {
         )
     }
 
+    /// The service import subjects before and after.
+    pub(crate) fn service_subjects(&self) -> (Vec<String>, Vec<String>) {
+        (self.old.service_subjects(), self.new.service_subjects())
+    }
+
     /// The reply interest before and after.
     pub(crate) fn response_interest(&self) -> (Option<String>, Option<String>) {
         let p = &self.account.resp_prefix;
@@ -560,7 +577,7 @@ impl Accounts {
     /// account but `$G`), adding the accounts not known yet. An account
     /// left out keeps its subscriptions and loses its exports and imports.
     /// Returns the accounts whose imports or served exports changed; the
-    /// caller moves the interest they announce over routes.
+    /// caller moves the interest they announce over routes and leaves.
     pub(crate) fn update(&self, accounts: &[AccountConfig]) -> Result<Vec<Rewired>, AccountError> {
         check(accounts)?;
         let _one = self.update.lock();
@@ -584,7 +601,10 @@ impl Accounts {
         for (acc, w) in list.into_iter().zip(wirings) {
             let new = Arc::new(w);
             let old = acc.wiring.swap(new.clone());
-            if old.streams_in != new.streams_in || old.serves_imports != new.serves_imports {
+            if old.streams_in != new.streams_in
+                || old.serves_imports != new.serves_imports
+                || old.service_subjects() != new.service_subjects()
+            {
                 out.push(Rewired {
                     account: acc,
                     old,

@@ -956,9 +956,10 @@ pub(crate) enum Origin<'a> {
         queues: &'a [Bytes],
     },
     /// A stream import carrying a message into another account. Plain
-    /// subscribers: local ones only — peers get the message in the
-    /// exporter's account (the importer's nodes announce interest there),
-    /// so passing it on here would deliver it twice. Queue groups: the
+    /// subscribers: local ones and leaf connections only — other nodes get
+    /// the message in the exporter's account (the importer's nodes
+    /// announce interest there), so passing it on here would deliver it
+    /// twice. Queue groups: the
     /// node where the message was published (`from_peer` false) picks one
     /// member cluster-wide, local or behind a route (which gets it in the
     /// importer's account, naming the group); a node that got the message
@@ -979,6 +980,8 @@ impl<'a> Origin<'a> {
             (Origin::Route(_), _) => false,
             (Origin::Leaf { spoke, .. }, ClientKind::Route) => !spoke,
             (Origin::Leaf { .. }, _) => true,
+            // A leaf is served here only: no other node delivers to it.
+            (Origin::Import { .. }, ClientKind::Leaf { .. }) => true,
             (Origin::Import { .. }, _) => false,
         }
     }
@@ -986,7 +989,9 @@ impl<'a> Origin<'a> {
     /// As [`Origin::may_reach`], for a member of a queue group.
     fn may_reach_member(self, to: ClientKind) -> bool {
         match self {
-            Origin::Import { from_peer } => !from_peer && to == ClientKind::Route,
+            Origin::Import { from_peer } => {
+                !from_peer && matches!(to, ClientKind::Route | ClientKind::Leaf { .. })
+            }
             _ => self.may_reach(to),
         }
     }

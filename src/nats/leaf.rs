@@ -850,6 +850,41 @@ impl Leafnodes {
         Ok(true)
     }
 
+    /// The service imports of `account` changed from `old` to `new`
+    /// (local subjects): its leaf connections are told (see `register`).
+    pub(crate) fn service_imports_changed(
+        &self,
+        account: &Account,
+        old: &[String],
+        new: &[String],
+    ) {
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
+        let mut out = BytesMut::new();
+        for (cid, smap) in st.smaps.iter_mut() {
+            let Some(leaf) = st.conns.get(cid) else {
+                continue;
+            };
+            if leaf.account.idx != account.idx {
+                continue;
+            }
+            for s in new.iter().filter(|s| !old.contains(s)) {
+                if may_announce(leaf, s) {
+                    update_smap(smap, s, None, 1, &mut out);
+                }
+            }
+            for s in old.iter().filter(|s| !new.contains(s)) {
+                if smap.contains_key(&(s.clone(), None)) {
+                    update_smap(smap, s, None, -1, &mut out);
+                }
+            }
+            if !out.is_empty() {
+                leaf.client.send_now(&out);
+                out.clear();
+            }
+        }
+    }
+
     /// Starts interest on a connection whose handshake is complete: its
     /// smap is built from every subscription of its account it should know
     /// about, sent (with the account's loop-detection subject) in one
@@ -868,6 +903,12 @@ impl Leafnodes {
             }
             let key = (subject, queue);
             *smap.entry(key).or_insert(0u32) += 1;
+        }
+        // Requests on the account's imported services are served here.
+        for subject in leaf.account.service_import_subjects() {
+            if may_announce(leaf, &subject) {
+                *smap.entry((subject, None)).or_insert(0u32) += 1;
+            }
         }
         for ((subject, queue), n) in &smap {
             encode_ls_plus(&mut out, subject, queue.as_deref().map(|q| (q, *n)));
@@ -1622,7 +1663,12 @@ async fn run_leaf<R, W>(
     } else {
         rest
     };
-    leafs.register(&leaf);
+    {
+        // The account's service imports read here are the ones a rewire
+        // (which holds the gate exclusively) moves from.
+        let _wiring = server.wiring_gate.read();
+        leafs.register(&leaf);
+    }
     if let Some(i) = leaf.remote {
         leafs.remotes[i].lock().attempts = 0;
     }

@@ -246,14 +246,21 @@ impl ServerInner {
     }
 
     /// Rewires the accounts to `accounts` (operator mode, after an
-    /// account JWT was added or changed): new accounts become usable, and
-    /// the interest that imports imply is moved on the routes — for each
+    /// account JWT was added or changed): new accounts become usable, the
+    /// leaves of an account learn its new service imports, and the
+    /// interest that imports imply is moved on the routes — for each
     /// local subscription of an account whose imports changed, the new
     /// interest is announced before the old one is withdrawn, so a subject
     /// both cover never loses its interest in between.
     pub(crate) fn update_accounts(&self, accounts: &[AccountConfig]) -> Result<(), AccountError> {
         let _gate = self.wiring_gate.write();
         let rewired = self.accounts.update(accounts)?;
+        if let Some(l) = &self.leafs {
+            for rw in &rewired {
+                let (old, new) = rw.service_subjects();
+                l.service_imports_changed(&rw.account, &old, &new);
+            }
+        }
         let Some(r) = &self.routes else {
             return Ok(());
         };

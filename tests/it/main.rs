@@ -51,6 +51,7 @@ mod nats_jwt;
 mod nats_jwt_push;
 mod nats_leaf;
 mod nats_leaf_accounts;
+mod nats_leaf_imports;
 mod nats_leaf_jwt_limits;
 mod nats_leaf_perms;
 mod nats_raw;
