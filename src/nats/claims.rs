@@ -55,6 +55,71 @@ const SUBJECTS: [&str; 4] = [
     "$SYS.REQ.ACCOUNT.*.CLAIMS.LOOKUP",
 ];
 
+/// Longest sleep of the account-expiry watcher: an update that brings an
+/// earlier expiry is noticed within this time.
+const EXPIRY_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// In operator mode, closes the connections of an account when its JWT
+/// expires, with `-ERR 'Account Authentication Expired'` (nats-server's
+/// text): client connections and leaf connections bound to it. New
+/// connections of an expired account are refused at authentication.
+pub(crate) fn spawn_expiry(inner: &Arc<ServerInner>) {
+    let Some(op) = inner.operator.clone() else {
+        return;
+    };
+    let weak = Arc::downgrade(inner);
+    tokio::spawn(async move {
+        let mut done = super::jwt::unix_now();
+        loop {
+            let next = op.next_account_expiry(done);
+            let now = std::time::SystemTime::now();
+            let wait = next.as_ref().map_or(EXPIRY_RECHECK, |(at, _)| {
+                let at = std::time::UNIX_EPOCH
+                    + std::time::Duration::from_secs(u64::try_from(*at).unwrap_or(0));
+                at.duration_since(now)
+                    .unwrap_or_default()
+                    .min(EXPIRY_RECHECK)
+            });
+            tokio::time::sleep(wait).await;
+            let Some(inner) = weak.upgrade() else {
+                return;
+            };
+            let Some((at, keys)) = next else {
+                continue;
+            };
+            let now = super::jwt::unix_now();
+            if at > now {
+                continue;
+            }
+            for key in &keys {
+                // An update may have moved the expiry since.
+                if op.account(key).is_some_and(|a| a.claims.exp == at) {
+                    close_account(&inner, key, "Account Authentication Expired");
+                }
+            }
+            done = at;
+        }
+    });
+}
+
+/// Closes the client and accepted leaf connections of `account` with
+/// `-ERR '<text>'`.
+fn close_account(inner: &ServerInner, account: &str, text: &str) {
+    let conns: Vec<_> = inner
+        .clients
+        .lock()
+        .values()
+        .filter(|c| matches!(c.kind, ClientKind::Tcp | ClientKind::Leaf { spoke: false }))
+        .filter(|c| !c.is_closed())
+        .filter(|c| c.account.get().is_some_and(|a| a.name == account))
+        .cloned()
+        .collect();
+    for c in conns {
+        tracing::info!(cid = c.id, %account, "closing connection: {text}");
+        c.close_with_err(Some(text));
+    }
+}
+
 /// Starts the service when operator mode has a system account.
 pub(crate) fn spawn(inner: &Arc<ServerInner>) -> Result<(), NatsError> {
     let Some(op) = inner.operator.clone() else {

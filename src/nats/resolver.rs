@@ -466,7 +466,10 @@ impl OperatorState {
         let acc = self
             .account(&account_key)
             .ok_or_else(|| JwtAuthError::UnknownAccount(account_key.clone()))?;
-        if acc.claims.check_times(now).is_err() {
+        // From its `exp` second on, as the expiry watcher closes the
+        // account's connections then (nats-server's account timer).
+        let exp = acc.claims.exp;
+        if acc.claims.check_times(now).is_err() || exp > 0 && now >= exp {
             return Err(JwtAuthError::AccountExpired(account_key));
         }
         let mut limits = &uc.nats.limits;
@@ -683,6 +686,23 @@ impl OperatorState {
         out.stored = true;
         out.result = Ok(message);
         out
+    }
+
+    /// The accounts whose JWT expires after `after` (unix seconds): the
+    /// earliest such expiry and every account expiring then.
+    pub fn next_account_expiry(&self, after: i64) -> Option<(i64, Vec<String>)> {
+        let accounts = self.accounts.read();
+        let next = accounts
+            .values()
+            .map(|a| a.claims.exp)
+            .filter(|&e| e > after)
+            .min()?;
+        let keys = accounts
+            .iter()
+            .filter(|(_, a)| a.claims.exp == next)
+            .map(|(k, _)| k.clone())
+            .collect();
+        Some((next, keys))
     }
 
     /// Whether `body` is an account JWT this server would accept on a

@@ -698,6 +698,7 @@ impl NatsServer {
         }
         super::leaf::spawn(inner.clone(), leaf_listener);
         super::claims::spawn(&inner)?;
+        super::claims::spawn_expiry(&inner);
         Ok(NatsServer { inner })
     }
 

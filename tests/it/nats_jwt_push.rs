@@ -15,6 +15,10 @@
 //! a node that was down during a push knows the account once it rejoins,
 //! and its older copy of a JWT pushed meanwhile does not replace the newer
 //! one anywhere.
+//!
+//! Account expiry: when an account JWT's `exp` passes, its connected users
+//! get `-ERR 'Account Authentication Expired'` and are closed, new ones are
+//! refused, other accounts are untouched.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -108,6 +112,11 @@ impl Setup {
     /// A config file for one node (its own resolver directory); only the
     /// system account and A are preloaded.
     fn conf(&self, name: &str) -> PathBuf {
+        self.conf_with(name, "")
+    }
+
+    /// [`Setup::conf`] with `more` (`key: jwt` lines) preloaded too.
+    fn conf_with(&self, name: &str, more: &str) -> PathBuf {
         let rdir = self.dir.path().join(format!("jwt-{name}"));
         std::fs::create_dir_all(&rdir).unwrap();
         let text = format!(
@@ -115,7 +124,7 @@ impl Setup {
              operator: \"{}\"\n\
              system_account: {}\n\
              resolver: {{ type: full, dir: \"{}\" }}\n\
-             resolver_preload: {{\n  {}: {}\n  {}: {}\n}}\n",
+             resolver_preload: {{\n  {}: {}\n  {}: {}\n{more}}}\n",
             operator_jwt(&self.op, &self.sys.public_key()),
             self.sys.public_key(),
             rdir.display(),
@@ -455,4 +464,69 @@ async fn nats_jwt_push_reaches_every_node_ours() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_jwt_push_reaches_every_node_go_2_15() {
     cluster(Impl::Go(go_nats_server_2_15())).await;
+}
+
+/// An account whose JWT expires while its users are connected: they get
+/// `-ERR 'Account Authentication Expired'` and are closed, and a new user
+/// of it is refused; other accounts are not touched.
+async fn account_expiry(imp: Impl) {
+    let setup = Setup::new();
+    let exp = jwt::unix_now() + 4;
+    let token = account_jwt(&setup.op, &setup.m.public_key(), "m", |_| {});
+    let mut claims = jwt::decode_account(&token).unwrap();
+    claims.exp = exp;
+    let m_jwt = jwt::encode(&claims, &setup.op).unwrap();
+    let conf = setup.conf_with("exp", &format!("  {}: {}\n", setup.m.public_key(), m_jwt));
+    let conf = conf.display().to_string();
+    let node = NatsNode::start_with(&imp, "exp", &[], &["-c", &conf]).await;
+    let (tx, mut errors) = tokio::sync::mpsc::unbounded_channel();
+    let m = async_nats::ConnectOptions::new()
+        .credentials_file(setup.creds("m", &setup.m))
+        .await
+        .unwrap()
+        .max_reconnects(Some(0))
+        .event_callback(move |e| {
+            let tx = tx.clone();
+            async move {
+                if let async_nats::Event::ServerError(e) = e {
+                    let _ = tx.send(e.to_string());
+                }
+            }
+        })
+        .connect(node.url())
+        .await
+        .expect("M's user before the expiry");
+    let a = connect(&node.url(), &setup.creds("a", &setup.a))
+        .await
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(15), errors.recv())
+        .await
+        .expect("an error at the account's expiry")
+        .unwrap();
+    assert!(
+        err.to_lowercase()
+            .contains("account authentication expired"),
+        "{imp:?}: {err}"
+    );
+    assert!(jwt::unix_now() >= exp, "{imp:?}: closed before the expiry");
+    drop(m);
+    let refused = connect_once(&node.url(), &setup.creds("m2", &setup.m)).await;
+    assert!(
+        refused.is_err(),
+        "{imp:?}: a user of the expired account got in"
+    );
+    // A's client is still served.
+    let mut s = a.subscribe("still").await.unwrap();
+    a.publish("still", "here".into()).await.unwrap();
+    assert_eq!(next(&mut s, "A after M's expiry").await.payload, "here");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_jwt_account_expiry_closes_its_users_ours() {
+    account_expiry(Impl::Liftbridge).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_jwt_account_expiry_closes_its_users_go_2_15() {
+    account_expiry(Impl::Go(go_nats_server_2_15())).await;
 }
