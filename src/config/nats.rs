@@ -147,12 +147,16 @@ pub enum ResolverConfig {
         /// `cache` (pushes only for accounts already stored).
         full: bool,
         dir: PathBuf,
-        /// `allow_delete` (full only).
+        /// `allow_delete` (full only): `$SYS.REQ.CLAIMS.DELETE` requests
+        /// signed by the operator remove accounts.
         allow_delete: bool,
+        /// `hard_delete`: a deleted account's file is removed, not renamed
+        /// to `<key>.jwt.deleted`.
+        hard_delete: bool,
         /// `limit`: most stored accounts.
         limit: Option<usize>,
-        /// `interval` (full): accepted for compatibility; there are no
-        /// peers to sync with.
+        /// `interval` (full): accepted for compatibility; route peers
+        /// catch up when they connect.
         interval: Option<Duration>,
         /// Accounts of `resolver_preload`, stored at start-up when absent.
         preload: Vec<(String, String)>,

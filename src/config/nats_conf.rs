@@ -1003,6 +1003,7 @@ fn resolver_config(
     let mut full = None;
     let mut dir = None;
     let mut allow_delete = false;
+    let mut hard_delete = false;
     let mut limit = None;
     let mut interval = None;
     let mut ttl = None;
@@ -1022,16 +1023,8 @@ fn resolver_config(
                 }
                 dir = Some(PathBuf::from(d));
             }
-            "allow_delete" => {
-                allow_delete = want_bool(k, v)?;
-                if allow_delete {
-                    return invalid(
-                        k,
-                        v,
-                        "deleting accounts ($SYS.REQ.CLAIMS.DELETE) is not supported",
-                    );
-                }
-            }
+            "allow_delete" => allow_delete = want_bool(k, v)?,
+            "hard_delete" => hard_delete = want_bool(k, v)?,
             "limit" => limit = Some(want_usize(k, v)?),
             "interval" => interval = Some(want_duration(k, v)?),
             "ttl" => ttl = Some((k.clone(), v.clone())),
@@ -1059,6 +1052,9 @@ fn resolver_config(
         if let Some((k, v)) = ttl {
             return invalid(&k, &v, "the cache resolver's ttl eviction is not supported");
         }
+        if allow_delete {
+            return invalid(key, n, "CACHE does not accept allow_delete");
+        }
         if interval.is_some() {
             return invalid(key, n, "CACHE does not accept sync");
         }
@@ -1067,6 +1063,7 @@ fn resolver_config(
         full,
         dir,
         allow_delete,
+        hard_delete,
         limit,
         interval,
         preload,

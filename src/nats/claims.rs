@@ -2,7 +2,8 @@
 //! pushed on `$SYS.REQ.CLAIMS.UPDATE`, `$SYS.REQ.ACCOUNT.<key>.CLAIMS.UPDATE`
 //! (and the older `$SYS.ACCOUNT.<key>.CLAIMS.UPDATE`) update the resolver
 //! and the live account; `$SYS.REQ.ACCOUNT.<key>.CLAIMS.LOOKUP` answers the
-//! stored JWT or an empty message (`spec/nats-parity.md` §2.6).
+//! stored JWT or an empty message; with `allow_delete`, an operator-signed
+//! `$SYS.REQ.CLAIMS.DELETE` removes accounts (`spec/nats-parity.md` §2.6).
 //!
 //! Only clients of the system account can reach these subjects: the
 //! subscriptions live in its subject space. A stored update takes effect at
@@ -47,9 +48,13 @@ const CLAIMS_UPDATE: &str = "$SYS.REQ.CLAIMS.UPDATE";
 /// resolver sends a new peer (applied only when newer than the peer's).
 pub(crate) const CLAIMS_SYNC: &str = "$SYS.REQ.CLAIMS.SYNC";
 
+/// The subject of an operator's request to delete accounts.
+const CLAIMS_DELETE: &str = "$SYS.REQ.CLAIMS.DELETE";
+
 /// The subjects served.
-const SUBJECTS: [&str; 4] = [
+const SUBJECTS: [&str; 5] = [
     CLAIMS_UPDATE,
+    CLAIMS_DELETE,
     "$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE",
     "$SYS.ACCOUNT.*.CLAIMS.UPDATE",
     "$SYS.REQ.ACCOUNT.*.CLAIMS.LOOKUP",
@@ -168,6 +173,17 @@ async fn serve(
             }
             continue;
         }
+        if subject == CLAIMS_DELETE {
+            if let (Some(routes), Some(sys)) = (&inner.routes, op.system_account()) {
+                routes.forward_system(sys, &subject, &m.payload);
+            }
+            let outcome = delete(&inner, &op, &m.payload);
+            if let Some(r) = reply {
+                let body = super::resolver::delete_reply(server_block(&inner, &seq), &outcome);
+                let _ = client.publish(&r, None, None, Bytes::from(body.to_string()));
+            }
+            continue;
+        }
         let Some(key) = update_key(&subject) else {
             continue;
         };
@@ -178,18 +194,43 @@ async fn serve(
         }
         let outcome = apply(&inner, &op, key, &m.payload, false);
         if let Some(r) = reply {
-            let server = serde_json::json!({
-                "name": inner.server_name,
-                "host": inner.opts.host,
-                "id": inner.server_id,
-                "ver": SERVER_VERSION,
-                "seq": seq.fetch_add(1, Ordering::Relaxed) + 1,
-                "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
-            });
-            let body = super::resolver::update_reply(server, &outcome);
+            let body = super::resolver::update_reply(server_block(&inner, &seq), &outcome);
             let _ = client.publish(&r, None, None, Bytes::from(body.to_string()));
         }
     }
+}
+
+/// The `server` block of a reply.
+fn server_block(inner: &ServerInner, seq: &AtomicU64) -> serde_json::Value {
+    serde_json::json!({
+        "name": inner.server_name,
+        "host": inner.opts.host,
+        "id": inner.server_id,
+        "ver": SERVER_VERSION,
+        "seq": seq.fetch_add(1, Ordering::Relaxed) + 1,
+        "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+    })
+}
+
+/// Applies an account delete request: the deleted accounts' connections
+/// are closed (`Account Authentication Expired`, as nats-server disables
+/// them), their users refused from then on, and the accounts rewired
+/// without them.
+fn delete(inner: &ServerInner, op: &OperatorState, body: &[u8]) -> super::resolver::DeleteOutcome {
+    let outcome = op.delete_accounts(body);
+    match &outcome.result {
+        Ok(msg) => tracing::info!(accounts = ?outcome.deleted, "claims delete: {msg}"),
+        Err((msg, e)) => tracing::warn!("claims delete: {msg} - {e}"),
+    }
+    if !outcome.deleted.is_empty() {
+        if let Err(e) = inner.update_accounts(&op.account_configs()) {
+            tracing::warn!(error = %e, "claims delete: accounts not rewired");
+        }
+        for key in &outcome.deleted {
+            close_account(inner, key, "Account Authentication Expired");
+        }
+    }
+    outcome
 }
 
 /// The account a claims-update subject names (`Some(None)` for
@@ -245,6 +286,10 @@ pub(crate) fn from_route(inner: &ServerInner, subject: &[u8], payload: &[u8]) {
     };
     if subject == CLAIMS_SYNC {
         apply(inner, op, None, payload, true);
+        return;
+    }
+    if subject == CLAIMS_DELETE {
+        delete(inner, op, payload);
         return;
     }
     match update_key(subject) {

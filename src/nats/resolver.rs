@@ -153,6 +153,8 @@ enum Store {
         full: bool,
         dir: PathBuf,
         limit: Option<usize>,
+        /// `allow_delete`: `Some(hard_delete)`.
+        delete: Option<bool>,
     },
 }
 
@@ -186,6 +188,18 @@ pub struct OperatorState {
     /// Serialises pushed updates (a local push and one forwarded by a
     /// route may race; the newest must win).
     updates: parking_lot::Mutex<()>,
+    /// Accounts deleted since start-up (bounded by the accounts there
+    /// were).
+    deleted: parking_lot::Mutex<HashSet<String>>,
+}
+
+/// The outcome of an account delete request, for the reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteOutcome {
+    /// `Ok(message)` or `Err((message, error))` as nats-server words them.
+    pub result: Result<String, (String, String)>,
+    /// The accounts that were loaded and are gone now.
+    pub deleted: Vec<String>,
 }
 
 impl OperatorState {
@@ -227,6 +241,7 @@ impl OperatorState {
             store: Store::Memory,
             accounts: RwLock::new(HashMap::new()),
             updates: parking_lot::Mutex::new(()),
+            deleted: parking_lot::Mutex::new(HashSet::new()),
         };
         match &cfg.resolver {
             ResolverConfig::Memory { preload } => state.preload(preload, false)?,
@@ -235,6 +250,8 @@ impl OperatorState {
                 dir,
                 limit,
                 preload,
+                allow_delete,
+                hard_delete,
                 ..
             } => {
                 std::fs::create_dir_all(dir).map_err(|source| ResolverError::Dir {
@@ -245,6 +262,7 @@ impl OperatorState {
                     full: *full,
                     dir: dir.clone(),
                     limit: *limit,
+                    delete: allow_delete.then_some(*hard_delete),
                 };
                 state.load_dir(dir)?;
                 state.preload(preload, true)?;
@@ -631,6 +649,12 @@ impl OperatorState {
         let key = claims.sub.clone();
         let existing = self.account(&key);
         let known = existing.is_some();
+        if newer_only && !known && self.tombstoned(&key) {
+            // Deleted here: a peer's catch-up does not bring it back (a
+            // push does).
+            out.result = Ok("jwt update skipped");
+            return out;
+        }
         // As nats-server's store: the same JWT again is acknowledged and
         // not applied; so is, when only newer ones count (nodes catching
         // up with each other), one issued before the stored one. A push
@@ -647,7 +671,9 @@ impl OperatorState {
                 }
                 "jwt updated"
             }
-            Store::Dir { full, dir, limit } => {
+            Store::Dir {
+                full, dir, limit, ..
+            } => {
                 if !*full && !known {
                     out.result = Ok("jwt update cache skipped");
                     return out;
@@ -703,6 +729,112 @@ impl OperatorState {
             .map(|(k, _)| k.clone())
             .collect();
         Some((next, keys))
+    }
+
+    /// Whether `key` was deleted here and stays so (`<key>.jwt.deleted`,
+    /// or a hard delete since start-up).
+    fn tombstoned(&self, key: &str) -> bool {
+        match &self.store {
+            Store::Dir { dir, .. } => {
+                self.deleted.lock().contains(key) || dir.join(format!("{key}.jwt.deleted")).exists()
+            }
+            Store::Memory => false,
+        }
+    }
+
+    /// Applies an operator's `$SYS.REQ.CLAIMS.DELETE` request: generic
+    /// claims self-signed by a trusted operator key whose `nats.accounts`
+    /// lists the accounts to delete (nats-server's checks and texts).
+    /// Deleted accounts leave the map and the directory (renamed to
+    /// `<key>.jwt.deleted` unless `hard_delete`).
+    pub fn delete_accounts(&self, body: &[u8]) -> DeleteOutcome {
+        let _one = self.updates.lock();
+        let token = String::from_utf8_lossy(body).trim().to_string();
+        let mut out = DeleteOutcome {
+            result: Ok(String::new()),
+            deleted: Vec::new(),
+        };
+        let claims = match jwt::decode_generic(&token) {
+            Ok(c) => c,
+            Err(e) => {
+                out.result = Err(("delete accounts request by  failed".into(), e.to_string()));
+                return out;
+            }
+        };
+        let sub = claims["sub"].as_str().unwrap_or_default().to_string();
+        let iss = claims["iss"].as_str().unwrap_or_default();
+        let fail = |why: &str| {
+            Err((
+                format!("delete accounts request by {sub} failed"),
+                why.to_string(),
+            ))
+        };
+        let Store::Dir {
+            dir,
+            delete: Some(hard),
+            ..
+        } = &self.store
+        else {
+            out.result = fail("delete must be enabled in server config");
+            return out;
+        };
+        if sub != iss {
+            out.result = fail("not self signed");
+            return out;
+        }
+        if !self.trusted.contains(iss) {
+            out.result = fail("not trusted");
+            return out;
+        }
+        let Some(list) = claims["nats"]["accounts"].as_array() else {
+            out.result = fail("malformed request");
+            return out;
+        };
+        let mut keys = Vec::new();
+        for entry in list {
+            let Some(k) = entry
+                .as_str()
+                .filter(|k| k.starts_with('A') && nkeys::KeyPair::from_public_key(k).is_ok())
+            else {
+                out.result = fail("malformed request");
+                return out;
+            };
+            if self.system_account.as_deref() == Some(k) {
+                out.result = fail("not allowed to delete system account");
+                return out;
+            }
+            keys.push(k.to_string());
+        }
+        let mut errors = Vec::new();
+        for k in &keys {
+            let path = dir.join(format!("{k}.jwt"));
+            let gone = if *hard {
+                std::fs::remove_file(&path)
+            } else {
+                std::fs::rename(&path, dir.join(format!("{k}.jwt.deleted")))
+            };
+            match gone {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    errors.push(e.to_string());
+                    continue;
+                }
+                _ => {}
+            }
+            self.deleted.lock().insert(k.clone());
+            if self.accounts.write().remove(k).is_some() {
+                out.deleted.push(k.clone());
+            }
+        }
+        let passed = keys.len() - errors.len();
+        out.result = if errors.is_empty() {
+            Ok(format!("deleted {passed} accounts"))
+        } else {
+            Err((
+                format!("deleted {passed} accounts, failed for {}", errors.len()),
+                errors.join("\n"),
+            ))
+        };
+        out
     }
 
     /// Whether `body` is an account JWT this server would accept on a
@@ -820,6 +952,21 @@ fn write_jwt(dir: &Path, key: &str, token: &str) -> std::io::Result<()> {
     let tmp = dir.join(format!(".{key}.jwt.tmp"));
     std::fs::write(&tmp, token)?;
     std::fs::rename(&tmp, dir.join(format!("{key}.jwt")))
+}
+
+/// The JSON reply to a delete request (the shape of [`update_reply`],
+/// with an empty account).
+pub fn delete_reply(server: serde_json::Value, o: &DeleteOutcome) -> serde_json::Value {
+    match &o.result {
+        Ok(message) => serde_json::json!({
+            "server": server,
+            "data": {"account": "", "code": 200, "message": message},
+        }),
+        Err((message, err)) => serde_json::json!({
+            "server": server,
+            "error": {"account": "", "code": 500, "description": format!("{message} - {err}")},
+        }),
+    }
 }
 
 /// The JSON reply to a claims update (nats-server's shape: `data` on
@@ -1108,6 +1255,7 @@ mod tests {
                     full: true,
                     dir: dir.path().to_path_buf(),
                     allow_delete: false,
+                    hard_delete: false,
                     limit: None,
                     interval: None,
                     preload: Vec::new(),

@@ -18,7 +18,9 @@
 //!
 //! Account expiry: when an account JWT's `exp` passes, its connected users
 //! get `-ERR 'Account Authentication Expired'` and are closed, new ones are
-//! refused, other accounts are untouched.
+//! refused, other accounts are untouched. Account delete (`allow_delete`):
+//! an operator-signed `$SYS.REQ.CLAIMS.DELETE` does the same to the
+//! account and renames its file; one not self-signed is refused.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -117,13 +119,18 @@ impl Setup {
 
     /// [`Setup::conf`] with `more` (`key: jwt` lines) preloaded too.
     fn conf_with(&self, name: &str, more: &str) -> PathBuf {
+        self.conf_full(name, more, "")
+    }
+
+    /// [`Setup::conf_with`] with `resolver` fields added.
+    fn conf_full(&self, name: &str, more: &str, resolver: &str) -> PathBuf {
         let rdir = self.dir.path().join(format!("jwt-{name}"));
         std::fs::create_dir_all(&rdir).unwrap();
         let text = format!(
             "server_name: {name}\n\
              operator: \"{}\"\n\
              system_account: {}\n\
-             resolver: {{ type: full, dir: \"{}\" }}\n\
+             resolver: {{ type: full, dir: \"{}\" {resolver} }}\n\
              resolver_preload: {{\n  {}: {}\n  {}: {}\n{more}}}\n",
             operator_jwt(&self.op, &self.sys.public_key()),
             self.sys.public_key(),
@@ -529,4 +536,99 @@ async fn nats_jwt_account_expiry_closes_its_users_ours() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_jwt_account_expiry_closes_its_users_go_2_15() {
     account_expiry(Impl::Go(go_nats_server_2_15())).await;
+}
+
+/// An operator's `$SYS.REQ.CLAIMS.DELETE` (`allow_delete: true`): the
+/// account's connected user gets `-ERR 'Account Authentication Expired'`,
+/// new users are refused, its file becomes `<key>.jwt.deleted`; a request
+/// that is not self-signed by the operator is refused with nats-server's
+/// reply.
+async fn account_delete(imp: Impl) {
+    let setup = Setup::new();
+    let m_jwt = setup.jwt(&setup.m, jwt::unix_now() - 10, |_| {});
+    let conf = setup.conf_full(
+        "del",
+        &format!("  {}: {}\n", setup.m.public_key(), m_jwt),
+        ", allow_delete: true",
+    );
+    let conf = conf.display().to_string();
+    let node = NatsNode::start_with(&imp, "del", &[], &["-c", &conf]).await;
+    let sys = connect(&node.url(), &setup.creds("sys", &setup.sys))
+        .await
+        .unwrap();
+    let (tx, mut errors) = tokio::sync::mpsc::unbounded_channel();
+    let _m = async_nats::ConnectOptions::new()
+        .credentials_file(setup.creds("m", &setup.m))
+        .await
+        .unwrap()
+        .max_reconnects(Some(0))
+        .event_callback(move |e| {
+            let tx = tx.clone();
+            async move {
+                if let async_nats::Event::ServerError(e) = e {
+                    let _ = tx.send(e.to_string());
+                }
+            }
+        })
+        .connect(node.url())
+        .await
+        .expect("M's user before the delete");
+    let request = |sub: String, accounts: Vec<String>| {
+        let claims = jwt::Claims {
+            iss: setup.op.public_key(),
+            sub,
+            nats: serde_json::json!({ "accounts": accounts }),
+            ..Default::default()
+        };
+        jwt::encode(&claims, &setup.op).unwrap()
+    };
+    let ask = |token: String| {
+        let sys = sys.clone();
+        async move {
+            let r = tokio::time::timeout(T, sys.request("$SYS.REQ.CLAIMS.DELETE", token.into()))
+                .await
+                .expect("delete answered in time")
+                .expect("delete answered");
+            serde_json::from_slice::<serde_json::Value>(&r.payload).unwrap()
+        }
+    };
+    let v = ask(request(setup.a.public_key(), vec![setup.m.public_key()])).await;
+    assert_eq!(
+        v["error"]["description"],
+        format!(
+            "delete accounts request by {} failed - not self signed",
+            setup.a.public_key()
+        ),
+        "{imp:?}: {v}"
+    );
+    let v = ask(request(setup.op.public_key(), vec![setup.m.public_key()])).await;
+    assert_eq!(v["data"]["message"], "deleted 1 accounts", "{imp:?}: {v}");
+    let err = tokio::time::timeout(Duration::from_secs(10), errors.recv())
+        .await
+        .expect("an error for the deleted account's user")
+        .unwrap();
+    assert!(
+        err.to_lowercase()
+            .contains("account authentication expired"),
+        "{imp:?}: {err}"
+    );
+    let refused = connect_once(&node.url(), &setup.creds("m2", &setup.m)).await;
+    assert!(
+        refused.is_err(),
+        "{imp:?}: a user of the deleted account got in"
+    );
+    let rdir = setup.dir.path().join("jwt-del");
+    let key = setup.m.public_key();
+    assert!(rdir.join(format!("{key}.jwt.deleted")).exists(), "{imp:?}");
+    assert!(!rdir.join(format!("{key}.jwt")).exists(), "{imp:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_jwt_account_delete_ours() {
+    account_delete(Impl::Liftbridge).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_jwt_account_delete_go_2_15() {
+    account_delete(Impl::Go(go_nats_server_2_15())).await;
 }
