@@ -473,6 +473,34 @@ async fn nats_jwt_push_reaches_every_node_go_2_15() {
     cluster(Impl::Go(go_nats_server_2_15())).await;
 }
 
+/// Connects with `creds` (no reconnect) and passes on the server's errors.
+async fn connect_watching(
+    url: &str,
+    creds: &Path,
+) -> (
+    async_nats::Client,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let (tx, errors) = tokio::sync::mpsc::unbounded_channel();
+    let c = async_nats::ConnectOptions::new()
+        .credentials_file(creds)
+        .await
+        .unwrap()
+        .max_reconnects(Some(0))
+        .event_callback(move |e| {
+            let tx = tx.clone();
+            async move {
+                if let async_nats::Event::ServerError(e) = e {
+                    let _ = tx.send(e.to_string());
+                }
+            }
+        })
+        .connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("connect {} to {url}: {e}", creds.display()));
+    (c, errors)
+}
+
 /// An account whose JWT expires while its users are connected: they get
 /// `-ERR 'Account Authentication Expired'` and are closed, and a new user
 /// of it is refused; other accounts are not touched.
@@ -486,23 +514,7 @@ async fn account_expiry(imp: Impl) {
     let conf = setup.conf_with("exp", &format!("  {}: {}\n", setup.m.public_key(), m_jwt));
     let conf = conf.display().to_string();
     let node = NatsNode::start_with(&imp, "exp", &[], &["-c", &conf]).await;
-    let (tx, mut errors) = tokio::sync::mpsc::unbounded_channel();
-    let m = async_nats::ConnectOptions::new()
-        .credentials_file(setup.creds("m", &setup.m))
-        .await
-        .unwrap()
-        .max_reconnects(Some(0))
-        .event_callback(move |e| {
-            let tx = tx.clone();
-            async move {
-                if let async_nats::Event::ServerError(e) = e {
-                    let _ = tx.send(e.to_string());
-                }
-            }
-        })
-        .connect(node.url())
-        .await
-        .expect("M's user before the expiry");
+    let (m, mut errors) = connect_watching(&node.url(), &setup.creds("m", &setup.m)).await;
     let a = connect(&node.url(), &setup.creds("a", &setup.a))
         .await
         .unwrap();
@@ -556,23 +568,7 @@ async fn account_delete(imp: Impl) {
     let sys = connect(&node.url(), &setup.creds("sys", &setup.sys))
         .await
         .unwrap();
-    let (tx, mut errors) = tokio::sync::mpsc::unbounded_channel();
-    let _m = async_nats::ConnectOptions::new()
-        .credentials_file(setup.creds("m", &setup.m))
-        .await
-        .unwrap()
-        .max_reconnects(Some(0))
-        .event_callback(move |e| {
-            let tx = tx.clone();
-            async move {
-                if let async_nats::Event::ServerError(e) = e {
-                    let _ = tx.send(e.to_string());
-                }
-            }
-        })
-        .connect(node.url())
-        .await
-        .expect("M's user before the delete");
+    let (_m, mut errors) = connect_watching(&node.url(), &setup.creds("m", &setup.m)).await;
     let request = |sub: String, accounts: Vec<String>| {
         let claims = jwt::Claims {
             iss: setup.op.public_key(),
