@@ -54,7 +54,13 @@ async fn imports_through_leaf(hub_imp: Impl, leaf_imp: Impl, tag: &str) {
     assert_eq!(m.subject.as_str(), "froma.pub.x", "{tag}");
     // Service: a request from the leaf reaches A's responder on the hub.
     let mut reqs = a.subscribe("req.echo").await.unwrap();
-    a.flush().await.unwrap();
+    // A round trip on `a`: its SUB is in place before the request.
+    let probe = a.new_inbox();
+    let mut back = a.subscribe(probe.clone()).await.unwrap();
+    a.publish(probe, "".into()).await.unwrap();
+    tokio::time::timeout(WAIT, back.next())
+        .await
+        .expect("a round trip on a");
     let a2 = a.clone();
     tokio::spawn(async move {
         while let Some(m) = reqs.next().await {

@@ -59,6 +59,40 @@ async fn next(sub: &mut async_nats::Subscriber, what: &str) -> async_nats::Messa
         .expect("subscription open")
 }
 
+/// A round trip on `c`'s connection (its SUBs were processed): `flush`
+/// only writes them out.
+async fn sync(c: &async_nats::Client) {
+    let inbox = c.new_inbox();
+    let mut s = c.subscribe(inbox.clone()).await.unwrap();
+    c.publish(inbox, Bytes::new()).await.unwrap();
+    next(&mut s, "a round trip").await;
+}
+
+/// Publishes probes on `subject` from `app` until `sub` (of a client that
+/// may not publish, so cannot make its own round trip) gets one, then
+/// drains the rest.
+async fn until_subscribed(
+    app: &async_nats::Client,
+    sub: &mut async_nats::Subscriber,
+    subject: &str,
+) {
+    let end = tokio::time::Instant::now() + WAIT;
+    loop {
+        app.publish(subject.to_string(), "probe".into())
+            .await
+            .unwrap();
+        app.flush().await.unwrap();
+        if let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(100), sub.next()).await {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "{subject}: never subscribed"
+        );
+    }
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(100), sub.next()).await {}
+}
+
 /// A request from `app` on `subject` with reply `inbox`, delivered to
 /// `svc_sub`; returns the reply subject the responder saw.
 async fn request(
@@ -71,7 +105,7 @@ async fn request(
         .await
         .unwrap();
     app.flush().await.unwrap();
-    let m = next(svc_sub, "the request").await;
+    let m = next(svc_sub, &format!("the request with reply {inbox}")).await;
     m.reply.expect("a reply subject").to_string()
 }
 
@@ -105,11 +139,11 @@ async fn client_rules(imp: Impl, tag: &str) {
     let svc2 = connect(&url, "svc2").await;
     let mut reqs = svc.subscribe("svc.a").await.unwrap();
     let mut reqs2 = svc2.subscribe("svc.b").await.unwrap();
-    svc.flush().await.unwrap();
-    svc2.flush().await.unwrap();
     let mut inbox = app.subscribe("_INBOX.t.>").await.unwrap();
     let mut events = app.subscribe("events.>").await.unwrap();
-    app.flush().await.unwrap();
+    sync(&app).await;
+    until_subscribed(&app, &mut reqs, "svc.a").await;
+    until_subscribed(&app, &mut reqs2, "svc.b").await;
 
     // One answer to a delivered reply subject; nothing else.
     let r1 = request(&app, "_INBOX.t.1", &mut reqs, "svc.a").await;
@@ -185,7 +219,7 @@ authorization {
     hub.wait_leaf_interest("svc.leaf").await;
     let app = connect(&hub.url(), "app").await;
     let mut inbox = app.subscribe("_INBOX.l.>").await.unwrap();
-    app.flush().await.unwrap();
+    sync(&app).await;
     app.publish_with_reply("svc.leaf", "_INBOX.l.1", "q".into())
         .await
         .unwrap();
