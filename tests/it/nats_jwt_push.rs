@@ -31,6 +31,7 @@ use liftbridge::nats::jwt::{self, AccountNats, Export, Import};
 
 use crate::support::jwt::{account_jwt, operator_jwt, user_jwt, write_creds};
 use crate::support::procs::{go_nats_server_2_15, Impl, NatsNode};
+use crate::support::{drain, until_flowing};
 
 const T: Duration = Duration::from_secs(5);
 const WAIT: Duration = Duration::from_secs(20);
@@ -226,32 +227,6 @@ async fn assert_quiet(sub: &mut async_nats::Subscriber, what: &str) {
     }
 }
 
-/// Publishes on `subject` from `publisher` until `sub` receives one (a
-/// push takes effect on other nodes a moment later); then drains it.
-async fn until_flowing(
-    publisher: &async_nats::Client,
-    sub: &mut async_nats::Subscriber,
-    subject: &str,
-    what: &str,
-) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        publisher
-            .publish(subject.to_string(), "probe".into())
-            .await
-            .unwrap();
-        publisher.flush().await.unwrap();
-        if let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(200), sub.next()).await {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: never flowed"
-        );
-    }
-    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(200), sub.next()).await {}
-}
-
 /// Answers every request on `sub` with `tag`.
 fn serve(c: async_nats::Client, mut sub: async_nats::Subscriber, tag: &'static str) {
     tokio::spawn(async move {
@@ -306,6 +281,7 @@ async fn single(imp: Impl) {
     assert_updated(&push(&sys, &setup.a_jwt(now - 90, true)).await, "A exports");
     assert_updated(&push(&sys, &setup.n_jwt(now - 80, true)).await, "N imports");
     until_flowing(&a, &mut n_feed, "feed.1", "A's feed into N").await;
+    drain(&mut n_feed).await;
     serve(a.clone(), a.subscribe("svc.>").await.unwrap(), "from A");
     sync(&a).await;
     let r = tokio::time::timeout(T, n.request("svc.time", "now?".into()))
@@ -411,6 +387,7 @@ async fn cluster(imp: Impl) {
     let mut feed3 = on3.subscribe("feed.>").await.unwrap();
     sync(&on3).await;
     until_flowing(&on2, &mut x3, "x.1", "N across the route").await;
+    drain(&mut x3).await;
 
     // Exports and imports pushed to one node; the subscriber on the third
     // node (made before) gets A's stream published on the first.
@@ -426,6 +403,7 @@ async fn cluster(imp: Impl) {
         "A's feed from node 1 into N on node 3",
     )
     .await;
+    drain(&mut feed3).await;
 
     // A node down during a push learns it when it rejoins.
     n3.proc.stop(Duration::from_secs(5)).await;
@@ -461,6 +439,7 @@ async fn cluster(imp: Impl) {
     let mut y1 = m1.subscribe("y").await.unwrap();
     sync(&m1).await;
     until_flowing(&m3, &mut y1, "y", "M from the rejoined node").await;
+    drain(&mut y1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,6 +28,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::support::procs::{go_nats_server_2_15, ConfNode, Impl};
 use crate::support::rawleaf::{closed_after, raw_leaf, read_line, read_until_err};
+use crate::support::{drain, until_flowing};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -68,29 +69,15 @@ async fn sync(c: &async_nats::Client) {
     next(&mut s, "a round trip").await;
 }
 
-/// Publishes probes on `subject` from `app` until `sub` (of a client that
-/// may not publish, so cannot make its own round trip) gets one, then
-/// drains the rest.
+/// `sub` belongs to a client that may not publish, so cannot make its own
+/// round trip: `app`'s probes show its subscription is in place.
 async fn until_subscribed(
     app: &async_nats::Client,
     sub: &mut async_nats::Subscriber,
     subject: &str,
 ) {
-    let end = tokio::time::Instant::now() + WAIT;
-    loop {
-        app.publish(subject.to_string(), "probe".into())
-            .await
-            .unwrap();
-        app.flush().await.unwrap();
-        if let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(100), sub.next()).await {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "{subject}: never subscribed"
-        );
-    }
-    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(100), sub.next()).await {}
+    until_flowing(app, sub, subject, "the responder's subscription").await;
+    drain(sub).await;
 }
 
 /// A request from `app` on `subject` with reply `inbox`, delivered to

@@ -27,7 +27,7 @@ use futures::StreamExt;
 
 use crate::support::jwt::{account_jwt, operator_jwt, user_jwt, write_creds};
 use crate::support::procs::{go_nats_server_2_15, go_nats_server_2_9, Proc};
-use crate::support::{free_port, http_json, wait_until};
+use crate::support::{free_port, http_json, until_flowing, wait_until};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -736,7 +736,8 @@ async fn a_only(
     prefix: &str,
     (from, to): (&str, &str),
 ) {
-    until_flowing(pub_a, sub_a, &format!("{prefix}.probe")).await;
+    let probe = format!("{prefix}.probe");
+    until_flowing(pub_a, sub_a, &probe, &probe).await;
     publish_n(pub_a, &format!("{prefix}.a"), 30).await;
     recv_numbered(sub_a, 30, &format!("{from} A → {to} A")).await;
     publish_n(pub_b, &format!("{prefix}.b"), 10).await;
@@ -752,25 +753,6 @@ async fn a_only(
         &format!("{to} A from the {from}'s B"),
     )
     .await;
-}
-
-/// Publishes `probe` on `subject` every 100 ms until `sub` receives one
-/// (interest has crossed every hop), then returns.
-async fn until_flowing(c: &async_nats::Client, sub: &mut async_nats::Subscriber, subject: &str) {
-    let end = tokio::time::Instant::now() + WAIT;
-    loop {
-        assert!(
-            tokio::time::Instant::now() < end,
-            "no message on {subject} reached its subscriber"
-        );
-        c.publish(subject.to_string(), Bytes::from_static(b"probe"))
-            .await
-            .unwrap();
-        c.flush().await.unwrap();
-        if let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(100), sub.next()).await {
-            return;
-        }
-    }
 }
 
 /// Receives the `n` numbered messages `publish_n` sent, skipping probes.

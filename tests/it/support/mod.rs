@@ -13,8 +13,8 @@
 //!   faults without mocks);
 //! - [`rawleaf`]: a leaf-node connection spoken by hand, for a hub's
 //!   protocol-level answers;
-//! - [`free_port`], [`http_json`], [`wait_until`]: the small helpers those
-//!   tests need.
+//! - [`free_port`], [`http_json`], [`wait_until`], [`until_flowing`],
+//!   [`drain`]: the small helpers those tests need.
 
 pub mod cluster;
 pub mod history;
@@ -79,4 +79,37 @@ where
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Publishes `probe` on `subject` from `c` every 100 ms until `sub`
+/// receives one (interest has reached the publisher's server, across
+/// every hop), within 20 s; `what` names the flow in the failure.
+pub async fn until_flowing(
+    c: &async_nats::Client,
+    sub: &mut async_nats::Subscriber,
+    subject: &str,
+    what: &str,
+) {
+    use futures::StreamExt;
+    let end = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "{what}: no message on {subject} reached its subscriber"
+        );
+        c.publish(subject.to_string(), bytes::Bytes::from_static(b"probe"))
+            .await
+            .unwrap();
+        c.flush().await.unwrap();
+        if let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(100), sub.next()).await {
+            return;
+        }
+    }
+}
+
+/// Takes what `sub` still receives until it has been quiet for 200 ms
+/// (the probes [`until_flowing`] sent before the first arrived).
+pub async fn drain(sub: &mut async_nats::Subscriber) {
+    use futures::StreamExt;
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(200), sub.next()).await {}
 }
