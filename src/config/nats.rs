@@ -155,9 +155,14 @@ pub enum ResolverConfig {
         hard_delete: bool,
         /// `limit`: most stored accounts.
         limit: Option<usize>,
-        /// `interval` (full): accepted for compatibility; route peers
-        /// catch up when they connect.
+        /// `interval` (full): how often the stored accounts are compared
+        /// with the route peers' (a digest; the JWTs only when they
+        /// differ). `None` = nats-server's one minute.
         interval: Option<Duration>,
+        /// `timeout`: how long a connect with an account not stored here
+        /// waits for a route peer to answer its lookup. `None` =
+        /// nats-server's 1.9 s.
+        timeout: Option<Duration>,
         /// Accounts of `resolver_preload`, stored at start-up when absent.
         preload: Vec<(String, String)>,
     },

@@ -968,7 +968,7 @@ fn operator_mode(op: OperatorKeys, c: &mut NatsConf) -> Result<(), ConfError> {
             "operators require an account resolver to be configured (resolver: MEMORY or resolver { type: full, dir: … })",
         );
     };
-    let resolver = resolver_config(rk, rn, op.preload, &mut c.warnings)?;
+    let resolver = resolver_config(rk, rn, op.preload)?;
     c.options.auth.operator = Some(OperatorConfig {
         operators: op.operators,
         trusted_keys: op.trusted,
@@ -983,7 +983,6 @@ fn resolver_config(
     key: &str,
     n: &Node,
     preload: Vec<(String, String)>,
-    warnings: &mut Vec<String>,
 ) -> Result<ResolverConfig, ConfError> {
     const PARSE: &str = "error parsing account resolver, should be MEM or  URL(\"url\") or a map containing dir and type state=[FULL|CACHE])";
     let m = match &n.value {
@@ -1006,6 +1005,7 @@ fn resolver_config(
     let mut hard_delete = false;
     let mut limit = None;
     let mut interval = None;
+    let mut timeout = None;
     let mut ttl = None;
     for (k, v) in m {
         match k.to_ascii_lowercase().as_str() {
@@ -1029,11 +1029,11 @@ fn resolver_config(
             "interval" => interval = Some(want_duration(k, v)?),
             "ttl" => ttl = Some((k.clone(), v.clone())),
             "timeout" => {
-                want_duration(k, v)?;
-                warnings.push(format!(
-                    "{}:{}: resolver \"timeout\" accepted and ignored (accounts are never fetched from peers)",
-                    v.file, v.line
-                ));
+                let d = want_duration(k, v)?;
+                if d.is_zero() {
+                    return invalid(k, v, "Fetch timeout 0s is too smal");
+                }
+                timeout = Some(d);
             }
             other => return invalid(k, v, format!("resolver field {other:?} is not supported")),
         }
@@ -1065,7 +1065,9 @@ fn resolver_config(
         allow_delete,
         hard_delete,
         limit,
-        interval,
+        // Zero or less is nats-server's default.
+        interval: interval.filter(|d: &Duration| !d.is_zero()),
+        timeout,
         preload,
     })
 }

@@ -18,6 +18,21 @@
 //! own — so a node that was down during a push catches up when it
 //! rejoins. Forwarded pushes are
 //! applied by the route's reader, not answered and not passed on.
+//! Every `interval` (nats-server's resolver key, one minute by default) a
+//! full resolver sends its peers a digest of its accounts
+//! ([`CLAIMS_DIGEST`]); a full resolver whose own digest differs answers
+//! with its JWTs on [`CLAIMS_SYNC`], so stores that drifted apart while
+//! connected (a forwarded push lost with a closed route) converge.
+//!
+//! A client or leaf whose user JWT names an account not stored here (a
+//! cache resolver, or a full one that missed it) waits up to the
+//! resolver's `timeout` (1.9 s) while the route peers are asked for it on
+//! `$SYS.REQ.ACCOUNT.<key>.CLAIMS.LOOKUP` (the reply goes to
+//! `$SYS._LOOKUP.<server id>.<n>` on the asking route): the first JWT
+//! that validates is stored, as a push would be, and the connect goes on;
+//! when every peer answered empty the connect is refused at once. These
+//! route messages are understood by our servers; a nats-server peer
+//! ignores them (its own lookups and packs are not answered here).
 //!
 //! After an update changes a loaded account, its connected users are
 //! re-checked: revoked ones get
@@ -31,14 +46,17 @@
 //! dropped update is never answered and the pusher retries. Must not: run
 //! when operator mode or the system account is absent.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use tokio::sync::oneshot;
 
-use super::client::ClientKind;
+use super::client::{ClientKind, ClientShared};
 use super::handle::{LocalClient, LocalSubscription};
-use super::resolver::OperatorState;
+use super::proto::route::encode_rmsg;
+use super::resolver::{OperatorState, UpdateSource};
 use super::server::{NatsError, ServerInner, SERVER_VERSION};
 
 /// The subject of account JWT pushes that name no account.
@@ -50,6 +68,164 @@ pub(crate) const CLAIMS_SYNC: &str = "$SYS.REQ.CLAIMS.SYNC";
 
 /// The subject of an operator's request to delete accounts.
 const CLAIMS_DELETE: &str = "$SYS.REQ.CLAIMS.DELETE";
+
+/// The subject, between route peers only, of a full resolver's periodic
+/// digest of its accounts ([`OperatorState::digest`]).
+pub(crate) const CLAIMS_DIGEST: &str = "$SYS.REQ.CLAIMS.DIGEST";
+
+/// Replies to our account lookups: `<prefix>.<server id>.<n>`.
+const LOOKUP_REPLY: &str = "$SYS._LOOKUP";
+
+/// Most account lookups in flight; a connect beyond them is not looked up
+/// (and is refused when its account is not stored).
+const MAX_LOOKUPS: usize = 1024;
+
+/// Account lookups this node has sent its route peers, by reply subject.
+/// Bounded by [`MAX_LOOKUPS`]; each entry is removed by the lookup that
+/// made it, answered or timed out.
+#[derive(Default)]
+pub(crate) struct Lookups {
+    next: AtomicU64,
+    waits: parking_lot::Mutex<HashMap<String, LookupWait>>,
+}
+
+struct LookupWait {
+    /// Taken by the answer that ends the wait.
+    tx: Option<oneshot::Sender<Option<Bytes>>>,
+    /// Peers that answered "not stored here".
+    empty: usize,
+    /// Peers asked; `None` until the request is sent.
+    asked: Option<usize>,
+}
+
+impl LookupWait {
+    /// Ends the wait with "not found" once every peer asked said so.
+    fn settle(&mut self) {
+        if self.asked.is_some_and(|n| self.empty >= n) {
+            if let Some(tx) = self.tx.take() {
+                let _ = tx.send(None);
+            }
+        }
+    }
+}
+
+impl Lookups {
+    /// A peer's answer to the lookup whose reply subject is `subject`.
+    fn answer(&self, subject: &str, payload: &[u8]) {
+        let mut waits = self.waits.lock();
+        let Some(w) = waits.get_mut(subject) else {
+            return;
+        };
+        if payload.is_empty() {
+            w.empty += 1;
+            w.settle();
+        } else if let Some(tx) = w.tx.take() {
+            let _ = tx.send(Some(Bytes::copy_from_slice(payload)));
+        }
+    }
+}
+
+/// Asks the route peers for the account `key`, which this node's
+/// directory resolver does not store, and stores the JWT the first one
+/// answers with (see the module doc). Returns whether the account is
+/// known here now.
+pub(crate) async fn fetch(inner: &Arc<ServerInner>, key: &str) -> bool {
+    let Some(op) = &inner.operator else {
+        return false;
+    };
+    let (Some(timeout), Some(sys), Some(routes)) =
+        (op.fetch_timeout(), op.system_account(), &inner.routes)
+    else {
+        return false;
+    };
+    let n = inner.lookups.next.fetch_add(1, Ordering::Relaxed);
+    let reply = format!("{LOOKUP_REPLY}.{}.{n}", inner.server_id);
+    let (tx, rx) = oneshot::channel();
+    {
+        let mut waits = inner.lookups.waits.lock();
+        if waits.len() >= MAX_LOOKUPS {
+            tracing::warn!(account = %key, "account lookup not sent: {MAX_LOOKUPS} in flight");
+            return false;
+        }
+        waits.insert(
+            reply.clone(),
+            LookupWait {
+                tx: Some(tx),
+                empty: 0,
+                asked: None,
+            },
+        );
+    }
+    let subject = format!("$SYS.REQ.ACCOUNT.{key}.CLAIMS.LOOKUP");
+    let asked = routes.forward_system(sys, &subject, Some(&reply), &[]);
+    if let Some(w) = inner.lookups.waits.lock().get_mut(&reply) {
+        w.asked = Some(asked);
+        w.settle();
+    }
+    let got = tokio::time::timeout(timeout, rx).await;
+    inner.lookups.waits.lock().remove(&reply);
+    match got {
+        Ok(Ok(Some(token))) => {
+            let o = apply(inner, op, Some(key), &token, UpdateSource::Fetched);
+            o.result.is_ok() && op.account(key).is_some()
+        }
+        Ok(_) => {
+            tracing::debug!(account = %key, peers = asked, "account lookup: not found on any peer");
+            false
+        }
+        Err(_) => {
+            tracing::debug!(account = %key, peers = asked, "account lookup timed out");
+            false
+        }
+    }
+}
+
+/// Appends a full resolver's stored JWTs as [`CLAIMS_SYNC`] messages for
+/// one route peer (nothing for other resolvers).
+pub(crate) fn encode_sync(inner: &ServerInner, b: &mut BytesMut) {
+    let Some(op) = &inner.operator else {
+        return;
+    };
+    let Some(sys) = op.system_account() else {
+        return;
+    };
+    for jwt in op.sync_jwts() {
+        encode_rmsg(
+            b,
+            sys.as_bytes(),
+            CLAIMS_SYNC.as_bytes(),
+            None,
+            &[],
+            None,
+            jwt.as_bytes(),
+        );
+    }
+}
+
+/// A full resolver's digest timer: every `interval`, the digest of its
+/// accounts goes to the route peers.
+fn spawn_digests(inner: &Arc<ServerInner>, op: &Arc<OperatorState>) {
+    let (Some(every), Some(_)) = (op.sync_interval(), &inner.routes) else {
+        return;
+    };
+    let weak = Arc::downgrade(inner);
+    let op = op.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let Some(inner) = weak.upgrade() else {
+                return;
+            };
+            let (Some(routes), Some(sys)) = (&inner.routes, op.system_account()) else {
+                return;
+            };
+            routes.forward_system(sys, CLAIMS_DIGEST, None, op.digest().as_bytes());
+        }
+    });
+}
 
 /// The subjects served.
 const SUBJECTS: [&str; 5] = [
@@ -130,6 +306,7 @@ pub(crate) fn spawn(inner: &Arc<ServerInner>) -> Result<(), NatsError> {
     let Some(op) = inner.operator.clone() else {
         return Ok(());
     };
+    spawn_digests(inner, &op);
     let Some(account) = op.system_account().and_then(|s| inner.accounts.get(s)) else {
         return Ok(());
     };
@@ -175,7 +352,7 @@ async fn serve(
         }
         if subject == CLAIMS_DELETE {
             if let (Some(routes), Some(sys)) = (&inner.routes, op.system_account()) {
-                routes.forward_system(sys, &subject, &m.payload);
+                routes.forward_system(sys, &subject, None, &m.payload);
             }
             let outcome = delete(&inner, &op, &m.payload);
             if let Some(r) = reply {
@@ -189,10 +366,10 @@ async fn serve(
         };
         if let (Some(routes), Some(sys)) = (&inner.routes, op.system_account()) {
             if op.is_valid_update(key, &m.payload) {
-                routes.forward_system(sys, &subject, &m.payload);
+                routes.forward_system(sys, &subject, None, &m.payload);
             }
         }
-        let outcome = apply(&inner, &op, key, &m.payload, false);
+        let outcome = apply(&inner, &op, key, &m.payload, UpdateSource::Push);
         if let Some(r) = reply {
             let body = super::resolver::update_reply(server_block(&inner, &seq), &outcome);
             let _ = client.publish(&r, None, None, Bytes::from(body.to_string()));
@@ -253,12 +430,12 @@ fn apply(
     op: &OperatorState,
     key: Option<&str>,
     body: &[u8],
-    newer_only: bool,
+    source: UpdateSource,
 ) -> super::resolver::UpdateOutcome {
-    let outcome = op.apply_update(key, body, newer_only);
+    let outcome = op.apply_update(key, body, source);
     match &outcome.result {
         // A peer's catch-up mostly repeats what is stored: quiet then.
-        Ok(msg) if newer_only && !outcome.stored => {
+        Ok(msg) if source == UpdateSource::PeerSync && !outcome.stored => {
             tracing::debug!(account = %outcome.account, "claims sync: {msg} (not newer)")
         }
         Ok(msg) => tracing::info!(account = %outcome.account, "claims update: {msg}"),
@@ -278,23 +455,67 @@ fn apply(
 }
 
 /// A message a route peer sent in the system account: a forwarded claims
-/// update is applied (not answered, not passed on); anything else is
-/// ignored, as routes carry no other system traffic.
-pub(crate) fn from_route(inner: &ServerInner, subject: &[u8], payload: &[u8]) {
+/// update is applied (not answered, not passed on), a lookup answered to
+/// that peer, an answer to our lookup handed to it, a digest that differs
+/// from ours answered with our JWTs; anything else is ignored, as routes
+/// carry no other system traffic.
+pub(crate) fn from_route(
+    inner: &ServerInner,
+    route: &Arc<ClientShared>,
+    subject: &[u8],
+    reply: Option<&[u8]>,
+    payload: &[u8],
+) {
     let (Some(op), Ok(subject)) = (&inner.operator, std::str::from_utf8(subject)) else {
         return;
     };
     if subject == CLAIMS_SYNC {
-        apply(inner, op, None, payload, true);
+        apply(inner, op, None, payload, UpdateSource::PeerSync);
         return;
     }
     if subject == CLAIMS_DELETE {
         delete(inner, op, payload);
         return;
     }
+    if subject == CLAIMS_DIGEST {
+        if op.sync_interval().is_some() && payload != op.digest().as_bytes() {
+            let mut b = BytesMut::new();
+            encode_sync(inner, &mut b);
+            if !b.is_empty() {
+                route.send_now(&b);
+            }
+        }
+        return;
+    }
+    if subject
+        .strip_prefix(LOOKUP_REPLY)
+        .is_some_and(|r| r.starts_with('.'))
+    {
+        inner.lookups.answer(subject, payload);
+        return;
+    }
+    if let ["$SYS", "REQ", "ACCOUNT", key, "CLAIMS", "LOOKUP"] =
+        subject.split('.').collect::<Vec<_>>().as_slice()
+    {
+        if let (Some(reply), Some(sys)) = (reply, op.system_account()) {
+            let body = op.lookup(key).unwrap_or_default();
+            let mut b = BytesMut::new();
+            encode_rmsg(
+                &mut b,
+                sys.as_bytes(),
+                reply,
+                None,
+                &[],
+                None,
+                body.as_bytes(),
+            );
+            route.send_now(&b);
+        }
+        return;
+    }
     match update_key(subject) {
         Some(key) => {
-            apply(inner, op, key, payload, false);
+            apply(inner, op, key, payload, UpdateSource::Push);
         }
         None => {
             tracing::debug!(%subject, "route message in the system account ignored");

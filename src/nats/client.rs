@@ -1779,6 +1779,10 @@ impl Reader {
     /// connected may have skipped this client, so it re-checks itself.
     async fn authenticate(&mut self, co: Box<ConnectOptions>) -> Flow {
         if let Some(op) = self.server.operator.clone() {
+            // An account not stored here may be known to a route peer.
+            if let Some(key) = co.jwt.as_deref().and_then(|j| op.account_to_fetch(j)) {
+                super::claims::fetch(&self.server, &key).await;
+            }
             return self.authenticate_jwt(&op, co);
         }
         let mut co = co;

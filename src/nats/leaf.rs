@@ -1262,6 +1262,14 @@ async fn check_connect(
             return Err("remote leafnode has same cluster name".into());
         }
     }
+    if let (Some(op), Some(jwt)) = (&server.operator, c.jwt.as_deref()) {
+        if server.leafs.as_ref().is_some_and(|l| l.auth.is_none()) {
+            // An account not stored here may be known to a route peer.
+            if let Some(key) = op.account_to_fetch(jwt) {
+                super::claims::fetch(server, &key).await;
+            }
+        }
+    }
     let srv = server.clone();
     let creds = (
         c.user.clone(),

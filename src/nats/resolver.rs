@@ -155,7 +155,30 @@ enum Store {
         limit: Option<usize>,
         /// `allow_delete`: `Some(hard_delete)`.
         delete: Option<bool>,
+        /// How often a full resolver compares its accounts with its peers'.
+        interval: Duration,
+        /// How long a lookup of an account not stored here waits.
+        timeout: Duration,
     },
+}
+
+/// nats-server's default `interval` of a full resolver.
+const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_secs(60);
+/// nats-server's default `timeout` of an account lookup.
+const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_millis(1900);
+
+/// Where an account JWT handed to [`OperatorState::apply_update`] comes
+/// from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateSource {
+    /// Pushed on a claims-update subject (here, or forwarded by a route
+    /// peer): replaces the stored JWT whatever its age.
+    Push,
+    /// A route peer's stored JWTs (catch-up): applied only when newer.
+    PeerSync,
+    /// A peer's answer to our lookup of an account not stored here: stored
+    /// by a cache resolver too.
+    Fetched,
 }
 
 /// The outcome of a pushed account JWT, for the reply.
@@ -252,7 +275,8 @@ impl OperatorState {
                 preload,
                 allow_delete,
                 hard_delete,
-                ..
+                interval,
+                timeout,
             } => {
                 std::fs::create_dir_all(dir).map_err(|source| ResolverError::Dir {
                     dir: dir.clone(),
@@ -263,6 +287,8 @@ impl OperatorState {
                     dir: dir.clone(),
                     limit: *limit,
                     delete: allow_delete.then_some(*hard_delete),
+                    interval: interval.unwrap_or(DEFAULT_SYNC_INTERVAL),
+                    timeout: timeout.unwrap_or(DEFAULT_FETCH_TIMEOUT),
                 };
                 state.load_dir(dir)?;
                 state.preload(preload, true)?;
@@ -615,8 +641,9 @@ impl OperatorState {
         &self,
         subject_key: Option<&str>,
         body: &[u8],
-        newer_only: bool,
+        source: UpdateSource,
     ) -> UpdateOutcome {
+        let newer_only = source != UpdateSource::Push;
         let _one = self.updates.lock();
         let mut out = UpdateOutcome {
             account: subject_key.unwrap_or_default().to_string(),
@@ -674,7 +701,7 @@ impl OperatorState {
             Store::Dir {
                 full, dir, limit, ..
             } => {
-                if !*full && !known {
+                if !*full && !known && source != UpdateSource::Fetched {
                     out.result = Ok("jwt update cache skipped");
                     return out;
                 }
@@ -864,6 +891,57 @@ impl OperatorState {
     /// The stored JWT of `key` (lookup requests); `None` = not found.
     pub fn lookup(&self, key: &str) -> Option<String> {
         self.account(key).map(|a| a.jwt.clone())
+    }
+
+    /// How often a full resolver compares its accounts with its route
+    /// peers'; `None` for other resolvers.
+    pub fn sync_interval(&self) -> Option<Duration> {
+        match &self.store {
+            Store::Dir {
+                full: true,
+                interval,
+                ..
+            } => Some(*interval),
+            _ => None,
+        }
+    }
+
+    /// How long a lookup of an account not stored here waits for the
+    /// route peers; `None` for MEMORY, which never looks accounts up.
+    pub fn fetch_timeout(&self) -> Option<Duration> {
+        match &self.store {
+            Store::Dir { timeout, .. } => Some(*timeout),
+            Store::Memory => None,
+        }
+    }
+
+    /// The account of a user JWT when it is worth looking up from the
+    /// route peers: a directory resolver that does not store it (and did
+    /// not delete it). `None` for a JWT that does not decode, a known
+    /// account, or MEMORY.
+    pub fn account_to_fetch(&self, user_jwt: &str) -> Option<String> {
+        self.fetch_timeout()?;
+        let uc = jwt::decode_user(user_jwt).ok()?;
+        let key = if uc.nats.issuer_account.is_empty() {
+            uc.iss
+        } else {
+            uc.nats.issuer_account
+        };
+        (self.account(&key).is_none() && !self.tombstoned(&key)).then_some(key)
+    }
+
+    /// A digest of the stored accounts (a full resolver's): the XOR of
+    /// each JWT's SHA-256, so it does not depend on order. Two nodes with
+    /// the same JWTs have the same digest.
+    pub fn digest(&self) -> String {
+        let mut acc = [0u8; 32];
+        for a in self.accounts.read().values() {
+            let d = ring::digest::digest(&ring::digest::SHA256, a.jwt.as_bytes());
+            for (x, y) in acc.iter_mut().zip(d.as_ref()) {
+                *x ^= y;
+            }
+        }
+        acc.iter().map(|b| format!("{b:02x}")).collect()
     }
 }
 
@@ -1258,6 +1336,7 @@ mod tests {
                     hard_delete: false,
                     limit: None,
                     interval: None,
+                    timeout: None,
                     preload: Vec::new(),
                 },
                 ..Default::default()
@@ -1267,7 +1346,7 @@ mod tests {
         let st = load();
         assert!(st.account(&k.acc.public_key()).is_none());
         let good = account_jwt(&k, |n| n.limits.conn = 1);
-        let o = st.apply_update(None, good.as_bytes(), false);
+        let o = st.apply_update(None, good.as_bytes(), UpdateSource::Push);
         assert_eq!(o.result, Ok("jwt updated"));
         assert!(!o.changed);
         assert_eq!(st.max_connections(&k.acc.public_key()), Some(1));
@@ -1275,14 +1354,18 @@ mod tests {
             .path()
             .join(format!("{}.jwt", k.acc.public_key()))
             .exists());
-        let o = st.apply_update(Some("AXXX"), good.as_bytes(), false);
+        let o = st.apply_update(Some("AXXX"), good.as_bytes(), UpdateSource::Push);
         assert!(o.result.is_err());
-        let o = st.apply_update(None, bad.as_bytes(), false);
+        let o = st.apply_update(None, bad.as_bytes(), UpdateSource::Push);
         assert_eq!(o.result.unwrap_err().0, "jwt validation failed");
-        let o = st.apply_update(None, b"", false);
+        let o = st.apply_update(None, b"", UpdateSource::Push);
         assert_eq!(o.result.unwrap_err().0, "jwt update error");
         let newer = account_jwt(&k, |n| n.limits.conn = 3);
-        let o = st.apply_update(Some(&k.acc.public_key()), newer.as_bytes(), false);
+        let o = st.apply_update(
+            Some(&k.acc.public_key()),
+            newer.as_bytes(),
+            UpdateSource::Push,
+        );
         assert!(o.changed);
         assert_eq!(st.max_connections(&k.acc.public_key()), Some(3));
         // A restart reads the stored file.
@@ -1298,13 +1381,22 @@ mod tests {
         };
         let now = jwt::unix_now();
         let (late, early) = (dated(now + 2_000, 5), dated(now + 1_000, 6));
-        assert!(st.apply_update(None, late.as_bytes(), true).stored);
-        let o = st.apply_update(None, early.as_bytes(), true);
+        assert!(
+            st.apply_update(None, late.as_bytes(), UpdateSource::PeerSync)
+                .stored
+        );
+        let o = st.apply_update(None, early.as_bytes(), UpdateSource::PeerSync);
         assert_eq!((o.result, o.stored), (Ok("jwt updated"), false));
         assert_eq!(st.max_connections(&k.acc.public_key()), Some(5));
-        assert!(st.apply_update(None, early.as_bytes(), false).stored);
+        assert!(
+            st.apply_update(None, early.as_bytes(), UpdateSource::Push)
+                .stored
+        );
         assert_eq!(st.max_connections(&k.acc.public_key()), Some(6));
-        assert!(!st.apply_update(None, early.as_bytes(), false).stored);
+        assert!(
+            !st.apply_update(None, early.as_bytes(), UpdateSource::Push)
+                .stored
+        );
         assert_eq!(st.sync_jwts(), vec![early.clone()]);
     }
 

@@ -438,22 +438,31 @@ impl Routes {
     /// Counts one more (`delta` = 1) or one fewer (-1) local subscription
     /// of `account` and tells every route when the interest it knows
     /// changes.
-    /// Passes a claims update pushed here to every route peer, in the
-    /// system account `account` (see `claims`).
-    pub(crate) fn forward_system(&self, account: &str, subject: &str, payload: &[u8]) {
+    /// Passes a message of the claims service (an update pushed here, a
+    /// lookup, a digest) to every route peer, in the system account
+    /// `account` (see `claims`). Returns how many peers it went to.
+    pub(crate) fn forward_system(
+        &self,
+        account: &str,
+        subject: &str,
+        reply: Option<&str>,
+        payload: &[u8],
+    ) -> usize {
         let mut b = BytesMut::new();
         encode_rmsg(
             &mut b,
             account.as_bytes(),
             subject.as_bytes(),
-            None,
+            reply.map(str::as_bytes),
             &[],
             None,
             payload,
         );
-        for r in self.state.lock().routes.values() {
+        let st = self.state.lock();
+        for r in st.routes.values() {
             r.client.send_now(&b);
         }
+        st.routes.len()
     }
 
     pub(crate) fn local_interest(
@@ -1504,21 +1513,7 @@ impl RouteReader {
         let mut b = BytesMut::new();
         // A full resolver's accounts go first, so the peer knows them
         // before the interest in them (see `claims`).
-        if let Some(op) = &server.operator {
-            if let Some(sys) = op.system_account() {
-                for jwt in op.sync_jwts() {
-                    encode_rmsg(
-                        &mut b,
-                        sys.as_bytes(),
-                        super::claims::CLAIMS_SYNC.as_bytes(),
-                        None,
-                        &[],
-                        None,
-                        jwt.as_bytes(),
-                    );
-                }
-            }
-        }
+        super::claims::encode_sync(&server, &mut b);
         for ((account, subject, queue), n) in &st.interest {
             encode_rs_plus(&mut b, account, subject, queue.as_deref().map(|q| (q, *n)));
         }
@@ -1644,7 +1639,13 @@ impl RouteReader {
             .and_then(|o| o.system_account())
             .is_some_and(|s| s.as_bytes() == account)
         {
-            super::claims::from_route(&self.server, &subject, &payload);
+            super::claims::from_route(
+                &self.server,
+                &self.route.client,
+                &subject,
+                reply.as_deref(),
+                &payload,
+            );
             return;
         }
         let acc = if account == GLOBAL_ACCOUNT.as_bytes() {

@@ -147,6 +147,8 @@ pub(crate) struct ServerInner {
     /// Operator (JWT) mode: trusted operators and account claims; `None`
     /// when users come from the config file.
     pub(crate) operator: Option<Arc<super::resolver::OperatorState>>,
+    /// Account lookups sent to the route peers, awaiting answers.
+    pub(crate) lookups: super::claims::Lookups,
     /// What a reload may change (options, auth, TLS, INFO); see `reload`.
     pub(crate) live: parking_lot::RwLock<Arc<Live>>,
     /// Bumped by each reload; readers refresh their snapshot when it moves.
@@ -654,6 +656,7 @@ impl NatsServer {
             wiring_gate: parking_lot::RwLock::new(()),
             local_account,
             operator,
+            lookups: Default::default(),
             live: parking_lot::RwLock::new(Arc::new(live)),
             reload_gen: AtomicU64::new(0),
             max_payload: std::sync::atomic::AtomicUsize::new(max_payload),

@@ -14,65 +14,10 @@ use tokio::net::TcpStream;
 
 use crate::cluster_routes::wait_interest;
 use crate::support::procs::{Impl, NatsNode};
+use crate::support::rawroute::{route_connect, route_info, RawPeer};
 use crate::support::{http_json, wait_until};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// A raw TCP peer on a cluster port.
-struct RawPeer {
-    s: TcpStream,
-}
-
-impl RawPeer {
-    /// Connects and reads the server's INFO line.
-    async fn connect(port: u16) -> (RawPeer, String) {
-        let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        let mut buf = Vec::new();
-        let mut b = [0u8; 4096];
-        while !buf.ends_with(b"\r\n") {
-            let n = tokio::time::timeout(WAIT, s.read(&mut b))
-                .await
-                .expect("INFO in time")
-                .unwrap();
-            assert!(n > 0, "closed before INFO");
-            buf.extend_from_slice(&b[..n]);
-        }
-        (RawPeer { s }, String::from_utf8_lossy(&buf).into_owned())
-    }
-
-    async fn send(&mut self, data: &str) {
-        self.s.write_all(data.as_bytes()).await.unwrap();
-    }
-
-    /// Everything until the server closes the connection (fails if it
-    /// stays open for `WAIT`).
-    async fn read_to_close(&mut self) -> String {
-        let mut out = Vec::new();
-        let mut b = [0u8; 65536];
-        loop {
-            match tokio::time::timeout(WAIT, self.s.read(&mut b)).await {
-                Err(_) => panic!(
-                    "connection still open; got {:?}",
-                    String::from_utf8_lossy(&out)
-                ),
-                Ok(Ok(0)) | Ok(Err(_)) => return String::from_utf8_lossy(&out).into_owned(),
-                Ok(Ok(n)) => out.extend_from_slice(&b[..n]),
-            }
-        }
-    }
-}
-
-fn route_connect(name: &str, cluster: &str) -> String {
-    format!(
-        "CONNECT {{\"echo\":true,\"verbose\":false,\"pedantic\":false,\"tls_required\":false,\"headers\":true,\"name\":\"{name}\",\"cluster\":\"{cluster}\"}}\r\n"
-    )
-}
-
-fn route_info(id: &str, cluster: &str) -> String {
-    format!(
-        "INFO {{\"server_id\":\"{id}\",\"server_name\":\"{id}\",\"host\":\"127.0.0.1\",\"port\":1,\"cluster\":\"{cluster}\",\"headers\":true}}\r\n"
-    )
-}
 
 /// A and B meshed, a subscriber on B; checks a publish on A reaches it.
 struct Pair {

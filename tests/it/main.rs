@@ -48,6 +48,7 @@ mod nats_backpressure;
 mod nats_core;
 mod nats_external;
 mod nats_jwt;
+mod nats_jwt_lookup;
 mod nats_jwt_push;
 mod nats_leaf;
 mod nats_leaf_accounts;

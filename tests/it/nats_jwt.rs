@@ -636,6 +636,9 @@ async fn nats_jwt_bad_configs_refused() {
         (format!("operator: \"{op}\"\nresolver: MEMORY\nresolver_preload: {{ {}: \"eyJ.bad.jwt\" }}\n", setup.a.key()), "invalid account JWT"),
         ("operator: \"eyJhbGciOi.x.y\"\nresolver: MEMORY\n".to_string(), "invalid operator JWT"),
         (format!("operator: \"{op}\"\nresolver: {{ type: cache, dir: \"/tmp/x\", allow_delete: true }}\n"), "allow_delete"),
+        (format!("operator: \"{op}\"\nresolver: {{ type: cache, dir: \"/tmp/x\", interval: \"1m\" }}\n"), "CACHE does not accept sync"),
+        (format!("operator: \"{op}\"\nresolver: {{ type: full, dir: \"/tmp/x\", timeout: \"0s\" }}\n"), "Fetch timeout 0s is too smal"),
+        (format!("operator: \"{op}\"\nresolver: {{ type: full, dir: \"/tmp/x\", interval: \"soon\" }}\n"), "interval"),
     ] {
         let path = setup.dir.path().join("bad.conf");
         std::fs::write(&path, &text).unwrap();

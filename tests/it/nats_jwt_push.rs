@@ -37,20 +37,20 @@ const T: Duration = Duration::from_secs(5);
 const WAIT: Duration = Duration::from_secs(20);
 
 /// Keys, config and creds shared by every node of a run.
-struct Setup {
-    dir: tempfile::TempDir,
-    op: nkeys::KeyPair,
-    sys: nkeys::KeyPair,
+pub(crate) struct Setup {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) op: nkeys::KeyPair,
+    pub(crate) sys: nkeys::KeyPair,
     /// Preloaded; exports a stream and a service once pushed so.
-    a: nkeys::KeyPair,
+    pub(crate) a: nkeys::KeyPair,
     /// Pushed at run time; imports from A once pushed so.
-    n: nkeys::KeyPair,
+    pub(crate) n: nkeys::KeyPair,
     /// Pushed while one node of the cluster is down.
-    m: nkeys::KeyPair,
+    pub(crate) m: nkeys::KeyPair,
 }
 
 impl Setup {
-    fn new() -> Setup {
+    pub(crate) fn new() -> Setup {
         Setup {
             dir: tempfile::tempdir().unwrap(),
             op: nkeys::KeyPair::new_operator(),
@@ -61,7 +61,12 @@ impl Setup {
         }
     }
 
-    fn jwt(&self, acc: &nkeys::KeyPair, iat: i64, f: impl FnOnce(&mut AccountNats)) -> String {
+    pub(crate) fn jwt(
+        &self,
+        acc: &nkeys::KeyPair,
+        iat: i64,
+        f: impl FnOnce(&mut AccountNats),
+    ) -> String {
         // `iat` orders the pushes: a store keeps the newest.
         let token = account_jwt(&self.op, &acc.public_key(), "acc", f);
         let mut claims = jwt::decode_account(&token).unwrap();
@@ -124,22 +129,38 @@ impl Setup {
     }
 
     /// [`Setup::conf_with`] with `resolver` fields added.
-    fn conf_full(&self, name: &str, more: &str, resolver: &str) -> PathBuf {
+    pub(crate) fn conf_full(&self, name: &str, more: &str, resolver: &str) -> PathBuf {
+        let a = format!(
+            "  {}: {}\n{more}",
+            self.a.public_key(),
+            self.a_jwt(1, false)
+        );
+        self.conf_resolver(name, &format!("type: full {resolver}"), &a)
+    }
+
+    /// A config file for one node with a `cache` resolver (its own
+    /// directory) that preloads only the system account.
+    pub(crate) fn conf_cache(&self, name: &str) -> PathBuf {
+        self.conf_resolver(name, "type: cache", "")
+    }
+
+    /// A config file for one node: its own resolver directory with the
+    /// `resolver` fields, the system account and `more` (`key: jwt`
+    /// lines) preloaded.
+    fn conf_resolver(&self, name: &str, resolver: &str, more: &str) -> PathBuf {
         let rdir = self.dir.path().join(format!("jwt-{name}"));
         std::fs::create_dir_all(&rdir).unwrap();
         let text = format!(
             "server_name: {name}\n\
              operator: \"{}\"\n\
              system_account: {}\n\
-             resolver: {{ type: full, dir: \"{}\" {resolver} }}\n\
-             resolver_preload: {{\n  {}: {}\n  {}: {}\n{more}}}\n",
+             resolver: {{ dir: \"{}\", {resolver} }}\n\
+             resolver_preload: {{\n  {}: {}\n{more}}}\n",
             operator_jwt(&self.op, &self.sys.public_key()),
             self.sys.public_key(),
             rdir.display(),
             self.sys.public_key(),
             self.jwt(&self.sys, 1, |_| {}),
-            self.a.public_key(),
-            self.a_jwt(1, false),
         );
         let path = self.dir.path().join(format!("{name}.conf"));
         std::fs::write(&path, text).unwrap();
@@ -147,7 +168,7 @@ impl Setup {
     }
 
     /// A creds file of a new user of `acc`.
-    fn creds(&self, name: &str, acc: &nkeys::KeyPair) -> PathBuf {
+    pub(crate) fn creds(&self, name: &str, acc: &nkeys::KeyPair) -> PathBuf {
         let user = nkeys::KeyPair::new_user();
         let token = user_jwt(acc, &user, |c| c.name = name.into());
         let p = self.dir.path().join(format!("{name}.creds"));
@@ -156,7 +177,7 @@ impl Setup {
     }
 }
 
-async fn connect(url: &str, creds: &Path) -> Result<async_nats::Client, String> {
+pub(crate) async fn connect(url: &str, creds: &Path) -> Result<async_nats::Client, String> {
     async_nats::ConnectOptions::new()
         .credentials_file(creds)
         .await
@@ -168,7 +189,7 @@ async fn connect(url: &str, creds: &Path) -> Result<async_nats::Client, String> 
 }
 
 /// Connects once, without retrying: `Err` when the server refuses.
-async fn connect_once(url: &str, creds: &Path) -> Result<async_nats::Client, String> {
+pub(crate) async fn connect_once(url: &str, creds: &Path) -> Result<async_nats::Client, String> {
     let c = async_nats::ConnectOptions::new()
         .credentials_file(creds)
         .await
@@ -178,7 +199,7 @@ async fn connect_once(url: &str, creds: &Path) -> Result<async_nats::Client, Str
 }
 
 /// Waits until a user of `creds` is admitted by the server at `url`.
-async fn wait_admitted(url: &str, creds: &Path, what: &str) -> async_nats::Client {
+pub(crate) async fn wait_admitted(url: &str, creds: &Path, what: &str) -> async_nats::Client {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         match connect_once(url, creds).await {
@@ -190,7 +211,7 @@ async fn wait_admitted(url: &str, creds: &Path, what: &str) -> async_nats::Clien
 }
 
 /// Pushes `token` on `$SYS.REQ.CLAIMS.UPDATE` and returns the first reply.
-async fn push(sys: &async_nats::Client, token: &str) -> serde_json::Value {
+pub(crate) async fn push(sys: &async_nats::Client, token: &str) -> serde_json::Value {
     let reply = tokio::time::timeout(
         T,
         sys.request("$SYS.REQ.CLAIMS.UPDATE", token.to_string().into()),
@@ -201,12 +222,12 @@ async fn push(sys: &async_nats::Client, token: &str) -> serde_json::Value {
     serde_json::from_slice(&reply.payload).unwrap()
 }
 
-fn assert_updated(v: &serde_json::Value, what: &str) {
+pub(crate) fn assert_updated(v: &serde_json::Value, what: &str) {
     assert_eq!(v["data"]["message"], "jwt updated", "{what}: {v}");
 }
 
 /// A round trip on `c`'s connection: its SUBs have been processed.
-async fn sync(c: &async_nats::Client) {
+pub(crate) async fn sync(c: &async_nats::Client) {
     c.flush().await.unwrap();
     let inbox = c.new_inbox();
     let mut s = c.subscribe(inbox.clone()).await.unwrap();
@@ -214,7 +235,7 @@ async fn sync(c: &async_nats::Client) {
     tokio::time::timeout(T, s.next()).await.unwrap().unwrap();
 }
 
-async fn next(sub: &mut async_nats::Subscriber, what: &str) -> async_nats::Message {
+pub(crate) async fn next(sub: &mut async_nats::Subscriber, what: &str) -> async_nats::Message {
     tokio::time::timeout(T, sub.next())
         .await
         .unwrap_or_else(|_| panic!("{what}: nothing arrived"))
@@ -315,7 +336,7 @@ async fn single(imp: Impl) {
 }
 
 /// The `iat` of the JWT of `acc` the server of `sys` looks up.
-async fn lookup_iat(sys: &async_nats::Client, acc: &nkeys::KeyPair) -> i64 {
+pub(crate) async fn lookup_iat(sys: &async_nats::Client, acc: &nkeys::KeyPair) -> i64 {
     let looked = tokio::time::timeout(
         T,
         sys.request(

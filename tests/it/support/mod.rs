@@ -22,6 +22,7 @@ pub mod jwt;
 pub mod procs;
 pub mod proxy;
 pub mod rawleaf;
+pub mod rawroute;
 
 use std::time::Duration;
 
