@@ -591,7 +591,14 @@ pub struct Subscription {
 pub(crate) struct LocalSink {
     pub tx: mpsc::UnboundedSender<LocalMsg>,
     pub q: Arc<LocalQueue>,
+    /// Takes each message at delivery, on the publisher's task, instead of
+    /// the queue (see `LocalClient::subscribe_inline`).
+    pub inline: Option<InlineHandler>,
 }
+
+/// A handler that takes an in-process subscription's messages where they
+/// are delivered (subject, payload). It must not block or publish.
+pub type InlineHandler = Arc<dyn Fn(&[u8], &Bytes) + Send + Sync>;
 
 /// What an in-process subscription does when its queue is over its mark
 /// (see `handle.rs` for who gets which policy and why).
@@ -1221,6 +1228,15 @@ fn deliver_one(
     let client = &sub.client;
     let size = if let Some(local) = &sub.local {
         let size = msg.size();
+        if let Some(handle) = &local.inline {
+            handle(&msg.subject[..], msg.payload);
+            client.stats.out_msgs.fetch_add(1, Ordering::Relaxed);
+            client
+                .stats
+                .out_bytes
+                .fetch_add(size as u64, Ordering::Relaxed);
+            return true;
+        }
         let charge = local_charge(msg.subject.len(), msg.reply.map_or(0, |r| r.len()), size);
         let q = &local.q;
         // An empty queue takes any message (one reply may be as large as

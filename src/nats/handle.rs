@@ -63,8 +63,8 @@ use std::collections::HashMap;
 use tokio::sync::{mpsc, oneshot};
 
 use super::client::{
-    self, ClientKind, ClientShared, FlushList, FullPolicy, LocalQueue, LocalSink, MsgRef, Origin,
-    StallBound, Subscription,
+    self, ClientKind, ClientShared, FlushList, FullPolicy, InlineHandler, LocalQueue, LocalSink,
+    MsgRef, Origin, StallBound, Subscription,
 };
 use super::server::{NatsError, ServerInner};
 use super::subject::{is_valid_literal_subject, is_valid_subject};
@@ -290,11 +290,36 @@ impl LocalClient {
         self.subscribe_with(subject, queue, FullPolicy::Stall)
     }
 
+    /// Subscribes with a handler that takes each message where it is
+    /// delivered — on the publisher's task, with no queue and no task hop —
+    /// for consumers whose work per message is a few map lookups (the
+    /// service's ack inbox). The handler must not block, wait or publish.
+    /// The returned subscription yields no messages; it ends (`next`
+    /// returns `None`) when the server removes it, and dropping it
+    /// unsubscribes.
+    pub fn subscribe_inline(
+        &self,
+        subject: &str,
+        handler: InlineHandler,
+    ) -> Result<LocalSubscription, NatsError> {
+        self.subscribe_sink(subject, None, FullPolicy::Drop, Some(handler))
+    }
+
     fn subscribe_with(
         &self,
         subject: &str,
         queue: Option<&str>,
         policy: FullPolicy,
+    ) -> Result<LocalSubscription, NatsError> {
+        self.subscribe_sink(subject, queue, policy, None)
+    }
+
+    fn subscribe_sink(
+        &self,
+        subject: &str,
+        queue: Option<&str>,
+        policy: FullPolicy,
+        inline: Option<InlineHandler>,
     ) -> Result<LocalSubscription, NatsError> {
         if !is_valid_subject(subject) {
             return Err(NatsError::InvalidSubject(subject.to_string()));
@@ -316,6 +341,7 @@ impl LocalClient {
             Some(LocalSink {
                 tx,
                 q: pending.clone(),
+                inline,
             }),
         );
         self.inner

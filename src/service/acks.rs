@@ -5,8 +5,10 @@
 //! Why: with routes between nodes every subscription change is sent to
 //! every peer, so a subscribe/unsubscribe per acked publish would cost
 //! cluster-wide traffic per message. Here the subscription is made once (on
-//! the first acked publish) and a routing task hands acks to waiters, as
-//! `LocalClient::request` does for replies.
+//! the first acked publish) and each ack is handed to its waiter where it
+//! is delivered (an inline subscription: on the stenographer's task for a
+//! partition led here, on the route reader's for a remote leader), with no
+//! queue and no task in between.
 //!
 //! Bounds: the waiter map holds one entry per publish in flight; every
 //! entry is removed by its guard ([`AckWait`], [`AckSession`]) when the
@@ -82,41 +84,24 @@ impl AckRouter {
         if started.is_some() {
             return Ok(());
         }
-        let mut sub = self.nats.subscribe(&format!("{}.*", self.prefix), None)?;
+        // Acks are routed where they are delivered (the partition's
+        // stenographer, or a route's reader for a remote leader): a map
+        // lookup and a queue push, no task hop.
+        let route = {
+            let waiters = self.waiters.clone();
+            move |subject: &[u8], payload: &bytes::Bytes| route_ack(&waiters, subject, payload)
+        };
+        let mut sub = self
+            .nats
+            .subscribe_inline(&format!("{}.*", self.prefix), Arc::new(route))?;
         let cancel = CancellationToken::new();
         let stop = cancel.clone();
         let waiters = self.waiters.clone();
         tokio::spawn(async move {
-            loop {
-                let m = tokio::select! {
-                    _ = stop.cancelled() => break,
-                    m = sub.next() => m,
-                };
-                // The subscription ends with the NATS server.
-                let Some(m) = m else { break };
-                let token = m
-                    .subject
-                    .rsplit(|&b| b == b'.')
-                    .next()
-                    .and_then(|t| std::str::from_utf8(t).ok())
-                    .and_then(|t| t.parse::<u64>().ok());
-                let Some(token) = token else { continue };
-                let Ok(ack) = envelope::decode_ack(&m.payload) else {
-                    continue;
-                };
-                let mut w = waiters.lock();
-                match w.get(&token) {
-                    Some(Waiter::Once(_)) => {
-                        if let Some(Waiter::Once(tx)) = w.remove(&token) {
-                            let _ = tx.send(ack);
-                        }
-                    }
-                    Some(Waiter::Session(tx)) if tx.try_send(ack).is_err() => {
-                        tracing::debug!(token, "ack for a full or closed session dropped");
-                    }
-                    Some(Waiter::Session(_)) => {}
-                    None => {}
-                }
+            // The subscription yields nothing; it ends with the NATS server.
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = sub.next() => {}
             }
             // Waiters see their channel close: "server shutting down".
             waiters.lock().clear();
@@ -167,6 +152,33 @@ impl AckRouter {
                 token,
             },
         })
+    }
+}
+
+/// Hands the ack on `subject` (`<prefix>.<token>`) to its waiter; acks
+/// with an unknown token or that do not decode are dropped.
+fn route_ack(waiters: &Waiters, subject: &[u8], payload: &bytes::Bytes) {
+    let token = subject
+        .rsplit(|&b| b == b'.')
+        .next()
+        .and_then(|t| std::str::from_utf8(t).ok())
+        .and_then(|t| t.parse::<u64>().ok());
+    let Some(token) = token else { return };
+    let Ok(ack) = envelope::decode_ack(payload) else {
+        return;
+    };
+    let mut w = waiters.lock();
+    match w.get(&token) {
+        Some(Waiter::Once(_)) => {
+            if let Some(Waiter::Once(tx)) = w.remove(&token) {
+                let _ = tx.send(ack);
+            }
+        }
+        Some(Waiter::Session(tx)) if tx.try_send(ack).is_err() => {
+            tracing::debug!(token, "ack for a full or closed session dropped");
+        }
+        Some(Waiter::Session(_)) => {}
+        None => {}
     }
 }
 
@@ -274,12 +286,14 @@ mod tests {
         for i in 0..100 {
             let w = router.wait_one().unwrap();
             assert!(w.inbox.starts_with("ns.ack."), "{}", w.inbox);
-            client
-                .publish(&w.inbox, None, None, ack(&format!("c{i}")))
-                .unwrap();
             answered.push((i, w));
         }
         assert_eq!(router.pending(), 100);
+        for (i, w) in &answered {
+            client
+                .publish(&w.inbox, None, None, ack(&format!("c{i}")))
+                .unwrap();
+        }
         for (i, w) in answered {
             let a = tokio::time::timeout(Duration::from_secs(5), w.recv())
                 .await
