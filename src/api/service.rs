@@ -28,10 +28,14 @@ use crate::service::{Service, ServiceError};
 /// How long PublishAsync waits for the next in-flight ack after the client
 /// half-closes (reset by every ack that arrives).
 const ASYNC_ACK_TIMEOUT: Duration = Duration::from_secs(5);
-/// PublishAsync responses queued for the client (acks and async errors);
-/// when full, the ack half waits, which holds back the session's window
-/// and so the publishing half.
-const ASYNC_RESPONSES: usize = 1024;
+/// PublishAsync responses a session may have outstanding: acks owed and
+/// responses queued for the client. Each acked request takes a permit
+/// before it is published (its ack's place), each async error one before
+/// it is queued; a permit comes back when tonic takes the response. So
+/// the response queue (this many places) always has room for an ack where
+/// it is delivered, and a client that stops reading holds back its own
+/// publishing.
+const ASYNC_WINDOW: usize = crate::service::acks::SESSION_WINDOW;
 
 /// Service errors as gRPC statuses: the one mapping of this API.
 impl From<ServiceError> for Status {
@@ -321,11 +325,39 @@ impl Api for ApiService {
             (a, certs)
         });
         let mut input = request.into_inner();
-        let session = self.service.publish_session()?;
-        let (tx, rx) = mpsc::channel::<Result<proto::PublishResponse, Status>>(ASYNC_RESPONSES);
+        let (tx, rx) = mpsc::channel::<Result<proto::PublishResponse, Status>>(ASYNC_WINDOW);
+        let window = Arc::new(tokio::sync::Semaphore::new(ASYNC_WINDOW));
+        let acked = Arc::new(AckProgress::default());
+        // Acks become responses where they are delivered (see
+        // `service::acks`): no task between the log and the client.
+        let sink = {
+            let tx = tx.clone();
+            let service = self.service.clone();
+            let acked = acked.clone();
+            Arc::new(move |ack: proto::Ack| {
+                if tx.try_send(Ok(ack_response(&service, ack))).is_err() {
+                    // Only an ack nobody was owed (a duplicate) finds the
+                    // queue full; or the client is gone.
+                    tracing::debug!("PublishAsync ack dropped: session full or closed");
+                    return;
+                }
+                acked
+                    .count
+                    .fetch_add(1, std::sync::atomic::Ordering::Release);
+                acked.notify.notify_one();
+            })
+        };
+        let session = self.service.publish_session(sink)?;
         let me = self.clone();
-        tokio::spawn(async move { me.async_session(&mut input, session, tx, client).await });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        let w = window.clone();
+        tokio::spawn(async move {
+            me.async_session(&mut input, session, tx, w, acked, client)
+                .await
+        });
+        Ok(Response::new(Box::pin(Windowed {
+            rx: ReceiverStream::new(rx),
+            window,
+        })))
     }
 
     async fn publish_to_subject(
@@ -509,33 +541,91 @@ fn async_error_code(e: &ServiceError) -> proto::publish_async_error::Code {
     }
 }
 
+/// Acks a PublishAsync session has queued for its client so far.
+#[derive(Default)]
+struct AckProgress {
+    count: std::sync::atomic::AtomicU64,
+    notify: tokio::sync::Notify,
+}
+
+/// A PublishAsync response stream that gives its window a permit back for
+/// every response tonic takes.
+struct Windowed {
+    rx: ReceiverStream<Result<proto::PublishResponse, Status>>,
+    window: Arc<tokio::sync::Semaphore>,
+}
+
+impl Stream for Windowed {
+    type Item = Result<proto::PublishResponse, Status>;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let item = std::task::ready!(Pin::new(&mut self.rx).poll_next(cx));
+        if item.is_some() {
+            self.window.add_permits(1);
+        }
+        std::task::Poll::Ready(item)
+    }
+}
+
+impl Drop for Windowed {
+    fn drop(&mut self) {
+        // Wake a publisher waiting for the window: the client is gone.
+        self.window.close();
+    }
+}
+
+/// The response to one ack of a PublishAsync session.
+fn ack_response(service: &Service, ack: proto::Ack) -> proto::PublishResponse {
+    use proto::publish_async_error::Code;
+    let corr = ack.correlation_id.clone();
+    match proto::ack::Error::try_from(ack.ack_error).unwrap_or(proto::ack::Error::Unknown) {
+        proto::ack::Error::Ok => proto::PublishResponse {
+            ack: Some(ack),
+            async_error: None,
+            correlation_id: corr,
+        },
+        proto::ack::Error::IncorrectOffset => async_error(
+            Code::IncorrectOffset,
+            corr,
+            "incorrect expected offset".into(),
+        ),
+        proto::ack::Error::TooLarge => {
+            async_error(Code::BadRequest, corr, "message too large".into())
+        }
+        proto::ack::Error::Encryption => {
+            async_error(Code::EncryptionFailed, corr, "encryption failed".into())
+        }
+        // A failed write: the log's fault says why, when the partition is
+        // led here.
+        proto::ack::Error::Unknown => {
+            let why = service
+                .write_failure(&ack.stream)
+                .map_or_else(|| "unknown error".into(), |e| e.to_string());
+            async_error(Code::Unknown, corr, why)
+        }
+    }
+}
+
 impl ApiService {
-    /// One PublishAsync stream: this task publishes the requests; a second
-    /// task turns acks into responses, so the two directions of the stream
-    /// progress in parallel. Once the input ends, the ack task waits for the
-    /// acks still owed (the budget runs from the last progress).
+    /// One PublishAsync stream: this task publishes the requests; their
+    /// acks are queued for the client by the session's sink as they are
+    /// delivered. Once the input ends, the task waits for the acks still
+    /// owed (the budget runs from the last progress), then ends the
+    /// response stream.
     async fn async_session(
         &self,
         input: &mut Streaming<proto::PublishRequest>,
         session: PublishSession,
         tx: mpsc::Sender<Result<proto::PublishResponse, Status>>,
+        window: Arc<tokio::sync::Semaphore>,
+        acked: Arc<AckProgress>,
         client: Option<AsyncClient>,
     ) {
-        let PublishSession {
-            inbox,
-            acks,
-            window,
-        } = session;
-        // Acks owed for requests published so far; `None` while the input
-        // is still open.
-        let (owed_tx, owed_rx) = tokio::sync::watch::channel::<Option<u64>>(None);
-        let acker = tokio::spawn(forward_acks(
-            self.service.clone(),
-            acks,
-            window.clone(),
-            owed_rx,
-            tx.clone(),
-        ));
+        // A place in the window, or `None` once the client is gone.
+        let place = || async { window.acquire().await.ok().map(|p| p.forget()) };
         let mut published: u64 = 0;
         // The input ends with the client half-closing it (or failing).
         while let Ok(Some(r)) = input.message().await {
@@ -551,7 +641,7 @@ impl ApiService {
                         corr,
                         st.message().to_string(),
                     );
-                    if tx.send(Ok(resp)).await.is_err() {
+                    if place().await.is_none() || tx.send(Ok(resp)).await.is_err() {
                         break;
                     }
                     continue;
@@ -560,13 +650,11 @@ impl ApiService {
             let mut r = convert::publish(r);
             let wants_ack = r.ack_policy != crate::wire::AckPolicy::None;
             if wants_ack {
-                // A place in the session's window: its ack has room in the
-                // queue. Closed only if the ack task is gone.
-                let Ok(permit) = window.acquire().await else {
+                // The ack's place in the window (and the response queue).
+                if place().await.is_none() {
                     break;
-                };
-                permit.forget();
-                r.ack_inbox = inbox.clone();
+                }
+                r.ack_inbox = session.inbox.clone();
             }
             match self.service.publish_in_session(r).await {
                 Ok(()) => {
@@ -575,9 +663,9 @@ impl ApiService {
                     }
                 }
                 Err(e) => {
-                    if wants_ack {
-                        // No ack will come for it.
-                        window.add_permits(1);
+                    // No ack will come: the error takes the ack's place.
+                    if !wants_ack && place().await.is_none() {
+                        break;
                     }
                     let resp = async_error(async_error_code(&e), corr, e.to_string());
                     if tx.send(Ok(resp)).await.is_err() {
@@ -586,74 +674,26 @@ impl ApiService {
                 }
             }
         }
-        owed_tx.send_replace(Some(published));
-        // A join error would mean the ack task panicked: nothing to clean up.
-        let _ = acker.await;
-    }
-}
-
-/// The ack half of a PublishAsync stream: every ack on the session's inbox
-/// becomes a response, until the input has ended and every owed ack came
-/// (or none came for [`ASYNC_ACK_TIMEOUT`]).
-async fn forward_acks(
-    service: Service,
-    mut acks: crate::service::acks::AckQueue,
-    window: Arc<tokio::sync::Semaphore>,
-    mut owed: tokio::sync::watch::Receiver<Option<u64>>,
-    tx: mpsc::Sender<Result<proto::PublishResponse, Status>>,
-) {
-    let mut acked: u64 = 0;
-    let mut draining = false;
-    let drain_until = tokio::time::sleep(Duration::from_secs(3600));
-    tokio::pin!(drain_until);
-    loop {
-        let total = *owed.borrow_and_update();
-        if total.is_some_and(|t| acked >= t) {
-            break;
-        }
-        if total.is_some() && !draining {
-            draining = true;
-            drain_until
-                .as_mut()
-                .reset(tokio::time::Instant::now() + ASYNC_ACK_TIMEOUT);
-        }
-        tokio::select! {
-            r = owed.changed(), if total.is_none() => {
-                if r.is_err() {
-                    // The publishing half is gone without a total.
-                    break;
-                }
+        // The acks still owed, while they keep coming.
+        loop {
+            let notified = acked.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if acked.count.load(std::sync::atomic::Ordering::Acquire) >= published || tx.is_closed()
+            {
+                break;
             }
-            ack = acks.recv() => {
-                let Some(ack) = ack else { break };
-                window.add_permits(1);
-                acked += 1;
-                if total.is_some() {
-                    drain_until.as_mut().reset(tokio::time::Instant::now() + ASYNC_ACK_TIMEOUT);
-                }
-                let corr = ack.correlation_id.clone();
-                use proto::publish_async_error::Code;
-                let resp = match proto::ack::Error::try_from(ack.ack_error).unwrap_or(proto::ack::Error::Unknown) {
-                    proto::ack::Error::Ok => proto::PublishResponse { ack: Some(ack), async_error: None, correlation_id: corr },
-                    proto::ack::Error::IncorrectOffset => async_error(Code::IncorrectOffset, corr, "incorrect expected offset".into()),
-                    proto::ack::Error::TooLarge => async_error(Code::BadRequest, corr, "message too large".into()),
-                    proto::ack::Error::Encryption => async_error(Code::EncryptionFailed, corr, "encryption failed".into()),
-                    // A failed write: the log's fault says why, when the
-                    // partition is led here.
-                    proto::ack::Error::Unknown => {
-                        let why = service.write_failure(&ack.stream).map_or_else(|| "unknown error".into(), |e| e.to_string());
-                        async_error(Code::Unknown, corr, why)
-                    }
-                };
-                if tx.send(Ok(resp)).await.is_err() {
-                    break;
-                }
+            if tokio::time::timeout(ASYNC_ACK_TIMEOUT, notified)
+                .await
+                .is_err()
+            {
+                break;
             }
-            _ = &mut drain_until, if total.is_some() => break,
         }
+        // Unregistered: the sink (and its sender) goes; the stream ends
+        // once the client has taken what is queued.
+        drop(session);
     }
-    // Wake a publisher waiting for the window: the session is over.
-    window.close();
 }
 
 #[cfg(test)]

@@ -14,19 +14,17 @@
 //! entry is removed by its guard ([`AckWait`], [`AckSession`]) when the
 //! publish completes, times out or is cancelled (the guard is dropped), and
 //! a new waiter is refused with RESOURCE_EXHAUSTED once [`MAX_WAITERS`] are
-//! registered. A PublishAsync session's queue is bounded by the acks it is
-//! owed: the session takes a permit per acked request before publishing
-//! (so its publisher waits when [`SESSION_WINDOW`] acks are outstanding) and
-//! its queue has room for exactly that many; an ack nobody is owed (a
-//! duplicate) that finds the queue full is dropped and logged. Acks whose
-//! token is unknown (late, after a timeout) are dropped.
+//! registered. A PublishAsync session hands each ack to its [`AckSink`],
+//! which queues it for the client; the session bounds that queue (see
+//! `api::service`: a permit per response, [`SESSION_WINDOW`] of them).
+//! Acks whose token is unknown (late, after a timeout) are dropped.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::ServiceError;
@@ -38,11 +36,15 @@ pub const MAX_WAITERS: usize = 65_536;
 /// Acks a PublishAsync session may have outstanding.
 pub const SESSION_WINDOW: usize = 4096;
 
+/// Takes a PublishAsync session's acks, in arrival order, where they are
+/// delivered: it must not block or publish.
+pub type AckSink = Arc<dyn Fn(Ack) + Send + Sync>;
+
 enum Waiter {
     /// A single publish: the first ack ends the wait.
     Once(oneshot::Sender<Ack>),
-    /// A PublishAsync session: every ack is queued, in arrival order.
-    Session(mpsc::Sender<Ack>),
+    /// A PublishAsync session: every ack goes to its sink.
+    Session(AckSink),
 }
 
 type Waiters = Arc<Mutex<HashMap<u64, Waiter>>>;
@@ -139,14 +141,12 @@ impl AckRouter {
         })
     }
 
-    /// Registers a PublishAsync session: one inbox for all its requests.
-    pub(super) fn session(&self) -> Result<AckSession, ServiceError> {
-        let (tx, rx) = mpsc::channel(SESSION_WINDOW);
-        let (token, inbox) = self.register(Waiter::Session(tx))?;
+    /// Registers a PublishAsync session: one inbox for all its requests,
+    /// whose acks go to `sink`.
+    pub(super) fn session(&self, sink: AckSink) -> Result<AckSession, ServiceError> {
+        let (token, inbox) = self.register(Waiter::Session(sink))?;
         Ok(AckSession {
             inbox,
-            rx,
-            window: Arc::new(Semaphore::new(SESSION_WINDOW)),
             _entry: Entry {
                 waiters: self.waiters.clone(),
                 token,
@@ -174,10 +174,12 @@ fn route_ack(waiters: &Waiters, subject: &[u8], payload: &bytes::Bytes) {
                 let _ = tx.send(ack);
             }
         }
-        Some(Waiter::Session(tx)) if tx.try_send(ack).is_err() => {
-            tracing::debug!(token, "ack for a full or closed session dropped");
+        Some(Waiter::Session(sink)) => {
+            // Outside the map's lock: the sink queues a response.
+            let sink = sink.clone();
+            drop(w);
+            sink(ack);
         }
-        Some(Waiter::Session(_)) => {}
         None => {}
     }
 }
@@ -210,42 +212,12 @@ impl AckWait {
     }
 }
 
-/// A PublishAsync session's share of the ack inbox.
+/// A PublishAsync session's share of the ack inbox; unregisters (and
+/// drops its sink) when dropped.
 pub struct AckSession {
     /// The inbox every acked request of the session carries.
     pub inbox: String,
-    rx: mpsc::Receiver<Ack>,
-    window: Arc<Semaphore>,
     _entry: Entry,
-}
-
-impl AckSession {
-    /// The acks, in arrival order, and the window that bounds them: take a
-    /// permit (and forget it) before publishing a request that wants an
-    /// ack; give one back (`add_permits(1)`) per ack taken from the queue.
-    pub fn split(self) -> (String, AckQueue, Arc<Semaphore>) {
-        (
-            self.inbox,
-            AckQueue {
-                rx: self.rx,
-                _entry: self._entry,
-            },
-            self.window,
-        )
-    }
-}
-
-/// The receiving half of an [`AckSession`]; unregisters when dropped.
-pub struct AckQueue {
-    rx: mpsc::Receiver<Ack>,
-    _entry: Entry,
-}
-
-impl AckQueue {
-    /// The next ack, `None` once the router stopped.
-    pub async fn recv(&mut self) -> Option<Ack> {
-        self.rx.recv().await
-    }
 }
 
 #[cfg(test)]
@@ -320,11 +292,17 @@ mod tests {
         let _ = task.await;
         assert_eq!(router.pending(), 0);
 
-        // A session: many acks on one inbox, unregistered when dropped.
-        let (inbox, mut q, _window) = router.session().unwrap().split();
+        // A session: many acks on one inbox, in order, unregistered when
+        // dropped.
+        let (tx, mut q) = tokio::sync::mpsc::unbounded_channel();
+        let session = router
+            .session(Arc::new(move |a| {
+                let _ = tx.send(a);
+            }))
+            .unwrap();
         for i in 0..10 {
             client
-                .publish(&inbox, None, None, ack(&format!("s{i}")))
+                .publish(&session.inbox, None, None, ack(&format!("s{i}")))
                 .unwrap();
         }
         for i in 0..10 {
@@ -335,8 +313,9 @@ mod tests {
             assert_eq!(a.correlation_id, format!("s{i}"));
         }
         assert_eq!(router.pending(), 1);
-        drop(q);
+        drop(session);
         assert_eq!(router.pending(), 0);
+        assert!(q.recv().await.is_none(), "the sink went with the session");
 
         // One subscription served all of it.
         let subs_after = nats.varz_json()["subscriptions"].as_u64().unwrap();

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::acks::{AckQueue, AckWait};
+use super::acks::{AckSession, AckSink, AckWait};
 use super::{Service, ServiceError};
 use crate::wire::{envelope, Ack, AckError, AckPolicy, Message};
 
@@ -62,14 +62,12 @@ pub struct PublishToSubject {
 }
 
 /// A PublishAsync session: its requests share one inbox of the service's
-/// ack inbox; acks arrive on `acks` in arrival order.
+/// ack inbox; their acks go to the sink it was opened with, in arrival
+/// order, until it is dropped.
 pub struct PublishSession {
     /// The inbox acked requests of this session carry.
     pub inbox: String,
-    /// The acks.
-    pub acks: AckQueue,
-    /// Bounds the acks outstanding (see [`super::acks`]).
-    pub window: std::sync::Arc<tokio::sync::Semaphore>,
+    _registered: AckSession,
 }
 
 /// A failed resume as the caller sees it: as is for Publish, INTERNAL
@@ -235,13 +233,13 @@ impl Service {
         self.publish_and_wait(&r.subject, msg, wait).await
     }
 
-    /// Starts a PublishAsync session on the shared ack inbox.
-    pub fn publish_session(&self) -> Result<PublishSession, ServiceError> {
-        let (inbox, acks, window) = self.inner.acks.session()?.split();
+    /// Starts a PublishAsync session on the shared ack inbox: its acks go
+    /// to `sink` where they are delivered (it must not block or publish).
+    pub fn publish_session(&self, sink: AckSink) -> Result<PublishSession, ServiceError> {
+        let registered = self.inner.acks.session(sink)?;
         Ok(PublishSession {
-            inbox,
-            acks,
-            window,
+            inbox: registered.inbox.clone(),
+            _registered: registered,
         })
     }
 

@@ -13,7 +13,7 @@ use liftbridge::node::GrpcTls;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic::Code;
 
-use super::api_common::{config, start, Client};
+use super::api_common::{config, newest, start, Client};
 
 /// Liftbridge's model (server/configs/authz/model.conf): exact match.
 const MODEL: &str = "[request_definition]\nr = sub, obj, act\n\n[policy_definition]\n\
@@ -172,19 +172,6 @@ fn publish_req(value: &[u8]) -> tonic::Request<proto::PublishRequest> {
     r
 }
 
-async fn newest_offset(c: &mut Client) -> i64 {
-    c.fetch_partition_metadata(proto::FetchPartitionMetadataRequest {
-        stream: "foo".into(),
-        partition: 0,
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .metadata
-    .unwrap()
-    .newest_offset
-}
-
 /// One PublishAsync message; returns the response.
 async fn publish_async_one(c: &mut Client, value: &[u8]) -> proto::PublishResponse {
     let req = proto::PublishRequest {
@@ -269,7 +256,7 @@ async fn api_authz_every_rpc_allowed_and_denied() {
         })
         .await,
     );
-    assert_eq!(newest_offset(&mut alice).await, -1);
+    assert_eq!(newest(&mut alice, "foo").await, -1);
 
     // Publish: bob's message is not stored.
     denied("Publish", bob.publish(publish_req(b"bob")).await);
@@ -281,7 +268,7 @@ async fn api_authz_every_rpc_allowed_and_denied() {
         .ack
         .expect("ack");
     assert_eq!(ack.offset, 0);
-    assert_eq!(newest_offset(&mut alice).await, 0);
+    assert_eq!(newest(&mut alice, "foo").await, 0);
 
     // PublishAsync: a PERMISSION_DENIED async error, and (unlike
     // Liftbridge) the message is not published.
@@ -296,7 +283,7 @@ async fn api_authz_every_rpc_allowed_and_denied() {
     let r = publish_async_one(&mut alice, b"alice async").await;
     assert!(r.async_error.is_none(), "{r:?}");
     assert_eq!(r.ack.expect("ack").offset, 1);
-    assert_eq!(newest_offset(&mut alice).await, 1);
+    assert_eq!(newest(&mut alice, "foo").await, 1);
 
     // PublishToSubject (object: the subject).
     let pts = |v: &[u8]| {
@@ -319,7 +306,7 @@ async fn api_authz_every_rpc_allowed_and_denied() {
         .expect("alice publishes to the subject");
     super::api_common::eventually("3 messages", || {
         let mut a = alice.clone();
-        async move { newest_offset(&mut a).await == 2 }
+        async move { newest(&mut a, "foo").await == 2 }
     })
     .await;
 

@@ -55,6 +55,20 @@ pub async fn client(node: &NodeHandle) -> Client {
     ApiClient::new(ch)
 }
 
+/// The newest offset of stream `name`'s partition 0.
+pub async fn newest(c: &mut Client, name: &str) -> i64 {
+    c.fetch_partition_metadata(proto::FetchPartitionMetadataRequest {
+        stream: name.into(),
+        partition: 0,
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .metadata
+    .unwrap()
+    .newest_offset
+}
+
 /// Creates a stream with `partitions` partitions on `subject`.
 pub async fn create(c: &mut Client, name: &str, subject: &str, partitions: i32) {
     c.create_stream(proto::CreateStreamRequest {

@@ -259,6 +259,82 @@ async fn api_publish_async_acks_and_errors() {
     node.shutdown().await;
 }
 
+/// A PublishAsync client that does not read its responses is held back
+/// by its session's window (the server does not queue its acks without
+/// bound); once it reads, every message is acked once, in order. A client
+/// that goes away mid-session leaves the server able to serve the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_publish_async_window_holds_back_a_client_that_does_not_read() {
+    const N: usize = 60_000;
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    c.create_stream(proto::CreateStreamRequest {
+        subject: "w".into(),
+        name: "w".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let reqs = |n: usize, tag: &'static str| {
+        futures::stream::iter((0..n).map(move |i| proto::PublishRequest {
+            value: vec![b'x'; 100],
+            stream: "w".into(),
+            correlation_id: format!("{tag}{i}"),
+            ack_policy: proto::AckPolicy::Leader as i32,
+            expected_offset: -1,
+            ..Default::default()
+        }))
+    };
+    let mut resp = c.publish_async(reqs(N, "c")).await.unwrap().into_inner();
+    // Not reading: publishing stops at the window plus what HTTP/2 buffers
+    // on the way to the client (hyper's client opens a 2 MiB stream window:
+    // some 20,000 small acks).
+    let mut held = -1;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = newest(&mut c, "w").await;
+        if now >= 0 && now == held {
+            break;
+        }
+        held = now;
+    }
+    assert!(
+        held + 1 >= 4096 && held + 1 < 40_000,
+        "recorded while the client did not read: {}",
+        held + 1
+    );
+    let mut got = 0i64;
+    while let Some(r) = futures::StreamExt::next(&mut resp).await {
+        let r = r.unwrap();
+        assert!(r.async_error.is_none(), "{r:?}");
+        let a = r.ack.unwrap();
+        assert_eq!(a.offset, got, "acks in order, once each");
+        assert_eq!(r.correlation_id, format!("c{got}"));
+        got += 1;
+    }
+    assert_eq!(got, N as i64);
+
+    // A client gone mid-session (after ten responses) ...
+    let mut gone = c
+        .publish_async(reqs(5_000, "g"))
+        .await
+        .unwrap()
+        .into_inner();
+    for _ in 0..10 {
+        futures::StreamExt::next(&mut gone).await.unwrap().unwrap();
+    }
+    drop(gone);
+    // ... and the next session is served in full.
+    let resp = c.publish_async(reqs(100, "n")).await.unwrap().into_inner();
+    let all: Vec<_> = futures::StreamExt::collect::<Vec<_>>(resp).await;
+    assert_eq!(all.len(), 100);
+    assert!(all
+        .iter()
+        .all(|r| r.as_ref().unwrap().async_error.is_none()));
+    node.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_publish_to_subject_and_occ() {
     let dir = tempfile::tempdir().unwrap();
