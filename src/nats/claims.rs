@@ -286,19 +286,26 @@ pub(crate) fn spawn_expiry(inner: &Arc<ServerInner>) {
 /// Closes the client and accepted leaf connections of `account` with
 /// `-ERR '<text>'`.
 fn close_account(inner: &ServerInner, account: &str, text: &str) {
-    let conns: Vec<_> = inner
-        .clients
-        .lock()
-        .values()
-        .filter(|c| matches!(c.kind, ClientKind::Tcp | ClientKind::Leaf { spoke: false }))
-        .filter(|c| !c.is_closed())
-        .filter(|c| c.account.get().is_some_and(|a| a.name == account))
-        .cloned()
-        .collect();
-    for c in conns {
+    for c in account_conns(inner, account, true) {
         tracing::info!(cid = c.id, %account, "closing connection: {text}");
         c.close_with_err(Some(text));
     }
+}
+
+/// The open client connections bound to `account`, and with `leaves` the
+/// leaf connections it accepted for it.
+fn account_conns(inner: &ServerInner, account: &str, leaves: bool) -> Vec<Arc<ClientShared>> {
+    inner
+        .clients
+        .lock()
+        .values()
+        .filter(|c| {
+            c.kind == ClientKind::Tcp || leaves && c.kind == ClientKind::Leaf { spoke: false }
+        })
+        .filter(|c| !c.is_closed())
+        .filter(|c| c.account.get().is_some_and(|a| a.name == account))
+        .cloned()
+        .collect()
 }
 
 /// Starts the service when operator mode has a system account.
@@ -525,14 +532,7 @@ pub(crate) fn from_route(
 
 /// Re-checks the connected users of `account` after its claims changed.
 fn enforce(inner: &ServerInner, op: &OperatorState, account: &str) {
-    let mut clients: Vec<_> = inner
-        .clients
-        .lock()
-        .values()
-        .filter(|c| c.kind == ClientKind::Tcp && !c.is_closed())
-        .filter(|c| c.account.get().is_some_and(|a| a.name == account))
-        .cloned()
-        .collect();
+    let mut clients = account_conns(inner, account, false);
     for c in &clients {
         let jwt = c.auth.lock().as_ref().and_then(|a| a.jwt.clone());
         if let Some(text) = jwt.and_then(|j| op.recheck_user(account, &j)) {
