@@ -80,7 +80,8 @@ impl AckRouter {
         self.waiters.lock().len()
     }
 
-    /// Makes the wildcard subscription and its routing task on first use.
+    /// Makes the inline wildcard subscription (and the task that releases
+    /// the waiters when it ends) on first use.
     fn start(&self) -> Result<(), ServiceError> {
         let mut started = self.started.lock();
         if started.is_some() {

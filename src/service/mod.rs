@@ -22,8 +22,9 @@
 //! This layer never sees `proto::*`, `tonic` or HTTP types; below it are
 //! `partition`, `cluster` (metadata), `wire`, `store` and `nats`.
 //!
-//! Tasks: one ack-routing task per service (spawned on the first acked
-//! publish, ends with the service or the NATS server); one member-timer
+//! Tasks: one task per service that waits for the end of the ack inbox
+//! (made on the first acked publish; acks are routed inline, where they
+//! are delivered) and then releases its waiters; one member-timer
 //! task per service (spawned with it, ends when the service is dropped)
 //! that expires silent consumer-group members; the readers spawned by
 //! [`Service::subscribe`] belong to their subscription.
