@@ -290,14 +290,16 @@ async fn api_publish_async_window_holds_back_a_client_that_does_not_read() {
     // Not reading: publishing stops at the window plus what HTTP/2 buffers
     // on the way to the client (hyper's client opens a 2 MiB stream window:
     // some 20,000 small acks).
-    let mut held = -1;
-    for _ in 0..50 {
+    // Held: past the window and unchanged for a second.
+    let (mut held, mut same) = (-1, 0);
+    for _ in 0..150 {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let now = newest(&mut c, "w").await;
-        if now >= 0 && now == held {
+        same = if now == held { same + 1 } else { 0 };
+        held = now;
+        if held + 1 >= 4096 && same >= 5 {
             break;
         }
-        held = now;
     }
     assert!(
         held + 1 >= 4096 && held + 1 < 40_000,
