@@ -15,6 +15,8 @@ use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::support::free_port;
+
 const WAIT: Duration = Duration::from_secs(20);
 
 /// A random client port unless the file names one (a `-p` flag would
@@ -841,11 +843,6 @@ async fn nats_reload_nkey_users() {
     }
     delivers(&kept, &mut inbox, "n", "nkey survives").await;
     assert_eq!(keep_drops.load(Ordering::SeqCst), 0);
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 /// `GET path` on the monitoring port, as JSON.

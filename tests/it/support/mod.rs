@@ -26,12 +26,31 @@ pub mod rawroute;
 
 use std::time::Duration;
 
-/// A free TCP port on 127.0.0.1 (bound, read, released). Another process
-/// could take it before it is used; ports come from the kernel's
-/// ephemeral range, so that is rare, and tests retry nothing on it.
+/// A free TCP port on 127.0.0.1 (checked by binding it, then released).
+/// Ports come from below the kernel's ephemeral range (32768–60999 by
+/// default), so no outgoing connection can take one as its source port
+/// between the pick and the server's bind; a process-wide counter (from a
+/// per-process offset) never hands out the same port twice in a run.
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local addr").port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    static OFFSET: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let offset = *OFFSET.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        std::process::id().wrapping_mul(7919).wrapping_add(nanos) % SPAN
+    });
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (offset + n) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{}", LOW + SPAN);
 }
 
 /// GET `path` from `127.0.0.1:port` over HTTP/1.0 (no chunking) and parse
