@@ -654,7 +654,7 @@ impl ApiService {
                 if place().await.is_none() {
                     break;
                 }
-                r.ack_inbox = session.inbox.clone();
+                r.ack_inbox = session.inbox().to_string();
             }
             match self.service.publish_in_session(r).await {
                 Ok(()) => {

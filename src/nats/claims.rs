@@ -127,16 +127,16 @@ impl Lookups {
 
 /// Asks the route peers for the account `key`, which this node's
 /// directory resolver does not store, and stores the JWT the first one
-/// answers with (see the module doc). Returns whether the account is
-/// known here now.
-pub(crate) async fn fetch(inner: &Arc<ServerInner>, key: &str) -> bool {
+/// answers with (see the module doc); the caller then authenticates
+/// against what is stored.
+pub(crate) async fn fetch(inner: &Arc<ServerInner>, key: &str) {
     let Some(op) = &inner.operator else {
-        return false;
+        return;
     };
     let (Some(timeout), Some(sys), Some(routes)) =
         (op.fetch_timeout(), op.system_account(), &inner.routes)
     else {
-        return false;
+        return;
     };
     let n = inner.lookups.next.fetch_add(1, Ordering::Relaxed);
     let reply = format!("{LOOKUP_REPLY}.{}.{n}", inner.server_id);
@@ -145,7 +145,7 @@ pub(crate) async fn fetch(inner: &Arc<ServerInner>, key: &str) -> bool {
         let mut waits = inner.lookups.waits.lock();
         if waits.len() >= MAX_LOOKUPS {
             tracing::warn!(account = %key, "account lookup not sent: {MAX_LOOKUPS} in flight");
-            return false;
+            return;
         }
         waits.insert(
             reply.clone(),
@@ -166,17 +166,12 @@ pub(crate) async fn fetch(inner: &Arc<ServerInner>, key: &str) -> bool {
     inner.lookups.waits.lock().remove(&reply);
     match got {
         Ok(Ok(Some(token))) => {
-            let o = apply(inner, op, Some(key), &token, UpdateSource::Fetched);
-            o.result.is_ok() && op.account(key).is_some()
+            apply(inner, op, Some(key), &token, UpdateSource::Fetched);
         }
         Ok(_) => {
-            tracing::debug!(account = %key, peers = asked, "account lookup: not found on any peer");
-            false
+            tracing::debug!(account = %key, peers = asked, "account lookup: not found on any peer")
         }
-        Err(_) => {
-            tracing::debug!(account = %key, peers = asked, "account lookup timed out");
-            false
-        }
+        Err(_) => tracing::debug!(account = %key, peers = asked, "account lookup timed out"),
     }
 }
 
@@ -344,13 +339,11 @@ async fn serve(
             return;
         };
         let subject = String::from_utf8_lossy(&m.subject).into_owned();
-        let tokens: Vec<&str> = subject.split('.').collect();
         let reply = m
             .reply
             .as_ref()
             .map(|r| String::from_utf8_lossy(r).into_owned());
-        if subject.ends_with(".CLAIMS.LOOKUP") {
-            let key = tokens.get(3).copied().unwrap_or_default();
+        if let Some(key) = lookup_key(&subject) {
             if let Some(r) = reply {
                 let body = op.lookup(key).unwrap_or_default();
                 let _ = client.publish(&r, None, None, Bytes::from(body));
@@ -429,6 +422,14 @@ fn update_key(subject: &str) -> Option<Option<&str>> {
     }
 }
 
+/// The account a claims-lookup subject names; `None` for other subjects.
+fn lookup_key(subject: &str) -> Option<&str> {
+    match subject.split('.').collect::<Vec<_>>().as_slice() {
+        ["$SYS", "REQ", "ACCOUNT", k, "CLAIMS", "LOOKUP"] => Some(*k),
+        _ => None,
+    }
+}
+
 /// Applies a pushed account JWT: to the resolver, to the live accounts
 /// (a new account, changed exports or imports) and to the connected users
 /// of a changed account.
@@ -501,9 +502,7 @@ pub(crate) fn from_route(
         inner.lookups.answer(subject, payload);
         return;
     }
-    if let ["$SYS", "REQ", "ACCOUNT", key, "CLAIMS", "LOOKUP"] =
-        subject.split('.').collect::<Vec<_>>().as_slice()
-    {
+    if let Some(key) = lookup_key(subject) {
         if let (Some(reply), Some(sys)) = (reply, op.system_account()) {
             let body = op.lookup(key).unwrap_or_default();
             let mut b = BytesMut::new();

@@ -64,10 +64,13 @@ pub struct PublishToSubject {
 /// A PublishAsync session: its requests share one inbox of the service's
 /// ack inbox; their acks go to the sink it was opened with, in arrival
 /// order, until it is dropped.
-pub struct PublishSession {
+pub struct PublishSession(AckSession);
+
+impl PublishSession {
     /// The inbox acked requests of this session carry.
-    pub inbox: String,
-    _registered: AckSession,
+    pub fn inbox(&self) -> &str {
+        &self.0.inbox
+    }
 }
 
 /// A failed resume as the caller sees it: as is for Publish, INTERNAL
@@ -236,11 +239,7 @@ impl Service {
     /// Starts a PublishAsync session on the shared ack inbox: its acks go
     /// to `sink` where they are delivered (it must not block or publish).
     pub fn publish_session(&self, sink: AckSink) -> Result<PublishSession, ServiceError> {
-        let registered = self.inner.acks.session(sink)?;
-        Ok(PublishSession {
-            inbox: registered.inbox.clone(),
-            _registered: registered,
-        })
+        Ok(PublishSession(self.inner.acks.session(sink)?))
     }
 
     /// Publishes one request of a session without waiting for its ack
