@@ -27,6 +27,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::support::free_port;
 use crate::support::jwt::{account_jwt, operator_jwt, user_jwt, write_creds};
 use crate::support::procs::{go_nats_server_2_15, Proc};
+use crate::support::sync;
 
 const T: Duration = Duration::from_secs(5);
 
@@ -263,18 +264,6 @@ async fn raw_answer(port: u16, jwt: &str, signer: Option<&nkeys::KeyPair>) -> St
     } else {
         format!("no answer: {out:?}")
     }
-}
-
-/// A request/reply round trip on `c`: everything it sent before was
-/// processed.
-async fn sync(c: &async_nats::Client) {
-    let inbox = c.new_inbox();
-    let mut s = c.subscribe(inbox.clone()).await.unwrap();
-    c.publish(inbox, "".into()).await.unwrap();
-    tokio::time::timeout(T, s.next())
-        .await
-        .expect("sync within 5s")
-        .expect("sync subscription open");
 }
 
 async fn body(server: Server, setup: &Setup, port: u16) {

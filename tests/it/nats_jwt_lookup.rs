@@ -22,9 +22,10 @@ use std::time::Duration;
 
 use liftbridge::nats::jwt;
 
-use crate::nats_jwt_push::{connect, connect_once, push, sync, Setup};
+use crate::nats_jwt_push::{connect, connect_once, push, Setup};
 use crate::support::procs::{go_nats_server_2_15, Impl, NatsNode};
 use crate::support::rawroute::{route_connect, route_info, RawPeer, Routed};
+use crate::support::sync;
 use crate::support::{drain, until_flowing};
 
 const WAIT: Duration = Duration::from_secs(20);

@@ -25,12 +25,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::StreamExt;
 use liftbridge::nats::jwt::{self, AccountNats, Export, Import};
 
 use crate::support::jwt::{account_jwt, operator_jwt, user_jwt, write_creds};
 use crate::support::procs::{go_nats_server_2_15, Impl, NatsNode};
+use crate::support::sync;
 use crate::support::{drain, until_flowing};
 
 const T: Duration = Duration::from_secs(5);
@@ -224,15 +224,6 @@ pub(crate) async fn push(sys: &async_nats::Client, token: &str) -> serde_json::V
 
 pub(crate) fn assert_updated(v: &serde_json::Value, what: &str) {
     assert_eq!(v["data"]["message"], "jwt updated", "{what}: {v}");
-}
-
-/// A round trip on `c`'s connection: its SUBs have been processed.
-pub(crate) async fn sync(c: &async_nats::Client) {
-    c.flush().await.unwrap();
-    let inbox = c.new_inbox();
-    let mut s = c.subscribe(inbox.clone()).await.unwrap();
-    c.publish(inbox, Bytes::new()).await.unwrap();
-    tokio::time::timeout(T, s.next()).await.unwrap().unwrap();
 }
 
 pub(crate) async fn next(sub: &mut async_nats::Subscriber, what: &str) -> async_nats::Message {

@@ -28,6 +28,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::support::procs::{go_nats_server_2_15, ConfNode, Impl};
 use crate::support::rawleaf::{closed_after, raw_leaf, read_line, read_until_err};
+use crate::support::sync;
 use crate::support::{drain, until_flowing};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -58,15 +59,6 @@ async fn next(sub: &mut async_nats::Subscriber, what: &str) -> async_nats::Messa
         .await
         .unwrap_or_else(|_| panic!("{what}: nothing arrived"))
         .expect("subscription open")
-}
-
-/// A round trip on `c`'s connection (its SUBs were processed): `flush`
-/// only writes them out.
-async fn sync(c: &async_nats::Client) {
-    let inbox = c.new_inbox();
-    let mut s = c.subscribe(inbox.clone()).await.unwrap();
-    c.publish(inbox, Bytes::new()).await.unwrap();
-    next(&mut s, "a round trip").await;
 }
 
 /// `sub` belongs to a client that may not publish, so cannot make its own

@@ -27,6 +27,7 @@ use futures::StreamExt;
 
 use crate::support::jwt::{account_jwt, operator_jwt, user_jwt, write_creds};
 use crate::support::procs::{go_nats_server_2_15, go_nats_server_2_9, Proc};
+use crate::support::sync;
 use crate::support::{free_port, http_json, until_flowing, wait_until};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -205,17 +206,6 @@ async fn connect(node: &Node, user: &str) -> async_nats::Client {
         .connect(node.url())
         .await
         .unwrap_or_else(|e| panic!("connect as {user} to {}: {e}", node.url()))
-}
-
-/// A round trip on `c`'s connection: its SUBs have been processed.
-async fn sync(c: &async_nats::Client) {
-    let inbox = c.new_inbox();
-    let mut s = c.subscribe(inbox.clone()).await.unwrap();
-    c.publish(inbox.clone(), Bytes::new()).await.unwrap();
-    tokio::time::timeout(WAIT, s.next())
-        .await
-        .expect("sync round trip")
-        .expect("sync subscription open");
 }
 
 /// Receives `n` messages (or fails after `WAIT`).

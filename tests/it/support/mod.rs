@@ -101,6 +101,20 @@ where
     }
 }
 
+/// A round trip on `c`'s connection (a message to a fresh inbox it
+/// subscribed to): everything it sent before — SUBs included — has been
+/// processed by its server. A flush only writes the client's buffer out.
+pub async fn sync(c: &async_nats::Client) {
+    use futures::StreamExt;
+    let inbox = c.new_inbox();
+    let mut s = c.subscribe(inbox.clone()).await.unwrap();
+    c.publish(inbox, bytes::Bytes::new()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), s.next())
+        .await
+        .expect("round trip within 20 s")
+        .expect("round-trip subscription open");
+}
+
 /// Publishes `probe` on `subject` from `c` every 100 ms until `sub`
 /// receives one (interest has reached the publisher's server, across
 /// every hop), within 20 s; `what` names the flow in the failure.
