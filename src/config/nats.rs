@@ -153,8 +153,14 @@ pub enum ResolverConfig {
         /// `hard_delete`: a deleted account's file is removed, not renamed
         /// to `<key>.jwt.deleted`.
         hard_delete: bool,
-        /// `limit`: most stored accounts.
+        /// `limit`: most stored accounts. `None` (or 0) = nats-server's
+        /// default: unlimited for `full`, 1,000 for `cache`, which then
+        /// evicts its least recently used account to store a new one.
         limit: Option<usize>,
+        /// `ttl` (cache): an account not used for this long leaves the
+        /// cache (it is looked up again when a user needs it). `None` (or
+        /// 0) = when its JWT expires.
+        ttl: Option<Duration>,
         /// `interval` (full): how often the stored accounts are compared
         /// with the route peers' (a digest; the JWTs only when they
         /// differ). `None` = nats-server's one minute.

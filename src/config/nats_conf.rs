@@ -1027,7 +1027,7 @@ fn resolver_config(
             "hard_delete" => hard_delete = want_bool(k, v)?,
             "limit" => limit = Some(want_usize(k, v)?),
             "interval" => interval = Some(want_duration(k, v)?),
-            "ttl" => ttl = Some((k.clone(), v.clone())),
+            "ttl" => ttl = Some((k.clone(), v.clone(), want_duration(k, v)?)),
             "timeout" => {
                 let d = want_duration(k, v)?;
                 if d.is_zero() {
@@ -1045,13 +1045,12 @@ fn resolver_config(
         return invalid(key, n, "dir has no value and needs to point to a directory");
     };
     if full {
-        if let Some((k, v)) = ttl {
-            return invalid(&k, &v, "FULL does not accept ttl");
+        if let Some((k, v, d)) = &ttl {
+            if !d.is_zero() {
+                return invalid(k, v, "FULL does not accept ttl");
+            }
         }
     } else {
-        if let Some((k, v)) = ttl {
-            return invalid(&k, &v, "the cache resolver's ttl eviction is not supported");
-        }
         if allow_delete {
             return invalid(key, n, "CACHE does not accept allow_delete");
         }
@@ -1064,7 +1063,8 @@ fn resolver_config(
         dir,
         allow_delete,
         hard_delete,
-        limit,
+        limit: limit.filter(|&l| l > 0),
+        ttl: ttl.map(|(_, _, d)| d).filter(|d| !d.is_zero()),
         // Zero or less is nats-server's default.
         interval: interval.filter(|d: &Duration| !d.is_zero()),
         timeout,

@@ -18,11 +18,15 @@
 //! own — so a node that was down during a push catches up when it
 //! rejoins. Forwarded pushes are
 //! applied by the route's reader, not answered and not passed on.
-//! Every `interval` (nats-server's resolver key, one minute by default) a
-//! full resolver sends its peers a digest of its accounts
-//! ([`CLAIMS_DIGEST`]); a full resolver whose own digest differs answers
-//! with its JWTs on [`CLAIMS_SYNC`], so stores that drifted apart while
-//! connected (a forwarded push lost with a closed route) converge.
+//! A full resolver also speaks nats-server's pack exchange: to each new
+//! route peer and then every `interval` (one minute by default) it sends
+//! [`CLAIMS_PACK`] with the digest of its accounts (the XOR of each JWT's
+//! SHA-256, 32 bytes) and a reply subject `$SYS._PACK.<server id>`; a full
+//! resolver whose own digest differs answers with one `<key>|<jwt>`
+//! message per stored account and then an empty message (a matching one
+//! with the empty message only); the asker applies the JWTs newer than its
+//! own. So stores that drifted apart while connected converge, with our
+//! servers and nats-server's alike.
 //!
 //! A client or leaf whose user JWT names an account not stored here (a
 //! cache resolver, or a full one that missed it) waits up to the
@@ -30,9 +34,16 @@
 //! `$SYS.REQ.ACCOUNT.<key>.CLAIMS.LOOKUP` (the reply goes to
 //! `$SYS._LOOKUP.<server id>.<n>` on the asking route): the first JWT
 //! that validates is stored, as a push would be, and the connect goes on;
-//! when every peer answered empty the connect is refused at once. These
-//! route messages are understood by our servers; a nats-server peer
-//! ignores them (its own lookups and packs are not answered here).
+//! when every peer answered empty the connect is refused at once. A
+//! nats-server peer's lookup (its reply is not ours) gets an answer only
+//! when the account is stored here: nats-server takes the first empty
+//! answer of a server it does not count as "not found".
+//!
+//! The route peers learn the interest of this service in the system
+//! account (`RS+` for the subjects served, the pack subject, and the reply
+//! subjects of our lookups and packs), so a nats-server peer sends them
+//! here as it does to its own kind; no other system-account interest
+//! crosses routes.
 //!
 //! After an update changes a loaded account, its connected users are
 //! re-checked: revoked ones get
@@ -69,9 +80,17 @@ pub(crate) const CLAIMS_SYNC: &str = "$SYS.REQ.CLAIMS.SYNC";
 /// The subject of an operator's request to delete accounts.
 const CLAIMS_DELETE: &str = "$SYS.REQ.CLAIMS.DELETE";
 
-/// The subject, between route peers only, of a full resolver's periodic
-/// digest of its accounts ([`OperatorState::digest`]).
-pub(crate) const CLAIMS_DIGEST: &str = "$SYS.REQ.CLAIMS.DIGEST";
+/// nats-server's subject of a full resolver's pack request (its digest;
+/// see the module doc).
+pub(crate) const CLAIMS_PACK: &str = "$SYS.REQ.CLAIMS.PACK";
+
+/// The queue group nats-server's full resolvers answer pack requests in
+/// (a routed request reaches a queue subscription only when it names the
+/// group).
+const PACK_QUEUE: &[u8] = b"responder";
+
+/// Replies to our pack requests: `<prefix>.<server id>`.
+const PACK_REPLY: &str = "$SYS._PACK";
 
 /// Replies to our account lookups: `<prefix>.<server id>.<n>`.
 const LOOKUP_REPLY: &str = "$SYS._LOOKUP";
@@ -157,7 +176,7 @@ pub(crate) async fn fetch(inner: &Arc<ServerInner>, key: &str) {
         );
     }
     let subject = format!("$SYS.REQ.ACCOUNT.{key}.CLAIMS.LOOKUP");
-    let asked = routes.forward_system(sys, &subject, Some(&reply), &[]);
+    let asked = routes.forward_system(sys, &subject, Some(&reply), &[], &[]);
     if let Some(w) = inner.lookups.waits.lock().get_mut(&reply) {
         w.asked = Some(asked);
         w.settle();
@@ -175,16 +194,17 @@ pub(crate) async fn fetch(inner: &Arc<ServerInner>, key: &str) {
     }
 }
 
-/// Appends a full resolver's stored JWTs as [`CLAIMS_SYNC`] messages for
-/// one route peer (nothing for other resolvers).
+/// Appends, for one new route peer, a full resolver's stored JWTs as
+/// [`CLAIMS_SYNC`] messages and its pack request (nothing for other
+/// resolvers).
 pub(crate) fn encode_sync(inner: &ServerInner, b: &mut BytesMut) {
     let Some(op) = &inner.operator else {
         return;
     };
-    let Some(sys) = op.system_account() else {
+    let (Some(sys), Some(_)) = (op.system_account(), op.sync_interval()) else {
         return;
     };
-    for jwt in op.sync_jwts() {
+    for (_, jwt) in op.sync_jwts() {
         encode_rmsg(
             b,
             sys.as_bytes(),
@@ -195,30 +215,151 @@ pub(crate) fn encode_sync(inner: &ServerInner, b: &mut BytesMut) {
             jwt.as_bytes(),
         );
     }
+    encode_rmsg(
+        b,
+        sys.as_bytes(),
+        CLAIMS_PACK.as_bytes(),
+        Some(pack_reply(inner).as_bytes()),
+        &[PACK_QUEUE],
+        None,
+        &op.digest(),
+    );
 }
 
-/// A full resolver's digest timer: every `interval`, the digest of its
-/// accounts goes to the route peers.
-fn spawn_digests(inner: &Arc<ServerInner>, op: &Arc<OperatorState>) {
-    let (Some(every), Some(_)) = (op.sync_interval(), &inner.routes) else {
+fn pack_reply(inner: &ServerInner) -> String {
+    format!("{PACK_REPLY}.{}", inner.server_id)
+}
+
+/// Answers a pack request whose digest is `theirs` on `reply`: one
+/// `<key>|<jwt>` message per stored account unless the digests match,
+/// then an empty message.
+fn answer_pack(inner: &ServerInner, route: &Arc<ClientShared>, reply: &[u8], theirs: &[u8]) {
+    let (Some(op), Some(_)) = (&inner.operator, inner.routes.as_ref()) else {
         return;
     };
+    let Some(sys) = op.system_account() else {
+        return;
+    };
+    let mut b = BytesMut::new();
+    let send = |b: &mut BytesMut, body: &[u8]| {
+        encode_rmsg(b, sys.as_bytes(), reply, None, &[], None, body);
+    };
+    if theirs != op.digest() {
+        for (key, jwt) in op.sync_jwts() {
+            send(&mut b, format!("{key}|{jwt}").as_bytes());
+        }
+    }
+    send(&mut b, b"");
+    route.send_now(&b);
+}
+
+/// Applies a pack message (`<key>|<jwt>` lines) from a route peer: the
+/// JWTs newer than the stored ones.
+fn merge_pack(inner: &ServerInner, op: &OperatorState, payload: &[u8]) {
+    for line in payload.split(|&c| c == b'\n') {
+        if line.is_empty() {
+            continue;
+        }
+        let Some(bar) = line.iter().position(|&c| c == b'|') else {
+            tracing::debug!("pack line without '|' ignored");
+            continue;
+        };
+        let Ok(key) = std::str::from_utf8(&line[..bar]) else {
+            continue;
+        };
+        apply(
+            inner,
+            op,
+            Some(key),
+            &line[bar + 1..],
+            UpdateSource::PeerSync,
+        );
+    }
+}
+
+/// Tells the route peers what this service listens to in the system
+/// account (see the module doc).
+fn announce_interest(inner: &ServerInner, op: &OperatorState) {
+    let (Some(routes), Some(sys)) = (&inner.routes, op.system_account()) else {
+        return;
+    };
+    let mut subjects: Vec<String> = SUBJECTS.iter().map(|s| s.to_string()).collect();
+    if op.fetch_timeout().is_some() {
+        subjects.push(format!("{LOOKUP_REPLY}.{}.*", inner.server_id));
+    }
+    if op.sync_interval().is_some() {
+        subjects.push(CLAIMS_PACK.to_string());
+        subjects.push(pack_reply(inner));
+    }
+    for s in subjects {
+        routes.local_interest(sys, &s, None, 1);
+    }
+}
+
+/// Runs `tick` every `every` (the first time after one period) while the
+/// server lives and `tick` returns true.
+fn spawn_every(
+    inner: &Arc<ServerInner>,
+    every: std::time::Duration,
+    tick: impl Fn(&ServerInner) -> bool + Send + 'static,
+) {
     let weak = Arc::downgrade(inner);
-    let op = op.clone();
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
+        let mut timer = tokio::time::interval(every);
+        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        timer.tick().await;
         loop {
-            tick.tick().await;
+            timer.tick().await;
             let Some(inner) = weak.upgrade() else {
                 return;
             };
-            let (Some(routes), Some(sys)) = (&inner.routes, op.system_account()) else {
+            if !tick(&inner) {
                 return;
-            };
-            routes.forward_system(sys, CLAIMS_DIGEST, None, op.digest().as_bytes());
+            }
         }
+    });
+}
+
+/// A full resolver's pack timer: every `interval`, a pack request with
+/// the digest of its accounts goes to the route peers.
+fn spawn_packs(inner: &Arc<ServerInner>, op: &Arc<OperatorState>) {
+    let (Some(every), Some(_)) = (op.sync_interval(), &inner.routes) else {
+        return;
+    };
+    let op = op.clone();
+    spawn_every(inner, every, move |inner| {
+        let (Some(routes), Some(sys)) = (&inner.routes, op.system_account()) else {
+            return false;
+        };
+        let reply = pack_reply(inner);
+        routes.forward_system(sys, CLAIMS_PACK, Some(&reply), &[PACK_QUEUE], &op.digest());
+        true
+    });
+}
+
+/// Whether a client or accepted leaf connection is bound to `account`
+/// (a cache resolver keeps such accounts).
+fn in_use(inner: &ServerInner, account: &str) -> bool {
+    !account_conns(inner, account, true).is_empty()
+}
+
+/// A cache resolver's sweep timer: accounts unused for `ttl` (or whose JWT
+/// expired) leave the cache, and the live accounts are rewired without
+/// them.
+fn spawn_cache_sweep(inner: &Arc<ServerInner>, op: &Arc<OperatorState>) {
+    let Some(every) = op.cache_sweep_every() else {
+        return;
+    };
+    let op = op.clone();
+    spawn_every(inner, every, move |inner| {
+        let dropped = op.sweep_cache(std::time::Instant::now(), &|k| in_use(inner, k));
+        if !dropped.is_empty() {
+            tracing::info!(accounts = ?dropped, "resolver: unused accounts left the cache");
+            if let Err(e) = inner.update_accounts(&op.account_configs()) {
+                tracing::warn!(error = %e, "resolver cache: accounts not rewired");
+            }
+        }
+        true
     });
 }
 
@@ -308,7 +449,9 @@ pub(crate) fn spawn(inner: &Arc<ServerInner>) -> Result<(), NatsError> {
     let Some(op) = inner.operator.clone() else {
         return Ok(());
     };
-    spawn_digests(inner, &op);
+    spawn_packs(inner, &op);
+    spawn_cache_sweep(inner, &op);
+    announce_interest(inner, &op);
     let Some(account) = op.system_account().and_then(|s| inner.accounts.get(s)) else {
         return Ok(());
     };
@@ -352,7 +495,7 @@ async fn serve(
         }
         if subject == CLAIMS_DELETE {
             if let (Some(routes), Some(sys)) = (&inner.routes, op.system_account()) {
-                routes.forward_system(sys, &subject, None, &m.payload);
+                routes.forward_system(sys, &subject, None, &[], &m.payload);
             }
             let outcome = delete(&inner, &op, &m.payload);
             if let Some(r) = reply {
@@ -366,7 +509,7 @@ async fn serve(
         };
         if let (Some(routes), Some(sys)) = (&inner.routes, op.system_account()) {
             if op.is_valid_update(key, &m.payload) {
-                routes.forward_system(sys, &subject, None, &m.payload);
+                routes.forward_system(sys, &subject, None, &[], &m.payload);
             }
         }
         let outcome = apply(&inner, &op, key, &m.payload, UpdateSource::Push);
@@ -440,7 +583,7 @@ fn apply(
     body: &[u8],
     source: UpdateSource,
 ) -> super::resolver::UpdateOutcome {
-    let outcome = op.apply_update(key, body, source);
+    let outcome = op.apply_update(key, body, source, &|k| in_use(inner, k));
     match &outcome.result {
         // A peer's catch-up mostly repeats what is stored: quiet then.
         Ok(msg) if source == UpdateSource::PeerSync && !outcome.stored => {
@@ -485,14 +628,14 @@ pub(crate) fn from_route(
         delete(inner, op, payload);
         return;
     }
-    if subject == CLAIMS_DIGEST {
-        if op.sync_interval().is_some() && payload != op.digest().as_bytes() {
-            let mut b = BytesMut::new();
-            encode_sync(inner, &mut b);
-            if !b.is_empty() {
-                route.send_now(&b);
-            }
+    if subject == CLAIMS_PACK {
+        if let (Some(reply), Some(_)) = (reply, op.sync_interval()) {
+            answer_pack(inner, route, reply, payload);
         }
+        return;
+    }
+    if subject == pack_reply(inner) {
+        merge_pack(inner, op, payload);
         return;
     }
     if subject
@@ -505,6 +648,10 @@ pub(crate) fn from_route(
     if let Some(key) = lookup_key(subject) {
         if let (Some(reply), Some(sys)) = (reply, op.system_account()) {
             let body = op.lookup(key).unwrap_or_default();
+            // Only our servers count empty answers (see the module doc).
+            if body.is_empty() && !reply.starts_with(LOOKUP_REPLY.as_bytes()) {
+                return;
+            }
             let mut b = BytesMut::new();
             encode_rmsg(
                 &mut b,

@@ -21,15 +21,20 @@
 //! the client only ever sees `Authorization Violation`.
 //!
 //! Bounded memory: the account map holds at most the stored accounts
-//! (`limit` for a directory resolver, the preload list for MEMORY);
-//! a push beyond `limit` is refused with an error reply. Must not: accept
+//! (`limit` for a directory resolver, the preload list for MEMORY).
+//! A full resolver refuses a new account beyond `limit` with an error
+//! reply; a cache resolver (default limit 1,000, as nats-server) makes
+//! room by evicting the least recently used account that no connection
+//! uses (never the system account), and drops accounts unused for `ttl`
+//! (or, without `ttl`, whose JWT expired) — a user of a dropped account
+//! is admitted after a new lookup. Must not: accept
 //! an account JWT whose issuer is not a trusted operator key, or a user
 //! whose issuer is not its account or one of the account's signing keys.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 
@@ -153,6 +158,9 @@ enum Store {
         full: bool,
         dir: PathBuf,
         limit: Option<usize>,
+        /// Cache: how long an unused account stays (`None` = until its
+        /// JWT expires).
+        ttl: Option<Duration>,
         /// `allow_delete`: `Some(hard_delete)`.
         delete: Option<bool>,
         /// How often a full resolver compares its accounts with its peers'.
@@ -162,6 +170,11 @@ enum Store {
     },
 }
 
+/// nats-server's default `limit` of a cache resolver.
+const DEFAULT_CACHE_LIMIT: usize = 1_000;
+/// Longest time between two sweeps of a cache resolver (nats-server's
+/// expiry check); with a `ttl`, half of it when that is shorter.
+const CACHE_SWEEP_MAX: Duration = Duration::from_secs(60);
 /// nats-server's default `interval` of a full resolver.
 const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_secs(60);
 /// nats-server's default `timeout` of an account lookup.
@@ -194,6 +207,8 @@ pub struct UpdateOutcome {
     /// Whether the resolver's set of accounts changed (a new account, or a
     /// new JWT for a known one): the live accounts are rewired.
     pub stored: bool,
+    /// Accounts a cache resolver evicted to make room.
+    pub evicted: Vec<String>,
 }
 
 /// Operator-mode state shared by the server (see the module doc).
@@ -214,6 +229,9 @@ pub struct OperatorState {
     /// Accounts deleted since start-up (bounded by the accounts there
     /// were).
     deleted: parking_lot::Mutex<HashSet<String>>,
+    /// A cache resolver's record of when each stored account was last
+    /// stored or authenticated a user (at most the stored accounts).
+    last_used: parking_lot::Mutex<HashMap<String, Instant>>,
 }
 
 /// The outcome of an account delete request, for the reply.
@@ -265,6 +283,7 @@ impl OperatorState {
             accounts: RwLock::new(HashMap::new()),
             updates: parking_lot::Mutex::new(()),
             deleted: parking_lot::Mutex::new(HashSet::new()),
+            last_used: parking_lot::Mutex::new(HashMap::new()),
         };
         match &cfg.resolver {
             ResolverConfig::Memory { preload } => state.preload(preload, false)?,
@@ -272,6 +291,7 @@ impl OperatorState {
                 full,
                 dir,
                 limit,
+                ttl,
                 preload,
                 allow_delete,
                 hard_delete,
@@ -285,13 +305,26 @@ impl OperatorState {
                 state.store = Store::Dir {
                     full: *full,
                     dir: dir.clone(),
-                    limit: *limit,
+                    limit: if *full {
+                        *limit
+                    } else {
+                        Some(limit.unwrap_or(DEFAULT_CACHE_LIMIT))
+                    },
+                    ttl: *ttl,
                     delete: allow_delete.then_some(*hard_delete),
                     interval: interval.unwrap_or(DEFAULT_SYNC_INTERVAL),
                     timeout: timeout.unwrap_or(DEFAULT_FETCH_TIMEOUT),
                 };
                 state.load_dir(dir)?;
                 state.preload(preload, true)?;
+                if !*full {
+                    let now = Instant::now();
+                    let keys = state.accounts.read().keys().cloned().collect::<Vec<_>>();
+                    state
+                        .last_used
+                        .get_mut()
+                        .extend(keys.into_iter().map(|k| (k, now)));
+                }
             }
         }
         Ok(state)
@@ -510,6 +543,7 @@ impl OperatorState {
         let acc = self
             .account(&account_key)
             .ok_or_else(|| JwtAuthError::UnknownAccount(account_key.clone()))?;
+        self.touch(&account_key);
         // From its `exp` second on, as the expiry watcher closes the
         // account's connections then (nats-server's account timer).
         let exp = acc.claims.exp;
@@ -642,6 +676,7 @@ impl OperatorState {
         subject_key: Option<&str>,
         body: &[u8],
         source: UpdateSource,
+        in_use: &dyn Fn(&str) -> bool,
     ) -> UpdateOutcome {
         let newer_only = source != UpdateSource::Push;
         let _one = self.updates.lock();
@@ -650,6 +685,7 @@ impl OperatorState {
             result: Ok(""),
             changed: false,
             stored: false,
+            evicted: Vec::new(),
         };
         let token = String::from_utf8_lossy(body).trim().to_string();
         if token.is_empty() {
@@ -706,11 +742,24 @@ impl OperatorState {
                     return out;
                 }
                 if !known && limit.is_some_and(|l| self.accounts.read().len() >= l) {
-                    out.result = Err((
-                        "jwt update resulted in error",
-                        "resolver limit of stored accounts reached".into(),
-                    ));
-                    return out;
+                    match (!*full).then(|| self.least_recently_used(in_use)).flatten() {
+                        Some(victim) => {
+                            if let Err(e) = remove_jwt(dir, &victim) {
+                                out.result = Err(("jwt update resulted in error", e.to_string()));
+                                return out;
+                            }
+                            self.forget(&victim);
+                            tracing::info!(account = %victim, "resolver: cache full, least recently used account evicted");
+                            out.evicted.push(victim);
+                        }
+                        None => {
+                            out.result = Err((
+                                "jwt update resulted in error",
+                                "resolver limit of stored accounts reached".into(),
+                            ));
+                            return out;
+                        }
+                    }
                 }
                 let message = if *full {
                     "jwt updated"
@@ -732,6 +781,7 @@ impl OperatorState {
             out.result = Ok(message);
             return out;
         }
+        self.touch(&key);
         self.accounts
             .write()
             .insert(key, Arc::new(AccountEntry { jwt: token, claims }));
@@ -873,16 +923,16 @@ impl OperatorState {
             .is_ok_and(|c| subject_key.is_none_or(|k| k == c.sub))
     }
 
-    /// The stored account JWTs a full resolver offers a new route peer
-    /// (nats-server's full resolvers keep each other in step); none for
-    /// other resolvers.
-    pub fn sync_jwts(&self) -> Vec<String> {
+    /// The stored accounts (key, JWT) a full resolver offers its route
+    /// peers (nats-server's full resolvers keep each other in step); none
+    /// for other resolvers.
+    pub fn sync_jwts(&self) -> Vec<(String, String)> {
         match &self.store {
             Store::Dir { full: true, .. } => self
                 .accounts
                 .read()
-                .values()
-                .map(|a| a.jwt.clone())
+                .iter()
+                .map(|(k, a)| (k.clone(), a.jwt.clone()))
                 .collect(),
             _ => Vec::new(),
         }
@@ -927,13 +977,110 @@ impl OperatorState {
         } else {
             uc.nats.issuer_account
         };
-        (self.account(&key).is_none() && !self.tombstoned(&key)).then_some(key)
+        let stale = match self.account(&key) {
+            None => true,
+            // A cache asks again for an account whose JWT expired: the
+            // peers may hold a renewed one.
+            Some(a) => self.is_cache() && a.claims.exp > 0 && jwt::unix_now() >= a.claims.exp,
+        };
+        (stale && !self.tombstoned(&key)).then_some(key)
+    }
+
+    fn is_cache(&self) -> bool {
+        matches!(self.store, Store::Dir { full: false, .. })
+    }
+
+    /// Notes that `key` was used (cache resolver only).
+    fn touch(&self, key: &str) {
+        if self.is_cache() {
+            self.last_used
+                .lock()
+                .insert(key.to_string(), Instant::now());
+        }
+    }
+
+    /// Drops `key` from the map and the cache's record.
+    fn forget(&self, key: &str) {
+        self.accounts.write().remove(key);
+        self.last_used.lock().remove(key);
+    }
+
+    /// The cache's least recently used account that `in_use` says no
+    /// connection uses, other than the system account.
+    fn least_recently_used(&self, in_use: &dyn Fn(&str) -> bool) -> Option<String> {
+        let mut by_age: Vec<(Instant, String)> = {
+            let used = self.last_used.lock();
+            self.accounts
+                .read()
+                .keys()
+                .filter(|k| self.system_account.as_deref() != Some(k.as_str()))
+                .map(|k| (used.get(k).copied().unwrap_or_else(Instant::now), k.clone()))
+                .collect()
+        };
+        by_age.sort();
+        by_age.into_iter().map(|(_, k)| k).find(|k| !in_use(k))
+    }
+
+    /// How often a cache resolver looks for accounts to drop (`None` for
+    /// other resolvers): half its `ttl`, at most a minute.
+    pub fn cache_sweep_every(&self) -> Option<Duration> {
+        match &self.store {
+            Store::Dir {
+                full: false, ttl, ..
+            } => Some(ttl.map_or(CACHE_SWEEP_MAX, |t| (t / 2).min(CACHE_SWEEP_MAX))),
+            _ => None,
+        }
+    }
+
+    /// A cache resolver's sweep: drops the accounts unused for `ttl` (or,
+    /// without one, whose JWT expired) from the map and the directory.
+    /// An account `in_use` says a connection uses stays, as used now.
+    /// Returns the dropped accounts.
+    pub fn sweep_cache(&self, now: Instant, in_use: &dyn Fn(&str) -> bool) -> Vec<String> {
+        let Store::Dir {
+            full: false,
+            ttl,
+            dir,
+            ..
+        } = &self.store
+        else {
+            return Vec::new();
+        };
+        let _one = self.updates.lock();
+        let unix_now = jwt::unix_now();
+        let due: Vec<String> = {
+            let used = self.last_used.lock();
+            self.accounts
+                .read()
+                .iter()
+                .filter(|(k, _)| self.system_account.as_deref() != Some(k.as_str()))
+                .filter(|(k, a)| match ttl {
+                    Some(t) => used.get(*k).is_none_or(|u| now.duration_since(*u) >= *t),
+                    None => a.claims.exp > 0 && unix_now >= a.claims.exp,
+                })
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        let mut dropped = Vec::new();
+        for k in due {
+            if in_use(&k) {
+                self.last_used.lock().insert(k, now);
+                continue;
+            }
+            if let Err(e) = remove_jwt(dir, &k) {
+                tracing::warn!(account = %k, error = %e, "resolver: cannot remove a cached account JWT");
+                continue;
+            }
+            self.forget(&k);
+            dropped.push(k);
+        }
+        dropped
     }
 
     /// A digest of the stored accounts (a full resolver's): the XOR of
-    /// each JWT's SHA-256, so it does not depend on order. Two nodes with
-    /// the same JWTs have the same digest.
-    pub fn digest(&self) -> String {
+    /// each JWT's SHA-256, so it does not depend on order — nats-server's
+    /// store hash. Two nodes with the same JWTs have the same digest.
+    pub fn digest(&self) -> [u8; 32] {
         let mut acc = [0u8; 32];
         for a in self.accounts.read().values() {
             let d = ring::digest::digest(&ring::digest::SHA256, a.jwt.as_bytes());
@@ -941,7 +1088,7 @@ impl OperatorState {
                 *x ^= y;
             }
         }
-        acc.iter().map(|b| format!("{b:02x}")).collect()
+        acc
     }
 }
 
@@ -1030,6 +1177,14 @@ fn write_jwt(dir: &Path, key: &str, token: &str) -> std::io::Result<()> {
     let tmp = dir.join(format!(".{key}.jwt.tmp"));
     std::fs::write(&tmp, token)?;
     std::fs::rename(&tmp, dir.join(format!("{key}.jwt")))
+}
+
+/// Removes `<dir>/<key>.jwt`; one already gone is fine.
+fn remove_jwt(dir: &Path, key: &str) -> std::io::Result<()> {
+    match std::fs::remove_file(dir.join(format!("{key}.jwt"))) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// The JSON reply to a delete request (the shape of [`update_reply`],
@@ -1335,6 +1490,7 @@ mod tests {
                     allow_delete: false,
                     hard_delete: false,
                     limit: None,
+                    ttl: None,
                     interval: None,
                     timeout: None,
                     preload: Vec::new(),
@@ -1346,7 +1502,7 @@ mod tests {
         let st = load();
         assert!(st.account(&k.acc.public_key()).is_none());
         let good = account_jwt(&k, |n| n.limits.conn = 1);
-        let o = st.apply_update(None, good.as_bytes(), UpdateSource::Push);
+        let o = st.apply_update(None, good.as_bytes(), UpdateSource::Push, &|_| false);
         assert_eq!(o.result, Ok("jwt updated"));
         assert!(!o.changed);
         assert_eq!(st.max_connections(&k.acc.public_key()), Some(1));
@@ -1354,17 +1510,20 @@ mod tests {
             .path()
             .join(format!("{}.jwt", k.acc.public_key()))
             .exists());
-        let o = st.apply_update(Some("AXXX"), good.as_bytes(), UpdateSource::Push);
+        let o = st.apply_update(Some("AXXX"), good.as_bytes(), UpdateSource::Push, &|_| {
+            false
+        });
         assert!(o.result.is_err());
-        let o = st.apply_update(None, bad.as_bytes(), UpdateSource::Push);
+        let o = st.apply_update(None, bad.as_bytes(), UpdateSource::Push, &|_| false);
         assert_eq!(o.result.unwrap_err().0, "jwt validation failed");
-        let o = st.apply_update(None, b"", UpdateSource::Push);
+        let o = st.apply_update(None, b"", UpdateSource::Push, &|_| false);
         assert_eq!(o.result.unwrap_err().0, "jwt update error");
         let newer = account_jwt(&k, |n| n.limits.conn = 3);
         let o = st.apply_update(
             Some(&k.acc.public_key()),
             newer.as_bytes(),
             UpdateSource::Push,
+            &|_| false,
         );
         assert!(o.changed);
         assert_eq!(st.max_connections(&k.acc.public_key()), Some(3));
@@ -1382,22 +1541,22 @@ mod tests {
         let now = jwt::unix_now();
         let (late, early) = (dated(now + 2_000, 5), dated(now + 1_000, 6));
         assert!(
-            st.apply_update(None, late.as_bytes(), UpdateSource::PeerSync)
+            st.apply_update(None, late.as_bytes(), UpdateSource::PeerSync, &|_| false)
                 .stored
         );
-        let o = st.apply_update(None, early.as_bytes(), UpdateSource::PeerSync);
+        let o = st.apply_update(None, early.as_bytes(), UpdateSource::PeerSync, &|_| false);
         assert_eq!((o.result, o.stored), (Ok("jwt updated"), false));
         assert_eq!(st.max_connections(&k.acc.public_key()), Some(5));
         assert!(
-            st.apply_update(None, early.as_bytes(), UpdateSource::Push)
+            st.apply_update(None, early.as_bytes(), UpdateSource::Push, &|_| false)
                 .stored
         );
         assert_eq!(st.max_connections(&k.acc.public_key()), Some(6));
         assert!(
-            !st.apply_update(None, early.as_bytes(), UpdateSource::Push)
+            !st.apply_update(None, early.as_bytes(), UpdateSource::Push, &|_| false)
                 .stored
         );
-        assert_eq!(st.sync_jwts(), vec![early.clone()]);
+        assert_eq!(st.sync_jwts(), vec![(k.acc.public_key(), early.clone())]);
     }
 
     #[test]

@@ -439,13 +439,15 @@ impl Routes {
     /// of `account` and tells every route when the interest it knows
     /// changes.
     /// Passes a message of the claims service (an update pushed here, a
-    /// lookup, a digest) to every route peer, in the system account
-    /// `account` (see `claims`). Returns how many peers it went to.
+    /// lookup, a pack request) to every route peer, in the system account
+    /// `account`, for the queue groups `queues` too (see `claims`).
+    /// Returns how many peers it went to.
     pub(crate) fn forward_system(
         &self,
         account: &str,
         subject: &str,
         reply: Option<&str>,
+        queues: &[&[u8]],
         payload: &[u8],
     ) -> usize {
         let mut b = BytesMut::new();
@@ -454,7 +456,7 @@ impl Routes {
             account.as_bytes(),
             subject.as_bytes(),
             reply.map(str::as_bytes),
-            &[],
+            queues,
             None,
             payload,
         );

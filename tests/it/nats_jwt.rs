@@ -628,6 +628,8 @@ async fn nats_jwt_bad_configs_refused() {
         (format!("operator: \"{op}\"\nresolver: {{ type: cache, dir: \"/tmp/x\", interval: \"1m\" }}\n"), "CACHE does not accept sync"),
         (format!("operator: \"{op}\"\nresolver: {{ type: full, dir: \"/tmp/x\", timeout: \"0s\" }}\n"), "Fetch timeout 0s is too smal"),
         (format!("operator: \"{op}\"\nresolver: {{ type: full, dir: \"/tmp/x\", interval: \"soon\" }}\n"), "interval"),
+        (format!("operator: \"{op}\"\nresolver: {{ type: full, dir: \"/tmp/x\", ttl: \"1m\" }}\n"), "FULL does not accept ttl"),
+        (format!("operator: \"{op}\"\nresolver: {{ type: cache, dir: \"/tmp/x\", ttl: \"later\" }}\n"), "ttl"),
     ] {
         let path = setup.dir.path().join("bad.conf");
         std::fs::write(&path, &text).unwrap();

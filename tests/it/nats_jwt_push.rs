@@ -139,9 +139,10 @@ impl Setup {
     }
 
     /// A config file for one node with a `cache` resolver (its own
-    /// directory) that preloads only the system account.
-    pub(crate) fn conf_cache(&self, name: &str) -> PathBuf {
-        self.conf_resolver(name, "type: cache", "")
+    /// directory, `resolver` fields more) that preloads only the system
+    /// account.
+    pub(crate) fn conf_cache(&self, name: &str, resolver: &str) -> PathBuf {
+        self.conf_resolver(name, &format!("type: cache {resolver}"), "")
     }
 
     /// A config file for one node: its own resolver directory with the

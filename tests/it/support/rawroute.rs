@@ -14,6 +14,8 @@ pub struct RawPeer {
     s: TcpStream,
     /// Read and not yet parsed.
     buf: Vec<u8>,
+    /// The `RS+` lines read so far.
+    pub interest: Vec<String>,
 }
 
 /// A message the server routed to the peer (`RMSG`).
@@ -42,7 +44,14 @@ impl RawPeer {
         let end = buf.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
         let info = String::from_utf8_lossy(&buf[..end]).into_owned();
         buf.drain(..end);
-        (RawPeer { s, buf }, info)
+        (
+            RawPeer {
+                s,
+                buf,
+                interest: Vec::new(),
+            },
+            info,
+        )
     }
 
     pub async fn send(&mut self, data: &str) {
@@ -83,7 +92,8 @@ impl RawPeer {
     }
 
     /// The next `RMSG` the server sends within `within`; other lines
-    /// (interest, INFO, PONG) are skipped and PINGs answered. `None` when
+    /// (INFO, PONG) are skipped, `RS+` lines kept in `interest` and PINGs
+    /// answered. `None` when
     /// nothing came in time.
     pub async fn next_rmsg(&mut self, within: Duration) -> Option<Routed> {
         let deadline = tokio::time::Instant::now() + within;
@@ -117,6 +127,10 @@ impl RawPeer {
                             reply,
                             payload,
                         });
+                    }
+                    Some("RS+") => {
+                        self.interest.push(line);
+                        self.buf.drain(..end + 2);
                     }
                     _ => {
                         self.buf.drain(..end + 2);
