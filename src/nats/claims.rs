@@ -34,7 +34,11 @@
 //! `$SYS.REQ.ACCOUNT.<key>.CLAIMS.LOOKUP` (the reply goes to
 //! `$SYS._LOOKUP.<server id>.<n>` on the asking route): the first JWT
 //! that validates is stored, as a push would be, and the connect goes on;
-//! when every peer answered empty the connect is refused at once. A
+//! when every peer answered empty the connect is refused at once. The
+//! lookup also goes over each leaf connection bound to the system account
+//! (a leaf node asks its hub; the answer comes back into the system
+//! account, where a subscription to our reply subjects takes it); there a
+//! whole cluster may answer, so only a JWT or the timeout ends the wait. A
 //! nats-server peer's lookup (its reply is not ours) gets an answer only
 //! when the account is stored here: nats-server takes the first empty
 //! answer of a server it does not count as "not found".
@@ -152,9 +156,7 @@ pub(crate) async fn fetch(inner: &Arc<ServerInner>, key: &str) {
     let Some(op) = &inner.operator else {
         return;
     };
-    let (Some(timeout), Some(sys), Some(routes)) =
-        (op.fetch_timeout(), op.system_account(), &inner.routes)
-    else {
+    let (Some(timeout), Some(sys)) = (op.fetch_timeout(), op.system_account()) else {
         return;
     };
     let n = inner.lookups.next.fetch_add(1, Ordering::Relaxed);
@@ -176,10 +178,24 @@ pub(crate) async fn fetch(inner: &Arc<ServerInner>, key: &str) {
         );
     }
     let subject = format!("$SYS.REQ.ACCOUNT.{key}.CLAIMS.LOOKUP");
-    let asked = routes.forward_system(sys, &subject, Some(&reply), &[], &[]);
-    if let Some(w) = inner.lookups.waits.lock().get_mut(&reply) {
-        w.asked = Some(asked);
-        w.settle();
+    let asked = inner.routes.as_ref().map_or(0, |r| {
+        r.forward_system(sys, &subject, Some(&reply), &[], &[])
+    });
+    // Over a leaf connection of the system account the answers may come
+    // from a whole cluster behind it: empty ones do not end the wait.
+    let via_leaves = inner
+        .leafs
+        .as_ref()
+        .map_or(0, |l| l.forward_system(sys, &subject, Some(&reply), &[]));
+    if asked + via_leaves == 0 {
+        inner.lookups.waits.lock().remove(&reply);
+        return;
+    }
+    if via_leaves == 0 {
+        if let Some(w) = inner.lookups.waits.lock().get_mut(&reply) {
+            w.asked = Some(asked);
+            w.settle();
+        }
     }
     let got = tokio::time::timeout(timeout, rx).await;
     inner.lookups.waits.lock().remove(&reply);
@@ -190,7 +206,9 @@ pub(crate) async fn fetch(inner: &Arc<ServerInner>, key: &str) {
         Ok(_) => {
             tracing::debug!(account = %key, peers = asked, "account lookup: not found on any peer")
         }
-        Err(_) => tracing::debug!(account = %key, peers = asked, "account lookup timed out"),
+        Err(_) => {
+            tracing::debug!(account = %key, peers = asked + via_leaves, "account lookup timed out")
+        }
     }
 }
 
@@ -456,6 +474,21 @@ pub(crate) fn spawn(inner: &Arc<ServerInner>) -> Result<(), NatsError> {
         return Ok(());
     };
     let client = LocalClient::new_in(inner.clone(), "$SYS claims", account);
+    if op.fetch_timeout().is_some() && inner.leafs.is_some() {
+        // Answers to our lookups sent over leaf connections arrive in the
+        // system account's subject space (over routes they come to
+        // `from_route`); this subscription is announced to the leaf peers.
+        let weak = Arc::downgrade(inner);
+        let answers: super::client::InlineHandler = Arc::new(move |subject, payload| {
+            if let (Some(inner), Ok(subject)) = (weak.upgrade(), std::str::from_utf8(subject)) {
+                inner.lookups.answer(subject, payload);
+            }
+        });
+        let mut sub =
+            client.subscribe_inline(&format!("{LOOKUP_REPLY}.{}.*", inner.server_id), answers)?;
+        // Held until the server removes it (it yields nothing itself).
+        tokio::spawn(async move { while sub.next().await.is_some() {} });
+    }
     let seq = Arc::new(AtomicU64::new(0));
     for s in SUBJECTS {
         let sub = client.subscribe(s, None)?;

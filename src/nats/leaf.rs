@@ -918,6 +918,39 @@ impl Leafnodes {
         leaf.registered.store(true, Ordering::Release);
     }
 
+    /// Sends a message of the claims service (an account lookup) over
+    /// every registered connection bound to the system account `account`
+    /// (a hub or leaf that serves lookups there). Returns how many it went
+    /// to.
+    pub(crate) fn forward_system(
+        &self,
+        account: &str,
+        subject: &str,
+        reply: Option<&str>,
+        payload: &[u8],
+    ) -> usize {
+        let mut b = BytesMut::new();
+        proto::route::put_msg(
+            &mut b,
+            Dialect::Leaf,
+            account.as_bytes(),
+            subject.as_bytes(),
+            reply.map(str::as_bytes),
+            &[],
+            None,
+            payload,
+        );
+        let st = self.state.lock();
+        let mut sent = 0;
+        for l in st.conns.values() {
+            if l.account.name == account && l.registered.load(Ordering::Acquire) {
+                l.client.send_now(&b);
+                sent += 1;
+            }
+        }
+        sent
+    }
+
     /// Closes the listener, the solicit tasks and every leaf connection.
     pub(crate) fn shutdown(&self) {
         self.cancel.cancel();

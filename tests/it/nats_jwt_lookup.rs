@@ -35,7 +35,7 @@ use std::time::Duration;
 use liftbridge::nats::jwt;
 
 use crate::nats_jwt_push::{connect, connect_once, push, Setup};
-use crate::support::procs::{go_nats_server_2_15, Impl, NatsNode};
+use crate::support::procs::{go_nats_server_2_15, ConfNode, Impl, NatsNode};
 use crate::support::rawroute::{route_connect, route_info, RawPeer, Routed};
 use crate::support::sync;
 use crate::support::{drain, http_json, until_flowing, wait_until};
@@ -514,4 +514,75 @@ async fn nats_jwt_mixed_full_nodes_exchange_packs_and_pushes() {
     // The account pushed on the Go node admits users on ours.
     let m_user = connect_once(&ours.url(), &setup.creds("m", &setup.m)).await;
     assert!(m_user.is_ok(), "M's user on our node: {m_user:?}");
+}
+
+/// A hub with a full resolver storing A, and a leaf with a cache resolver
+/// whose one remote binds the system account (a system user's creds): a
+/// user of A connects to the leaf at the first attempt (the leaf asks the
+/// hub over that connection) and the leaf keeps A's JWT.
+async fn leaf_looks_up_its_hub(hub_imp: Impl, leaf_imp: Impl) {
+    let what = format!("hub {hub_imp:?}, leaf {leaf_imp:?}");
+    let setup = Setup::new();
+    let a_line = format!(
+        "  {}: {}\n",
+        setup.a.public_key(),
+        setup.jwt(&setup.a, 1, |_| {})
+    );
+    let hub_top = setup.resolver_top("hub", "type: full", &a_line);
+    let hub = ConfNode::start_with(&hub_imp, "hub", true, Some(""), &hub_top).await;
+    let remotes = format!(
+        "remotes [ {{ url: \"nats-leaf://127.0.0.1:{}\", account: {}, credentials: \"{}\" }} ]",
+        hub.leaf_port.unwrap(),
+        setup.sys.public_key(),
+        setup.creds("sys-leaf", &setup.sys).display()
+    );
+    let leaf_top = setup.resolver_top("leaf", "type: cache", "");
+    let leaf = ConfNode::start_with(&leaf_imp, "leaf", false, Some(&remotes), &leaf_top).await;
+    hub.wait_leafs(1).await;
+    leaf.wait_leafs(1).await;
+    let creds = setup.creds("a", &setup.a);
+    // The hub's interest in lookups reaches the leaf just after the
+    // connection registers: the first connect may come before it.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let client = loop {
+        match connect_once(&leaf.url(), &creds).await {
+            Ok(c) => break c,
+            Err(e) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{what}: A's user on the leaf: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    client.flush().await.unwrap();
+    assert_eq!(
+        stored_iat(&setup.dir.path().join("jwt-leaf"), &setup.a),
+        Some(1),
+        "{what}: the leaf keeps what the hub answered"
+    );
+    assert_refused(
+        connect_once(
+            &leaf.url(),
+            &setup.creds("z", &nkeys::KeyPair::new_account()),
+        )
+        .await,
+        &format!("{what}: an account the hub does not store"),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_jwt_leaf_looks_up_its_hub_ours() {
+    leaf_looks_up_its_hub(Impl::Liftbridge, Impl::Liftbridge).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_jwt_leaf_looks_up_its_hub_our_leaf_go_2_15_hub() {
+    leaf_looks_up_its_hub(Impl::Go(go_nats_server_2_15()), Impl::Liftbridge).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_jwt_leaf_looks_up_its_hub_go_2_15_leaf_our_hub() {
+    leaf_looks_up_its_hub(Impl::Liftbridge, Impl::Go(go_nats_server_2_15())).await;
 }

@@ -149,11 +149,22 @@ impl Setup {
     /// `resolver` fields, the system account and `more` (`key: jwt`
     /// lines) preloaded.
     fn conf_resolver(&self, name: &str, resolver: &str, more: &str) -> PathBuf {
+        let text = format!(
+            "server_name: {name}\n{}",
+            self.resolver_top(name, resolver, more)
+        );
+        let path = self.dir.path().join(format!("{name}.conf"));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// The operator-mode part of [`Setup::conf_resolver`]'s file (the
+    /// directory is `jwt-<name>`).
+    pub(crate) fn resolver_top(&self, name: &str, resolver: &str, more: &str) -> String {
         let rdir = self.dir.path().join(format!("jwt-{name}"));
         std::fs::create_dir_all(&rdir).unwrap();
-        let text = format!(
-            "server_name: {name}\n\
-             operator: \"{}\"\n\
+        format!(
+            "operator: \"{}\"\n\
              system_account: {}\n\
              resolver: {{ dir: \"{}\", {resolver} }}\n\
              resolver_preload: {{\n  {}: {}\n{more}}}\n",
@@ -162,10 +173,7 @@ impl Setup {
             rdir.display(),
             self.sys.public_key(),
             self.jwt(&self.sys, 1, |_| {}),
-        );
-        let path = self.dir.path().join(format!("{name}.conf"));
-        std::fs::write(&path, text).unwrap();
-        path
+        )
     }
 
     /// A creds file of a new user of `acc`.
