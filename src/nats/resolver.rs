@@ -966,9 +966,9 @@ impl OperatorState {
     }
 
     /// The account of a user JWT when it is worth looking up from the
-    /// route peers: a directory resolver that does not store it (and did
-    /// not delete it). `None` for a JWT that does not decode, a known
-    /// account, or MEMORY.
+    /// route and leaf peers: a directory resolver that does not store it
+    /// (and did not delete it), or a cache whose copy expired. `None` for
+    /// a JWT that does not decode, a known live account, or MEMORY.
     pub fn account_to_fetch(&self, user_jwt: &str) -> Option<String> {
         self.fetch_timeout()?;
         let uc = jwt::decode_user(user_jwt).ok()?;
