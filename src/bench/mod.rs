@@ -17,8 +17,29 @@ pub(crate) fn find_on_path(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// A loopback port that was free a moment ago (for servers the benchmarks start).
-pub(crate) fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
+/// A loopback port that was free a moment ago, for servers started by a
+/// benchmark or a test. Taken from 10000–31999, below the kernel's
+/// ephemeral range (32768–60999), where any outgoing connection could take
+/// it as its source port before the server binds it; each port is handed
+/// out once per process (a counter from a per-process offset).
+pub fn free_port() -> anyhow::Result<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    static OFFSET: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let offset = *OFFSET.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        std::process::id().wrapping_mul(7919).wrapping_add(nanos) % SPAN
+    });
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (offset + n) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free loopback port in {LOW}..{}", LOW + SPAN)
 }

@@ -32,25 +32,7 @@ use std::time::Duration;
 /// between the pick and the server's bind; a process-wide counter (from a
 /// per-process offset) never hands out the same port twice in a run.
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    const LOW: u32 = 10_000;
-    const SPAN: u32 = 22_000;
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    static OFFSET: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    let offset = *OFFSET.get_or_init(|| {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        std::process::id().wrapping_mul(7919).wrapping_add(nanos) % SPAN
-    });
-    for _ in 0..SPAN {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let port = (LOW + (offset + n) % SPAN) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port in {LOW}..{}", LOW + SPAN);
+    liftbridge::bench::free_port().expect("a free loopback port")
 }
 
 /// GET `path` from `127.0.0.1:port` over HTTP/1.0 (no chunking) and parse
