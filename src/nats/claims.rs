@@ -248,16 +248,29 @@ fn pack_reply(inner: &ServerInner) -> String {
     format!("{PACK_REPLY}.{}", inner.server_id)
 }
 
+/// Whether `subject` is the reply subject of our pack requests.
+fn is_pack_reply(inner: &ServerInner, subject: &str) -> bool {
+    subject
+        .strip_prefix(PACK_REPLY)
+        .and_then(|r| r.strip_prefix('.'))
+        == Some(inner.server_id.as_str())
+}
+
+/// The subjects answers to our lookups come on: `<prefix>.<server id>.*`.
+fn lookup_replies(inner: &ServerInner) -> String {
+    format!("{LOOKUP_REPLY}.{}.*", inner.server_id)
+}
+
 /// Answers a pack request whose digest is `theirs` on `reply`: one
 /// `<key>|<jwt>` message per stored account unless the digests match,
 /// then an empty message.
-fn answer_pack(inner: &ServerInner, route: &Arc<ClientShared>, reply: &[u8], theirs: &[u8]) {
-    let (Some(op), Some(_)) = (&inner.operator, inner.routes.as_ref()) else {
-        return;
-    };
-    let Some(sys) = op.system_account() else {
-        return;
-    };
+fn answer_pack(
+    op: &OperatorState,
+    sys: &str,
+    route: &Arc<ClientShared>,
+    reply: &[u8],
+    theirs: &[u8],
+) {
     let mut b = BytesMut::new();
     let send = |b: &mut BytesMut, body: &[u8]| {
         encode_rmsg(b, sys.as_bytes(), reply, None, &[], None, body);
@@ -303,7 +316,7 @@ fn announce_interest(inner: &ServerInner, op: &OperatorState) {
     };
     let mut subjects: Vec<String> = SUBJECTS.iter().map(|s| s.to_string()).collect();
     if op.fetch_timeout().is_some() {
-        subjects.push(format!("{LOOKUP_REPLY}.{}.*", inner.server_id));
+        subjects.push(lookup_replies(inner));
     }
     if op.sync_interval().is_some() {
         subjects.push(CLAIMS_PACK.to_string());
@@ -484,8 +497,7 @@ pub(crate) fn spawn(inner: &Arc<ServerInner>) -> Result<(), NatsError> {
                 inner.lookups.answer(subject, payload);
             }
         });
-        let mut sub =
-            client.subscribe_inline(&format!("{LOOKUP_REPLY}.{}.*", inner.server_id), answers)?;
+        let mut sub = client.subscribe_inline(&lookup_replies(inner), answers)?;
         // Held until the server removes it (it yields nothing itself).
         tokio::spawn(async move { while sub.next().await.is_some() {} });
     }
@@ -662,12 +674,13 @@ pub(crate) fn from_route(
         return;
     }
     if subject == CLAIMS_PACK {
-        if let (Some(reply), Some(_)) = (reply, op.sync_interval()) {
-            answer_pack(inner, route, reply, payload);
+        if let (Some(reply), Some(sys), Some(_)) = (reply, op.system_account(), op.sync_interval())
+        {
+            answer_pack(op, sys, route, reply, payload);
         }
         return;
     }
-    if subject == pack_reply(inner) {
+    if is_pack_reply(inner, subject) {
         merge_pack(inner, op, payload);
         return;
     }

@@ -207,8 +207,6 @@ pub struct UpdateOutcome {
     /// Whether the resolver's set of accounts changed (a new account, or a
     /// new JWT for a known one): the live accounts are rewired.
     pub stored: bool,
-    /// Accounts a cache resolver evicted to make room.
-    pub evicted: Vec<String>,
 }
 
 /// Operator-mode state shared by the server (see the module doc).
@@ -685,7 +683,6 @@ impl OperatorState {
             result: Ok(""),
             changed: false,
             stored: false,
-            evicted: Vec::new(),
         };
         let token = String::from_utf8_lossy(body).trim().to_string();
         if token.is_empty() {
@@ -750,7 +747,6 @@ impl OperatorState {
                             }
                             self.forget(&victim);
                             tracing::info!(account = %victim, "resolver: cache full, least recently used account evicted");
-                            out.evicted.push(victim);
                         }
                         None => {
                             out.result = Err((
