@@ -445,36 +445,42 @@ async fn fetched_and_flowing(setup: &Setup, at: &NatsNode, other: &NatsNode, wha
     until_flowing(&here, &mut sub, "x.1", what).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nats_jwt_mixed_go_cache_node_looks_up_our_full_node() {
+/// One of our nodes and one Go node, one with a full resolver storing A
+/// and the other a cache resolver (`ours_cache`: ours is the cache): A's
+/// user is admitted on the cache node at the first attempt, its messages
+/// reach the full node, and the cache node keeps A's JWT.
+async fn mixed_cache_looks_up(ours_cache: bool) {
     let setup = Setup::new();
-    let (ours, go) = mixed(
-        &setup.conf_full("full", "", ""),
-        &setup.conf_cache("cache", ""),
-    )
-    .await;
-    fetched_and_flowing(&setup, &go, &ours, "Go cache node, our full node").await;
+    let (full, cache) = (
+        setup.conf_full("full", "", ""),
+        setup.conf_cache("cache", ""),
+    );
+    let (ours, go) = if ours_cache {
+        mixed(&cache, &full).await
+    } else {
+        mixed(&full, &cache).await
+    };
+    let (at, other, what) = if ours_cache {
+        (&ours, &go, "our cache node, Go full node")
+    } else {
+        (&go, &ours, "Go cache node, our full node")
+    };
+    fetched_and_flowing(&setup, at, other, what).await;
     assert_eq!(
         stored_iat(&setup.dir.path().join("jwt-cache"), &setup.a),
         Some(1),
-        "the Go cache node keeps what our node answered"
+        "{what}: the cache node keeps what the full node answered"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_jwt_mixed_go_cache_node_looks_up_our_full_node() {
+    mixed_cache_looks_up(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_jwt_mixed_our_cache_node_looks_up_a_go_full_node() {
-    let setup = Setup::new();
-    let (ours, go) = mixed(
-        &setup.conf_cache("cache", ""),
-        &setup.conf_full("full", "", ""),
-    )
-    .await;
-    fetched_and_flowing(&setup, &ours, &go, "our cache node, Go full node").await;
-    assert_eq!(
-        stored_iat(&setup.dir.path().join("jwt-cache"), &setup.a),
-        Some(1),
-        "our cache node keeps what the Go node answered"
-    );
+    mixed_cache_looks_up(true).await;
 }
 
 /// Our full node stores N, the Go one M (both A): the pack exchange brings
