@@ -28,12 +28,14 @@
 //! stream import announces interest in the exporter A on the exporter-side
 //! subject ([`Account::import_interest`]); a message published in A
 //! travels the route in A and the receiving node hands it to its own B
-//! subscribers ([`deliver_imports_from`] with `from_peer`). A stream
-//! import's delivery to plain subscribers therefore never leaves the node;
-//! a queue group of B gets one copy cluster-wide: the publisher's node
-//! picks the member, local or behind a route (sent in B, naming the
-//! group), and a node that got the message from a peer serves no queue
-//! group ([`Origin::Import`]). A service request travels in the exporter's
+//! subscribers ([`deliver_in`]). A stream import's delivery to plain
+//! subscribers therefore never leaves the node. A queue member of B joins
+//! A's queue group of the same name (nats-server's shadow subscription,
+//! [`Shadow`]): its node announces interest in A with the group's name, and
+//! the node where the message is published picks one member of the merged
+//! group cluster-wide — a local member, or a node, which gets the message
+//! in A naming the group and picks one of its own members. A service
+//! request travels in the exporter's
 //! account with its `_R_` reply; every account that answers imported
 //! services announces interest in its own `_R_.<prefix>.>`, so a reply
 //! from a responder on another node comes back to the node holding the
@@ -63,9 +65,12 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
-use super::client::{self, ClientShared, FlushList, MsgRef, Origin, Subscription};
+use super::client::{
+    self, ClientKind, ClientShared, FlushList, MsgRef, Origin, Shadow, Subscription,
+};
 use super::server::ServerInner;
 use super::subject::{intersects, is_subset, is_valid_literal_subject, is_valid_subject, matches};
+use super::sublist::MatchResult;
 use super::sublist::Sublist;
 use crate::config::nats::{AccountConfig, AuthConfig, ExportKind, ResponseType};
 
@@ -820,33 +825,98 @@ pub fn check(accounts: &[AccountConfig]) -> Result<(), AccountError> {
     Ok(())
 }
 
-/// Delivers a message published by a client of `acc` to the other
-/// accounts it reaches through imports (see the module doc). Returns how
-/// many subscriptions received it. Called after the account's own
-/// delivery, for messages of clients (never for ones that arrived through
-/// an import).
-pub(crate) fn deliver_imports(
+/// One stream import a message feeds: the subject it has in the
+/// importing account and the importer's subscriptions on it.
+pub(crate) struct StreamMatch {
+    subject: Bytes,
+    result: Arc<MatchResult<Subscription>>,
+}
+
+/// The stream imports a message of `acc` on `subject` feeds.
+fn stream_matches(server: &ServerInner, acc: &Account, subject: &[u8]) -> Vec<StreamMatch> {
+    let wiring = acc.wiring.load();
+    if wiring.streams_out.is_empty() {
+        return Vec::new();
+    }
+    let Ok(subject) = std::str::from_utf8(subject) else {
+        return Vec::new();
+    };
+    wiring
+        .streams_out
+        .iter()
+        .filter(|s| matches(&s.subject, subject))
+        .filter_map(|s| {
+            let target = server.accounts.at(s.target)?;
+            let mapped = s.map.apply(subject);
+            let result = target.sublist.match_subject(&mapped);
+            Some(StreamMatch {
+                subject: Bytes::from(mapped),
+                result,
+            })
+        })
+        .collect()
+}
+
+/// The importers' queue members the stream imports feed (see
+/// [`Shadow`]): local clients and leaf connections; a member behind a
+/// route is reached through its node's interest in the exporter.
+fn shadows(streams: &[StreamMatch]) -> Vec<Shadow> {
+    let mut out = Vec::new();
+    for m in streams {
+        for (queue, members) in &m.result.qsubs {
+            for sub in members {
+                if sub.client.kind != ClientKind::Route {
+                    out.push(Shadow {
+                        queue: queue.clone(),
+                        sub: sub.clone(),
+                        subject: m.subject.clone(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Delivers a message of `acc` to the account's own subscribers
+/// (`result`, as [`client::deliver`] with `origin`) and to the other
+/// accounts it reaches through imports (see the module doc): the
+/// importers' queue members join the account's queue groups of the same
+/// name. Returns how many subscriptions received it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn deliver_in(
     server: &ServerInner,
     acc: &Account,
     publisher: &Arc<ClientShared>,
+    echo: bool,
     msg: &MsgRef<'_>,
+    result: &MatchResult<Subscription>,
     flush: &mut FlushList,
+    origin: Origin<'_>,
 ) -> usize {
-    deliver_imports_from(server, acc, publisher, msg, flush, false)
+    let streams = stream_matches(server, acc, msg.subject);
+    let shadows = shadows(&streams);
+    let n = client::deliver_with_shadows(
+        server, publisher, echo, msg, result, flush, origin, &shadows,
+    );
+    let from_peer = matches!(origin, Origin::Route(_));
+    n + deliver_imports(server, acc, publisher, msg, flush, from_peer, &streams)
 }
 
-/// As [`deliver_imports`]; `from_peer`: the message arrived over a route,
-/// so only stream imports (for this node's subscribers) and replies to
-/// this node's service requests apply. A service import is applied by the
-/// node of the requester, which already sent the request on in the
-/// exporter's account.
-pub(crate) fn deliver_imports_from(
+/// The imports' share of [`deliver_in`]: the plain subscribers of the
+/// stream imports (`streams`), and, unless the message arrived over a
+/// route (`from_peer`), the service imports; replies to this node's
+/// service requests either way. A service import is applied by the node
+/// of the requester, which already sent the request on in the exporter's
+/// account.
+fn deliver_imports(
     server: &ServerInner,
     acc: &Account,
     publisher: &Arc<ClientShared>,
     msg: &MsgRef<'_>,
     flush: &mut FlushList,
     from_peer: bool,
+    streams: &[StreamMatch],
 ) -> usize {
     let resp = msg.subject.starts_with(RESPONSE_PREFIX.as_bytes());
     let wiring = acc.wiring.load();
@@ -860,18 +930,9 @@ pub(crate) fn deliver_imports_from(
     if resp {
         n += deliver_response(server, acc, publisher, subject, msg, flush);
     }
-    for s in &wiring.streams_out {
-        if !matches(&s.subject, subject) {
-            continue;
-        }
-        let Some(target) = server.accounts.at(s.target) else {
-            continue;
-        };
-        let mapped = s.map.apply(subject);
-        let result = target.sublist.match_subject(&mapped);
-        let mapped = Bytes::from(mapped);
+    for s in streams {
         let m = MsgRef {
-            subject: &mapped,
+            subject: &s.subject,
             reply: msg.reply,
             headers: msg.headers,
             payload: msg.payload,
@@ -881,9 +942,9 @@ pub(crate) fn deliver_imports_from(
             publisher,
             true,
             &m,
-            &result,
+            &s.result,
             flush,
-            Origin::Import { from_peer },
+            Origin::Import,
         );
     }
     if from_peer {

@@ -962,19 +962,13 @@ pub(crate) enum Origin<'a> {
         /// Queue groups the sender asked us to serve.
         queues: &'a [Bytes],
     },
-    /// A stream import carrying a message into another account. Plain
-    /// subscribers: local ones and leaf connections only — other nodes get
-    /// the message in the exporter's account (the importer's nodes
-    /// announce interest there), so passing it on here would deliver it
-    /// twice. Queue groups: the
-    /// node where the message was published (`from_peer` false) picks one
-    /// member cluster-wide, local or behind a route (which gets it in the
-    /// importer's account, naming the group); a node that got the message
-    /// from a peer (`from_peer`) serves no queue group.
-    Import {
-        /// The exporter's message arrived over a route.
-        from_peer: bool,
-    },
+    /// A stream import carrying a message into another account: its
+    /// plain subscribers, local ones and leaf connections only — other
+    /// nodes get the message in the exporter's account (the importer's
+    /// nodes announce interest there), so passing it on here would deliver
+    /// it twice. Its queue groups are served with the exporter's (see
+    /// [`Shadow`]), never here.
+    Import,
 }
 
 impl<'a> Origin<'a> {
@@ -988,25 +982,15 @@ impl<'a> Origin<'a> {
             (Origin::Leaf { spoke, .. }, ClientKind::Route) => !spoke,
             (Origin::Leaf { .. }, _) => true,
             // A leaf is served here only: no other node delivers to it.
-            (Origin::Import { .. }, ClientKind::Leaf { .. }) => true,
-            (Origin::Import { .. }, _) => false,
-        }
-    }
-
-    /// As [`Origin::may_reach`], for a member of a queue group.
-    fn may_reach_member(self, to: ClientKind) -> bool {
-        match self {
-            Origin::Import { from_peer } => {
-                !from_peer && matches!(to, ClientKind::Route | ClientKind::Leaf { .. })
-            }
-            _ => self.may_reach(to),
+            (Origin::Import, ClientKind::Leaf { .. }) => true,
+            (Origin::Import, _) => false,
         }
     }
 
     /// Queue groups named by a peer sender (`None`: a client, serve all).
     fn named_queues(self) -> Option<&'a [Bytes]> {
         match self {
-            Origin::Client | Origin::Import { .. } => None,
+            Origin::Client | Origin::Import => None,
             Origin::Route(q) | Origin::Leaf { queues: q, .. } => Some(q),
         }
     }
@@ -1025,6 +1009,21 @@ fn leaf_may_send(peer: &ClientShared, subject: &[u8]) -> bool {
     }
 }
 
+/// A member of the importing account's queue group that a stream import
+/// feeds (nats-server's shadow subscription): it joins the exporter's
+/// queue group of the same name, and receives the message on the
+/// importer's subject. So a queue group of an importer gets one copy
+/// cluster-wide, whichever node (ours or nats-server's) holds its members.
+pub(crate) struct Shadow {
+    /// The queue group's name.
+    pub(crate) queue: String,
+    /// The importer's subscription (a local client, or a leaf connection
+    /// bound to the importer).
+    pub(crate) sub: Arc<Subscription>,
+    /// The importer-side subject.
+    pub(crate) subject: Bytes,
+}
+
 /// Delivers `msg` to everything in `result`. Returns how many subscriptions
 /// (and routes) received it.
 pub(crate) fn deliver(
@@ -1036,6 +1035,22 @@ pub(crate) fn deliver(
     flush: &mut FlushList,
     origin: Origin<'_>,
 ) -> usize {
+    deliver_with_shadows(server, publisher, echo, msg, result, flush, origin, &[])
+}
+
+/// [`deliver`], with the importers' queue members (`shadows`) counted in
+/// the queue groups of the same name: each group, merged, gets one copy.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn deliver_with_shadows(
+    server: &ServerInner,
+    publisher: &Arc<ClientShared>,
+    echo: bool,
+    msg: &MsgRef<'_>,
+    result: &MatchResult<Subscription>,
+    flush: &mut FlushList,
+    origin: Origin<'_>,
+    shadows: &[Shadow],
+) -> usize {
     let mut n = 0;
     // The account the matched peer interest belongs to: one lookup is in
     // one account's sublist, so every peer subscription agrees.
@@ -1043,12 +1058,6 @@ pub(crate) fn deliver(
     // A peer connection (route or leaf) that may take this message.
     let peer_ok = |sub: &Arc<Subscription>| {
         origin.may_reach(sub.client.kind)
-            && !Arc::ptr_eq(&sub.client, publisher)
-            && !sub.closed.load(Ordering::Acquire)
-            && leaf_may_send(&sub.client, msg.subject)
-    };
-    let member_ok = |sub: &Arc<Subscription>| {
-        origin.may_reach_member(sub.client.kind)
             && !Arc::ptr_eq(&sub.client, publisher)
             && !sub.closed.load(Ordering::Acquire)
             && leaf_may_send(&sub.client, msg.subject)
@@ -1066,44 +1075,46 @@ pub(crate) fn deliver(
             n += 1;
         }
     }
+    let serves = |name: &str| match origin {
+        Origin::Import => false,
+        _ => origin
+            .named_queues()
+            .is_none_or(|named| named.iter().any(|q| q[..] == *name.as_bytes())),
+    };
+    let mut shadow_groups: Vec<&str> = Vec::new();
     for (qi, (name, members)) in result.qsubs.iter().enumerate() {
-        if matches!(origin, Origin::Import { from_peer: true }) {
-            break;
-        }
-        if let Some(named) = origin.named_queues() {
-            if !named.iter().any(|q| q[..] == *name.as_bytes()) {
-                continue;
-            }
-        }
-        let len = members.len();
-        if len == 0 {
+        if !serves(name) {
             continue;
         }
-        let start = (next_rand(&mut flush.rng) % len as u64) as usize;
-        // Local members first; a route or leaf only when none of them
-        // took it.
-        let mut remote: Option<&Arc<Subscription>> = None;
-        let mut done = false;
-        for i in 0..len {
-            let sub = &members[(start + i) % len];
-            if sub.client.kind.is_peer() {
-                if remote.is_none() && member_ok(sub) {
-                    peer_account = peer_account.or(sub.acc.as_ref());
-                    remote = Some(sub);
-                }
-                continue;
-            }
-            if deliver_one(server, publisher, echo, sub, msg, flush) {
-                n += 1;
-                done = true;
-                break;
-            }
-        }
-        if !done {
-            if let Some(sub) = remote {
+        let extra: Vec<&Shadow> = shadows.iter().filter(|s| s.queue == *name).collect();
+        let pick = pick_member(server, publisher, echo, msg, origin, members, &extra, flush);
+        match pick {
+            Picked::Local => n += 1,
+            Picked::Peer(sub) => {
+                peer_account = peer_account.or(sub.acc.as_ref());
                 flush.add_route(&sub.client, Some(qi));
                 sub.client.track_reply(msg.reply);
             }
+            Picked::ShadowPeer(s) => n += send_to_shadow(server, msg, s, flush),
+            Picked::None => {}
+        }
+    }
+    // Importers' groups the exporter's account has no group of that name
+    // for: their members alone.
+    for s in shadows {
+        let name = s.queue.as_str();
+        if shadow_groups.contains(&name)
+            || result.qsubs.iter().any(|(q, _)| q == name)
+            || !serves(name)
+        {
+            continue;
+        }
+        shadow_groups.push(name);
+        let extra: Vec<&Shadow> = shadows.iter().filter(|x| x.queue == name).collect();
+        match pick_member(server, publisher, echo, msg, origin, &[], &extra, flush) {
+            Picked::Local => n += 1,
+            Picked::ShadowPeer(s) => n += send_to_shadow(server, msg, s, flush),
+            Picked::Peer(_) | Picked::None => {}
         }
     }
     if !flush.route_targets.is_empty() {
@@ -1111,6 +1122,108 @@ pub(crate) fn deliver(
         n += send_routed(server, account.as_bytes(), msg, result, flush);
     }
     n
+}
+
+/// What [`pick_member`] chose.
+enum Picked<'a> {
+    /// A local member took the message.
+    Local,
+    /// A route or leaf member of the group itself is to get it.
+    Peer(&'a Arc<Subscription>),
+    /// An importer's leaf member is to get it.
+    ShadowPeer(&'a Shadow),
+    /// No member could take it.
+    None,
+}
+
+/// Picks one member of a queue group (its own `members` and the
+/// importers' `shadows` of the same name), starting at a random one:
+/// delivers to the first local member that takes the message; a route or
+/// leaf member is chosen only when no local one did.
+#[allow(clippy::too_many_arguments)]
+fn pick_member<'a>(
+    server: &ServerInner,
+    publisher: &Arc<ClientShared>,
+    echo: bool,
+    msg: &MsgRef<'_>,
+    origin: Origin<'_>,
+    members: &'a [Arc<Subscription>],
+    shadows: &[&'a Shadow],
+    flush: &mut FlushList,
+) -> Picked<'a> {
+    let len = members.len() + shadows.len();
+    if len == 0 {
+        return Picked::None;
+    }
+    let member_ok = |sub: &Arc<Subscription>| {
+        origin.may_reach(sub.client.kind)
+            && !Arc::ptr_eq(&sub.client, publisher)
+            && !sub.closed.load(Ordering::Acquire)
+            && leaf_may_send(&sub.client, msg.subject)
+    };
+    let start = (next_rand(&mut flush.rng) % len as u64) as usize;
+    let mut remote = Picked::None;
+    for i in 0..len {
+        let k = (start + i) % len;
+        let (sub, shadow) = match members.get(k) {
+            Some(sub) => (sub, None),
+            None => {
+                let s = shadows[k - members.len()];
+                (&s.sub, Some(s))
+            }
+        };
+        if sub.client.kind.is_peer() {
+            if matches!(remote, Picked::None) && member_ok(sub) {
+                remote = match shadow {
+                    Some(s) => Picked::ShadowPeer(s),
+                    None => Picked::Peer(sub),
+                };
+            }
+            continue;
+        }
+        let took = match shadow {
+            None => deliver_one(server, publisher, echo, sub, msg, flush),
+            Some(s) => deliver_one(server, publisher, true, sub, &s.msg(msg), flush),
+        };
+        if took {
+            return Picked::Local;
+        }
+    }
+    remote
+}
+
+impl Shadow {
+    /// `msg` on this member's (the importer's) subject.
+    fn msg<'m>(&'m self, msg: &MsgRef<'m>) -> MsgRef<'m> {
+        MsgRef {
+            subject: &self.subject,
+            reply: msg.reply,
+            headers: msg.headers,
+            payload: msg.payload,
+        }
+    }
+}
+
+/// Sends `msg` to an importer's leaf member `s` (on the importer's
+/// subject, naming its group) right away; the exporter's own route
+/// targets collected so far stay for the end of the delivery.
+fn send_to_shadow(
+    server: &ServerInner,
+    msg: &MsgRef<'_>,
+    s: &Shadow,
+    flush: &mut FlushList,
+) -> usize {
+    let pending = std::mem::take(&mut flush.route_targets);
+    flush.add_route(&s.sub.client, Some(0));
+    s.sub.client.track_reply(msg.reply);
+    let one = MatchResult {
+        psubs: Vec::new(),
+        qsubs: vec![(s.queue.clone(), vec![s.sub.clone()])],
+    };
+    let account = s.sub.acc.as_ref().map_or("", |a| a.name.as_str());
+    let sent = send_routed(server, account.as_bytes(), &s.msg(msg), &one, flush);
+    flush.route_targets = pending;
+    sent
 }
 
 /// Appends the message as `RMSG`/`HMSG` (`LMSG`/`HMSG` on a leaf) to every
@@ -2082,21 +2195,15 @@ impl Reader {
             headers: headers.as_ref(),
             payload: &payload,
         };
-        let mut n = deliver(
+        let n = super::account::deliver_in(
             &self.server,
+            &self.account,
             &self.client,
             self.st.echo,
             &msg,
             &result,
             &mut self.flush,
             Origin::Client,
-        );
-        n += super::account::deliver_imports(
-            &self.server,
-            &self.account,
-            &self.client,
-            &msg,
-            &mut self.flush,
         );
         if n == 0 && self.st.no_responders {
             if let Some(reply) = &reply {

@@ -236,8 +236,9 @@ impl LocalClient {
             payload: &payload,
         };
         let mut flush = FlushList::new();
-        let mut n = client::deliver(
+        let mut n = super::account::deliver_in(
             server,
+            account,
             &self.inner.client,
             true,
             &msg,
@@ -245,7 +246,6 @@ impl LocalClient {
             &mut flush,
             Origin::Client,
         );
-        n += super::account::deliver_imports(server, account, &self.inner.client, &msg, &mut flush);
         // External mode: the message also goes to the external system,
         // where its subscribers (or a request's responders) may be.
         if let Some(b) = server.external.get() {

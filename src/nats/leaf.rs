@@ -1931,8 +1931,10 @@ impl LeafReader {
             payload: &payload,
         };
         let publisher = self.leaf.client.clone();
-        client::deliver(
+        // As a client's publish: the account's exports and imports apply.
+        super::account::deliver_in(
             &self.server,
+            &account,
             &publisher,
             false,
             &msg,
@@ -1943,8 +1945,6 @@ impl LeafReader {
                 queues,
             },
         );
-        // As a client's publish: the account's exports and imports apply.
-        super::account::deliver_imports(&self.server, &account, &publisher, &msg, &mut self.flush);
     }
 }
 

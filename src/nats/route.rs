@@ -1683,8 +1683,9 @@ impl RouteReader {
             payload: &payload,
         };
         let route_client = self.route.client.clone();
-        client::deliver(
+        super::account::deliver_in(
             &self.server,
+            &acc,
             &route_client,
             false,
             &msg,
@@ -1692,16 +1693,6 @@ impl RouteReader {
             &mut self.flush,
             Origin::Route(queues),
         );
-        if !acc.is_global() {
-            super::account::deliver_imports_from(
-                &self.server,
-                &acc,
-                &route_client,
-                &msg,
-                &mut self.flush,
-                true,
-            );
-        }
     }
 }
 

@@ -232,16 +232,26 @@ impl ServerInner {
             return;
         }
         r.local_interest(&account.name, &sub.subject, sub.queue.as_deref(), delta);
-        self.announce_import_interest(r, account.import_interest(&sub.subject), delta);
+        let queue = sub.queue.as_deref();
+        self.announce_import_interest(r, account.import_interest(&sub.subject), queue, delta);
     }
 
     /// Announces (`delta` 1) or withdraws (-1) interest in exporters'
-    /// accounts: (exporter index, exporter-side subject) pairs.
-    fn announce_import_interest(&self, r: &Routes, interest: Vec<ImportInterest>, delta: i32) {
+    /// accounts: (exporter index, exporter-side subject) pairs, in the
+    /// subscription's queue group when it has one (the member joins the
+    /// exporter's group of that name, as nats-server's shadow
+    /// subscriptions do).
+    fn announce_import_interest(
+        &self,
+        r: &Routes,
+        interest: Vec<ImportInterest>,
+        queue: Option<&str>,
+        delta: i32,
+    ) {
         for (idx, subject) in interest {
             if let Some(exporter) = self.accounts.at(idx) {
                 if self.routes_carry(&exporter) {
-                    r.local_interest(&exporter.name, &subject, None, delta);
+                    r.local_interest(&exporter.name, &subject, queue, delta);
                 }
             }
         }
@@ -275,8 +285,9 @@ impl ServerInner {
                     continue;
                 }
                 let (old, new) = rw.import_interest(&subject);
-                self.announce_import_interest(r, new, 1);
-                self.announce_import_interest(r, old, -1);
+                let queue = sub.queue.as_deref();
+                self.announce_import_interest(r, new, queue, 1);
+                self.announce_import_interest(r, old, queue, -1);
             }
             let (old, new) = rw.response_interest();
             if let Some(s) = new {

@@ -464,10 +464,10 @@ async fn route_accounts_stream_and_service_imports_across_nodes() {
 /// import: each message published in A reaches exactly one member of the
 /// group cluster-wide, whichever node it is published on (the node of the
 /// publisher picks the member, local or behind a route).
-async fn imported_stream_queue_group(srv: Srv) {
-    let n1 = start(&srv, "q1", None).await;
-    let n2 = start(&srv, "q2", Some(n1.cport)).await;
-    let n3 = start(&srv, "q3", Some(n1.cport)).await;
+async fn imported_stream_queue_group(srvs: [Srv; 3]) {
+    let n1 = start(&srvs[0], "q1", None).await;
+    let n2 = start(&srvs[1], "q2", Some(n1.cport)).await;
+    let n3 = start(&srvs[2], "q3", Some(n1.cport)).await;
     for n in [&n1, &n2, &n3] {
         wait_routed(n, 2).await;
     }
@@ -488,7 +488,7 @@ async fn imported_stream_queue_group(srv: Srv) {
     for (i, n) in [&n1, &n2, &n3].into_iter().enumerate() {
         let a = connect(n, "a").await;
         publish_n(&a, "pub.q", 60).await;
-        let what = format!("{srv:?}: published on node {}", i + 1);
+        let what = format!("{srvs:?}: published on node {}", i + 1);
         let counts = recv_spread(&mut members, 60, &what).await;
         assert_eq!(counts.iter().sum::<usize>(), 60, "{what}: {counts:?}");
     }
@@ -496,12 +496,25 @@ async fn imported_stream_queue_group(srv: Srv) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn route_accounts_imported_stream_queue_group_gets_one_copy() {
-    imported_stream_queue_group(Srv::Ours).await;
+    imported_stream_queue_group([Srv::Ours, Srv::Ours, Srv::Ours]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn route_accounts_imported_stream_queue_group_go_2_15() {
-    imported_stream_queue_group(Srv::Go(go_nats_server_2_15())).await;
+    let go = Srv::Go(go_nats_server_2_15());
+    imported_stream_queue_group([go.clone(), go.clone(), go]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_accounts_imported_stream_queue_group_mixed_go_seed() {
+    let go = Srv::Go(go_nats_server_2_15());
+    imported_stream_queue_group([go.clone(), Srv::Ours, go]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_accounts_imported_stream_queue_group_mixed_our_seed() {
+    let go = Srv::Go(go_nats_server_2_15());
+    imported_stream_queue_group([Srv::Ours, go, Srv::Ours]).await;
 }
 
 /// One of ours routed with a Go server on the same accounts config:
