@@ -896,7 +896,7 @@ pub(crate) fn deliver_in(
 ) -> usize {
     let streams = stream_matches(server, acc, msg.subject);
     let shadows = shadows(&streams);
-    let n = client::deliver_with_shadows(
+    let n = client::deliver(
         server, publisher, echo, msg, result, flush, origin, &shadows,
     );
     let from_peer = matches!(origin, Origin::Route(_));
@@ -945,6 +945,7 @@ fn deliver_imports(
             &s.result,
             flush,
             Origin::Import,
+            &[],
         );
     }
     if from_peer {
@@ -971,7 +972,7 @@ fn deliver_imports(
                 headers: msg.headers,
                 payload: msg.payload,
             };
-            let got = client::deliver(server, publisher, true, &m, &result, flush, Origin::Client);
+            let got = deliver_mapped(server, publisher, &m, &result, flush);
             if got == 0 {
                 // Nobody to answer: forget the mapping now rather than at
                 // its threshold.
@@ -1066,7 +1067,28 @@ fn deliver_response(
         headers: msg.headers,
         payload: msg.payload,
     };
-    client::deliver(server, publisher, true, &m, &result, flush, Origin::Client)
+    deliver_mapped(server, publisher, &m, &result, flush)
+}
+
+/// Delivers a message mapped into another account (a service request or
+/// its response) to that account's subscribers, as a client's publish.
+fn deliver_mapped(
+    server: &ServerInner,
+    publisher: &Arc<ClientShared>,
+    m: &MsgRef<'_>,
+    result: &MatchResult<Subscription>,
+    flush: &mut FlushList,
+) -> usize {
+    client::deliver(
+        server,
+        publisher,
+        true,
+        m,
+        result,
+        flush,
+        Origin::Client,
+        &[],
+    )
 }
 
 /// `/accountz`: the account names, or with `acc=NAME` that account's

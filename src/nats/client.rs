@@ -1024,24 +1024,12 @@ pub(crate) struct Shadow {
     pub(crate) subject: Bytes,
 }
 
-/// Delivers `msg` to everything in `result`. Returns how many subscriptions
-/// (and routes) received it.
-pub(crate) fn deliver(
-    server: &ServerInner,
-    publisher: &Arc<ClientShared>,
-    echo: bool,
-    msg: &MsgRef<'_>,
-    result: &MatchResult<Subscription>,
-    flush: &mut FlushList,
-    origin: Origin<'_>,
-) -> usize {
-    deliver_with_shadows(server, publisher, echo, msg, result, flush, origin, &[])
-}
-
-/// [`deliver`], with the importers' queue members (`shadows`) counted in
-/// the queue groups of the same name: each group, merged, gets one copy.
+/// Delivers `msg` to everything in `result`, with the importers' queue
+/// members (`shadows`) counted in the queue groups of the same name: each
+/// group, merged, gets one copy. Returns how many subscriptions (and
+/// routes) received it.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn deliver_with_shadows(
+pub(crate) fn deliver(
     server: &ServerInner,
     publisher: &Arc<ClientShared>,
     echo: bool,

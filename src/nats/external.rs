@@ -679,6 +679,7 @@ async fn read(
                 &mine,
                 &mut flush,
                 Origin::Client,
+                &[],
             );
         }
         flush.flush();
