@@ -527,6 +527,12 @@ async fn nats_leaf_perms_ours_leaf_applies_the_hub_info() {
     let _lit_no = client.subscribe("other.lit").await.unwrap();
     let mut all = client.subscribe(">").await.unwrap();
     client.flush().await.unwrap();
+    // A flush only writes the SUBs out; a message another client publishes
+    // arriving on `>` shows the leaf node holds them.
+    let other = connect(&leaf.url()).await;
+    other.publish("sync.x", "s".into()).await.unwrap();
+    other.flush().await.unwrap();
+    assert_eq!(first_app_msg(&mut all).await.subject.as_str(), "sync.x");
 
     // The leaf dialled at start and waits (5 s) for our INFO; its interest
     // goes out only after the `connect_info` INFO below, so the
