@@ -23,9 +23,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::io::{AsyncWriteExt, BufReader};
 
-use crate::support::http_json;
 use crate::support::procs::{go_nats_server_2_15, go_nats_server_2_9, ConfNode, Impl};
 use crate::support::rawleaf::{closed_after, raw_leaf, read_line, read_until_err};
+use crate::support::{http_json, sync};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -378,7 +378,7 @@ async fn hub_protocol(hub_imp: &Impl, tag: &str) {
     // publish is announced to it.
     let _z1 = app.subscribe("other.z").await.unwrap();
     let _z2 = app.subscribe("up.z").await.unwrap();
-    app.flush().await.unwrap();
+    sync(&app).await;
 
     let (info, mut r, mut w) = raw_leaf(&hub, "leaf", "pw").await;
     assert_eq!(
