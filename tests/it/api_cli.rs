@@ -118,16 +118,8 @@ async fn api_cli_stream_pub_sub_status() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_serve_with_liftbridge_flags_and_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let grpc = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let nats = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let grpc = crate::support::free_port();
+    let nats = crate::support::free_port();
     let cfg = dir.path().join(".liftbridge.yml");
     std::fs::write(
         &cfg,

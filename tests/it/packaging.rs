@@ -121,13 +121,7 @@ fn debian_package_layout_verifies_and_starts() {
     let sock_path = tmp.path().join("notify.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
+    let free = crate::support::free_port;
     let mut child = Command::new(root.join("usr/bin/liftbridge"))
         .arg("-c")
         .arg(root.join("etc/liftbridge/liftbridge.yaml"))

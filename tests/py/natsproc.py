@@ -13,10 +13,25 @@ import time
 import urllib.request
 
 
+_PORT_LOW, _PORT_SPAN = 10_000, 22_000
+_port_next = [(os.getpid() * 7919 + time.time_ns()) % _PORT_SPAN]
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port on 127.0.0.1 below the kernel's ephemeral range
+    (32768-60999), so no outgoing connection takes it as its source port
+    between this pick and the server's bind; never the same port twice in
+    one run."""
+    for _ in range(_PORT_SPAN):
+        port = _PORT_LOW + _port_next[0] % _PORT_SPAN
+        _port_next[0] += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port")
 
 
 def server_cmd():

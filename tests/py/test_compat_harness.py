@@ -19,13 +19,13 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 
 import nats
 import pytest
+from natsproc import free_port
 
 BIN = os.environ.get("LIFTBRIDGE_BIN") or os.path.join(
     os.path.dirname(__file__), "..", "..", "target", "debug", "liftbridge"
@@ -61,10 +61,6 @@ def path_env(request, tmp_path):
     return env
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class NATSD:

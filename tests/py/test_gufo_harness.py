@@ -12,11 +12,7 @@ import socket
 import subprocess
 import time
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from natsproc import free_port
 
 
 def wait_port(port: int, proc: subprocess.Popen, timeout: float = 20.0) -> None:
