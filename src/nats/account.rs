@@ -832,15 +832,9 @@ pub(crate) struct StreamMatch {
     result: Arc<MatchResult<Subscription>>,
 }
 
-/// The stream imports a message of `acc` on `subject` feeds.
-fn stream_matches(server: &ServerInner, acc: &Account, subject: &[u8]) -> Vec<StreamMatch> {
-    let wiring = acc.wiring.load();
-    if wiring.streams_out.is_empty() {
-        return Vec::new();
-    }
-    let Ok(subject) = std::str::from_utf8(subject) else {
-        return Vec::new();
-    };
+/// The stream imports (of `wiring`, an account's) a message on `subject`
+/// feeds.
+fn stream_matches(server: &ServerInner, wiring: &Wiring, subject: &str) -> Vec<StreamMatch> {
     wiring
         .streams_out
         .iter()
@@ -894,38 +888,68 @@ pub(crate) fn deliver_in(
     flush: &mut FlushList,
     origin: Origin<'_>,
 ) -> usize {
-    let streams = stream_matches(server, acc, msg.subject);
+    // The wiring is loaded and the subject checked once per message; an
+    // account without imports or exports (and not a reply to one) costs
+    // nothing more than the plain delivery.
+    let wiring = acc.wiring.load();
+    let resp = msg.subject.starts_with(RESPONSE_PREFIX.as_bytes());
+    let subject = if resp || wiring.has_routes() {
+        std::str::from_utf8(msg.subject).ok()
+    } else {
+        None
+    };
+    let Some(subject) = subject else {
+        return client::deliver(server, publisher, echo, msg, result, flush, origin, &[]);
+    };
+    let streams = stream_matches(server, &wiring, subject);
     let shadows = shadows(&streams);
     let n = client::deliver(
         server, publisher, echo, msg, result, flush, origin, &shadows,
     );
-    let from_peer = matches!(origin, Origin::Route(_));
-    n + deliver_imports(server, acc, publisher, msg, flush, from_peer, &streams)
+    let imports = Imports {
+        wiring: &wiring,
+        subject,
+        resp,
+        from_peer: matches!(origin, Origin::Route(_)),
+        streams: &streams,
+    };
+    n + deliver_imports(server, acc, publisher, msg, flush, &imports)
+}
+
+/// What [`deliver_in`] learnt of a message for [`deliver_imports`].
+struct Imports<'a> {
+    /// The publishing account's wiring.
+    wiring: &'a Wiring,
+    /// The message's subject (valid UTF-8).
+    subject: &'a str,
+    /// The subject is a reply to a service import.
+    resp: bool,
+    /// The message arrived over a route.
+    from_peer: bool,
+    /// The stream imports it feeds.
+    streams: &'a [StreamMatch],
 }
 
 /// The imports' share of [`deliver_in`]: the plain subscribers of the
-/// stream imports (`streams`), and, unless the message arrived over a
-/// route (`from_peer`), the service imports; replies to this node's
-/// service requests either way. A service import is applied by the node
-/// of the requester, which already sent the request on in the exporter's
-/// account.
+/// stream imports, and, unless the message arrived over a route, the
+/// service imports; replies to this node's service requests either way.
+/// A service import is applied by the node of the requester, which
+/// already sent the request on in the exporter's account.
 fn deliver_imports(
     server: &ServerInner,
     acc: &Account,
     publisher: &Arc<ClientShared>,
     msg: &MsgRef<'_>,
     flush: &mut FlushList,
-    from_peer: bool,
-    streams: &[StreamMatch],
+    imp: &Imports<'_>,
 ) -> usize {
-    let resp = msg.subject.starts_with(RESPONSE_PREFIX.as_bytes());
-    let wiring = acc.wiring.load();
-    if !resp && !wiring.has_routes() {
-        return 0;
-    }
-    let Ok(subject) = std::str::from_utf8(msg.subject) else {
-        return 0;
-    };
+    let Imports {
+        wiring,
+        subject,
+        resp,
+        from_peer,
+        streams,
+    } = *imp;
     let mut n = 0;
     if resp {
         n += deliver_response(server, acc, publisher, subject, msg, flush);
