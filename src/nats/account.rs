@@ -470,9 +470,10 @@ fn base62(n: usize) -> String {
 }
 
 /// Every account of a server: `$G` first (index 0), the system account,
-/// then the configured ones in file order; in operator mode accounts
-/// learnt at run time are appended (never removed, so an index stays
-/// valid).
+/// then the configured ones in file order; accounts learnt at run time
+/// (operator mode, a reloaded configuration) are appended. A slot is never
+/// reused, so an index stays valid; a removed account only leaves the
+/// name index.
 pub struct Accounts {
     global: Arc<Account>,
     table: ArcSwap<Table>,
@@ -491,6 +492,11 @@ struct Table {
 }
 
 impl Table {
+    /// Whether `a` is an account of the table, not one removed.
+    fn live(&self, a: &Account) -> bool {
+        self.by_name.get(&a.name) == Some(&a.idx)
+    }
+
     fn push(&mut self, name: &str) {
         let idx = self.list.len();
         self.by_name.insert(name.to_string(), idx);
@@ -580,10 +586,20 @@ impl Accounts {
 
     /// Replaces the accounts' exports and imports with `accounts` (every
     /// account but `$G`), adding the accounts not known yet. An account
-    /// left out keeps its subscriptions and loses its exports and imports.
-    /// Returns the accounts whose imports or served exports changed; the
-    /// caller moves the interest they announce over routes and leaves.
-    pub(crate) fn update(&self, accounts: &[AccountConfig]) -> Result<Vec<Rewired>, AccountError> {
+    /// left out loses its exports and imports; with `remove_missing` (a
+    /// reloaded configuration, which lists every account) it is also
+    /// removed: no longer found by name (connections, routes and leaves
+    /// naming it are refused or ignored as for any unknown account) nor
+    /// listed. Its slot stays, empty of exports and imports, so indexes
+    /// held elsewhere stay valid; a later account of the same name gets a
+    /// new slot. `$G` and `$SYS` are never removed. Returns the accounts
+    /// whose imports or served exports changed; the caller moves the
+    /// interest they announce over routes and leaves.
+    pub(crate) fn update(
+        &self,
+        accounts: &[AccountConfig],
+        remove_missing: bool,
+    ) -> Result<Vec<Rewired>, AccountError> {
         check(accounts)?;
         let _one = self.update.lock();
         let old = self.table.load_full();
@@ -596,6 +612,17 @@ impl Accounts {
                 tracing::info!(account = %a.name, "account added");
                 table.push(&a.name);
             }
+        }
+        if remove_missing {
+            table.by_name.retain(|name, _| {
+                let keep = name == GLOBAL_ACCOUNT
+                    || name == SYSTEM_ACCOUNT
+                    || accounts.iter().any(|a| &a.name == name);
+                if !keep {
+                    tracing::info!(account = %name, "account removed");
+                }
+                keep
+            });
         }
         let wirings = wire(&table, accounts);
         let list = table.list.clone();
@@ -631,9 +658,10 @@ impl Accounts {
         t.by_name.get(name).map(|&i| t.list[i].clone())
     }
 
-    /// Every account, `$G` first.
+    /// Every account, `$G` first (removed ones left out).
     pub fn all(&self) -> Vec<Arc<Account>> {
-        self.table.load().list.clone()
+        let t = self.table.load();
+        t.list.iter().filter(|a| t.live(a)).cloned().collect()
     }
 
     /// Whether accounts other than `$G` are configured.
@@ -643,10 +671,10 @@ impl Accounts {
 
     /// Subscriptions of every account.
     pub fn num_subscriptions(&self) -> u64 {
-        self.table
-            .load()
-            .list
+        let t = self.table.load();
+        t.list
             .iter()
+            .filter(|a| t.live(a))
             .map(|a| a.sublist.count())
             .sum()
     }

@@ -386,7 +386,7 @@ fn spawn_cache_sweep(inner: &Arc<ServerInner>, op: &Arc<OperatorState>) {
         let dropped = op.sweep_cache(std::time::Instant::now(), &|k| in_use(inner, k));
         if !dropped.is_empty() {
             tracing::info!(accounts = ?dropped, "resolver: unused accounts left the cache");
-            if let Err(e) = inner.update_accounts(&op.account_configs()) {
+            if let Err(e) = inner.update_accounts(&op.account_configs(), false) {
                 tracing::warn!(error = %e, "resolver cache: accounts not rewired");
             }
         }
@@ -588,7 +588,7 @@ fn delete(inner: &ServerInner, op: &OperatorState, body: &[u8]) -> super::resolv
         Err((msg, e)) => tracing::warn!("claims delete: {msg} - {e}"),
     }
     if !outcome.deleted.is_empty() {
-        if let Err(e) = inner.update_accounts(&op.account_configs()) {
+        if let Err(e) = inner.update_accounts(&op.account_configs(), false) {
             tracing::warn!(error = %e, "claims delete: accounts not rewired");
         }
         for key in &outcome.deleted {
@@ -640,7 +640,7 @@ fn apply(
         }
     }
     if outcome.stored {
-        if let Err(e) = inner.update_accounts(&op.account_configs()) {
+        if let Err(e) = inner.update_accounts(&op.account_configs(), false) {
             tracing::warn!(account = %outcome.account, error = %e, "claims update: accounts not rewired");
         }
     }

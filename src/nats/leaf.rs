@@ -210,8 +210,9 @@ pub struct Leafnodes {
     opts: LeafnodeOptions,
     /// The bound leaf listener, if any.
     pub listen: Option<SocketAddr>,
-    /// Loop-detection subjects, by account index.
-    lds: Vec<String>,
+    /// This server's random part of every account's loop-detection
+    /// subject (see [`Leafnodes::loop_detection_subject`]).
+    lds_seed: String,
     /// Per remote: the local account it binds.
     remote_accounts: Vec<Arc<Account>>,
     /// The account of accepted leaves when no authentication applies.
@@ -741,11 +742,7 @@ impl Leafnodes {
             Leafnodes {
                 opts: lo.clone(),
                 listen,
-                lds: accounts
-                    .all()
-                    .iter()
-                    .map(|_| format!("{LDS_PREFIX}{}", random_token()))
-                    .collect(),
+                lds_seed: random_token(),
                 remote_accounts,
                 default_account,
                 state: Mutex::new(State::default()),
@@ -767,9 +764,11 @@ impl Leafnodes {
         &self.opts
     }
 
-    /// The loop-detection subject of `account`.
-    pub fn loop_detection_subject(&self, account: &Account) -> &str {
-        self.lds.get(account.idx).map_or("", String::as_str)
+    /// The loop-detection subject of `account`: this server's random seed
+    /// and the account's index, so it is unique per server and account,
+    /// also for accounts added after start-up (operator mode, reload).
+    pub fn loop_detection_subject(&self, account: &Account) -> String {
+        format!("{LDS_PREFIX}{}{}", self.lds_seed, account.idx)
     }
 
     /// Registered leaf connections, by client id.
@@ -893,7 +892,7 @@ impl Leafnodes {
         let mut st = self.state.lock();
         let mut smap = HashMap::new();
         let mut out = BytesMut::new();
-        encode_ls_plus(&mut out, self.loop_detection_subject(&leaf.account), None);
+        encode_ls_plus(&mut out, &self.loop_detection_subject(&leaf.account), None);
         for (subject, queue, sub) in leaf.account.sublist.all() {
             if Arc::ptr_eq(&sub.client, &leaf.client)
                 || !leaf_wants(leaf.spoke, sub.client.kind)

@@ -78,6 +78,15 @@ pub enum ReloadError {
     /// A certificate or key file cannot be read or used.
     #[error("{0}")]
     Tls(#[from] crate::tls::TlsError),
+    /// A removed account is still named by configuration that cannot
+    /// change at run time.
+    #[error("account {account:?} cannot be removed: {what} uses it")]
+    AccountInUse {
+        /// The configuration naming it.
+        what: &'static str,
+        /// The account.
+        account: String,
+    },
     /// The blocking pool failed while re-checking clients.
     #[error("re-checking clients failed: {0}")]
     Join(String),
@@ -316,16 +325,52 @@ pub(crate) fn diff(
     if !same(&old.auth.nkeys, &new.auth.nkeys) {
         lines.push("Reloaded: authorization nkey users".into());
     }
-    // Accounts (their names, exports and imports) and the account of the
-    // in-process clients are fixed at start-up; users may move between
-    // the existing accounts (a client whose account changes is closed and
-    // reconnects into the new one).
+    // Accounts may be added, removed, and change their exports and
+    // imports (applied by `reload`); users may move between accounts (a
+    // client whose account changes is closed and reconnects into the new
+    // one). What is fixed at start-up must keep its account: the
+    // in-process clients' and the leaf node configuration's.
     if !same(&old.auth.accounts, &new.auth.accounts) {
-        let names = |o: &NatsOptions| {
-            let v: Vec<&str> = o.auth.accounts.iter().map(|a| a.name.as_str()).collect();
-            format!("{v:?}")
+        if old.auth.operator.is_some() {
+            // Operator mode's accounts come from their JWTs.
+            let names = |o: &NatsOptions| {
+                let v: Vec<&str> = o.auth.accounts.iter().map(|a| a.name.as_str()).collect();
+                format!("{v:?}")
+            };
+            return Err(refuse("Accounts", names(old), names(new)));
+        }
+        let defined = |name: &str| {
+            name == crate::nats::account::GLOBAL_ACCOUNT
+                || name == crate::nats::account::SYSTEM_ACCOUNT
+                || new.auth.accounts.iter().any(|a| a.name == name)
         };
-        return Err(refuse("Accounts", names(old), names(new)));
+        let pinned = new
+            .local_account
+            .iter()
+            .map(|a| ("nats.account", a.as_str()))
+            .chain(new.leafnodes.iter().flat_map(|l| {
+                l.account
+                    .iter()
+                    .map(|a| ("leafnodes authorization", a.as_str()))
+                    .chain(
+                        l.users
+                            .iter()
+                            .filter_map(|u| u.account.as_deref().map(|a| ("leafnodes user", a))),
+                    )
+                    .chain(
+                        l.remotes
+                            .iter()
+                            .filter_map(|r| r.account.as_deref().map(|a| ("leafnodes remote", a))),
+                    )
+            }));
+        for (what, name) in pinned {
+            if !defined(name) {
+                return Err(ReloadError::AccountInUse {
+                    what,
+                    account: name.to_string(),
+                });
+            }
+        }
     }
     // Operator mode's trust and resolver are fixed at start-up (nats-server
     // refuses moving to or from a resolver; its claims change through
@@ -574,6 +619,13 @@ impl NatsServer {
             .await
             .map_err(|e| ReloadError::Join(e.to_string()))??;
         let live = Arc::new(live);
+        // New accounts exist before the new users can log into them;
+        // removed ones lose their users below. `diff` validated the
+        // accounts, so this cannot fail in practice; if it did, nothing
+        // has changed yet.
+        if !same(&cur.opts.auth.accounts, &live.opts.auth.accounts) {
+            inner.update_accounts(&live.opts.auth.accounts, true)?;
+        }
         // Nothing can fail from here on: swap, then bring clients in line.
         *inner.live.write() = live.clone();
         inner
@@ -942,7 +994,7 @@ mod tests {
     }
 
     #[test]
-    fn accounts_are_fixed_but_users_may_move_between_them() {
+    fn accounts_change_while_what_is_fixed_keeps_its_account() {
         use crate::config::nats::AccountConfig;
         let acc = |n: &str| AccountConfig {
             name: n.into(),
@@ -961,10 +1013,37 @@ mod tests {
         let mut moved = old.clone();
         moved.auth.users = vec![user("a", "B"), user("b", "B")];
         assert!(diff(&old, &mut moved, bound()).is_ok());
-        // A new account: refused naming Accounts, as nothing changes.
+        // A new account, with a user: accepted.
         let mut more = old.clone();
         more.auth.accounts.push(acc("C"));
-        let e = diff(&old, &mut more, bound()).unwrap_err().to_string();
+        more.auth.users.push(user("c", "C"));
+        assert!(diff(&old, &mut more, bound()).is_ok());
+        // An account removed with its users: accepted; while a user still
+        // names it: refused.
+        let mut fewer = old.clone();
+        fewer.auth.accounts.retain(|a| a.name != "B");
+        fewer.auth.users.retain(|u| u.username != "b");
+        assert!(diff(&old, &mut fewer, bound()).is_ok());
+        let mut orphan = old.clone();
+        orphan.auth.accounts.retain(|a| a.name != "B");
+        assert!(diff(&old, &mut orphan, bound()).is_err());
+        // The in-process clients' account cannot go away.
+        let mut pinned = old.clone();
+        pinned.local_account = Some("B".into());
+        let mut gone = pinned.clone();
+        gone.auth.accounts.retain(|a| a.name != "B");
+        gone.auth.users.retain(|u| u.username != "b");
+        let e = diff(&pinned, &mut gone, bound()).unwrap_err().to_string();
+        assert_eq!(
+            e, "account \"B\" cannot be removed: nats.account uses it",
+            "{e}"
+        );
+        // In operator mode accounts come from JWTs: refused naming Accounts.
+        let mut op = old.clone();
+        op.auth.operator = Some(Default::default());
+        let mut op_more = op.clone();
+        op_more.auth.accounts.push(acc("C"));
+        let e = diff(&op, &mut op_more, bound()).unwrap_err().to_string();
         assert!(
             e.starts_with("config reload not supported for Accounts"),
             "{e}"

@@ -264,9 +264,15 @@ impl ServerInner {
     /// local subscription of an account whose imports changed, the new
     /// interest is announced before the old one is withdrawn, so a subject
     /// both cover never loses its interest in between.
-    pub(crate) fn update_accounts(&self, accounts: &[AccountConfig]) -> Result<(), AccountError> {
+    /// With `remove_missing` (a reloaded configuration), accounts not in
+    /// `accounts` are removed (see [`Accounts::update`]).
+    pub(crate) fn update_accounts(
+        &self,
+        accounts: &[AccountConfig],
+        remove_missing: bool,
+    ) -> Result<(), AccountError> {
         let _gate = self.wiring_gate.write();
-        let rewired = self.accounts.update(accounts)?;
+        let rewired = self.accounts.update(accounts, remove_missing)?;
         if let Some(l) = &self.leafs {
             for rw in &rewired {
                 let (old, new) = rw.service_subjects();

@@ -3,7 +3,9 @@
 The server is `$LIFTBRIDGE_BIN nats-server -a 127.0.0.1 -c <file>` (or the
 reference `$NATS_SERVER_BIN`, to check the test itself against nats-server).
 A SIGHUP with a changed user list must not disturb a nats-py client whose
-user is unchanged, while a removed user's connection is closed.
+user is unchanged, while a removed user's connection is closed. Accounts
+come and go on reload too: a removed account's clients are closed, an added
+account's imports work, and the others' clients stay connected.
 """
 
 import asyncio
@@ -14,7 +16,7 @@ import time
 import nats
 import pytest
 
-from natsproc import free_port, server_cmd, stop
+from natsproc import free_port, http_json, ours_or_go, server_cmd, stop, wait_serving
 
 pytestmark = pytest.mark.asyncio
 
@@ -108,3 +110,174 @@ async def test_reload_keeps_unaffected_client_and_drops_removed_user(tmp_path):
         await alice.close()
     finally:
         srv.stop()
+
+
+ACCOUNTS = """
+listen: 127.0.0.1:{port}
+http: 127.0.0.1:{http}
+accounts {{
+{accounts}
+}}
+"""
+
+A = """  A {
+    users: [ {user: a, password: apw} ]
+    exports: [ {stream: "pub.>"}, {service: "req.>"} ]
+  }"""
+B = """  B {
+    users: [ {user: b, password: bpw} ]
+  }"""
+C = """  C {
+    users: [ {user: c, password: cpw} ]
+    imports: [
+      {stream: {account: A, subject: "pub.>"}, prefix: "froma"}
+      {service: {account: A, subject: "req.echo"}, to: "echo"}
+    ]
+  }"""
+
+
+@pytest.fixture(params=["ours", "go"])
+def which(request):
+    return request.param
+
+
+async def test_reload_adds_and_removes_accounts(tmp_path, which):
+    """Accounts change on reload: B (with its user) goes, C comes with
+    imports of A's stream and service. A's client is never disconnected
+    and keeps its subscription; B's client is closed; C's users log in and
+    get A's messages and answers; `/accountz` lists C and no longer B. A
+    reload whose user names an account that does not exist is refused and
+    changes nothing."""
+    cmd = ours_or_go(which)
+    port, http = free_port(), free_port()
+    conf = tmp_path / "accounts.conf"
+    log = tmp_path / "server.log"
+
+    def write(*accounts):
+        conf.write_text(ACCOUNTS.format(port=port, http=http, accounts="\n".join(accounts)))
+
+    write(A, B)
+    proc = subprocess.Popen(
+        cmd + ["-c", str(conf), "-l", str(log)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_serving(proc, cmd, http, 20)
+        url = f"nats://127.0.0.1:{port}"
+        a_drops = []
+
+        async def a_dc():
+            a_drops.append(time.time())
+
+        a = await nats.connect(url, user="a", password="apw", disconnected_cb=a_dc)
+        b = await nats.connect(url, user="b", password="bpw", allow_reconnect=False)
+        own = await a.subscribe("own")
+
+        async def echo(msg):
+            await msg.respond(b"echo:" + msg.data)
+
+        await a.subscribe("req.echo", cb=echo)
+        await a.flush()
+
+        def reloaded():
+            return log.read_text().count("Reloaded server configuration")
+
+        def reload(*accounts):
+            done = reloaded()
+            write(*accounts)
+            proc.send_signal(signal.SIGHUP)
+            deadline = time.time() + 10
+            while reloaded() == done and time.time() < deadline:
+                time.sleep(0.02)
+            return reloaded() > done
+
+        assert reload(A, C)
+        deadline = time.time() + 10
+        while not b.is_closed and time.time() < deadline:
+            await asyncio.sleep(0.05)
+        assert b.is_closed, "B's user is gone with its account"
+
+        c = await nats.connect(url, user="c", password="cpw", allow_reconnect=False)
+        sub = await c.subscribe("froma.pub.x")
+        await c.flush()
+        # A new account's stream import: A's message reaches C under the
+        # prefix (nats-server wires the import's interest asynchronously,
+        # so publish until it arrives).
+        got = None
+        deadline = time.monotonic() + 5
+        while got is None and time.monotonic() < deadline:
+            await a.publish("pub.x", b"hello")
+            await a.flush()
+            try:
+                got = await sub.next_msg(0.2)
+            except nats.errors.TimeoutError:
+                pass
+        assert got is not None and got.data == b"hello"
+        # Its service import is served by A's responder. nats-server 2.15.1
+        # answers "no responders" here until it restarts (a service import
+        # of an account that a reload added is not wired, even for
+        # responders that subscribe after the reload), so this part holds
+        # for ours only; with the same accounts at start-up Go answers too
+        # (test_service_import_of_a_start_up_account below).
+        if which == "ours":
+            assert (await c.request("echo", b"ping", timeout=2)).data == b"echo:ping"
+
+        # A was never disconnected and its own subscription still works.
+        await a.publish("own", b"mine")
+        await a.flush()
+        assert (await own.next_msg(5)).data == b"mine"
+        assert a.is_connected and a_drops == []
+
+        names = http_json(http, "/accountz")["accounts"]
+        assert "C" in names and "A" in names and "B" not in names, names
+
+        # B is gone: its user cannot log in.
+        with pytest.raises(Exception):
+            await nats.connect(
+                url, user="b", password="bpw", allow_reconnect=False, max_reconnect_attempts=0
+            )
+
+        # A user in an account that does not exist: refused, nothing changes.
+        bad_users = f"{A}\n{C}\n  D {{\n    users: [ {{user: d, password: dpw}} ]\n    imports: [ {{stream: {{account: Z, subject: \"x\"}}}} ]\n  }}"
+        done = reloaded()
+        write(bad_users)
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        assert reloaded() == done, "an invalid configuration is not applied"
+        assert proc.poll() is None, "the server keeps running"
+        assert "C" in http_json(http, "/accountz")["accounts"]
+        assert c.is_connected and a.is_connected
+        await c.close()
+        await a.close()
+    finally:
+        stop(proc)
+
+
+async def test_service_import_of_a_start_up_account(tmp_path, which):
+    """The same accounts as the reload test, present from start-up: C's
+    service import is answered by A's responder on both servers, so the
+    reload test's service check compares like with like."""
+    cmd = ours_or_go(which)
+    port, http = free_port(), free_port()
+    conf = tmp_path / "accounts.conf"
+    conf.write_text(ACCOUNTS.format(port=port, http=http, accounts=A + "\n" + C))
+    proc = subprocess.Popen(
+        cmd + ["-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_serving(proc, cmd, http, 20)
+        url = f"nats://127.0.0.1:{port}"
+        a = await nats.connect(url, user="a", password="apw")
+
+        async def echo(msg):
+            await msg.respond(b"echo:" + msg.data)
+
+        await a.subscribe("req.echo", cb=echo)
+        await a.flush()
+        c = await nats.connect(url, user="c", password="cpw")
+        assert (await c.request("echo", b"ping", timeout=2)).data == b"echo:ping"
+        await c.close()
+        await a.close()
+    finally:
+        stop(proc)
