@@ -943,7 +943,12 @@ impl Node {
         // had: before serving, catch up with the controller, so it never
         // answers "no such stream" for a stream created while it was down.
         // A cluster without a controller (all restarting) is served as is.
-        if meta.members().len() > 1 && !meta.catch_up(Duration::from_secs(10)).await {
+        // A lone node does the same through itself: its log's committed
+        // entries are applied before the partitions open, so a paused or
+        // deleted partition is never briefly served from the older state.
+        if (meta.members().len() > 1 || meta.is_sole_voter())
+            && !meta.catch_up(Duration::from_secs(10)).await
+        {
             tracing::warn!("metadata not confirmed current within 10s (no controller yet); serving the local state");
         }
 

@@ -376,7 +376,7 @@ impl Metadata {
 
     /// Whether this node is the only voter of an initialized group (a
     /// single node restarting elects itself at once).
-    fn is_sole_voter(&self) -> bool {
+    pub fn is_sole_voter(&self) -> bool {
         let m = self.raft.metrics();
         let m = m.borrow();
         let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
