@@ -19,6 +19,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
+import { freePort } from '../ports.mjs';
 
 // nats.ws expects the browser's WebSocket class.
 globalThis.WebSocket = WebSocket;
@@ -32,28 +33,6 @@ const sc = StringCodec();
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// Ports come from below the kernel's ephemeral range (32768-60999), so no
-// outgoing connection takes one as its source port between the pick and the
-// server's bind, and never twice in one run.
-const PORT_LOW = 10000;
-const PORT_SPAN = 22000;
-let portNext = (process.pid * 7919 + Date.now()) % PORT_SPAN;
-
-function tryPort(port) {
-  return new Promise((resolve) => {
-    const s = net.createServer();
-    s.once('error', () => resolve(false));
-    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
-  });
-}
-
-async function freePort() {
-  for (let i = 0; i < PORT_SPAN; i++) {
-    const port = PORT_LOW + (portNext++ % PORT_SPAN);
-    if (await tryPort(port)) return port;
-  }
-  throw new Error('no free loopback port');
-}
 
 async function waitPort(port, what, timeoutMs = 20000) {
   const deadline = Date.now() + timeoutMs;
