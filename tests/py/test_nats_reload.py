@@ -136,6 +136,16 @@ C = """  C {
   }"""
 
 
+async def serve_echo(nc):
+    """Answers requests on `req.echo` with `echo:` and the request."""
+
+    async def echo(msg):
+        await msg.respond(b"echo:" + msg.data)
+
+    await nc.subscribe("req.echo", cb=echo)
+    await nc.flush()
+
+
 @pytest.fixture(params=["ours", "go"])
 def which(request):
     return request.param
@@ -146,7 +156,7 @@ async def test_reload_adds_and_removes_accounts(tmp_path, which):
     imports of A's stream and service. A's client is never disconnected
     and keeps its subscription; B's client is closed; C's users log in and
     get A's messages and answers; `/accountz` lists C and no longer B. A
-    reload whose user names an account that does not exist is refused and
+    reload whose import names an account that does not exist is refused and
     changes nothing."""
     cmd = ours_or_go(which)
     port, http = free_port(), free_port()
@@ -173,12 +183,7 @@ async def test_reload_adds_and_removes_accounts(tmp_path, which):
         a = await nats.connect(url, user="a", password="apw", disconnected_cb=a_dc)
         b = await nats.connect(url, user="b", password="bpw", allow_reconnect=False)
         own = await a.subscribe("own")
-
-        async def echo(msg):
-            await msg.respond(b"echo:" + msg.data)
-
-        await a.subscribe("req.echo", cb=echo)
-        await a.flush()
+        await serve_echo(a)
 
         def reloaded():
             return log.read_text().count("Reloaded server configuration")
@@ -238,12 +243,17 @@ async def test_reload_adds_and_removes_accounts(tmp_path, which):
                 url, user="b", password="bpw", allow_reconnect=False, max_reconnect_attempts=0
             )
 
-        # A user in an account that does not exist: refused, nothing changes.
-        bad_users = f"{A}\n{C}\n  D {{\n    users: [ {{user: d, password: dpw}} ]\n    imports: [ {{stream: {{account: Z, subject: \"x\"}}}} ]\n  }}"
+        # An import from an account that does not exist: refused (the
+        # failure is logged), nothing changes.
+        bad_import = f"{A}\n{C}\n  D {{\n    users: [ {{user: d, password: dpw}} ]\n    imports: [ {{stream: {{account: Z, subject: \"x\"}}}} ]\n  }}"
         done = reloaded()
-        write(bad_users)
+        write(bad_import)
         proc.send_signal(signal.SIGHUP)
-        time.sleep(1)
+        failed = "Failed to reload server configuration"
+        deadline = time.time() + 10
+        while failed not in log.read_text() and time.time() < deadline:
+            time.sleep(0.02)
+        assert failed in log.read_text()
         assert reloaded() == done, "an invalid configuration is not applied"
         assert proc.poll() is None, "the server keeps running"
         assert "C" in http_json(http, "/accountz")["accounts"]
@@ -269,12 +279,7 @@ async def test_service_import_of_a_start_up_account(tmp_path, which):
         wait_serving(proc, cmd, http, 20)
         url = f"nats://127.0.0.1:{port}"
         a = await nats.connect(url, user="a", password="apw")
-
-        async def echo(msg):
-            await msg.respond(b"echo:" + msg.data)
-
-        await a.subscribe("req.echo", cb=echo)
-        await a.flush()
+        await serve_echo(a)
         c = await nats.connect(url, user="c", password="cpw")
         assert (await c.request("echo", b"ping", timeout=2)).data == b"echo:ping"
         await c.close()
