@@ -1,5 +1,6 @@
 //! Sublist micro-benchmark: cached and uncached matches over a trie with
-//! many literal and wildcard subscriptions, and insert/remove churn.
+//! many literal and wildcard subscriptions, insert/remove churn, and the
+//! literal-subject check that precedes every match.
 
 use std::sync::Arc;
 
@@ -50,6 +51,20 @@ fn bench(c: &mut Criterion) {
             many.iter()
                 .map(|s| sl.match_subject(s).psubs.len())
                 .sum::<usize>()
+        })
+    });
+    // What every publish and every ack pays before the match: the subject
+    // (here an ack inbox of the shape the service uses) checked as literal.
+    let inboxes: Vec<String> = (0..64)
+        .map(|i| format!("_lb.ack.Wm3kq8ZxTQ4uB2aL9dVf1c.{}", 1_000_000 + i))
+        .collect();
+    g.throughput(Throughput::Elements(inboxes.len() as u64));
+    g.bench_function("literal_subject_check", |b| {
+        b.iter(|| {
+            inboxes
+                .iter()
+                .filter(|s| liftbridge::nats::subject::is_valid_literal_subject(s))
+                .count()
         })
     });
     g.throughput(Throughput::Elements(1));

@@ -9,30 +9,46 @@
 /// Non-empty, no empty token, `>` only as the last token, and no whitespace
 /// inside a token.
 pub fn is_valid_subject(s: &str) -> bool {
-    if s.is_empty() {
-        return false;
-    }
-    let mut tokens = s.split('.').peekable();
-    while let Some(t) = tokens.next() {
-        if t.is_empty() {
-            return false;
-        }
-        if t == ">" && tokens.peek().is_some() {
-            return false;
-        }
-        if t.bytes()
-            .any(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n' | 0x0c))
-        {
-            return false;
-        }
-    }
-    true
+    scan(s).is_some()
 }
 
 /// Whether `s` is a valid literal subject (PUB in pedantic mode): valid and
 /// without wildcard tokens.
 pub fn is_valid_literal_subject(s: &str) -> bool {
-    is_valid_subject(s) && !s.split('.').any(|t| t == "*" || t == ">")
+    scan(s) == Some(false)
+}
+
+/// One pass over `s`: `None` when it is not a valid subject, otherwise
+/// whether it holds a wildcard token. Every publish checks its subject (and
+/// every ack its inbox), so this reads each byte once.
+fn scan(s: &str) -> Option<bool> {
+    let b = s.as_bytes();
+    if b.is_empty() {
+        return None;
+    }
+    let mut wild = false;
+    let mut start = 0;
+    // Wildcard tokens are one byte long: only a token of length 1 is looked at.
+    for (i, &c) in b.iter().enumerate() {
+        match c {
+            b'.' => {
+                match i - start {
+                    0 => return None,
+                    1 if b[start] == b'>' => return None,
+                    1 if b[start] == b'*' => wild = true,
+                    _ => {}
+                }
+                start = i + 1;
+            }
+            b' ' | b'\t' | b'\r' | b'\n' | 0x0c => return None,
+            _ => {}
+        }
+    }
+    match b.len() - start {
+        0 => None,
+        1 if matches!(b[start], b'*' | b'>') => Some(true),
+        _ => Some(wild),
+    }
 }
 
 /// Whether the literal subject `subject` matches `pattern` (which may hold
@@ -110,6 +126,45 @@ mod tests {
         assert!(is_valid_literal_subject("foo*.bar"));
         assert!(!is_valid_literal_subject("foo.*"));
         assert!(!is_valid_literal_subject("foo.>"));
+        assert!(!is_valid_literal_subject("*.foo"));
+        assert!(!is_valid_literal_subject(">"));
+        assert!(is_valid_literal_subject("foo.>x.*y.x*"));
+        assert!(!is_valid_literal_subject("foo. bar"));
+        assert!(!is_valid_literal_subject(""));
+    }
+
+    /// The one-pass scan agrees with the rules stated token by token.
+    #[test]
+    fn scan_agrees_with_the_token_rules() {
+        fn by_tokens(s: &str) -> Option<bool> {
+            let toks: Vec<&str> = s.split('.').collect();
+            let ok = !s.is_empty()
+                && toks.iter().enumerate().all(|(i, t)| {
+                    let last = i + 1 == toks.len();
+                    let blank = t.bytes().any(|b| b" \t\r\n\x0c".contains(&b));
+                    let misplaced_tail = *t == ">" && !last;
+                    !(t.is_empty() || blank || misplaced_tail)
+                });
+            ok.then(|| toks.iter().any(|t| *t == "*" || *t == ">"))
+        }
+        let alphabet = ["a", ".", "*", ">", " ", "bc", "\t"];
+        // Every string of up to 5 pieces from the alphabet.
+        let mut cases = vec![String::new()];
+        for _ in 0..5 {
+            let mut next = Vec::new();
+            for c in &cases {
+                for a in alphabet {
+                    next.push(format!("{c}{a}"));
+                }
+            }
+            cases.extend(next);
+            cases.sort();
+            cases.dedup();
+        }
+        assert!(cases.len() > 10_000);
+        for c in &cases {
+            assert_eq!(scan(c), by_tokens(c), "{c:?}");
+        }
     }
 
     #[test]
