@@ -74,9 +74,19 @@ pub struct LbBenchArgs {
     /// two builds compare in one run.
     #[arg(long = "lb")]
     pub other_lbs: Vec<String>,
+    /// Repetitions of every publish measurement (each on a fresh stream);
+    /// the median is reported. Record and replay run once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
+    pub rounds: u32,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+/// The median of `rates` (the upper one of an even count).
+fn median_rate(mut rates: Vec<f64>) -> f64 {
+    rates.sort_by(f64::total_cmp);
+    rates.get(rates.len() / 2).copied().unwrap_or(0.0)
 }
 
 struct Proc {
@@ -151,16 +161,21 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
             for &window in windows {
                 for pubs in [1usize, 4] {
                     for via in ["PublishAsync", "NATS envelope"] {
-                        // A fresh stream per measurement.
-                        let stream = format!("b{}", rand::random::<u32>());
-                        create_stream(&grpc, &stream).await?;
-                        let (msgs, p) = (count(window), &payload);
-                        let r = if via == "PublishAsync" {
-                            lb_publish_async(&grpc, &stream, policy, window, pubs, msgs, p).await?
-                        } else {
-                            lb_publish_envelope(&nats, &stream, policy, window, pubs, msgs, p)
-                                .await?
-                        };
+                        let mut rates = Vec::new();
+                        for _ in 0..args.rounds {
+                            // A fresh stream per measurement.
+                            let stream = format!("b{}", rand::random::<u32>());
+                            create_stream(&grpc, &stream).await?;
+                            let (msgs, p) = (count(window), &payload);
+                            rates.push(if via == "PublishAsync" {
+                                lb_publish_async(&grpc, &stream, policy, window, pubs, msgs, p)
+                                    .await?
+                            } else {
+                                lb_publish_envelope(&nats, &stream, policy, window, pubs, msgs, p)
+                                    .await?
+                            });
+                        }
+                        let r = median_rate(rates);
                         rows.push(Row {
                             workload: format!(
                                 "acked publish {pname}, window {window}, {pubs} publisher(s)"
@@ -226,7 +241,11 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
             );
             for &window in windows {
                 for pubs in [1usize, 4] {
-                    let r = js_publish(&url, window, pubs, count(window), &payload).await?;
+                    let mut rates = Vec::new();
+                    for _ in 0..args.rounds {
+                        rates.push(js_publish(&url, window, pubs, count(window), &payload).await?);
+                    }
+                    let r = median_rate(rates);
                     for pname in ["LEADER", "ALL"] {
                         rows.push(Row {
                             workload: format!(
@@ -796,5 +815,18 @@ pub(super) fn print_rows(rows: &[Row]) {
                 r.msgs_per_sec * 1024.0 / 1e6
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median_rate;
+
+    #[test]
+    fn the_median_rate_is_the_middle_one() {
+        assert_eq!(median_rate(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median_rate(vec![5.0]), 5.0);
+        assert_eq!(median_rate(vec![4.0, 1.0]), 4.0);
+        assert_eq!(median_rate(Vec::new()), 0.0);
     }
 }
