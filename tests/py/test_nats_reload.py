@@ -26,6 +26,19 @@ def _conf(port, users):
     return f"port: {port}\nauthorization {{ users = [ {entries} ] }}\n"
 
 
+def wait_logged(log, proc, text, count, timeout):
+    """Waits until `log` holds `text` at least `count` times; fails if the
+    server exits or `timeout` seconds pass first."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if log.exists() and log.read_text().count(text) >= count:
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        time.sleep(0.02)
+    raise AssertionError(f"{text!r} not logged:\n{log.read_text()}")
+
+
 class ConfServer:
     def __init__(self, tmp_path, users):
         self.port = free_port()
@@ -37,14 +50,7 @@ class ConfServer:
         self._wait_log("Server is ready", 1)
 
     def _wait_log(self, text, count):
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            if self.log.exists() and self.log.read_text().count(text) >= count:
-                return
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}")
-            time.sleep(0.02)
-        raise AssertionError(f"{text!r} not logged:\n{self.log.read_text()}")
+        wait_logged(self.log, self.proc, text, count, 20)
 
     def reload(self, users):
         done = self.log.read_text().count("Reloaded server configuration")
@@ -192,12 +198,9 @@ async def test_reload_adds_and_removes_accounts(tmp_path, which):
             done = reloaded()
             write(*accounts)
             proc.send_signal(signal.SIGHUP)
-            deadline = time.time() + 10
-            while reloaded() == done and time.time() < deadline:
-                time.sleep(0.02)
-            return reloaded() > done
+            wait_logged(log, proc, "Reloaded server configuration", done + 1, 10)
 
-        assert reload(A, C)
+        reload(A, C)
         deadline = time.time() + 10
         while not b.is_closed and time.time() < deadline:
             await asyncio.sleep(0.05)
@@ -249,11 +252,7 @@ async def test_reload_adds_and_removes_accounts(tmp_path, which):
         done = reloaded()
         write(bad_import)
         proc.send_signal(signal.SIGHUP)
-        failed = "Failed to reload server configuration"
-        deadline = time.time() + 10
-        while failed not in log.read_text() and time.time() < deadline:
-            time.sleep(0.02)
-        assert failed in log.read_text()
+        wait_logged(log, proc, "Failed to reload server configuration", 1, 10)
         assert reloaded() == done, "an invalid configuration is not applied"
         assert proc.poll() is None, "the server keeps running"
         assert "C" in http_json(http, "/accountz")["accounts"]
