@@ -31,7 +31,7 @@ use futures::StreamExt;
 use prost::Message as _;
 use tokio::sync::Semaphore;
 
-use super::{find_on_path, free_port};
+use super::{find_on_path, free_port, median};
 use crate::api::proto;
 use crate::api::proto::api_client::ApiClient;
 
@@ -81,12 +81,6 @@ pub struct LbBenchArgs {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-}
-
-/// The median of `rates` (the upper one of an even count).
-fn median_rate(mut rates: Vec<f64>) -> f64 {
-    rates.sort_by(f64::total_cmp);
-    rates.get(rates.len() / 2).copied().unwrap_or(0.0)
 }
 
 struct Proc {
@@ -175,7 +169,7 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
                                     .await?
                             });
                         }
-                        let r = median_rate(rates);
+                        let r = median(rates);
                         rows.push(Row {
                             workload: format!(
                                 "acked publish {pname}, window {window}, {pubs} publisher(s)"
@@ -245,7 +239,7 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
                     for _ in 0..args.rounds {
                         rates.push(js_publish(&url, window, pubs, count(window), &payload).await?);
                     }
-                    let r = median_rate(rates);
+                    let r = median(rates);
                     for pname in ["LEADER", "ALL"] {
                         rows.push(Row {
                             workload: format!(
@@ -815,18 +809,5 @@ pub(super) fn print_rows(rows: &[Row]) {
                 r.msgs_per_sec * 1024.0 / 1e6
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::median_rate;
-
-    #[test]
-    fn the_median_rate_is_the_middle_one() {
-        assert_eq!(median_rate(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median_rate(vec![5.0]), 5.0);
-        assert_eq!(median_rate(vec![4.0, 1.0]), 4.0);
-        assert_eq!(median_rate(Vec::new()), 0.0);
     }
 }

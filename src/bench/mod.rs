@@ -17,6 +17,13 @@ pub(crate) fn find_on_path(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The median of `values` (the upper one of an even count; 0 for none):
+/// what a benchmark that repeats a measurement reports.
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
 /// A loopback port that was free a moment ago, for servers started by a
 /// benchmark or a test. Taken from 10000–31999, below the kernel's
 /// ephemeral range (32768–60999), where any outgoing connection could take
@@ -42,4 +49,17 @@ pub fn free_port() -> anyhow::Result<u16> {
         }
     }
     anyhow::bail!("no free loopback port in {LOW}..{}", LOW + SPAN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn the_median_is_the_middle_value() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![5.0]), 5.0);
+        assert_eq!(median(vec![4.0, 1.0]), 4.0);
+        assert_eq!(median(Vec::new()), 0.0);
+    }
 }

@@ -190,7 +190,7 @@ async fn run_async(args: NatsBenchArgs) -> anyhow::Result<()> {
                 per_target[ti].push(m);
             }
         }
-        results[wi] = per_target.into_iter().map(median).collect();
+        results[wi] = per_target.iter().map(|v| median_measure(v)).collect();
     }
     let busy_rss: Vec<Option<u64>> = targets.iter().map(|t| t.pid().and_then(rss_kib)).collect();
 
@@ -451,18 +451,15 @@ async fn request_reply(url: &str, size: usize, n: u64) -> anyhow::Result<Measure
     })
 }
 
-fn median(mut v: Vec<Measure>) -> Measure {
-    let mid = v.len() / 2;
-    let pick = |v: &mut Vec<Measure>, f: fn(&Measure) -> f64| {
-        v.sort_by(|a, b| f(a).total_cmp(&f(b)));
-        f(&v[mid])
-    };
+/// Each figure's median over the rounds.
+fn median_measure(v: &[Measure]) -> Measure {
+    let pick = |f: fn(&Measure) -> f64| super::median(v.iter().map(f).collect());
     Measure {
-        msgs_per_sec: pick(&mut v, |m| m.msgs_per_sec),
-        delivered_per_sec: pick(&mut v, |m| m.delivered_per_sec),
-        p50_us: pick(&mut v, |m| m.p50_us),
-        p99_us: pick(&mut v, |m| m.p99_us),
-        p999_us: pick(&mut v, |m| m.p999_us),
+        msgs_per_sec: pick(|m| m.msgs_per_sec),
+        delivered_per_sec: pick(|m| m.delivered_per_sec),
+        p50_us: pick(|m| m.p50_us),
+        p99_us: pick(|m| m.p99_us),
+        p999_us: pick(|m| m.p999_us),
     }
 }
 

@@ -284,13 +284,7 @@ where
                 runs[i].push(r);
             }
         }
-        let medians: Vec<f64> = runs
-            .into_iter()
-            .map(|mut v| {
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
-            })
-            .collect();
+        let medians: Vec<f64> = runs.into_iter().map(super::median).collect();
         let mut line = format!("| {size} B |");
         for m in &medians {
             line.push_str(&format!(" {m:.0} |"));
