@@ -481,7 +481,15 @@ pub struct ClusterOptions {
     pub auth_timeout: Duration,
     /// TLS on routes (both accepted and solicited).
     pub tls: Option<TlsFiles>,
+    /// Route connections per peer (`pool_size`, at most
+    /// [`MAX_ROUTE_POOL_SIZE`]): `0` = one unpooled route that carries
+    /// every account (nats-server's `pool_size: -1`, our default); `n` =
+    /// a pool of `n`, each account on the connection its name hashes to.
+    pub pool_size: usize,
 }
+
+/// Largest `pool_size` accepted.
+pub const MAX_ROUTE_POOL_SIZE: usize = 32;
 
 impl Default for ClusterOptions {
     fn default() -> Self {
@@ -496,6 +504,7 @@ impl Default for ClusterOptions {
             auth: None,
             auth_timeout: Duration::from_secs(2),
             tls: None,
+            pool_size: 0,
         }
     }
 }

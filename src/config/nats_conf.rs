@@ -1073,9 +1073,9 @@ fn resolver_config(
 }
 
 /// `cluster { name, listen | host/port, routes, authorization, tls,
-/// advertise, no_advertise, connect_retries }`. Keys about features we do
-/// not provide (pooling, compression, pinned accounts) are refused when
-/// they ask for something other than the plain single route we speak.
+/// advertise, no_advertise, connect_retries, pool_size }`. Keys about
+/// features we do not provide (compression, pinned accounts) are refused
+/// when they ask for something other than what we speak.
 fn cluster_block(
     key: &str,
     n: &Node,
@@ -1160,13 +1160,14 @@ fn cluster_block(
                 c.connect_retries = u32::try_from(want_int(k, v)?)
                     .or_else(|_| invalid(k, v, "must be a non-negative number"))?
             }
-            // One unpooled, uncompressed route per peer is what we speak;
-            // values asking for exactly that are accepted.
+            // -1 (and 0, our default) = one unpooled route per peer.
             "pool_size" => {
                 let p = want_int(k, v)?;
-                if p > 1 {
-                    return invalid(k, v, "route pooling is not supported (use -1, 0 or 1)");
+                let max = super::nats::MAX_ROUTE_POOL_SIZE as i64;
+                if !(-1..=max).contains(&p) {
+                    return invalid(k, v, format!("must be -1 (no pooling) or 0 to {max}"));
                 }
+                c.pool_size = usize::try_from(p).unwrap_or(0);
             }
             "compression" => {
                 let off = match &v.value {
@@ -2091,6 +2092,9 @@ mod tests {
         assert_eq!(cl.advertise.as_deref(), Some("10.0.0.1:6333"));
         assert!(cl.no_advertise);
         assert_eq!(cl.connect_retries, 5);
+        assert_eq!(cl.pool_size, 0);
+        let c = from_str("cluster { pool_size: 3 }", Path::new("c.conf")).unwrap();
+        assert_eq!(c.options.cluster.unwrap().pool_size, 3);
         // host/port spelled apart.
         let c = from_str("cluster { host: 0.0.0.0, port: -1 }", Path::new("c.conf")).unwrap();
         let cl = c.options.cluster.unwrap();
@@ -2100,7 +2104,8 @@ mod tests {
     #[test]
     fn cluster_features_we_lack_are_refused_by_name() {
         for (text, needle) in [
-            ("cluster { pool_size: 3 }", "pool_size"),
+            ("cluster { pool_size: 33 }", "pool_size"),
+            ("cluster { pool_size: -2 }", "pool_size"),
             ("cluster { compression: s2_fast }", "compression"),
             ("cluster { pinned_accounts: [A] }", "pinned_accounts"),
             ("cluster { routes: [\"not a url\"] }", "routes"),

@@ -133,7 +133,7 @@ impl NatsServer {
             "connections": conns,
             "total_connections": i.total_connections.load(Ordering::Relaxed),
             "routes": self.num_routes(),
-            "remotes": self.num_routes(),
+            "remotes": self.num_remotes(),
             "leafnodes": self.num_leafs(),
             "in_msgs": i.stats.in_msgs.load(Ordering::Relaxed),
             "out_msgs": i.stats.out_msgs.load(Ordering::Relaxed),

@@ -2,13 +2,32 @@
 //! nats-server 2.x), as spec `nats.md` §1.13 describes.
 //!
 //! **Model.** Every server listens on a cluster port and solicits the
-//! routes it is configured with. A route is one TCP (or TLS) connection per
-//! pair of servers, unpooled and uncompressed: our INFO carries neither
-//! `route_pool_size` nor `compression`, which makes Go servers treat us as
-//! a 2.9-style peer. On a new route both sides send INFO (the soliciting
-//! side sends CONNECT first); the accepting side then forwards the newcomer's
-//! INFO (with its route URL in `ip`) to its other routes, which connect to
-//! it (implicit routes), so each server needs to know only one seed.
+//! routes it is configured with. By default a route is one TCP (or TLS)
+//! connection per pair of servers, unpooled and uncompressed: our INFO
+//! carries neither `route_pool_size` nor `compression`, which makes Go
+//! servers treat us as a 2.9-style peer. On a new route both sides send INFO
+//! (the soliciting side sends CONNECT first); the accepting side then
+//! forwards the newcomer's INFO (with its route URL in `ip`) to its other
+//! routes, which connect to it (implicit routes), so each server needs to
+//! know only one seed.
+//!
+//! **Pools.** With `pool_size: n` our INFO carries `route_pool_size`, and
+//! towards a peer that pools too (ours or nats-server 2.10+) a route is a
+//! pool of `max(ours, theirs)` connections, as nats-server: the soliciting
+//! side sends its INFO only after the peer's, naming the pool slot it took
+//! (`route_pool_idx`, the first free one); once a connection's first PONG
+//! shows the peer accepted it, the solicitor dials the next, until the pool
+//! is full (a connection beyond that is closed and not retried). An
+//! account's interest travels on the connection at `fnv1a(name) % n` of the
+//! sender's pool, and a message follows the interest it matched, so one
+//! peer still gets each message once. If either side does not pool, the
+//! pair keeps one connection for every account. A nats-server peer that
+//! pools also dials one connection per account it pins (by default its
+//! system account), announced by `route_account` and speaking RS+/RMSG
+//! without the account field; we accept it and read what it carries (its
+//! messages are delivered in that account; interest on it is not recorded,
+//! so nothing is ever sent on it: the accounts Go pins are system accounts,
+//! which our routes do not carry).
 //!
 //! **Accounts.** Every account but the system account (`$SYS`, or the
 //! operator's) is carried, by name (the public key in operator mode), in
@@ -38,8 +57,9 @@
 //! account it names.
 //!
 //! **Duplicates.** Two servers that connect to each other at once end up
-//! with two connections. Both keep the one solicited by the server with the
-//! smaller server id (so they agree without talking); the other is closed.
+//! with two connections for one slot. Both keep the one solicited by the
+//! server with the smaller server id (so they agree without talking); the
+//! other is closed.
 //! A route to ourselves (a configured URL that is our own port) is closed
 //! and not retried.
 //!
@@ -62,7 +82,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,6 +127,9 @@ pub(crate) const MAX_ROUTE_SUBS: usize = 1 << 20;
 /// Gossiped servers being dialled at once; further gossip is ignored
 /// until attempts finish (a peer cannot make us dial without bound).
 const MAX_CONNECTING: usize = 1024;
+/// Largest route pool a peer may announce (a larger one is refused, so a
+/// peer cannot make us keep slots without bound).
+const MAX_PEER_POOL_SIZE: i64 = 1024;
 
 /// Route counters (for `/varz`, `/routez` and `/metrics`).
 #[derive(Debug, Default)]
@@ -155,6 +178,13 @@ pub struct Route {
     /// Closed as the losing duplicate: its cleanup must not touch the
     /// table entry of the winner, and it does not reconnect.
     replaced: AtomicBool,
+    /// Its slot in the peer's pool (0 when unpooled).
+    pub pool_idx: AtomicUsize,
+    /// The next pool connection to dial once the peer answers our PING
+    /// (the solicitor's way of filling a pool only after it was accepted).
+    start_next: Mutex<Option<(String, bool)>>,
+    /// The account a pinned connection is dedicated to.
+    pub pinned: Mutex<Option<String>>,
 }
 
 impl Route {
@@ -167,6 +197,62 @@ impl Route {
 /// (account, subject, queue) of local interest.
 type InterestKey = (String, String, Option<String>);
 
+/// One peer server's route connections: one slot per pool index, or a
+/// single slot when either side does not pool.
+struct Peer {
+    conns: Vec<Option<Arc<Route>>>,
+    /// Both sides pool: accounts are spread over the slots.
+    pooled: bool,
+    /// Connections the peer dedicated to one account each, by account.
+    pinned: HashMap<String, Arc<Route>>,
+}
+
+impl Peer {
+    fn live(&self) -> impl Iterator<Item = &Arc<Route>> {
+        self.conns.iter().flatten().chain(self.pinned.values())
+    }
+
+    fn is_full(&self) -> bool {
+        self.conns.iter().all(Option::is_some)
+    }
+
+    /// The connection that carries `account` from us (with our pool of
+    /// `pool_size`), when it is up.
+    fn conn_for(&self, account: &str, pool_size: usize) -> Option<&Arc<Route>> {
+        let idx = if self.pooled {
+            pool_index(pool_size, account)
+        } else {
+            0
+        };
+        self.conns.get(idx)?.as_ref()
+    }
+}
+
+/// The pool slot of `account` in a pool of `pool_size`: FNV-1a (32 bits)
+/// of its name modulo the size, as nats-server computes it, so every
+/// server puts an account on the same slot.
+pub(crate) fn pool_index(pool_size: usize, account: &str) -> usize {
+    if pool_size <= 1 {
+        return 0;
+    }
+    let mut h: u32 = 0x811c_9dc5;
+    for b in account.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    (h % pool_size as u32) as usize
+}
+
+/// Why a route connection was not added to the table.
+enum NotAdded {
+    /// Its slot keeps another connection (the duplicate rule).
+    Duplicate,
+    /// The pool is already full: closed, not retried.
+    PoolFull,
+    /// The peer's INFO breaks the pool rules: answered with this `-ERR`.
+    Protocol(String),
+}
+
 /// Mutable cluster state, under one lock so interest snapshots sent to a
 /// new route and later updates are never reordered.
 #[derive(Default)]
@@ -174,12 +260,23 @@ struct State {
     /// Local interest: (account, subject, queue) → number of local
     /// subscriptions.
     interest: HashMap<InterestKey, u32>,
-    /// Registered routes by remote server id.
-    routes: HashMap<String, Arc<Route>>,
+    /// Registered route connections by remote server id.
+    routes: HashMap<String, Peer>,
     /// Connections not yet registered (by client id), for shutdown.
     pending: HashMap<u64, Arc<Route>>,
     /// Server ids being solicited because of gossip (no duplicate attempts).
     connecting: std::collections::HashSet<String>,
+}
+
+impl State {
+    fn all_routes(&self) -> impl Iterator<Item = &Arc<Route>> {
+        self.routes.values().flat_map(Peer::live)
+    }
+
+    /// A route to `id` exists and needs no more connections.
+    fn fully_connected(&self, id: &str) -> bool {
+        self.routes.get(id).is_some_and(Peer::is_full)
+    }
 }
 
 /// The cluster side of a server. Present when `cluster` is configured.
@@ -247,6 +344,14 @@ struct RouteInfoOut<'a> {
     connect_urls: Vec<String>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     ldm: bool,
+    #[serde(skip_serializing_if = "is_zero")]
+    route_pool_size: usize,
+    #[serde(skip_serializing_if = "is_zero")]
+    route_pool_idx: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The fields of a peer's INFO we use (others are ignored).
@@ -261,6 +366,9 @@ struct PeerInfo {
     cluster_dynamic: bool,
     connect_urls: Vec<String>,
     ldm: bool,
+    route_pool_size: i64,
+    route_pool_idx: i64,
+    route_account: String,
 }
 
 /// The fields of a peer's CONNECT we check.
@@ -406,17 +514,29 @@ impl Routes {
         &self.opts
     }
 
-    /// Registered routes.
+    /// Registered route connections (every connection of a pool).
     pub fn routes(&self) -> Vec<Arc<Route>> {
         let st = self.state.lock();
-        let mut v: Vec<Arc<Route>> = st.routes.values().cloned().collect();
+        let mut v: Vec<Arc<Route>> = st.all_routes().cloned().collect();
         v.sort_by_key(|r| r.client.id);
         v
     }
 
-    /// Number of registered routes.
+    /// Number of registered route connections.
     pub fn num_routes(&self) -> usize {
+        self.state.lock().all_routes().count()
+    }
+
+    /// Number of servers we have routes to.
+    pub fn num_remotes(&self) -> usize {
         self.state.lock().routes.len()
+    }
+
+    /// Remote server ids of the routed peers.
+    pub fn remote_ids(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.state.lock().routes.keys().cloned().collect();
+        v.sort();
+        v
     }
 
     /// Client URLs of this server and every routed peer (deduplicated,
@@ -427,7 +547,7 @@ impl Routes {
         }
         let st = self.state.lock();
         let mut urls: Vec<String> = vec![self.own_client_url.clone()];
-        for r in st.routes.values() {
+        for r in st.routes.values().filter_map(|p| p.live().next()) {
             urls.extend(r.remote.lock().connect_urls.iter().cloned());
         }
         urls.sort();
@@ -461,10 +581,15 @@ impl Routes {
             payload,
         );
         let st = self.state.lock();
-        for r in st.routes.values() {
-            r.client.send_now(&b);
+        let pool = self.opts.pool_size;
+        let mut n = 0;
+        for p in st.routes.values() {
+            if let Some(r) = p.conn_for(account, pool).or_else(|| p.live().next()) {
+                r.client.send_now(&b);
+                n += 1;
+            }
         }
-        st.routes.len()
+        n
     }
 
     pub(crate) fn local_interest(
@@ -504,7 +629,9 @@ impl Routes {
         } else {
             encode_rs_plus(&mut b, account, subject, queue.map(|q| (q, after)));
         }
-        for r in st.routes.values() {
+        // A slot not connected yet gets the whole table when it is.
+        let pool = self.opts.pool_size;
+        for r in st.routes.values().filter_map(|p| p.conn_for(account, pool)) {
             r.client.send_now(&b);
         }
     }
@@ -514,8 +641,7 @@ impl Routes {
         self.cancel.cancel();
         let routes: Vec<Arc<Route>> = {
             let st = self.state.lock();
-            st.routes
-                .values()
+            st.all_routes()
                 .chain(st.pending.values())
                 .cloned()
                 .collect()
@@ -529,17 +655,19 @@ impl Routes {
     /// our client URLs to their clients.
     pub(crate) fn announce_lame_duck(&self, server: &ServerInner) {
         let mut frame = BytesMut::new();
-        proto::encode_info(&mut frame, &self.info_json(server, true));
-        for r in self.state.lock().routes.values() {
+        proto::encode_info(&mut frame, &self.info_json(server, true, 0));
+        for r in self.state.lock().all_routes() {
             r.client.send_now(&frame);
         }
     }
 
-    fn route_info_json(&self, server: &ServerInner) -> String {
-        self.info_json(server, false)
+    /// The INFO of a new connection; `pool_idx`: the slot a solicited
+    /// pool connection took.
+    fn route_info_json(&self, server: &ServerInner, pool_idx: usize) -> String {
+        self.info_json(server, false, pool_idx)
     }
 
-    fn info_json(&self, server: &ServerInner, ldm: bool) -> String {
+    fn info_json(&self, server: &ServerInner, ldm: bool, pool_idx: usize) -> String {
         let advertise = self
             .opts
             .advertise
@@ -570,6 +698,8 @@ impl Routes {
                 vec![self.own_client_url.clone()]
             },
             ldm,
+            route_pool_size: self.opts.pool_size,
+            route_pool_idx: pool_idx,
         };
         // Serializing strings and numbers cannot fail.
         serde_json::to_string(&info).unwrap_or_default()
@@ -686,7 +816,7 @@ async fn solicit(
             break;
         }
         if let Some(id) = &expect_id {
-            if routes.state.lock().routes.contains_key(id) || *id == server.server_id {
+            if routes.state.lock().fully_connected(id) || *id == server.server_id {
                 break;
             }
         }
@@ -770,6 +900,9 @@ async fn run_route<S>(
         remote: Mutex::new(Remote::default()),
         registered: AtomicBool::new(false),
         replaced: AtomicBool::new(false),
+        pool_idx: AtomicUsize::new(0),
+        start_next: Mutex::new(None),
+        pinned: Mutex::new(None),
     });
     {
         let mut st = routes.state.lock();
@@ -805,7 +938,11 @@ async fn run_route<S>(
         hello.extend_from_slice(serde_json::to_string(&c).unwrap_or_default().as_bytes());
         hello.extend_from_slice(b"\r\n");
     }
-    proto::encode_info(&mut hello, &routes.route_info_json(&server));
+    // A soliciting pool member sends its INFO once it knows its slot
+    // (`register`), as nats-server expects.
+    if solicited.is_none() || routes.opts.pool_size == 0 {
+        proto::encode_info(&mut hello, &routes.route_info_json(&server, 0));
+    }
     client.send_now(&hello);
     tracing::info!(%addr, rid = cid, solicited = solicited.is_some(), "route connection created");
     let (r, w) = tokio::io::split(stream);
@@ -827,6 +964,7 @@ async fn run_route<S>(
         acc_caches: HashMap::new(),
         in_msgs: 0,
         in_bytes: 0,
+        pinned: None,
     };
     let reason = read_peer(&mut reader, r, BytesMut::with_capacity(64 * 1024)).await;
     // A connection closed with `-ERR` is already closing: its writer sends
@@ -848,15 +986,21 @@ fn cleanup(server: &Arc<ServerInner>, route: &Arc<Route>, reason: &str) {
     {
         let mut st = routes.state.lock();
         st.pending.remove(&route.client.id);
-        let mine = route.registered.load(Ordering::Acquire)
-            && !route.replaced.load(Ordering::Acquire)
-            && st
-                .routes
-                .get(&remote.id)
-                .is_some_and(|r| Arc::ptr_eq(r, route));
-        if mine {
-            st.routes.remove(&remote.id);
-            urls_changed = !remote.connect_urls.is_empty();
+        let mine =
+            route.registered.load(Ordering::Acquire) && !route.replaced.load(Ordering::Acquire);
+        if let Some(peer) = st.routes.get_mut(&remote.id).filter(|_| mine) {
+            let slot = peer
+                .conns
+                .iter_mut()
+                .find(|c| c.as_ref().is_some_and(|r| Arc::ptr_eq(r, route)));
+            if let Some(slot) = slot {
+                *slot = None;
+            }
+            peer.pinned.retain(|_, r| !Arc::ptr_eq(r, route));
+            if peer.live().next().is_none() {
+                st.routes.remove(&remote.id);
+                urls_changed = !remote.connect_urls.is_empty();
+            }
         }
     }
     tracing::info!(
@@ -1140,6 +1284,8 @@ struct RouteReader {
     /// Messages and bytes received in the current read batch.
     in_msgs: u64,
     in_bytes: u64,
+    /// The account of a pinned connection, whose operations omit it.
+    pinned: Option<Bytes>,
 }
 
 /// Why a route read loop ended early.
@@ -1243,6 +1389,11 @@ impl RouteReader {
             }
             RouteOp::Pong => {
                 self.route.client.pings_out.store(0, Ordering::Relaxed);
+                // The peer accepted this pool connection: dial the next.
+                if let Some((url, configured)) = self.route.start_next.lock().take() {
+                    let id = self.route.remote.lock().id.clone();
+                    tokio::spawn(solicit(self.server.clone(), url, configured, Some(id), 0));
+                }
                 Ok(())
             }
             RouteOp::Ok => Ok(()),
@@ -1259,6 +1410,15 @@ impl RouteReader {
                     "route peer sent interest or messages before INFO",
                 );
                 Err(Stop::Close("no INFO".into()))
+            }
+            RouteOp::Sub { subject, queue, .. } if self.pinned.is_some() => {
+                tracing::trace!(
+                    rid = self.route.client.id,
+                    subject = %String::from_utf8_lossy(&subject),
+                    queue = queue.is_some(),
+                    "interest on a pinned route, not recorded"
+                );
+                Ok(())
             }
             RouteOp::Sub {
                 account,
@@ -1291,6 +1451,7 @@ impl RouteReader {
                 headers,
                 payload,
             } => {
+                let account = self.pinned.clone().unwrap_or(account);
                 self.routed_msg(&account, subject, reply, &queues, headers, payload);
                 Ok(())
             }
@@ -1380,8 +1541,11 @@ impl RouteReader {
         if self.route.registered.load(Ordering::Acquire) {
             let remote_id = self.route.remote.lock().id.clone();
             if info.server_id != remote_id {
-                // Gossip about another server: connect to it if needed.
-                self.implicit_route(&info);
+                // Gossip about another server: connect to it if needed
+                // (gossip about a peer's pinned route is not for us).
+                if info.route_account.is_empty() {
+                    self.implicit_route(&info);
+                }
                 return Ok(());
             }
             // An update from the peer itself (client URLs, lame duck).
@@ -1453,8 +1617,9 @@ impl RouteReader {
         if let serde_json::Value::Object(m) = &mut gossip {
             m.insert("ip".into(), serde_json::Value::String(url));
             m.remove("nonce");
+            m.remove("route_pool_idx");
         }
-        match self.register(&gossip) {
+        match self.register(&info, &gossip) {
             Ok(()) => {
                 self.route.attempt.store(0, Ordering::Relaxed);
                 tracing::info!(
@@ -1462,78 +1627,191 @@ impl RouteReader {
                     rid = self.route.client.id,
                     remote_id = %info.server_id,
                     remote_name = %info.server_name,
+                    pool_idx = self.route.pool_idx.load(Ordering::Relaxed),
                     "route registered"
                 );
                 server.send_connect_urls_to_clients();
                 Ok(())
             }
-            Err(()) => {
+            Err(NotAdded::Duplicate) => {
                 tracing::debug!(remote_id = %info.server_id, "duplicate route, closing this connection");
                 Err(Stop::Close("duplicate route".into()))
+            }
+            Err(NotAdded::PoolFull) => {
+                tracing::debug!(remote_id = %info.server_id, "route pool full, closing extra connection");
+                Err(Stop::Close("route pool full".into()))
+            }
+            Err(NotAdded::Protocol(text)) => {
+                self.reject(&text, &text);
+                Err(Stop::Close("route pool violation".into()))
             }
         }
     }
 
-    /// Adds the route to the table (resolving duplicates), sends it our
-    /// interest and forwards its INFO to the other routes.
-    fn register(&mut self, gossip: &serde_json::Value) -> Result<(), ()> {
+    /// Checks a peer's pool fields against the rules nats-server applies;
+    /// returns whether the pair pools and the pool size (`max(ours,
+    /// theirs)`), or the `-ERR` text.
+    fn pool_terms(&self, info: &PeerInfo) -> Result<(bool, usize), String> {
+        let ours = self.routes().opts.pool_size;
+        if ours == 0 || info.route_pool_size <= 0 {
+            return Ok((false, 1));
+        }
+        if info.route_pool_size > MAX_PEER_POOL_SIZE {
+            return Err(format!(
+                "Invalid route pool size: {} - at most {MAX_PEER_POOL_SIZE}",
+                info.route_pool_size
+            ));
+        }
+        let size = ours.max(info.route_pool_size as usize);
+        if self.route.did_solicit {
+            if info.route_pool_idx != 0 {
+                return Err(format!(
+                    "Route pool index should not be set but is set to {}",
+                    info.route_pool_idx
+                ));
+            }
+        } else if info.route_pool_idx < 0 || info.route_pool_idx >= size as i64 {
+            return Err(format!(
+                "Invalid route pool index: {} - pool size is {}",
+                info.route_pool_idx, info.route_pool_size
+            ));
+        }
+        Ok((true, size))
+    }
+
+    /// Adds the connection to the peer's slots (resolving duplicates),
+    /// sends it our INFO if we solicited a pool member, then the interest
+    /// it carries; the peer's first connection also forwards its INFO to
+    /// the other peers.
+    fn register(&mut self, info: &PeerInfo, gossip: &serde_json::Value) -> Result<(), NotAdded> {
+        let (pooled, size) = self.pool_terms(info).map_err(NotAdded::Protocol)?;
+        if !info.route_account.is_empty() {
+            return self.register_pinned(info, pooled, size);
+        }
         let server = self.server.clone();
         let routes = self.routes();
         let route = &self.route;
-        let id = route.remote.lock().id.clone();
+        let id = info.server_id.clone();
         let mut st = routes.state.lock();
-        if let Some(existing) = st.routes.get(&id).cloned() {
-            let keep_new = if existing.did_solicit == route.did_solicit {
-                false
-            } else if server.server_id < id {
-                route.did_solicit
-            } else {
-                !route.did_solicit
-            };
-            let (winner, loser) = if keep_new {
-                (route, &existing)
-            } else {
-                (&existing, route)
-            };
-            // The survivor inherits the loser's configured URL so that it
-            // reconnects when it closes.
-            {
-                let lost = loser.reconnect.lock().clone();
-                let mut w = winner.reconnect.lock();
-                if lost.as_ref().is_some_and(|(_, c)| *c) && !w.as_ref().is_some_and(|(_, c)| *c) {
-                    *w = lost;
+        let peer = st.routes.entry(id.clone()).or_insert_with(|| Peer {
+            conns: vec![None; size],
+            pooled,
+            pinned: HashMap::new(),
+        });
+        if peer.pooled != pooled {
+            // The peer restarted with another pool setting and its old
+            // connections are still closing: the new one retries.
+            return Err(NotAdded::Duplicate);
+        }
+        if peer.conns.len() < size {
+            peer.conns.resize(size, None);
+        }
+        let slot = if !pooled {
+            0
+        } else if !route.did_solicit {
+            info.route_pool_idx as usize
+        } else {
+            match peer.conns.iter().position(Option::is_none) {
+                Some(i) => i,
+                None => {
+                    route.replaced.store(true, Ordering::Release);
+                    return Err(NotAdded::PoolFull);
                 }
             }
-            loser.replaced.store(true, Ordering::Release);
-            if !keep_new {
-                return Err(());
+        };
+        if let Some(existing) = peer.conns[slot].take() {
+            if !settle_duplicate(&server.server_id, &id, &existing, route) {
+                peer.conns[slot] = Some(existing);
+                return Err(NotAdded::Duplicate);
             }
-            existing.client.close_now();
-            st.routes.remove(&id);
         }
-        st.pending.remove(&route.client.id);
+        // Pinned connections aside: the peer's first pool connection
+        // announces it.
+        let first = peer.conns.iter().all(Option::is_none);
+        route.pool_idx.store(slot, Ordering::Relaxed);
         let mut b = BytesMut::new();
+        if route.did_solicit && routes.opts.pool_size > 0 {
+            proto::encode_info(&mut b, &routes.route_info_json(&server, slot));
+        }
         // A full resolver's accounts go first, so the peer knows them
         // before the interest in them (see `claims`).
         super::claims::encode_sync(&server, &mut b);
+        let pool = routes.opts.pool_size;
         for ((account, subject, queue), n) in &st.interest {
-            encode_rs_plus(&mut b, account, subject, queue.as_deref().map(|q| (q, *n)));
+            if !pooled || pool_index(pool, account) == slot {
+                encode_rs_plus(&mut b, account, subject, queue.as_deref().map(|q| (q, *n)));
+            }
         }
         if !b.is_empty() {
             route.client.send_now(&b);
         }
+        let peer = st.routes.get_mut(&id).expect("entry made above");
+        peer.conns[slot] = Some(route.clone());
+        // A solicitor fills the pool one connection at a time, each after
+        // the peer answered the previous one's PING.
+        if pooled && route.did_solicit && !peer.is_full() {
+            *route.start_next.lock() = route.reconnect.lock().clone();
+            route.client.send_now(proto::PING);
+        }
+        st.pending.remove(&route.client.id);
         // Gossip: a route we accepted, or solicited from configuration,
         // announces the newcomer to the others (an implicit route does
-        // not, which ends the propagation).
+        // not, which ends the propagation); once per peer.
         let implicit = route.did_solicit && !route.is_configured();
-        if !implicit && !st.routes.is_empty() {
+        if first && !implicit {
             let mut frame = BytesMut::new();
             proto::encode_info(&mut frame, &gossip.to_string());
-            for r in st.routes.values() {
-                r.client.send_now(&frame);
+            for (_, p) in st.routes.iter().filter(|(k, _)| **k != id) {
+                if let Some(r) = p.live().next() {
+                    r.client.send_now(&frame);
+                }
             }
         }
-        st.routes.insert(id, route.clone());
+        route.registered.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Adds a connection the peer dedicated to one account (see the
+    /// module documentation): its operations omit the account from here
+    /// on, and it carries nothing from us.
+    fn register_pinned(
+        &mut self,
+        info: &PeerInfo,
+        pooled: bool,
+        size: usize,
+    ) -> Result<(), NotAdded> {
+        let account = &info.route_account;
+        if !pooled {
+            return Err(NotAdded::Protocol(format!(
+                "Not possible to have a dedicated route for account {account:?} between those servers"
+            )));
+        }
+        let server = self.server.clone();
+        let route = self.route.clone();
+        let id = info.server_id.clone();
+        {
+            let mut st = self.routes().state.lock();
+            let peer = st.routes.entry(id.clone()).or_insert_with(|| Peer {
+                conns: vec![None; size],
+                pooled,
+                pinned: HashMap::new(),
+            });
+            if !peer.pooled {
+                return Err(NotAdded::Duplicate);
+            }
+            if let Some(existing) = peer.pinned.remove(account) {
+                if !settle_duplicate(&server.server_id, &id, &existing, &route) {
+                    peer.pinned.insert(account.clone(), existing);
+                    return Err(NotAdded::Duplicate);
+                }
+            }
+            peer.pinned.insert(account.clone(), route.clone());
+            *route.pinned.lock() = Some(account.clone());
+            st.pending.remove(&route.client.id);
+        }
+        self.pinned = Some(Bytes::from(account.clone().into_bytes()));
+        self.parser
+            .set_dialect(super::proto::route::Dialect::Pinned);
         route.registered.store(true, Ordering::Release);
         Ok(())
     }
@@ -1696,6 +1974,39 @@ impl RouteReader {
     }
 }
 
+/// Two connections for one slot (or one pinned account) of peer
+/// `peer_id`: keeps the one solicited by the server with the smaller id
+/// (both sides agree without talking), else the older one. Returns whether
+/// `new` wins; the loser is marked replaced (and closed here if it was the
+/// registered one), and the survivor inherits its configured URL so that
+/// it reconnects when it closes.
+fn settle_duplicate(our_id: &str, peer_id: &str, existing: &Arc<Route>, new: &Arc<Route>) -> bool {
+    let keep_new = if existing.did_solicit == new.did_solicit {
+        false
+    } else if our_id < peer_id {
+        new.did_solicit
+    } else {
+        !new.did_solicit
+    };
+    let (winner, loser) = if keep_new {
+        (new, existing)
+    } else {
+        (existing, new)
+    };
+    {
+        let lost = loser.reconnect.lock().clone();
+        let mut w = winner.reconnect.lock();
+        if lost.as_ref().is_some_and(|(_, c)| *c) && !w.as_ref().is_some_and(|(_, c)| *c) {
+            *w = lost;
+        }
+    }
+    loser.replaced.store(true, Ordering::Release);
+    if keep_new {
+        existing.client.close_now();
+    }
+    keep_new
+}
+
 /// `/routez` body; `subs=1` adds each route's `subscriptions_list`
 /// (subjects of the peer's interest, all accounts), `subs=detail` the
 /// `subscriptions_list_detail` (account, subject, queue), as nats-server.
@@ -1746,6 +2057,9 @@ pub(crate) fn routez_json(server: &ServerInner, subs: bool, detail: bool) -> ser
                 "subscriptions": r.client.subs.lock().len(),
                 "compression": "not supported",
             });
+            if let Some(a) = r.pinned.lock().as_ref() {
+                v["account"] = json!(a);
+            }
             if detail {
                 let mut list: Vec<serde_json::Value> = r
                     .client
@@ -1804,7 +2118,7 @@ pub(crate) fn varz_cluster(server: &ServerInner) -> serde_json::Value {
         "tls_timeout": 2.0,
         "tls_required": routes.tls_acceptor.is_some(),
         "tls_verify": routes.tls_acceptor.is_some(),
-        "pool_size": -1,
+        "pool_size": if routes.opts.pool_size == 0 { -1 } else { routes.opts.pool_size as i64 },
     })
 }
 
@@ -1824,6 +2138,27 @@ mod tests {
         assert_eq!(split_route_url("nats://h:1"), (None, "h:1".to_string()));
         assert_eq!(host_of("[::1]:5"), "::1");
         assert_eq!(host_of("h:5"), "h");
+    }
+
+    #[test]
+    fn pool_index_is_fnv1a_modulo_the_pool() {
+        // FNV-1a 32 test vectors: "a" = 0xe40c292c, "foobar" = 0xbf9cf968.
+        assert_eq!(
+            pool_index(1 << 30, "a"),
+            (0xe40c_292c_u32 % (1 << 30)) as usize
+        );
+        assert_eq!(
+            pool_index(1000, "foobar"),
+            (0xbf9c_f968_u32 % 1000) as usize
+        );
+        // The slots the pool tests rely on, in a pool of three.
+        assert_eq!(
+            ["A", "C", "ACC1", "$G"].map(|a| pool_index(3, a)),
+            [0, 1, 2, 2]
+        );
+        // No pool, or a pool of one: everything on the one connection.
+        assert_eq!(pool_index(0, "C"), 0);
+        assert_eq!(pool_index(1, "C"), 0);
     }
 
     #[test]

@@ -802,19 +802,22 @@ impl NatsServer {
         self.inner.routes.as_ref().map(|r| r.listen)
     }
 
-    /// Number of registered routes.
+    /// Number of registered route connections.
     pub fn num_routes(&self) -> usize {
         self.inner.routes.as_ref().map_or(0, Routes::num_routes)
     }
 
     /// Remote server ids of the registered routes.
     pub fn route_remote_ids(&self) -> Vec<String> {
-        self.inner.routes.as_ref().map_or_else(Vec::new, |r| {
-            r.routes()
-                .iter()
-                .map(|x| x.remote.lock().id.clone())
-                .collect()
-        })
+        self.inner
+            .routes
+            .as_ref()
+            .map_or_else(Vec::new, Routes::remote_ids)
+    }
+
+    /// Number of servers we have routes to (a pool counts once).
+    pub fn num_remotes(&self) -> usize {
+        self.inner.routes.as_ref().map_or(0, Routes::num_remotes)
     }
 
     /// Route counters, when clustered.

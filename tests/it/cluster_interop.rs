@@ -1,8 +1,11 @@
 //! Contract: a liftbridge node joins a cluster of Go nats-servers (Debian's
-//! 2.9.10 and 2.15.1) as a plain unpooled, uncompressed route peer:
-//! messages flow both ways, request/reply crosses, a queue group spread
-//! over all three servers gets each message once, and interest follows
-//! subscriptions as they come and go.
+//! 2.9.10 and 2.15.1) as a plain unpooled, uncompressed route peer, and
+//! with `pool_size: 3` as a pooled one (a pool of three plus Go's pinned
+//! system-account route towards 2.15.1, which pools by default; one
+//! connection towards 2.9.10, which does not): messages flow both ways,
+//! request/reply crosses, a queue group spread over all three servers gets
+//! each message once, and interest follows subscriptions as they come and
+//! go.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -41,12 +44,23 @@ fn go_version(go: &Path) -> &'static str {
     }
 }
 
-/// Go seed G1, our node L and Go node G2 (both seeded with G1), meshed.
-async fn mixed(go: &Path) -> (NatsNode, NatsNode, NatsNode) {
-    let name = format!("mixed-{}", go_version(go));
+/// A config file (in `dir`) giving our node a route pool of three, and
+/// the flags that load it.
+fn pool_flags(dir: &tempfile::TempDir) -> Vec<String> {
+    let conf = dir.path().join("pool.conf");
+    std::fs::write(&conf, "cluster { pool_size: 3 }\n").unwrap();
+    vec!["-c".into(), conf.display().to_string()]
+}
+
+/// Go seed G1, our node L (started with `ours` flags) and Go node G2 (both
+/// seeded with G1), meshed.
+async fn mixed(go: &Path, ours: &[String]) -> (NatsNode, NatsNode, NatsNode) {
+    let pooled = if ours.is_empty() { "" } else { "-pool" };
+    let name = format!("mixed-{}{pooled}", go_version(go));
     let go = Impl::Go(go.to_path_buf());
     let g1 = NatsNode::start(&go, &name, &[]).await;
-    let l = NatsNode::start(&Impl::Liftbridge, &name, &[g1.cluster_port]).await;
+    let ours: Vec<&str> = ours.iter().map(String::as_str).collect();
+    let l = NatsNode::start_with(&Impl::Liftbridge, &name, &[g1.cluster_port], &ours).await;
     let g2 = NatsNode::start(&go, &name, &[g1.cluster_port]).await;
     for n in [&g1, &l, &g2] {
         n.wait_routes(2).await;
@@ -54,8 +68,21 @@ async fn mixed(go: &Path) -> (NatsNode, NatsNode, NatsNode) {
     (g1, l, g2)
 }
 
-async fn interop(go: &Path) {
-    let (g1, l, g2) = mixed(go).await;
+/// Route connections per remote server in a `/routez` body.
+fn conns_per_remote(rz: &serde_json::Value) -> std::collections::HashMap<String, usize> {
+    let mut m = std::collections::HashMap::new();
+    for r in rz["routes"].as_array().into_iter().flatten() {
+        *m.entry(r["remote_id"].as_str().unwrap_or("").to_string())
+            .or_insert(0) += 1;
+    }
+    m
+}
+
+/// The whole exchange; `ours`: flags of our node; `conns`: route
+/// connections between our node and each Go server (a pool, plus Go's
+/// pinned system-account route when Go dialled us).
+async fn interop(go: &Path, ours: &[String], conns: std::ops::RangeInclusive<usize>) {
+    let (g1, l, g2) = mixed(go, ours).await;
 
     // Go → liftbridge and liftbridge → Go, with headers.
     let cl = connect(&l.url()).await;
@@ -196,26 +223,56 @@ async fn interop(go: &Path) {
         .iter()
         .filter_map(|r| r["remote_id"].as_str())
         .collect();
-    assert!(ids.contains(&ours["server_id"].as_str().unwrap()), "{rz}");
+    let our_id = ours["server_id"].as_str().unwrap();
+    assert!(ids.contains(&our_id), "{rz}");
+    let n = ids.iter().filter(|i| **i == our_id).count();
+    assert!(
+        conns.contains(&n),
+        "{n} route connections to our node: {rz}"
+    );
+    let ours_rz = l.routez().await;
+    let per_remote = conns_per_remote(&ours_rz);
+    assert_eq!(per_remote.len(), 2, "{ours_rz}");
+    assert!(per_remote.values().all(|n| conns.contains(n)), "{ours_rz}");
+    let varz = http_json(l.http_port, "/varz").await.unwrap();
+    assert_eq!(varz["remotes"], 2, "{varz}");
+    assert_eq!(varz["routes"], ours_rz["num_routes"], "{varz}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interop_with_go_nats_server_2_9() {
-    interop(&go_nats_server_2_9()).await;
+    interop(&go_nats_server_2_9(), &[], 1..=1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interop_with_go_nats_server_2_15() {
-    interop(&go_nats_server_2_15()).await;
+    interop(&go_nats_server_2_15(), &[], 1..=1).await;
+}
+
+/// 2.15.1 pools by default: three connections, plus the one it pins to
+/// its system account (announced with `route_account`) when it dialled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_interop_with_go_nats_server_2_15() {
+    let dir = tempfile::tempdir().unwrap();
+    interop(&go_nats_server_2_15(), &pool_flags(&dir), 3..=4).await;
+}
+
+/// 2.9.10 does not pool: our pooled node keeps one connection to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_interop_with_go_nats_server_2_9() {
+    let dir = tempfile::tempdir().unwrap();
+    interop(&go_nats_server_2_9(), &pool_flags(&dir), 1..=1).await;
 }
 
 /// Our node as the only seed of two Go servers: they find each other
 /// through the INFO we forward (gossip), and traffic flows between them
 /// and through us.
-async fn ours_as_seed(go: &Path) {
-    let name = format!("seeded-{}", go_version(go));
+async fn ours_as_seed(go: &Path, ours: &[String]) {
+    let pooled = if ours.is_empty() { "" } else { "-pool" };
+    let name = format!("seeded-{}{pooled}", go_version(go));
     let go = Impl::Go(go.to_path_buf());
-    let l = NatsNode::start(&Impl::Liftbridge, &name, &[]).await;
+    let ours: Vec<&str> = ours.iter().map(String::as_str).collect();
+    let l = NatsNode::start_with(&Impl::Liftbridge, &name, &[], &ours).await;
     let g1 = NatsNode::start(&go, &name, &[l.cluster_port]).await;
     let g2 = NatsNode::start(&go, &name, &[l.cluster_port]).await;
     for n in [&l, &g1, &g2] {
@@ -249,10 +306,16 @@ async fn ours_as_seed(go: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn go_2_9_servers_mesh_through_our_seed() {
-    ours_as_seed(&go_nats_server_2_9()).await;
+    ours_as_seed(&go_nats_server_2_9(), &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn go_2_15_servers_mesh_through_our_seed() {
-    ours_as_seed(&go_nats_server_2_15()).await;
+    ours_as_seed(&go_nats_server_2_15(), &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_2_15_servers_mesh_through_our_pooled_seed() {
+    let dir = tempfile::tempdir().unwrap();
+    ours_as_seed(&go_nats_server_2_15(), &pool_flags(&dir)).await;
 }

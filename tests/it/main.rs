@@ -32,6 +32,7 @@ mod cluster_meta;
 mod cluster_metafiles;
 mod cluster_nats;
 mod cluster_partition;
+mod cluster_pool;
 mod cluster_procs;
 mod cluster_replication;
 mod cluster_router;

@@ -108,6 +108,9 @@ pub enum Dialect {
     Route,
     /// Leaf nodes: `LS+`/`LS-`/`LMSG`, no account.
     Leaf,
+    /// A route pinned to one account (nats-server's dedicated account
+    /// routes): `RS+`/`RS-`/`RMSG` without the account.
+    Pinned,
 }
 
 impl Dialect {
@@ -115,7 +118,7 @@ impl Dialect {
     fn account_args(self) -> usize {
         match self {
             Dialect::Route => 1,
-            Dialect::Leaf => 0,
+            Dialect::Leaf | Dialect::Pinned => 0,
         }
     }
 }
@@ -136,7 +139,7 @@ enum Kind {
 
 fn kind_of(dialect: Dialect, word: &[u8]) -> Option<Kind> {
     let (msg, sub, unsub): (&[u8], &[u8], &[u8]) = match dialect {
-        Dialect::Route => (b"RMSG", b"RS+", b"RS-"),
+        Dialect::Route | Dialect::Pinned => (b"RMSG", b"RS+", b"RS-"),
         Dialect::Leaf => (b"LMSG", b"LS+", b"LS-"),
     };
     if msg.eq_ignore_ascii_case(word) {
@@ -193,6 +196,12 @@ impl RouteParser {
             need: 0,
             args: Vec::with_capacity(8),
         }
+    }
+
+    /// Switches the dialect for the operations that follow (a route that
+    /// turns out to be pinned to one account).
+    pub fn set_dialect(&mut self, dialect: Dialect) {
+        self.dialect = dialect;
     }
 
     /// Total bytes the frame at the front of the buffer needs (0 = unknown).
@@ -323,9 +332,9 @@ impl RouteParser {
     fn op_name(&self, kind: Kind) -> &'static str {
         match (self.dialect, kind) {
             (_, Kind::HMsg) => "HMSG",
-            (Dialect::Route, Kind::Sub) => "RS+",
-            (Dialect::Route, Kind::Unsub) => "RS-",
-            (Dialect::Route, _) => "RMSG",
+            (Dialect::Route | Dialect::Pinned, Kind::Sub) => "RS+",
+            (Dialect::Route | Dialect::Pinned, Kind::Unsub) => "RS-",
+            (Dialect::Route | Dialect::Pinned, _) => "RMSG",
             (Dialect::Leaf, Kind::Sub) => "LS+",
             (Dialect::Leaf, Kind::Unsub) => "LS-",
             (Dialect::Leaf, _) => "LMSG",
@@ -529,7 +538,7 @@ pub fn put_msg(
     );
     buf.put_slice(match (headers.is_some(), dialect) {
         (true, _) => b"HMSG ",
-        (false, Dialect::Route) => b"RMSG ",
+        (false, Dialect::Route | Dialect::Pinned) => b"RMSG ",
         (false, Dialect::Leaf) => b"LMSG ",
     });
     if dialect == Dialect::Route {
@@ -748,6 +757,50 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn a_pinned_route_reads_operations_without_the_account() {
+        let mut p = RouteParser::new(4096);
+        let mut buf = BytesMut::from(&b"RS+ $G a.b\r\n"[..]);
+        assert!(matches!(
+            p.parse(&mut buf),
+            Ok(RouteParsed::Op(RouteOp::Sub { ref account, .. })) if &account[..] == b"$G"
+        ));
+        p.set_dialect(Dialect::Pinned);
+        buf.extend_from_slice(b"RS+ a.b q 2\r\nRS- a.b\r\nRMSG a.b reply 2\r\nhi\r\n");
+        match p.parse(&mut buf) {
+            Ok(RouteParsed::Op(RouteOp::Sub {
+                account,
+                subject,
+                queue: Some((q, 2)),
+            })) => assert!(account.is_empty() && &subject[..] == b"a.b" && &q[..] == b"q"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            p.parse(&mut buf),
+            Ok(RouteParsed::Op(RouteOp::Unsub { ref account, ref subject, queue: None }))
+                if account.is_empty() && &subject[..] == b"a.b"
+        ));
+        match p.parse(&mut buf) {
+            Ok(RouteParsed::Op(RouteOp::Msg {
+                account,
+                subject,
+                reply: Some(r),
+                payload,
+                ..
+            })) => {
+                assert!(account.is_empty());
+                assert_eq!(
+                    (&subject[..], &r[..], &payload[..]),
+                    (&b"a.b"[..], &b"reply"[..], &b"hi"[..])
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Leaf words stay errors on a pinned route.
+        let mut buf = BytesMut::from(&b"LS+ a.b\r\n"[..]);
+        assert!(p.parse(&mut buf).is_err());
     }
 
     #[test]

@@ -1,0 +1,352 @@
+//! Contract: with `pool_size: 3` our nodes keep a pool of three route
+//! connections per peer and spread accounts over it by the hash of their
+//! names (`A` on slot 0, `C` on 1, `ACC1` on 2): each account's interest
+//! travels on one connection per peer, a message reaches each subscriber
+//! once and only in its account, a queue group spread over the cluster gets
+//! each message once, a killed node's pool fills again after its restart,
+//! and a peer whose INFO breaks the pool rules is refused with nats-server's
+//! `-ERR` text while the pools keep working.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+
+use crate::support::procs::{Impl, NatsNode};
+use crate::support::rawroute::{route_connect, RawPeer};
+use crate::support::{http_json, wait_until};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Accounts whose names hash to the three slots of a pool of three.
+const ACCOUNTS: [&str; 3] = ["A", "C", "ACC1"];
+
+fn pool_conf(dir: &tempfile::TempDir) -> Vec<String> {
+    let conf = dir.path().join("pool.conf");
+    let accounts: Vec<String> = ACCOUNTS
+        .iter()
+        .map(|a| {
+            let u = a.to_lowercase();
+            format!("{a}: {{ users: [{{ user: {u}, password: {u} }}] }}")
+        })
+        .collect();
+    std::fs::write(
+        &conf,
+        format!(
+            "accounts {{\n{}\n}}\ncluster {{ pool_size: 3 }}\n",
+            accounts.join("\n")
+        ),
+    )
+    .unwrap();
+    vec!["-c".into(), conf.display().to_string()]
+}
+
+async fn start(name: &str, seeds: &[u16], flags: &[String]) -> NatsNode {
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    NatsNode::start_with(&Impl::Liftbridge, name, seeds, &flags).await
+}
+
+async fn connect(n: &NatsNode, account: &str) -> async_nats::Client {
+    let u = account.to_lowercase();
+    async_nats::ConnectOptions::with_user_and_password(u.clone(), u)
+        .connect(n.url())
+        .await
+        .unwrap_or_else(|e| panic!("connect to {} as {account}: {e}", n.url()))
+}
+
+async fn server_id(n: &NatsNode) -> String {
+    http_json(n.http_port, "/varz").await.unwrap()["server_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Route connections per remote server id.
+async fn pools(n: &NatsNode) -> HashMap<String, usize> {
+    let rz = n.routez().await;
+    let mut m = HashMap::new();
+    for r in rz["routes"].as_array().into_iter().flatten() {
+        *m.entry(r["remote_id"].as_str().unwrap_or("").to_string())
+            .or_insert(0) += 1;
+    }
+    m
+}
+
+async fn wait_full_pools(nodes: &[&NatsNode]) {
+    for n in nodes {
+        wait_until(WAIT, "full pools of three", || async {
+            let p = pools(n).await;
+            p.len() == nodes.len() - 1 && p.values().all(|c| *c == 3)
+        })
+        .await;
+    }
+}
+
+/// The connections (rid) of `n` towards `peer` that carry interest of
+/// `account` in `subject`.
+async fn carriers(n: &NatsNode, peer: &str, account: &str, subject: &str) -> Vec<u64> {
+    let rz = http_json(n.http_port, "/routez?subs=detail").await.unwrap();
+    rz["routes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["remote_id"] == peer)
+        .filter(|r| {
+            r["subscriptions_list_detail"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| s["account"] == account && s["subject"] == subject)
+        })
+        .map(|r| r["rid"].as_u64().unwrap())
+        .collect()
+}
+
+async fn next(sub: &mut async_nats::Subscriber) -> async_nats::Message {
+    tokio::time::timeout(WAIT, sub.next())
+        .await
+        .expect("message in time")
+        .expect("subscription open")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_nodes_spread_accounts_over_the_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = pool_conf(&dir);
+    let a = start("pool3", &[], &flags).await;
+    let b = start("pool3", &[a.cluster_port], &flags).await;
+    let mut c = start("pool3", &[a.cluster_port], &flags).await;
+    wait_full_pools(&[&a, &b, &c]).await;
+    let varz = http_json(a.http_port, "/varz").await.unwrap();
+    assert_eq!(
+        (varz["routes"].as_u64(), varz["remotes"].as_u64()),
+        (Some(6), Some(2))
+    );
+    assert_eq!(varz["cluster"]["pool_size"], 3, "{varz}");
+    let b_id = server_id(&b).await;
+
+    // One subscriber per account on B, on the same subject.
+    let mut subs = Vec::new();
+    let mut clients = Vec::new();
+    for acc in ACCOUNTS {
+        let cl = connect(&b, acc).await;
+        subs.push(cl.subscribe("pool.x").await.unwrap());
+        cl.flush().await.unwrap();
+        clients.push(cl);
+    }
+    // On A, each account's interest sits on exactly one connection to B,
+    // and the three accounts use the three different connections.
+    let mut rids = HashSet::new();
+    for acc in ACCOUNTS {
+        let what = format!("interest of {acc} on one connection");
+        wait_until(WAIT, &what, || async {
+            carriers(&a, &b_id, acc, "pool.x").await.len() == 1
+        })
+        .await;
+        rids.insert(carriers(&a, &b_id, acc, "pool.x").await[0]);
+    }
+    assert_eq!(rids.len(), 3, "accounts share a connection: {rids:?}");
+
+    // Publishers in each account on A and C: each subscriber gets its own
+    // account's messages once, in order, and nothing else.
+    for (i, acc) in ACCOUNTS.iter().enumerate() {
+        let pa = connect(&a, acc).await;
+        let pc = connect(&c, acc).await;
+        wait_until(WAIT, "interest on C", || async {
+            !carriers(&c, &b_id, acc, "pool.x").await.is_empty()
+        })
+        .await;
+        for k in 0..50 {
+            pa.publish("pool.x", Bytes::from(format!("{acc}-a{k}")))
+                .await
+                .unwrap();
+        }
+        pa.flush().await.unwrap();
+        for k in 0..50 {
+            pc.publish("pool.x", Bytes::from(format!("{acc}-c{k}")))
+                .await
+                .unwrap();
+        }
+        pc.flush().await.unwrap();
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            got.push(String::from_utf8_lossy(&next(&mut subs[i]).await.payload).into_owned());
+        }
+        let from_a: Vec<&String> = got.iter().filter(|m| m.contains("-a")).collect();
+        let expect_a: Vec<String> = (0..50).map(|k| format!("{acc}-a{k}")).collect();
+        assert_eq!(from_a, expect_a.iter().collect::<Vec<_>>(), "order from A");
+        assert!(
+            got.iter().all(|m| m.starts_with(&format!("{acc}-"))),
+            "{got:?}"
+        );
+        assert_eq!(got.iter().collect::<HashSet<_>>().len(), 100, "duplicates");
+    }
+    for s in &mut subs {
+        if let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(300), s.next()).await {
+            panic!("extra message {:?}", m.payload);
+        }
+    }
+
+    // A queue group of account C with members on all three nodes.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut qclients = Vec::new();
+    for n in [&a, &b, &c] {
+        let cl = connect(n, "C").await;
+        let mut s = cl.queue_subscribe("pool.q", "w".into()).await.unwrap();
+        cl.flush().await.unwrap();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(m) = s.next().await {
+                let _ = tx.send(String::from_utf8_lossy(&m.payload).into_owned());
+            }
+        });
+        qclients.push(cl);
+    }
+    for n in [&a, &b, &c] {
+        let peers = pools(n).await.into_keys().collect::<Vec<_>>();
+        for p in peers {
+            let what = format!("queue interest from {p}");
+            wait_until(WAIT, &what, || async {
+                carriers(n, &p, "C", "pool.q").await.len() == 1
+            })
+            .await;
+        }
+    }
+    let mut expected = HashSet::new();
+    for (k, cl) in qclients.iter().enumerate() {
+        for i in 0..100 {
+            let id = format!("{k}-{i}");
+            cl.publish("pool.q", Bytes::from(id.clone())).await.unwrap();
+            expected.insert(id);
+        }
+        cl.flush().await.unwrap();
+    }
+    let mut seen = HashSet::new();
+    while seen.len() < expected.len() {
+        let id = tokio::time::timeout(WAIT, rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("only {} of 300 queue messages", seen.len()))
+            .unwrap();
+        assert!(seen.insert(id.clone()), "{id} delivered twice");
+    }
+    if let Ok(Some(id)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
+        panic!("{id} delivered again");
+    }
+
+    // kill -9 of C and a restart on the same ports: the pools fill again
+    // and traffic flows through them.
+    c.crash_and_restart().await;
+    wait_full_pools(&[&a, &b, &c]).await;
+    let pc = connect(&c, "ACC1").await;
+    let what = "ACC1 interest back on C";
+    wait_until(WAIT, what, || async {
+        carriers(&c, &b_id, "ACC1", "pool.x").await.len() == 1
+    })
+    .await;
+    pc.publish("pool.x", Bytes::from_static(b"after restart"))
+        .await
+        .unwrap();
+    pc.flush().await.unwrap();
+    assert_eq!(&next(&mut subs[2]).await.payload[..], b"after restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_breaking_the_pool_rules_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = pool_conf(&dir);
+    let a = start("poolbad", &[], &flags).await;
+    let b = start("poolbad", &[a.cluster_port], &flags).await;
+    wait_full_pools(&[&a, &b]).await;
+    // Our INFO announces the pool.
+    let (mut peer, info) = RawPeer::connect(a.cluster_port).await;
+    assert!(info.contains("\"route_pool_size\":3"), "{info}");
+    // A pool slot beyond the pool.
+    let info = |extra: &str| {
+        format!(
+            "INFO {{\"server_id\":\"NBADPOOL\",\"server_name\":\"badpool\",\"host\":\"127.0.0.1\",\"port\":1,\"cluster\":\"poolbad\",\"headers\":true,{extra}}}\r\n"
+        )
+    };
+    peer.send(&route_connect("NBADPOOL", "poolbad")).await;
+    peer.send(&info("\"route_pool_size\":3,\"route_pool_idx\":7"))
+        .await;
+    let out = peer.read_to_close().await;
+    assert!(
+        out.contains("-ERR 'Invalid route pool index: 7 - pool size is 3'"),
+        "{out}"
+    );
+    // A pool too large to keep.
+    let (mut peer, _) = RawPeer::connect(a.cluster_port).await;
+    peer.send(&route_connect("NBADPOOL", "poolbad")).await;
+    peer.send(&info("\"route_pool_size\":100000")).await;
+    let out = peer.read_to_close().await;
+    assert!(
+        out.contains("-ERR 'Invalid route pool size: 100000"),
+        "{out}"
+    );
+    // The real pool is untouched and carries traffic.
+    assert_eq!(
+        pools(&a).await.values().copied().collect::<Vec<_>>(),
+        vec![3]
+    );
+    let sb = connect(&b, "C").await;
+    let mut s = sb.subscribe("pool.ok").await.unwrap();
+    sb.flush().await.unwrap();
+    let b_id = server_id(&b).await;
+    wait_until(WAIT, "interest on A", || async {
+        carriers(&a, &b_id, "C", "pool.ok").await.len() == 1
+    })
+    .await;
+    let pa = connect(&a, "C").await;
+    pa.publish("pool.ok", Bytes::from_static(b"fine"))
+        .await
+        .unwrap();
+    pa.flush().await.unwrap();
+    assert_eq!(&next(&mut s).await.payload[..], b"fine");
+}
+
+/// A pooled node and one without a pool keep one connection, which
+/// carries every account.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_node_and_an_unpooled_one_share_one_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let pooled = pool_conf(&dir);
+    let plain_conf = dir.path().join("plain.conf");
+    let conf = std::fs::read_to_string(&pooled[1]).unwrap();
+    std::fs::write(&plain_conf, conf.replace("pool_size: 3", "pool_size: -1")).unwrap();
+    let plain = vec!["-c".to_string(), plain_conf.display().to_string()];
+    let a = start("poolmix", &[], &pooled).await;
+    let b = start("poolmix", &[a.cluster_port], &plain).await;
+    for n in [&a, &b] {
+        wait_until(WAIT, "one route connection", || async {
+            pools(n).await.values().copied().collect::<Vec<_>>() == vec![1]
+        })
+        .await;
+    }
+    let info = RawPeer::connect(b.cluster_port).await.1;
+    assert!(!info.contains("route_pool_size"), "{info}");
+    let b_id = server_id(&b).await;
+    let a_id = server_id(&a).await;
+    for acc in ACCOUNTS {
+        let sb = connect(&b, acc).await;
+        let mut s = sb.subscribe("mix.x").await.unwrap();
+        sb.flush().await.unwrap();
+        let sa = connect(&a, acc).await;
+        let mut back = sa.subscribe("mix.y").await.unwrap();
+        sa.flush().await.unwrap();
+        wait_until(WAIT, "interest on A", || async {
+            carriers(&a, &b_id, acc, "mix.x").await.len() == 1
+        })
+        .await;
+        wait_until(WAIT, "interest on B", || async {
+            carriers(&b, &a_id, acc, "mix.y").await.len() == 1
+        })
+        .await;
+        sa.publish("mix.x", Bytes::from(acc)).await.unwrap();
+        sa.flush().await.unwrap();
+        assert_eq!(&next(&mut s).await.payload[..], acc.as_bytes());
+        sb.publish("mix.y", Bytes::from(acc)).await.unwrap();
+        sb.flush().await.unwrap();
+        assert_eq!(&next(&mut back).await.payload[..], acc.as_bytes());
+    }
+}
