@@ -37,6 +37,12 @@ pub struct RoutesBenchArgs {
     /// Repetitions of every workload per target (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// Route connections per pair of servers, for every mesh
+    /// (`cluster { pool_size }`; -1 = one unpooled connection). Without
+    /// it each server runs its own default: ours one connection,
+    /// nats-server 2.10+ a pool of three.
+    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-1..=32))]
+    pub pool_size: Option<i64>,
 }
 
 /// One server process (killed on drop).
@@ -308,20 +314,39 @@ pub fn run(args: RoutesBenchArgs) -> anyhow::Result<()> {
 
 async fn run_async(args: RoutesBenchArgs) -> anyhow::Result<()> {
     let me = std::env::current_exe().context("locating this binary")?;
-    let mut meshes = vec![start_mesh("liftbridge", &me, &["nats-server"]).await?];
+    // `--pool-size`: one config file every server of every mesh loads.
+    let conf_dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let conf = conf_dir.path().join("pool.conf");
+    let pool_flags: Vec<String> = match args.pool_size {
+        Some(n) => {
+            std::fs::write(&conf, format!("cluster {{ pool_size: {n} }}\n"))
+                .with_context(|| format!("writing {}", conf.display()))?;
+            vec!["-c".into(), conf.display().to_string()]
+        }
+        None => Vec::new(),
+    };
+    let flags: Vec<&str> = pool_flags.iter().map(String::as_str).collect();
+    let ours: Vec<&str> = std::iter::once("nats-server")
+        .chain(flags.iter().copied())
+        .collect();
+    let mut meshes = vec![start_mesh("liftbridge", &me, &ours).await?];
     for p in &args.peers {
         let (label, path) = p
             .split_once('=')
             .with_context(|| format!("expected LABEL=PATH, got {p:?}"))?;
-        meshes.push(start_mesh(label, &PathBuf::from(path), &[]).await?);
+        meshes.push(start_mesh(label, &PathBuf::from(path), &flags).await?);
     }
     if !args.no_path_peer {
         if let Some(path) = find_on_path("nats-server") {
-            meshes.push(start_mesh("nats-server", &path, &[]).await?);
+            meshes.push(start_mesh("nats-server", &path, &flags).await?);
         }
     }
+    let pools = match args.pool_size {
+        Some(n) => format!("pool_size {n} on every server"),
+        None => "each server's default pool_size".into(),
+    };
     println!(
-        "routed 1 pub (server A) → 1 sub (server B), three servers meshed from one seed; \
+        "routed 1 pub (server A) → 1 sub (server B), three servers meshed from one seed, {pools}; \
          {} msgs per run, {} rounds (median)\n",
         args.msgs, args.rounds
     );
