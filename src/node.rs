@@ -237,6 +237,7 @@ fn apply_cluster(
     use crate::config::nats::{parse_cluster_listen, ClusterAuth, ClusterOptions, TlsFiles};
     let any = c.enabled()
         || c.name.is_some()
+        || c.pool_size.is_some()
         || c.advertise.is_some()
         || c.auth_user.is_some()
         || c.tls_cert.is_some();
@@ -263,6 +264,9 @@ fn apply_cluster(
     }
     if let Some(a) = &c.advertise {
         o.advertise = Some(a.clone());
+    }
+    if let Some(n) = c.pool_size {
+        o.pool_size = n;
     }
     match (&c.auth_user, &c.auth_password) {
         (Some(u), p) => {

@@ -72,6 +72,7 @@ pub const KEYS: &[&str] = &[
     "nats.cluster.tls.cert",
     "nats.cluster.tls.key",
     "nats.cluster.tls.ca",
+    "nats.cluster.pool_size",
     "nats.websocket.listen",
     "nats.websocket.no_tls",
     "nats.websocket.tls.cert",
@@ -489,6 +490,9 @@ pub struct NatsClusterConfig {
     pub tls_key: Option<PathBuf>,
     /// `nats.cluster.tls.ca`: CA that verifies peer nodes.
     pub tls_ca: Option<PathBuf>,
+    /// `nats.cluster.pool_size`: route connections per peer (-1 or 0:
+    /// one, the default; 1 to 32: a pool, as nats-server's `pool_size`).
+    pub pool_size: Option<usize>,
 }
 
 impl NatsClusterConfig {
@@ -514,6 +518,7 @@ impl std::fmt::Debug for NatsClusterConfig {
             .field("tls_cert", &self.tls_cert)
             .field("tls_key", &self.tls_key)
             .field("tls_ca", &self.tls_ca)
+            .field("pool_size", &self.pool_size)
             .finish()
     }
 }
@@ -1166,6 +1171,16 @@ impl Builder {
             "nats.cluster.tls.cert" => c.nats.cluster.tls_cert = path(raw)?,
             "nats.cluster.tls.key" => c.nats.cluster.tls_key = path(raw)?,
             "nats.cluster.tls.ca" => c.nats.cluster.tls_ca = path(raw)?,
+            "nats.cluster.pool_size" => {
+                let max = crate::config::nats::MAX_ROUTE_POOL_SIZE as i64;
+                let n: i64 = scalar(raw)?
+                    .parse()
+                    .map_err(|_| format!("expected a number from -1 to {max}"))?;
+                if !(-1..=max).contains(&n) {
+                    return Err(format!("expected a number from -1 to {max}"));
+                }
+                c.nats.cluster.pool_size = Some(usize::try_from(n).unwrap_or(0));
+            }
             "nats.websocket.listen" => {
                 let l = scalar(raw)?;
                 if crate::config::nats::parse_cluster_listen(&l).is_none() {
@@ -1628,11 +1643,29 @@ mod tests {
         assert!(cl.enabled());
         let flat = yaml("nats.cluster.routes: nats-route://a:6222,nats-route://b:6222\n").unwrap();
         assert_eq!(flat.nats.cluster.routes, cl.routes);
+        assert_eq!(
+            yaml("nats.cluster.pool_size: 3\n")
+                .unwrap()
+                .nats
+                .cluster
+                .pool_size,
+            Some(3)
+        );
+        assert_eq!(
+            yaml("nats.cluster.pool_size: -1\n")
+                .unwrap()
+                .nats
+                .cluster
+                .pool_size,
+            Some(0)
+        );
         for bad in [
             "nats.cluster.listen: nowhere\n",
             "nats.cluster.routes: [\"::bad\"]\n",
             "nats.cluster.name: \"a b\"\n",
             "nats.cluster.pool: 3\n",
+            "nats.cluster.pool_size: 33\n",
+            "nats.cluster.pool_size: many\n",
         ] {
             let e = yaml(bad).unwrap_err().to_string();
             assert!(e.contains("nats.cluster"), "{bad}: {e}");

@@ -191,7 +191,19 @@ impl Round {
     /// Starts a cluster and creates stream `s` (RF 3, minIsr 2), waiting
     /// until it has a leader and a full ISR on every node.
     async fn start(scenario: &str, policy: &str, r: usize, proxied: bool) -> Round {
-        let opts = options(scenario, policy, proxied);
+        Round::start_with(scenario, policy, r, proxied, "").await
+    }
+
+    /// As [`Round::start`], with `extra` yaml for every node.
+    async fn start_with(
+        scenario: &str,
+        policy: &str,
+        r: usize,
+        proxied: bool,
+        extra: &str,
+    ) -> Round {
+        let mut opts = options(scenario, policy, proxied);
+        opts.extra_yaml.push_str(extra);
         let cluster = Cluster::start(&opts).await;
         let name = format!("{scenario}-{policy}-{r}-{}", opts.namespace);
         let mut round = Round {
@@ -455,6 +467,35 @@ async fn leader_kill_round(policy: &'static str, r: usize) -> RoundStats {
     let survivors: Vec<usize> = round.all().into_iter().filter(|j| *j != i).collect();
     let new = round.leader(&survivors, "s").await;
     assert_ne!(new, old, "the dead node still leads");
+    round.progress(PROGRESS, "with the old leader down").await;
+    round.cluster.nodes[i].restart().await;
+    round.finish(Some(failover)).await
+}
+
+/// As [`leader_kill_round`], with the nodes' NATS routes in pools of
+/// three: replication, acks and metadata cross whichever pool connection
+/// their account hashes to, and the pools fill again after the restart.
+async fn leader_kill_pooled_round(policy: &'static str, r: usize) -> RoundStats {
+    let mut round =
+        Round::start_with("lkpool", policy, r, false, "nats.cluster.pool_size: 3\n").await;
+    for n in &round.cluster.nodes {
+        let (ip, port) = (n.spec.ip.clone(), n.spec.http);
+        crate::support::wait_until(CLUSTER_TIMEOUT, "pools of three to both peers", || {
+            let ip = ip.clone();
+            async move {
+                let rz = crate::support::http_json_at(&ip, port, "/routez").await;
+                rz.is_some_and(|v| v["num_routes"] == 6)
+            }
+        })
+        .await;
+    }
+    round.start_load();
+    round.progress(PROGRESS, "before the kill").await;
+    let old = round.leader(&round.all(), "s").await;
+    let i = round.cluster.index_of(&old);
+    round.cluster.nodes[i].kill9();
+    let t0 = Instant::now();
+    let failover = round.failover_since(t0).await;
     round.progress(PROGRESS, "with the old leader down").await;
     round.cluster.nodes[i].restart().await;
     round.finish(Some(failover)).await
@@ -727,6 +768,11 @@ async fn cluster_replication_baseline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_replication_leader_kill() {
     scenario("leader_kill", leader_kill_round).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_replication_leader_kill_pooled_routes() {
+    scenario("leader_kill_pooled", leader_kill_pooled_round).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
