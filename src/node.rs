@@ -294,6 +294,7 @@ fn apply_cluster(
                 key: key.clone(),
                 ca: c.tls_ca.clone(),
                 verify: true,
+                params: Default::default(),
             });
         }
         (None, None) if c.tls_ca.is_none() => {}
@@ -379,6 +380,7 @@ fn apply_leafnodes(
                 key: key.clone(),
                 ca: c.tls_ca.clone(),
                 verify: c.tls_ca.is_some(),
+                params: Default::default(),
             });
         }
         (None, None) if c.tls_ca.is_none() => {}

@@ -1,6 +1,9 @@
 //! TLS configuration (rustls) for the listeners, and dev certificate generation.
 //!
-//! One crypto provider everywhere: ring (no aws-lc, no cmake). Configs are
+//! One crypto provider everywhere: ring (no aws-lc, no cmake), narrowed per
+//! `tls {}` block by [`TlsParams`] (minimum version, TLS 1.2 suites and
+//! key-exchange groups, as nats-server's `min_version`, `cipher_suites` and
+//! `curve_preferences`). Configs are
 //! built once at start-up from PEM files and shared (`Arc`) by every
 //! connection; this module does file I/O only while building them, so call it
 //! before the runtime serves traffic or from a blocking context.
@@ -50,9 +53,119 @@ pub enum TlsError {
     Generate(#[from] rcgen::Error),
 }
 
-/// The ring crypto provider shared by every config.
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+/// Protocol and algorithm choices of a `tls {}` block (nats-server's
+/// `min_version`, `cipher_suites` and `curve_preferences`); the defaults
+/// are rustls's safe ones (TLS 1.2 and 1.3, every ring suite and group).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsParams {
+    /// `min_version: "1.3"`: TLS 1.2 is refused.
+    pub tls13_only: bool,
+    /// TLS 1.2 suites by IANA name, in preference order; empty = all.
+    /// TLS 1.3 suites are always all offered, as nats-server (Go) does.
+    pub cipher_suites: Vec<String>,
+    /// Key-exchange groups by rustls name, in preference order; empty = all.
+    pub kx_groups: Vec<String>,
+}
+
+/// The IANA name of a suite.
+fn suite_name(s: &rustls::SupportedCipherSuite) -> &'static str {
+    s.suite().as_str().unwrap_or("")
+}
+
+/// A `min_version` value: whether it asks for TLS 1.3 only.
+pub fn parse_min_version(v: &str) -> Result<bool, String> {
+    match v.trim() {
+        "1.2" => Ok(false),
+        "1.3" => Ok(true),
+        other => Err(format!(
+            "unsupported TLS version {other:?} (1.2 and 1.3 are)"
+        )),
+    }
+}
+
+/// A `cipher_suites` entry as the IANA name of a TLS 1.2 suite we have
+/// (`None` for a TLS 1.3 suite, which is always offered). Go's short names
+/// of the ChaCha20 suites (without `_SHA256`) are accepted.
+pub fn parse_cipher_suite(name: &str) -> Result<Option<String>, String> {
+    let all = rustls::crypto::ring::default_provider().cipher_suites;
+    for s in &all {
+        let n = suite_name(s);
+        let tls13_alias = n.strip_prefix("TLS13_").map(|r| format!("TLS_{r}"));
+        if n == name || format!("{name}_SHA256") == n || tls13_alias.as_deref() == Some(name) {
+            return Ok(match s {
+                rustls::SupportedCipherSuite::Tls12(_) => Some(n.to_string()),
+                rustls::SupportedCipherSuite::Tls13(_) => None,
+            });
+        }
+    }
+    let names: Vec<&str> = all
+        .iter()
+        .filter(|s| matches!(s, rustls::SupportedCipherSuite::Tls12(_)))
+        .map(suite_name)
+        .collect();
+    Err(format!(
+        "cipher suite {name:?} is not supported (supported: {})",
+        names.join(", ")
+    ))
+}
+
+/// A `curve_preferences` entry (Go's names, or the group's own) as the
+/// rustls name of a key-exchange group we have.
+pub fn parse_curve(name: &str) -> Result<String, String> {
+    let group = match name {
+        "X25519" | "x25519" => "X25519",
+        "CurveP256" | "P256" | "P-256" | "secp256r1" => "secp256r1",
+        "CurveP384" | "P384" | "P-384" | "secp384r1" => "secp384r1",
+        other => {
+            return Err(format!(
+                "curve {other:?} is not supported (X25519, CurveP256 and CurveP384 are)"
+            ))
+        }
+    };
+    Ok(group.to_string())
+}
+
+/// The ring provider narrowed to `p`'s suites and groups.
+fn provider_for(p: &TlsParams) -> Arc<rustls::crypto::CryptoProvider> {
+    let mut prov = rustls::crypto::ring::default_provider();
+    if !p.cipher_suites.is_empty() {
+        let tls12: Vec<rustls::SupportedCipherSuite> = p
+            .cipher_suites
+            .iter()
+            .filter_map(|n| {
+                prov.cipher_suites
+                    .iter()
+                    .find(|s| suite_name(s) == n)
+                    .copied()
+            })
+            .collect();
+        prov.cipher_suites
+            .retain(|s| matches!(s, rustls::SupportedCipherSuite::Tls13(_)));
+        prov.cipher_suites.extend(tls12);
+    }
+    if !p.kx_groups.is_empty() {
+        let all = std::mem::take(&mut prov.kx_groups);
+        prov.kx_groups = p
+            .kx_groups
+            .iter()
+            .filter_map(|n| {
+                all.iter()
+                    .find(|g| g.name().as_str() == Some(n.as_str()))
+                    .copied()
+            })
+            .collect();
+    }
+    Arc::new(prov)
+}
+
+/// The protocol versions `p` allows.
+fn versions(p: &TlsParams) -> &'static [&'static rustls::SupportedProtocolVersion] {
+    static TLS13_ONLY: [&rustls::SupportedProtocolVersion; 1] = [&rustls::version::TLS13];
+    if p.tls13_only {
+        &TLS13_ONLY
+    } else {
+        rustls::DEFAULT_VERSIONS
+    }
 }
 
 /// Reads every certificate of a PEM file.
@@ -102,12 +215,13 @@ fn load_roots(path: &Path) -> Result<RootCertStore, TlsError> {
 pub fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let certs = load_certs(&files.cert)?;
     let key = load_key(&files.key)?;
-    let builder = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?;
+    let provider = provider_for(&files.params);
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(versions(&files.params))?;
     let builder = if files.verify {
         let ca = files.ca.as_ref().ok_or(TlsError::VerifyWithoutCa)?;
         let roots = load_roots(ca)?;
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
             .build()
             .map_err(|e| TlsError::Verifier(e.to_string()))?;
         builder.with_client_cert_verifier(verifier)
@@ -124,9 +238,19 @@ pub fn client_config(
     ca: &Path,
     client_cert_and_key: Option<(&Path, &Path)>,
 ) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    client_config_with(ca, client_cert_and_key, &TlsParams::default())
+}
+
+/// As [`client_config`], limited to `params` (a route's or a leaf
+/// remote's `tls {}` block).
+pub fn client_config_with(
+    ca: &Path,
+    client_cert_and_key: Option<(&Path, &Path)>,
+    params: &TlsParams,
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     let roots = load_roots(ca)?;
-    let builder = rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?
+    let builder = rustls::ClientConfig::builder_with_provider(provider_for(params))
+        .with_protocol_versions(versions(params))?
         .with_root_certificates(roots);
     let cfg = match client_cert_and_key {
         Some((cert, key)) => builder.with_client_auth_cert(load_certs(cert)?, load_key(key)?)?,
@@ -304,6 +428,7 @@ mod tests {
             key: dir.path().join("nope-key.pem"),
             ca: None,
             verify: false,
+            params: TlsParams::default(),
         };
         assert!(matches!(server_config(&files), Err(TlsError::Read { .. })));
         let p = generate_dev_certs(dir.path(), &[]).unwrap();
@@ -312,6 +437,7 @@ mod tests {
             key: p.server_key.clone(),
             ca: None,
             verify: true,
+            params: TlsParams::default(),
         };
         assert!(matches!(
             server_config(&files),
@@ -323,6 +449,7 @@ mod tests {
             key: p.server_key.clone(),
             ca: None,
             verify: false,
+            params: TlsParams::default(),
         };
         assert!(matches!(
             server_config(&files),
@@ -330,12 +457,13 @@ mod tests {
         ));
     }
 
-    /// Runs one TLS handshake over a real socket and echoes a byte.
+    /// Runs one TLS handshake over a real socket and echoes a byte;
+    /// returns the negotiated version and suite (the client's view).
     async fn handshake(
         server: Arc<rustls::ServerConfig>,
         client: Arc<rustls::ClientConfig>,
         name: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(rustls::ProtocolVersion, rustls::CipherSuite), String> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(server);
@@ -359,11 +487,127 @@ mod tests {
             tls.write_all(b"x").await.map_err(|e| e.to_string())?;
             let mut b = [0u8; 1];
             tls.read_exact(&mut b).await.map_err(|e| e.to_string())?;
-            Ok::<(), String>(())
+            let c = tls.get_ref().1;
+            Ok::<_, String>((
+                c.protocol_version().ok_or("no version")?,
+                c.negotiated_cipher_suite().ok_or("no suite")?.suite(),
+            ))
         }
         .await;
         let srv = srv.await.unwrap();
-        result.and(srv)
+        srv.and(result)
+    }
+
+    const ECDSA_AES128: &str = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256";
+    const ECDSA_AES256: &str = "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384";
+
+    /// A client that speaks TLS 1.2 only, with these suites and groups.
+    fn client12(ca: &Path, params: &TlsParams) -> Arc<rustls::ClientConfig> {
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(provider_for(params))
+                .with_protocol_versions(&[&rustls::version::TLS12])
+                .unwrap()
+                .with_root_certificates(load_roots(ca).unwrap())
+                .with_no_client_auth(),
+        )
+    }
+
+    #[test]
+    fn tls_params_parse_nats_server_names() {
+        assert_eq!(parse_min_version("1.2"), Ok(false));
+        assert_eq!(parse_min_version("1.3"), Ok(true));
+        assert!(parse_min_version("1.1").unwrap_err().contains("1.1"));
+        assert_eq!(
+            parse_cipher_suite(ECDSA_AES128),
+            Ok(Some(ECDSA_AES128.into()))
+        );
+        // Go's short name of a ChaCha20 suite.
+        assert_eq!(
+            parse_cipher_suite("TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305"),
+            Ok(Some("TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256".into()))
+        );
+        // TLS 1.3 suites are always on.
+        assert_eq!(parse_cipher_suite("TLS_AES_128_GCM_SHA256"), Ok(None));
+        let e = parse_cipher_suite("TLS_RSA_WITH_AES_128_CBC_SHA").unwrap_err();
+        assert!(
+            e.contains("TLS_RSA_WITH_AES_128_CBC_SHA") && e.contains(ECDSA_AES128),
+            "{e}"
+        );
+        assert_eq!(parse_curve("CurveP384"), Ok("secp384r1".into()));
+        assert_eq!(parse_curve("X25519"), Ok("X25519".into()));
+        assert!(parse_curve("CurveP521").unwrap_err().contains("CurveP521"));
+    }
+
+    #[tokio::test]
+    async fn tls_params_limit_versions_suites_and_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = generate_dev_certs(dir.path(), &[]).unwrap();
+        let server = |params: TlsParams| {
+            server_config(&TlsFiles {
+                cert: p.server_cert.clone(),
+                key: p.server_key.clone(),
+                ca: None,
+                verify: false,
+                params,
+            })
+            .unwrap()
+        };
+        let any = client_config(&p.ca_cert, None).unwrap();
+        let v12 = client12(&p.ca_cert, &TlsParams::default());
+        // min_version 1.3: a TLS 1.2 client is refused.
+        let only13 = server(TlsParams {
+            tls13_only: true,
+            ..Default::default()
+        });
+        assert!(handshake(only13.clone(), v12.clone(), "localhost")
+            .await
+            .is_err());
+        let (v, _) = handshake(only13, any.clone(), "localhost").await.unwrap();
+        assert_eq!(v, rustls::ProtocolVersion::TLSv1_3);
+        // Without it, TLS 1.2 is accepted.
+        let (v, _) = handshake(server(TlsParams::default()), v12, "localhost")
+            .await
+            .unwrap();
+        assert_eq!(v, rustls::ProtocolVersion::TLSv1_2);
+        // cipher_suites: only the listed TLS 1.2 suite is agreed.
+        let aes128 = server(TlsParams {
+            cipher_suites: vec![ECDSA_AES128.into()],
+            ..Default::default()
+        });
+        let offers = |suites: &[&str]| {
+            client12(
+                &p.ca_cert,
+                &TlsParams {
+                    cipher_suites: suites.iter().map(|s| s.to_string()).collect(),
+                    ..Default::default()
+                },
+            )
+        };
+        assert!(
+            handshake(aes128.clone(), offers(&[ECDSA_AES256]), "localhost")
+                .await
+                .is_err()
+        );
+        let (_, suite) = handshake(aes128, offers(&[ECDSA_AES256, ECDSA_AES128]), "localhost")
+            .await
+            .unwrap();
+        assert_eq!(suite.as_str(), Some(ECDSA_AES128));
+        // curve_preferences: a client without a common group is refused.
+        let p384 = server(TlsParams {
+            kx_groups: vec!["secp384r1".into()],
+            ..Default::default()
+        });
+        let x25519 = client_config_with(
+            &p.ca_cert,
+            None,
+            &TlsParams {
+                kx_groups: vec!["X25519".into()],
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(handshake(p384.clone(), x25519, "localhost").await.is_err());
+        handshake(p384, any, "localhost").await.unwrap();
     }
 
     #[tokio::test]
@@ -375,6 +619,7 @@ mod tests {
             key: p.server_key.clone(),
             ca: Some(p.ca_cert.clone()),
             verify: false,
+            params: TlsParams::default(),
         })
         .unwrap();
         let anon = client_config(&p.ca_cert, None).unwrap();
@@ -391,6 +636,7 @@ mod tests {
             key: p.server_key.clone(),
             ca: Some(p.ca_cert.clone()),
             verify: true,
+            params: TlsParams::default(),
         })
         .unwrap();
         let with_cert = client_config(&p.ca_cert, Some((&p.client_cert, &p.client_key))).unwrap();

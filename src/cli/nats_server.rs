@@ -319,6 +319,7 @@ pub fn build_config(flags: &Flags) -> Result<NatsConf, SetupError> {
             key: flags.tls_key.clone().unwrap_or(base.key),
             ca: flags.tls_ca.clone().or(base.ca),
             verify: flags.tls_verify || base.verify,
+            params: base.params,
         };
         if files.cert.as_os_str().is_empty() || files.key.as_os_str().is_empty() {
             return Err(SetupError::Invalid(

@@ -350,6 +350,8 @@ pub struct TlsFiles {
     pub ca: Option<PathBuf>,
     /// Require and verify client certificates (mTLS).
     pub verify: bool,
+    /// `min_version`, `cipher_suites`, `curve_preferences`.
+    pub params: crate::tls::TlsParams,
 }
 
 /// The `websocket { … }` block: NATS clients over WebSocket

@@ -1574,8 +1574,29 @@ fn tls_block(
             "ca_file" => files.ca = Some(PathBuf::from(want_str(k, v)?)),
             "verify" | "verify_and_map" => files.verify = want_bool(k, v)?,
             "timeout" => timeout = Some(want_duration(k, v)?),
-            // Accepted for compatibility; rustls picks safe defaults.
-            "cipher_suites" | "curve_preferences" | "min_version" => {}
+            "min_version" => {
+                files.params.tls13_only = crate::tls::parse_min_version(want_str(k, v)?)
+                    .or_else(|why| invalid(k, v, why))?;
+            }
+            "cipher_suites" => {
+                for name in subjects(k, v)? {
+                    if let Some(s) =
+                        crate::tls::parse_cipher_suite(&name).or_else(|why| invalid(k, v, why))?
+                    {
+                        files.params.cipher_suites.push(s);
+                    }
+                }
+                if files.params.cipher_suites.is_empty() {
+                    // Only TLS 1.3 suites listed: TLS 1.2 has none left.
+                    files.params.tls13_only = true;
+                }
+            }
+            "curve_preferences" => {
+                for name in subjects(k, v)? {
+                    let g = crate::tls::parse_curve(&name).or_else(|why| invalid(k, v, why))?;
+                    files.params.kx_groups.push(g);
+                }
+            }
             // Behaviour we do not provide: say so, since clients configured
             // for it will fail in ways that are otherwise hard to trace.
             "insecure" | "handshake_first" | "verify_cert_and_check_known_urls" => warnings.push(
@@ -2227,7 +2248,31 @@ mod tests {
             c.warnings[0].contains("handshake_first"),
             "{:?}",
             c.warnings
+        );        // The choices nats-server takes, in its names.
+        let c = conf(
+            "tls { cert_file: a, key_file: b, min_version: \"1.3\", curve_preferences: [CurveP384, X25519] }\ncluster { tls { cert_file: a, key_file: b, ca_file: c, cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305] } }\n",
         );
+        let p = c.options.tls.unwrap().params;
+        assert!(p.tls13_only);
+        assert_eq!(p.kx_groups, ["secp384r1", "X25519"]);
+        let p = c.options.cluster.unwrap().tls.unwrap().params;
+        assert!(!p.tls13_only);
+        assert_eq!(
+            p.cipher_suites,
+            [
+                "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+                "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"
+            ]
+        );
+        for (text, want) in [
+            ("min_version: \"1.0\"", "min_version"),
+            ("cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]", "TLS_RSA_WITH_RC4_128_SHA"),
+            ("curve_preferences: [CurveP521]", "CurveP521"),
+        ] {
+            let text = format!("tls {{ cert_file: a, key_file: b, {text} }}\n");
+            let e = from_str(&text, Path::new("t.conf")).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
     }
 
     #[test]

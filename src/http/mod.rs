@@ -373,6 +373,7 @@ pub fn tls_config(
         key: key.to_path_buf(),
         ca: None,
         verify: false,
+        params: Default::default(),
     };
     let mut cfg = (*crate::tls::server_config(&files)?).clone();
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];

@@ -702,9 +702,9 @@ impl Leafnodes {
                     let ca = files.ca.as_deref().ok_or(LeafError::TlsWithoutCa(i))?;
                     let cert = (!files.cert.as_os_str().is_empty())
                         .then_some((files.cert.as_path(), files.key.as_path()));
-                    Some(tokio_rustls::TlsConnector::from(crate::tls::client_config(
-                        ca, cert,
-                    )?))
+                    Some(tokio_rustls::TlsConnector::from(
+                        crate::tls::client_config_with(ca, cert, &files.params)?,
+                    ))
                 }
             });
         }

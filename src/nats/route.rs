@@ -464,7 +464,11 @@ impl Routes {
             Some(files) => {
                 let ca = files.ca.as_deref().ok_or(RouteError::TlsWithoutCa)?;
                 let server = crate::tls::server_config(files)?;
-                let client = crate::tls::client_config(ca, Some((&files.cert, &files.key)))?;
+                let client = crate::tls::client_config_with(
+                    ca,
+                    Some((&files.cert, &files.key)),
+                    &files.params,
+                )?;
                 (
                     Some(tokio_rustls::TlsAcceptor::from(server)),
                     Some(tokio_rustls::TlsConnector::from(client)),

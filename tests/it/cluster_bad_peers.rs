@@ -229,6 +229,7 @@ async fn routes_over_tls() {
                 key: certs.server_key.clone(),
                 ca: Some(certs.ca_cert.clone()),
                 verify: true,
+                params: Default::default(),
             }),
             ..ClusterOptions::default()
         }),

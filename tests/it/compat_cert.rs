@@ -43,6 +43,7 @@ fn compat_cert_init_writes_usable_certs() {
         key: out_dir.join("server-key.pem"),
         ca: Some(ca.clone()),
         verify: true,
+        params: Default::default(),
     })
     .unwrap();
     let with_cert = liftbridge::tls::client_config(

@@ -189,6 +189,7 @@ async fn nats_tls_and_mtls() {
         key: p.server_key.clone(),
         ca: None,
         verify: false,
+        params: Default::default(),
     });
     let srv = start(opts).await;
     let r = Raw::connect(&srv).await;
@@ -226,6 +227,7 @@ async fn nats_tls_and_mtls() {
         key: p.server_key.clone(),
         ca: Some(p.ca_cert.clone()),
         verify: true,
+        params: Default::default(),
     });
     let srv = start(opts).await;
     let r = Raw::connect(&srv).await;

@@ -781,6 +781,7 @@ async fn nats_ws_over_tls() {
         key: certs.server_key.clone(),
         ca: None,
         verify: false,
+        params: Default::default(),
     });
     o.same_origin = true;
     let srv = start(opts_with(o)).await;
