@@ -119,7 +119,21 @@ pub struct AuthConfig {
     /// Operator (decentralized JWT) mode: trusted operators and the
     /// account resolver. `None` = config-file users only.
     pub operator: Option<OperatorConfig>,
+    /// A user's `allowed_connection_types` (upper case), by user name or
+    /// nkey; a user not listed may connect in any way.
+    pub connection_types: std::collections::HashMap<String, Vec<String>>,
 }
+
+/// The connection types a user may be limited to (nats-server's names).
+pub const CONNECTION_TYPES: [&str; 7] = [
+    "STANDARD",
+    "WEBSOCKET",
+    "LEAFNODE",
+    "LEAFNODE_WS",
+    "MQTT",
+    "MQTT_WS",
+    "IN_PROCESS",
+];
 
 /// Operator mode (`operator`, `trusted`, `system_account`, `resolver`,
 /// `resolver_preload`): who may sign accounts, and where account JWTs

@@ -1660,10 +1660,7 @@ fn apply_authorization(
             return invalid(key, n, "cannot have a token and a users array");
         }
         for item in items {
-            match user_entry(item, default_perms.as_ref(), None)? {
-                UserEntry::Password(u) => auth.users.push(u),
-                UserEntry::Nkey(u) => auth.nkeys.push(u),
-            }
+            add_user(auth, user_entry(item, default_perms.as_ref(), None)?);
         }
     }
     auth.default_permissions = default_perms;
@@ -1682,18 +1679,27 @@ fn user_entry(
     item: &Node,
     default_perms: Option<&Permissions>,
     account: Option<&str>,
-) -> Result<UserEntry, ConfError> {
+) -> Result<(UserEntry, Vec<String>), ConfError> {
     let mut name: Option<String> = None;
     let mut password: Option<String> = None;
     let mut nkey: Option<String> = None;
     let mut perms: Option<Permissions> = None;
+    let mut types: Vec<String> = Vec::new();
     for (k, v) in want_map("users", item)? {
         match k.to_ascii_lowercase().as_str() {
             "user" | "username" => name = Some(want_str(k, v)?.to_string()),
             "password" | "pass" => password = Some(want_str(k, v)?.to_string()),
             "nkey" => nkey = Some(want_str(k, v)?.to_string()),
             "permissions" => perms = Some(permissions(k, v)?),
-            "allowed_connection_types" => {}
+            "allowed_connection_types" => {
+                for t in subjects(k, v)? {
+                    let t = t.to_ascii_uppercase();
+                    if !crate::config::nats::CONNECTION_TYPES.contains(&t.as_str()) {
+                        return invalid(k, v, format!("unknown connection type {t:?}"));
+                    }
+                    types.push(t);
+                }
+            }
             // A user's account comes from the `accounts` block it is
             // declared in; naming another one here would be ignored.
             "account" => {
@@ -1708,19 +1714,39 @@ fn user_entry(
     }
     let perms = perms.or_else(|| default_perms.cloned());
     let account = account.map(str::to_string);
-    match (name, nkey) {
-        (_, Some(nkey)) => Ok(UserEntry::Nkey(NkeyUser {
+    let entry = match (name, nkey) {
+        (_, Some(nkey)) => UserEntry::Nkey(NkeyUser {
             nkey,
             permissions: perms,
             account,
-        })),
-        (Some(username), None) => Ok(UserEntry::Password(User {
+        }),
+        (Some(username), None) => UserEntry::Password(User {
             username,
             password: password.unwrap_or_default(),
             permissions: perms,
             account,
-        })),
-        (None, None) => invalid("users", item, "a user needs user or nkey"),
+        }),
+        (None, None) => return invalid("users", item, "a user needs user or nkey"),
+    };
+    Ok((entry, types))
+}
+
+/// Adds a parsed user (and its `allowed_connection_types`) to `auth`.
+fn add_user(auth: &mut AuthConfig, (entry, types): (UserEntry, Vec<String>)) {
+    let id = match entry {
+        UserEntry::Password(u) => {
+            let id = u.username.clone();
+            auth.users.push(u);
+            id
+        }
+        UserEntry::Nkey(u) => {
+            let id = u.nkey.clone();
+            auth.nkeys.push(u);
+            id
+        }
+    };
+    if !types.is_empty() {
+        auth.connection_types.insert(id, types);
     }
 }
 
@@ -1804,10 +1830,7 @@ fn accounts_block(
             }
         }
         for u in users {
-            match user_entry(u, default_perms.as_ref(), Some(&name))? {
-                UserEntry::Password(u) => auth.users.push(u),
-                UserEntry::Nkey(u) => auth.nkeys.push(u),
-            }
+            add_user(auth, user_entry(u, default_perms.as_ref(), Some(&name))?);
         }
         auth.accounts.push(acc);
     }
@@ -2243,12 +2266,29 @@ mod tests {
         assert!(tls.verify);
         assert_eq!(c.tls_timeout, Some(Duration::from_secs(2)));
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let c = conf(
+            "authorization { users: [ {user: w, password: p, allowed_connection_types: [websocket]}, {user: s, password: p, allowed_connection_types: \"STANDARD\"}, {user: x, password: p} ] }\n",
+        );
+        let t = &c.options.auth.connection_types;
+        assert_eq!(t["w"], ["WEBSOCKET"]);
+        assert_eq!(t["s"], ["STANDARD"]);
+        assert!(!t.contains_key("x"));
+        let e = from_str(
+            "authorization { users: [ {user: w, password: p, allowed_connection_types: [PIGEON]} ] }\n",
+            Path::new("t.conf"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("allowed_connection_types") && e.contains("PIGEON"),
+            "{e}"
+        );
         let c = conf("tls { cert_file: a, key_file: b, handshake_first: true }\n");
         assert!(
             c.warnings[0].contains("handshake_first"),
             "{:?}",
             c.warnings
-        );        // The choices nats-server takes, in its names.
+        ); // The choices nats-server takes, in its names.
         let c = conf(
             "tls { cert_file: a, key_file: b, min_version: \"1.3\", curve_preferences: [CurveP384, X25519] }\ncluster { tls { cert_file: a, key_file: b, ca_file: c, cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305] } }\n",
         );
@@ -2266,11 +2306,16 @@ mod tests {
         );
         for (text, want) in [
             ("min_version: \"1.0\"", "min_version"),
-            ("cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]", "TLS_RSA_WITH_RC4_128_SHA"),
+            (
+                "cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]",
+                "TLS_RSA_WITH_RC4_128_SHA",
+            ),
             ("curve_preferences: [CurveP521]", "CurveP521"),
         ] {
             let text = format!("tls {{ cert_file: a, key_file: b, {text} }}\n");
-            let e = from_str(&text, Path::new("t.conf")).unwrap_err().to_string();
+            let e = from_str(&text, Path::new("t.conf"))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(want), "{text}: {e}");
         }
     }

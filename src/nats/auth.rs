@@ -184,6 +184,8 @@ pub struct Authenticator {
     /// by `resolver::OperatorState`; this authenticator only says that
     /// authentication (with a nonce) is required.
     operator: bool,
+    /// `allowed_connection_types` by user name or nkey.
+    connection_types: HashMap<String, Vec<String>>,
 }
 
 impl Authenticator {
@@ -257,6 +259,7 @@ impl Authenticator {
             no_auth_user: cfg.no_auth_user.clone(),
             uses_bcrypt,
             operator: cfg.operator.is_some(),
+            connection_types: cfg.connection_types.clone(),
         })
     }
 
@@ -307,12 +310,33 @@ impl Authenticator {
         creds: &Credentials<'_>,
         nonce: Option<&str>,
     ) -> Result<Option<Arc<PermissionSet>>, AuthError> {
-        self.authenticate_identity(creds, nonce)
+        self.authenticate_identity(creds, nonce, "STANDARD")
             .map(|o| o.permissions)
     }
 
-    /// Like [`Authenticator::authenticate`], also telling who the client is.
+    /// Like [`Authenticator::authenticate`], also telling who the client
+    /// is; `kind`: how it connects (`STANDARD`, `WEBSOCKET`, `LEAFNODE`),
+    /// checked against the user's `allowed_connection_types`.
     pub fn authenticate_identity(
+        &self,
+        creds: &Credentials<'_>,
+        nonce: Option<&str>,
+        kind: &str,
+    ) -> Result<AuthOutcome, AuthError> {
+        let outcome = self.check_credentials(creds, nonce)?;
+        let id = match &outcome.identity {
+            Identity::User(n) | Identity::Nkey(n) => n.as_str(),
+            Identity::Token | Identity::Anonymous => return Ok(outcome),
+        };
+        match self.connection_types.get(id) {
+            Some(types) if !types.iter().any(|t| t == kind) => {
+                Err(AuthError::Violation("connection type not allowed"))
+            }
+            _ => Ok(outcome),
+        }
+    }
+
+    fn check_credentials(
         &self,
         creds: &Credentials<'_>,
         nonce: Option<&str>,
@@ -792,7 +816,7 @@ mod tests {
             auth_token: Some("s3cr3t"),
             ..Default::default()
         };
-        let outcome = a.authenticate_identity(&ok, None).unwrap();
+        let outcome = a.authenticate_identity(&ok, None, "STANDARD").unwrap();
         assert_eq!(outcome.identity, Identity::Token);
         let bad = Credentials {
             auth_token: Some("s3cr3"),
@@ -844,7 +868,9 @@ mod tests {
                 sig: Some(&sig),
                 ..Default::default()
             };
-            let out = a.authenticate_identity(&c, Some(nonce)).unwrap();
+            let out = a
+                .authenticate_identity(&c, Some(nonce), "STANDARD")
+                .unwrap();
             assert_eq!(out.identity, Identity::Nkey(pk.clone()));
             // A different nonce (another connection) must fail.
             assert!(a.authenticate(&c, Some("other-nonce")).is_err());
@@ -929,7 +955,7 @@ mod tests {
         let a = Authenticator::new(&cfg).unwrap();
         assert!(a.has_no_auth_user());
         let out = a
-            .authenticate_identity(&Credentials::default(), None)
+            .authenticate_identity(&Credentials::default(), None, "STANDARD")
             .unwrap();
         assert_eq!(out.identity, Identity::User("guest".into()));
         let p = out.permissions.unwrap();
@@ -943,6 +969,23 @@ mod tests {
             .authenticate(&creds(Some("admin"), Some("a")), None)
             .unwrap()
             .is_none());
+
+        // A no_auth_user limited to WebSocket maps anonymous WebSocket
+        // clients only.
+        let mut ws_only = cfg.clone();
+        ws_only
+            .connection_types
+            .insert("guest".into(), vec!["WEBSOCKET".into()]);
+        let a = Authenticator::new(&ws_only).unwrap();
+        assert!(a
+            .authenticate_identity(&Credentials::default(), None, "STANDARD")
+            .is_err());
+        assert!(a
+            .authenticate_identity(&Credentials::default(), None, "WEBSOCKET")
+            .is_ok());
+        assert!(a
+            .authenticate_identity(&creds(Some("admin"), Some("a")), None, "LEAFNODE")
+            .is_ok());
 
         let missing = AuthConfig {
             no_auth_user: Some("ghost".into()),

@@ -1918,6 +1918,11 @@ impl Reader {
             };
             let bcrypt = auth.uses_bcrypt() && co.pass.is_some();
             let nonce = self.nonce.clone();
+            let kind = if self.client.meta.lock().websocket {
+                "WEBSOCKET"
+            } else {
+                "STANDARD"
+            };
             let check = move |co: Box<ConnectOptions>| {
                 let creds = Credentials {
                     user: co.user.as_deref(),
@@ -1926,7 +1931,7 @@ impl Reader {
                     nkey: co.nkey.as_deref(),
                     sig: co.sig.as_deref(),
                 };
-                let r = auth.authenticate_identity(&creds, nonce.as_deref());
+                let r = auth.authenticate_identity(&creds, nonce.as_deref(), kind);
                 (r, co)
             };
             let (result, back) = if bcrypt {

@@ -1353,7 +1353,7 @@ async fn check_connect(
             _ => return Some(Ok(Verdict::Account(None, None))),
         };
         Some(
-            auth.authenticate_identity(&creds, Some(&nonce))
+            auth.authenticate_identity(&creds, Some(&nonce), "LEAFNODE")
                 .map(|o| Verdict::Account(o.account, o.permissions))
                 .map_err(|e| e.to_string()),
         )

@@ -729,7 +729,12 @@ pub(crate) fn recheck_client(
                 c.close_now();
                 return notes;
             }
-            a.authenticate_identity(&ca.credentials(), ca.nonce.as_deref())
+            let kind = if c.meta.lock().websocket {
+                "WEBSOCKET"
+            } else {
+                "STANDARD"
+            };
+            a.authenticate_identity(&ca.credentials(), ca.nonce.as_deref(), kind)
                 .map(|o| (o.permissions, o.account))
         }
     };
@@ -791,7 +796,7 @@ fn recheck_leaf(inner: &Arc<ServerInner>, c: &Arc<ClientShared>, live: &Live) ->
     let Some(auth) = live.authenticator.as_deref().filter(|a| a.required()) else {
         return Vec::new();
     };
-    match auth.authenticate_identity(&ca.credentials(), ca.nonce.as_deref()) {
+    match auth.authenticate_identity(&ca.credentials(), ca.nonce.as_deref(), "LEAFNODE") {
         // Still the same user, in the account the leaf is bound to, with
         // the permissions it connected with (the leaf enforces those too,
         // from our INFO: on a change it must reconnect to learn them).

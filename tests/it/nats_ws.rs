@@ -875,3 +875,83 @@ async fn nats_ws_no_tcp_connect_urls_in_cluster() {
     );
     b.shutdown().await;
 }
+
+/// `allowed_connection_types` limits how a user may connect: `web` only
+/// over WebSocket, `tcp` only over TCP, `any` both ways; a refused client
+/// gets `Authorization Violation` and the others are not disturbed.
+#[tokio::test]
+async fn nats_ws_allowed_connection_types_per_user() {
+    let mut auth = AuthConfig::default();
+    for name in ["web", "tcp", "any"] {
+        auth.users.push(User {
+            account: None,
+            username: name.into(),
+            password: "pw".into(),
+            permissions: None,
+        });
+    }
+    auth.connection_types
+        .insert("web".into(), vec!["WEBSOCKET".into()]);
+    auth.connection_types
+        .insert("tcp".into(), vec!["STANDARD".into()]);
+    let srv = start(NatsOptions {
+        auth,
+        ..opts_with(ws_opts())
+    })
+    .await;
+    let tcp_addr = url(&srv);
+    let ws_url = format!("ws://{}", ws_addr(&srv));
+    let connect = |user: &'static str, to: String| async move {
+        async_nats::ConnectOptions::with_user_and_password(user.into(), "pw".into())
+            .max_reconnects(1)
+            .connect(to)
+            .await
+    };
+    // Allowed ways.
+    let web = connect("web", ws_url.clone()).await.unwrap();
+    let tcp = connect("tcp", tcp_addr.clone()).await.unwrap();
+    let any_ws = connect("any", ws_url.clone()).await.unwrap();
+    let any_tcp = connect("any", tcp_addr.clone()).await.unwrap();
+    for c in [&web, &tcp, &any_ws, &any_tcp] {
+        c.flush().await.unwrap();
+    }
+    // Refused ways, seen on the wire.
+    for (user, pass) in [("web", "pw"), ("tcp", "pw")] {
+        let over_ws = user == "tcp";
+        if over_ws {
+            let (mut c, _) = RawWs::connect(&srv, "").await;
+            c.read_data_until(b"\r\n").await;
+            let line = format!(
+                "CONNECT {{\"verbose\":false,\"user\":\"{user}\",\"pass\":\"{pass}\"}}\r\n"
+            );
+            c.send_frame(true, 2, line.as_bytes(), true).await;
+            assert_eq!(
+                c.read_data_until(b"\r\n").await,
+                b"-ERR 'Authorization Violation'\r\n"
+            );
+        } else {
+            let mut s = TcpStream::connect(srv.client_addr()).await.unwrap();
+            let mut b = vec![0u8; 4096];
+            let _ = s.read(&mut b).await.unwrap();
+            let line = format!(
+                "CONNECT {{\"verbose\":false,\"user\":\"{user}\",\"pass\":\"{pass}\"}}\r\nPING\r\n"
+            );
+            s.write_all(line.as_bytes()).await.unwrap();
+            let mut out = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+            let text = String::from_utf8_lossy(&out);
+            assert!(text.contains("-ERR 'Authorization Violation'"), "{text}");
+            assert!(!text.contains("PONG"), "{text}");
+        }
+    }
+    // The allowed clients still talk to each other both ways.
+    let mut sub = web.subscribe("types.x").await.unwrap();
+    web.flush().await.unwrap();
+    tcp.publish("types.x", "hello".into()).await.unwrap();
+    tcp.flush().await.unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(5), sub.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&m.payload[..], b"hello");
+}
