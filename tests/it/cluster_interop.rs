@@ -7,14 +7,13 @@
 //! each message once, and interest follows subscriptions as they come and
 //! go.
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
 
-use crate::cluster_routes::{routes_with_interest, wait_interest};
+use crate::cluster_routes::{publish_each_once, routes_with_interest, wait_interest};
 use crate::support::procs::{go_nats_server_2_15, go_nats_server_2_9, Impl, NatsNode};
 use crate::support::{http_json, wait_until};
 
@@ -167,27 +166,7 @@ async fn interop(go: &Path, ours: &[String], conns: std::ops::RangeInclusive<usi
         // The two other servers' members, one route each.
         wait_interest(n.http_port, "q.work", 2).await;
     }
-    let mut expected = HashSet::new();
-    for (name, c) in [("l", &cl), ("g1", &c1), ("g2", &c2)] {
-        for i in 0..100 {
-            let id = format!("{name}-{i}");
-            c.publish("q.work", Bytes::from(id.clone())).await.unwrap();
-            expected.insert(id);
-        }
-        c.flush().await.unwrap();
-    }
-    let mut seen = HashSet::new();
-    while seen.len() < expected.len() {
-        let id = tokio::time::timeout(WAIT, rx.recv())
-            .await
-            .unwrap_or_else(|_| panic!("only {} of 300 queue messages", seen.len()))
-            .unwrap();
-        assert!(seen.insert(id.clone()), "{id} delivered twice");
-    }
-    assert_eq!(seen, expected);
-    if let Ok(Some(id)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
-        panic!("{id} delivered again");
-    }
+    publish_each_once(&[("l", &cl), ("g1", &c1), ("g2", &c2)], "q.work", &mut rx).await;
 
     // Interest comes and goes: a subscription on our node appears on the
     // Go servers and disappears after UNSUB.

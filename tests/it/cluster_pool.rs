@@ -13,6 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 
+use crate::cluster_routes::publish_each_once;
 use crate::support::procs::{Impl, NatsNode};
 use crate::support::rawroute::{route_connect, RawPeer};
 use crate::support::{http_json, wait_until};
@@ -213,26 +214,9 @@ async fn pooled_nodes_spread_accounts_over_the_pool() {
             .await;
         }
     }
-    let mut expected = HashSet::new();
-    for (k, cl) in qclients.iter().enumerate() {
-        for i in 0..100 {
-            let id = format!("{k}-{i}");
-            cl.publish("pool.q", Bytes::from(id.clone())).await.unwrap();
-            expected.insert(id);
-        }
-        cl.flush().await.unwrap();
-    }
-    let mut seen = HashSet::new();
-    while seen.len() < expected.len() {
-        let id = tokio::time::timeout(WAIT, rx.recv())
-            .await
-            .unwrap_or_else(|_| panic!("only {} of 300 queue messages", seen.len()))
-            .unwrap();
-        assert!(seen.insert(id.clone()), "{id} delivered twice");
-    }
-    if let Ok(Some(id)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
-        panic!("{id} delivered again");
-    }
+    let labelled: Vec<(&str, &async_nats::Client)> =
+        ["a", "b", "c"].into_iter().zip(qclients.iter()).collect();
+    publish_each_once(&labelled, "pool.q", &mut rx).await;
 
     // kill -9 of C and a restart on the same ports: the pools fill again
     // and traffic flows through them.

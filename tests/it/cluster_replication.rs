@@ -456,7 +456,12 @@ async fn baseline_round(policy: &'static str, r: usize) -> RoundStats {
 /// kill -9 of the partition leader under ALL load with min ISR 2; the
 /// others elect a new leader; the old one restarts and rejoins.
 async fn leader_kill_round(policy: &'static str, r: usize) -> RoundStats {
-    let mut round = Round::start("lkill", policy, r, false).await;
+    kill_the_leader(Round::start("lkill", policy, r, false).await).await
+}
+
+/// The leader-kill fault on a started round: load, kill -9 of the
+/// leader, a new leader among the others, progress, restart, check.
+async fn kill_the_leader(mut round: Round) -> RoundStats {
     round.start_load();
     round.progress(PROGRESS, "before the kill").await;
     let old = round.leader(&round.all(), "s").await;
@@ -476,8 +481,7 @@ async fn leader_kill_round(policy: &'static str, r: usize) -> RoundStats {
 /// three: replication, acks and metadata cross whichever pool connection
 /// their account hashes to, and the pools fill again after the restart.
 async fn leader_kill_pooled_round(policy: &'static str, r: usize) -> RoundStats {
-    let mut round =
-        Round::start_with("lkpool", policy, r, false, "nats.cluster.pool_size: 3\n").await;
+    let round = Round::start_with("lkpool", policy, r, false, "nats.cluster.pool_size: 3\n").await;
     for n in &round.cluster.nodes {
         let (ip, port) = (n.spec.ip.clone(), n.spec.http);
         crate::support::wait_until(CLUSTER_TIMEOUT, "pools of three to both peers", || {
@@ -489,16 +493,7 @@ async fn leader_kill_pooled_round(policy: &'static str, r: usize) -> RoundStats 
         })
         .await;
     }
-    round.start_load();
-    round.progress(PROGRESS, "before the kill").await;
-    let old = round.leader(&round.all(), "s").await;
-    let i = round.cluster.index_of(&old);
-    round.cluster.nodes[i].kill9();
-    let t0 = Instant::now();
-    let failover = round.failover_since(t0).await;
-    round.progress(PROGRESS, "with the old leader down").await;
-    round.cluster.nodes[i].restart().await;
-    round.finish(Some(failover)).await
+    kill_the_leader(round).await
 }
 
 /// The leader cut off from the other two: nothing sent through it is

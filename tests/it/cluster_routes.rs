@@ -55,6 +55,39 @@ pub async fn wait_interest(http_port: u16, subject: &str, n: usize) {
     .await;
 }
 
+/// Publishes 100 messages `<label>-<i>` on `subject` from each labelled
+/// client, then checks that `rx` (fed by the members of one queue group)
+/// gets every one of them exactly once, and nothing more.
+pub async fn publish_each_once(
+    clients: &[(&str, &async_nats::Client)],
+    subject: &str,
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
+    let mut expected = HashSet::new();
+    for (label, c) in clients {
+        for i in 0..100 {
+            let id = format!("{label}-{i}");
+            c.publish(subject.to_string(), Bytes::from(id.clone()))
+                .await
+                .unwrap();
+            expected.insert(id);
+        }
+        c.flush().await.unwrap();
+    }
+    let mut seen = HashSet::new();
+    while seen.len() < expected.len() {
+        let id = tokio::time::timeout(WAIT, rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("only {} of {} queue messages", seen.len(), expected.len()))
+            .unwrap();
+        assert!(seen.insert(id.clone()), "{id} delivered twice");
+    }
+    assert_eq!(seen, expected);
+    if let Ok(Some(id)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
+        panic!("{id} delivered again");
+    }
+}
+
 /// The `/metrics` text of a node.
 pub async fn metrics_text(port: u16) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
