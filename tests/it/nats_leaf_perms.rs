@@ -599,3 +599,83 @@ async fn nats_leaf_perms_ours_leaf_applies_the_hub_info() {
         }
     }
 }
+
+/// Hub users limited by `allowed_connection_types`: `edge` only as a leaf,
+/// `app` only as a client.
+const TYPED_USERS: &str = r#"
+authorization {
+  users [
+    { user: edge, password: pw, allowed_connection_types: [LEAFNODE] }
+    { user: app, password: pw, allowed_connection_types: ["STANDARD"] }
+  ]
+}
+"#;
+
+/// The same file on a hub of `hub_imp`: a leaf connecting as `edge` is
+/// accepted and carries traffic, one connecting as `app` is refused; a
+/// client connecting as `edge` is refused, as `app` accepted.
+async fn connection_types(hub_imp: &Impl, tag: &str) {
+    let hub = ConfNode::start_with(
+        hub_imp,
+        &format!("hub-types-{tag}"),
+        true,
+        None,
+        TYPED_USERS,
+    )
+    .await;
+    let port = hub.leaf_port.expect("hub leaf port");
+    let leaf_as =
+        |user: &str| format!("remotes [ {{ url: \"nats-leaf://{user}:pw@127.0.0.1:{port}\" }} ]");
+    let ours = Impl::Liftbridge;
+    let refused = ConfNode::start(
+        &ours,
+        &format!("leaf-app-{tag}"),
+        false,
+        Some(&leaf_as("app")),
+    )
+    .await;
+    let leaf = ConfNode::start(
+        &ours,
+        &format!("leaf-edge-{tag}"),
+        false,
+        Some(&leaf_as("edge")),
+    )
+    .await;
+    hub.wait_leafs(1).await;
+    // The refused leaf keeps retrying and never gets in.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(hub.leafz().await["leafnodes"].as_u64(), Some(1));
+    assert_eq!(refused.leafz().await["leafnodes"].as_u64(), Some(0));
+    let as_user = |user: &'static str| {
+        async_nats::ConnectOptions::with_user_and_password(user.into(), "pw".into())
+            .max_reconnects(1)
+            .connect(hub.url())
+    };
+    let e = as_user("edge").await.expect_err("edge is a leaf-only user");
+    assert!(
+        e.to_string().to_lowercase().contains("authorization"),
+        "{e}"
+    );
+    let app = as_user("app").await.expect("app may connect as a client");
+    // And the accepted leaf carries traffic.
+    let on_leaf = connect(&leaf.url()).await;
+    let mut sub = on_leaf.subscribe("typed.x").await.unwrap();
+    on_leaf.flush().await.unwrap();
+    hub.wait_leaf_interest("typed.x").await;
+    app.publish("typed.x", "over the leaf".into())
+        .await
+        .unwrap();
+    app.flush().await.unwrap();
+    let m = first_app_msg(&mut sub).await;
+    assert_eq!(&m.payload[..], b"over the leaf");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_leaf_perms_connection_types_ours_hub() {
+    connection_types(&Impl::Liftbridge, "ours").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_leaf_perms_connection_types_go_2_15_hub() {
+    connection_types(&Impl::Go(go_nats_server_2_15()), "go").await;
+}
