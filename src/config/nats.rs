@@ -502,6 +502,9 @@ pub struct ClusterOptions {
     /// every account (nats-server's `pool_size: -1`, our default); `n` =
     /// a pool of `n`, each account on the connection its name hashes to.
     pub pool_size: usize,
+    /// `accounts`: accounts given a route connection of their own to each
+    /// pooling peer (nats-server's pinned accounts; needs a pool).
+    pub pinned_accounts: Vec<String>,
 }
 
 /// Largest `pool_size` accepted.
@@ -521,6 +524,7 @@ impl Default for ClusterOptions {
             auth_timeout: Duration::from_secs(2),
             tls: None,
             pool_size: 0,
+            pinned_accounts: Vec::new(),
         }
     }
 }

@@ -1169,6 +1169,18 @@ fn cluster_block(
                 }
                 c.pool_size = usize::try_from(p).unwrap_or(0);
             }
+            "accounts" => {
+                for a in subjects(k, v)? {
+                    if c.pinned_accounts.contains(&a) {
+                        return invalid(
+                            k,
+                            v,
+                            format!("found duplicate account name {a:?} in pinned accounts list"),
+                        );
+                    }
+                    c.pinned_accounts.push(a);
+                }
+            }
             "compression" => {
                 let off = match &v.value {
                     Value::Bool(b) => !b,
@@ -1181,6 +1193,13 @@ fn cluster_block(
             }
             other => return invalid(key, v, format!("unsupported cluster field {other:?}")),
         }
+    }
+    if !c.pinned_accounts.is_empty() && c.pool_size == 0 {
+        return invalid(
+            key,
+            n,
+            "accounts (pinned account routes) need a route pool: set pool_size to 1 or more",
+        );
     }
     Ok(c)
 }
@@ -2139,6 +2158,12 @@ mod tests {
         assert_eq!(cl.pool_size, 0);
         let c = from_str("cluster { pool_size: 3 }", Path::new("c.conf")).unwrap();
         assert_eq!(c.options.cluster.unwrap().pool_size, 3);
+        let c = from_str(
+            "cluster { pool_size: 3, accounts: [A, B] }",
+            Path::new("c.conf"),
+        )
+        .unwrap();
+        assert_eq!(c.options.cluster.unwrap().pinned_accounts, ["A", "B"]);
         // host/port spelled apart.
         let c = from_str("cluster { host: 0.0.0.0, port: -1 }", Path::new("c.conf")).unwrap();
         let cl = c.options.cluster.unwrap();
@@ -2149,6 +2174,11 @@ mod tests {
     fn cluster_features_we_lack_are_refused_by_name() {
         for (text, needle) in [
             ("cluster { pool_size: 33 }", "pool_size"),
+            ("cluster { accounts: [A] }", "pool_size"),
+            (
+                "cluster { pool_size: 2, accounts: [A, A] }",
+                "duplicate account",
+            ),
             ("cluster { pool_size: -2 }", "pool_size"),
             ("cluster { compression: s2_fast }", "compression"),
             ("cluster { pinned_accounts: [A] }", "pinned_accounts"),

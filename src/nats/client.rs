@@ -224,6 +224,9 @@ pub struct ClientShared {
     /// so deliveries to other connections take no lock.
     replies: Mutex<Option<super::replies::ReplyTracker>>,
     tracks_replies: AtomicBool,
+    /// A route connection dedicated to one account: its operations omit
+    /// the account (`proto::route::Dialect::Pinned`).
+    pub(crate) pinned_route: AtomicBool,
 }
 
 impl ClientShared {
@@ -267,6 +270,7 @@ impl ClientShared {
             leaf_perms: parking_lot::RwLock::new(None),
             replies: Mutex::new(None),
             tracks_replies: AtomicBool::new(false),
+            pinned_route: AtomicBool::new(false),
         })
     }
 
@@ -1237,6 +1241,8 @@ fn send_routed(
         let leaf = matches!(route.kind, ClientKind::Leaf { .. });
         let dialect = if leaf {
             proto::route::Dialect::Leaf
+        } else if route.pinned_route.load(Ordering::Relaxed) {
+            proto::route::Dialect::Pinned
         } else {
             proto::route::Dialect::Route
         };

@@ -21,13 +21,20 @@
 //! account's interest travels on the connection at `fnv1a(name) % n` of the
 //! sender's pool, and a message follows the interest it matched, so one
 //! peer still gets each message once. If either side does not pool, the
-//! pair keeps one connection for every account. A nats-server peer that
-//! pools also dials one connection per account it pins (by default its
-//! system account), announced by `route_account` and speaking RS+/RMSG
-//! without the account field; we accept it and read what it carries (its
-//! messages are delivered in that account; interest on it is not recorded,
-//! so nothing is ever sent on it: the accounts Go pins are system accounts,
-//! which our routes do not carry).
+//! pair keeps one connection for every account.
+//!
+//! **Pinned accounts.** `cluster { accounts: [...] }` gives each listed
+//! account a connection of its own to every pooling peer, as nats-server's
+//! pinned accounts: the dialling side names the account in its INFO
+//! (`route_account`), and on that connection RS+/RS-/RMSG/HMSG omit the
+//! account ([`Dialect::Pinned`](super::proto::route::Dialect)). A pinned
+//! account's interest (hence its messages) travels only there, never on
+//! the pool. Configured routes dial their pinned connections from the
+//! start; towards a peer learned by gossip they are dialled once its first
+//! pool connection is up, and the gossip we forward names each pinned
+//! account too, which is how nats-server peers learn to dial theirs.
+//! Pinned connections a peer dials for accounts we do not pin (nats-server
+//! pins its system account by default) are accepted and read the same way.
 //!
 //! **Accounts.** Every account but the system account (`$SYS`, or the
 //! operator's) is carried, by name (the public key in operator mode), in
@@ -96,8 +103,8 @@ use tokio_util::sync::CancellationToken;
 use super::account::Account;
 use super::client::{self, ClientKind, ClientShared, FlushList, MsgRef, Origin, Subscription};
 use super::proto::route::{
-    encode_rmsg, encode_rs_minus, encode_rs_plus, RouteOp, RouteParseError, RouteParsed,
-    RouteParser,
+    encode_pinned_minus, encode_pinned_plus, encode_rmsg, encode_rs_minus, encode_rs_plus, RouteOp,
+    RouteParseError, RouteParsed, RouteParser,
 };
 use super::proto::{self};
 use super::server::{ServerInner, SERVER_VERSION};
@@ -217,8 +224,11 @@ impl Peer {
     }
 
     /// The connection that carries `account` from us (with our pool of
-    /// `pool_size`), when it is up.
-    fn conn_for(&self, account: &str, pool_size: usize) -> Option<&Arc<Route>> {
+    /// `pool_size`; only its own connection when we pin it), when it is up.
+    fn conn_for(&self, account: &str, pool_size: usize, pins: &[String]) -> Option<&Arc<Route>> {
+        if self.pooled && pins.iter().any(|a| a == account) {
+            return self.pinned.get(account);
+        }
         let idx = if self.pooled {
             pool_index(pool_size, account)
         } else {
@@ -273,9 +283,13 @@ impl State {
         self.routes.values().flat_map(Peer::live)
     }
 
-    /// A route to `id` exists and needs no more connections.
-    fn fully_connected(&self, id: &str) -> bool {
-        self.routes.get(id).is_some_and(Peer::is_full)
+    /// A route to `id` exists and needs no more connections (with
+    /// `pinned`: its connection pinned to that account exists).
+    fn has_route(&self, id: &str, pinned: Option<&str>) -> bool {
+        self.routes.get(id).is_some_and(|p| match pinned {
+            Some(a) => p.pinned.contains_key(a),
+            None => p.is_full(),
+        })
     }
 }
 
@@ -348,6 +362,8 @@ struct RouteInfoOut<'a> {
     route_pool_size: usize,
     #[serde(skip_serializing_if = "is_zero")]
     route_pool_idx: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    route_account: Option<&'a str>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -588,7 +604,8 @@ impl Routes {
         let pool = self.opts.pool_size;
         let mut n = 0;
         for p in st.routes.values() {
-            if let Some(r) = p.conn_for(account, pool).or_else(|| p.live().next()) {
+            let pool_conn = p.conn_for(account, pool, &[]);
+            if let Some(r) = pool_conn.or_else(|| p.conns.iter().flatten().next()) {
                 r.client.send_now(&b);
                 n += 1;
             }
@@ -628,15 +645,26 @@ impl Routes {
             return;
         }
         let mut b = BytesMut::new();
+        let mut pinned = BytesMut::new();
         if after == 0 {
             encode_rs_minus(&mut b, account, subject, queue);
+            encode_pinned_minus(&mut pinned, subject, queue);
         } else {
             encode_rs_plus(&mut b, account, subject, queue.map(|q| (q, after)));
+            encode_pinned_plus(&mut pinned, subject, queue.map(|q| (q, after)));
         }
         // A slot not connected yet gets the whole table when it is.
-        let pool = self.opts.pool_size;
-        for r in st.routes.values().filter_map(|p| p.conn_for(account, pool)) {
-            r.client.send_now(&b);
+        let (pool, pins) = (self.opts.pool_size, &self.opts.pinned_accounts);
+        for r in st
+            .routes
+            .values()
+            .filter_map(|p| p.conn_for(account, pool, pins))
+        {
+            if r.client.pinned_route.load(Ordering::Acquire) {
+                r.client.send_now(&pinned);
+            } else {
+                r.client.send_now(&b);
+            }
         }
     }
 
@@ -659,19 +687,31 @@ impl Routes {
     /// our client URLs to their clients.
     pub(crate) fn announce_lame_duck(&self, server: &ServerInner) {
         let mut frame = BytesMut::new();
-        proto::encode_info(&mut frame, &self.info_json(server, true, 0));
+        proto::encode_info(&mut frame, &self.info_json(server, true, 0, None));
         for r in self.state.lock().all_routes() {
             r.client.send_now(&frame);
         }
     }
 
     /// The INFO of a new connection; `pool_idx`: the slot a solicited
-    /// pool connection took.
-    fn route_info_json(&self, server: &ServerInner, pool_idx: usize) -> String {
-        self.info_json(server, false, pool_idx)
+    /// pool connection took; `account`: the account of a solicited pinned
+    /// connection.
+    fn route_info_json(
+        &self,
+        server: &ServerInner,
+        pool_idx: usize,
+        account: Option<&str>,
+    ) -> String {
+        self.info_json(server, false, pool_idx, account)
     }
 
-    fn info_json(&self, server: &ServerInner, ldm: bool, pool_idx: usize) -> String {
+    fn info_json(
+        &self,
+        server: &ServerInner,
+        ldm: bool,
+        pool_idx: usize,
+        route_account: Option<&str>,
+    ) -> String {
         let advertise = self
             .opts
             .advertise
@@ -704,6 +744,7 @@ impl Routes {
             ldm,
             route_pool_size: self.opts.pool_size,
             route_pool_idx: pool_idx,
+            route_account,
         };
         // Serializing strings and numbers cannot fail.
         serde_json::to_string(&info).unwrap_or_default()
@@ -717,8 +758,20 @@ pub(crate) fn spawn(server: Arc<ServerInner>, listener: TcpListener) {
     };
     tracing::info!(addr = %routes.listen, cluster = %routes.cluster_name(), "listening for route connections");
     tokio::spawn(accept_loop(server.clone(), listener));
+    // The pool, then one connection per pinned account, to every
+    // configured route (as nats-server).
     for url in routes.opts.routes.clone() {
-        tokio::spawn(solicit(server.clone(), url, true, None, 0));
+        tokio::spawn(solicit(server.clone(), url.clone(), true, None, 0, None));
+        for a in &routes.opts.pinned_accounts {
+            tokio::spawn(solicit(
+                server.clone(),
+                url.clone(),
+                true,
+                None,
+                0,
+                Some(a.clone()),
+            ));
+        }
     }
 }
 
@@ -765,9 +818,9 @@ async fn accept_one(server: Arc<ServerInner>, stream: TcpStream, addr: SocketAdd
         return;
     };
     match routes.tls_acceptor.clone() {
-        None => run_route(server, stream, addr, None, 0).await,
+        None => run_route(server, stream, addr, None, 0, None).await,
         Some(acc) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acc.accept(stream)).await {
-            Ok(Ok(tls)) => run_route(server, tls, addr, None, 0).await,
+            Ok(Ok(tls)) => run_route(server, tls, addr, None, 0, None).await,
             Ok(Err(e)) => {
                 tracing::warn!(%addr, error = %e, "route TLS handshake failed");
                 routes.stats.rejected.fetch_add(1, Ordering::Relaxed);
@@ -794,6 +847,7 @@ async fn solicit(
     configured: bool,
     expect_id: Option<String>,
     mut attempt: u32,
+    account: Option<String>,
 ) {
     let Some(routes) = server.routes.as_ref() else {
         return;
@@ -809,6 +863,11 @@ async fn solicit(
             .saturating_add(1 + IMPLICIT_EXTRA_ATTEMPTS)
     };
     let (_, hostport) = split_route_url(&url);
+    // This dial's entry in `connecting` (implicit routes).
+    let connecting_key = expect_id.as_ref().map(|id| match &account {
+        Some(a) => format!("{id} {a}"),
+        None => id.clone(),
+    });
     loop {
         if attempt > 0 {
             tokio::select! {
@@ -820,7 +879,7 @@ async fn solicit(
             break;
         }
         if let Some(id) = &expect_id {
-            if routes.state.lock().fully_connected(id) || *id == server.server_id {
+            if routes.state.lock().has_route(id, account.as_deref()) || *id == server.server_id {
                 break;
             }
         }
@@ -843,12 +902,12 @@ async fn solicit(
             Err(_) => continue,
         };
         // From here the connection's own cleanup decides about retries.
-        if let Some(id) = &expect_id {
-            routes.state.lock().connecting.remove(id);
+        if let Some(k) = &connecting_key {
+            routes.state.lock().connecting.remove(k);
         }
         let solicited = Some((url.clone(), configured));
         match routes.tls_connector.clone() {
-            None => run_route(server.clone(), stream, addr, solicited, attempt).await,
+            None => run_route(server.clone(), stream, addr, solicited, attempt, account).await,
             Some(conn) => {
                 let name =
                     match rustls::pki_types::ServerName::try_from(host_of(&hostport).to_string()) {
@@ -859,7 +918,9 @@ async fn solicit(
                         }
                     };
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, conn.connect(name, stream)).await {
-                    Ok(Ok(tls)) => run_route(server.clone(), tls, addr, solicited, attempt).await,
+                    Ok(Ok(tls)) => {
+                        run_route(server.clone(), tls, addr, solicited, attempt, account).await
+                    }
                     Ok(Err(e)) => {
                         tracing::warn!(%url, error = %e, "route TLS handshake failed");
                         continue;
@@ -875,8 +936,8 @@ async fn solicit(
         // reconnect (it spawns a new solicit task if so).
         return;
     }
-    if let Some(id) = &expect_id {
-        routes.state.lock().connecting.remove(id);
+    if let Some(k) = &connecting_key {
+        routes.state.lock().connecting.remove(k);
     }
 }
 
@@ -888,6 +949,7 @@ async fn run_route<S>(
     addr: SocketAddr,
     solicited: Option<(String, bool)>,
     attempt: u32,
+    pinned: Option<String>,
 ) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
@@ -906,7 +968,7 @@ async fn run_route<S>(
         replaced: AtomicBool::new(false),
         pool_idx: AtomicUsize::new(0),
         start_next: Mutex::new(None),
-        pinned: Mutex::new(None),
+        pinned: Mutex::new(pinned),
     });
     {
         let mut st = routes.state.lock();
@@ -945,7 +1007,7 @@ async fn run_route<S>(
     // A soliciting pool member sends its INFO once it knows its slot
     // (`register`), as nats-server expects.
     if solicited.is_none() || routes.opts.pool_size == 0 {
-        proto::encode_info(&mut hello, &routes.route_info_json(&server, 0));
+        proto::encode_info(&mut hello, &routes.route_info_json(&server, 0, None));
     }
     client.send_now(&hello);
     tracing::info!(%addr, rid = cid, solicited = solicited.is_some(), "route connection created");
@@ -1024,13 +1086,25 @@ fn cleanup(server: &Arc<ServerInner>, route: &Arc<Route>, reason: &str) {
         return;
     };
     let attempt = route.attempt.load(Ordering::Relaxed);
+    let pinned = route.pinned.lock().clone();
     let expect = (!configured && !remote.id.is_empty()).then(|| remote.id.clone());
     if let Some(id) = &expect {
-        if !routes.state.lock().connecting.insert(id.clone()) {
+        let key = match &pinned {
+            Some(a) => format!("{id} {a}"),
+            None => id.clone(),
+        };
+        if !routes.state.lock().connecting.insert(key) {
             return;
         }
     }
-    tokio::spawn(solicit(server.clone(), url, configured, expect, attempt));
+    tokio::spawn(solicit(
+        server.clone(),
+        url,
+        configured,
+        expect,
+        attempt,
+        pinned,
+    ));
 }
 
 /// Periodic PINGs on a route or leaf connection; one that misses
@@ -1396,7 +1470,14 @@ impl RouteReader {
                 // The peer accepted this pool connection: dial the next.
                 if let Some((url, configured)) = self.route.start_next.lock().take() {
                     let id = self.route.remote.lock().id.clone();
-                    tokio::spawn(solicit(self.server.clone(), url, configured, Some(id), 0));
+                    tokio::spawn(solicit(
+                        self.server.clone(),
+                        url,
+                        configured,
+                        Some(id),
+                        0,
+                        None,
+                    ));
                 }
                 Ok(())
             }
@@ -1415,15 +1496,6 @@ impl RouteReader {
                 );
                 Err(Stop::Close("no INFO".into()))
             }
-            RouteOp::Sub { subject, queue, .. } if self.pinned.is_some() => {
-                tracing::trace!(
-                    rid = self.route.client.id,
-                    subject = %String::from_utf8_lossy(&subject),
-                    queue = queue.is_some(),
-                    "interest on a pinned route, not recorded"
-                );
-                Ok(())
-            }
             RouteOp::Sub {
                 account,
                 subject,
@@ -1436,6 +1508,7 @@ impl RouteReader {
                     );
                     return Err(Stop::Close("too many remote subscriptions".into()));
                 }
+                let account = self.pinned.clone().unwrap_or(account);
                 self.remote_sub(&account, &subject, queue);
                 Ok(())
             }
@@ -1444,6 +1517,7 @@ impl RouteReader {
                 subject,
                 queue,
             } => {
+                let account = self.pinned.clone().unwrap_or(account);
                 self.remote_unsub(&account, &subject, queue.as_ref());
                 Ok(())
             }
@@ -1689,8 +1763,11 @@ impl RouteReader {
     /// the other peers.
     fn register(&mut self, info: &PeerInfo, gossip: &serde_json::Value) -> Result<(), NotAdded> {
         let (pooled, size) = self.pool_terms(info).map_err(NotAdded::Protocol)?;
-        if !info.route_account.is_empty() {
-            return self.register_pinned(info, pooled, size);
+        let ours = self.route.pinned.lock().clone();
+        if let Some(account) =
+            ours.or_else(|| (!info.route_account.is_empty()).then(|| info.route_account.clone()))
+        {
+            return self.register_pinned(info, account, pooled, size);
         }
         let server = self.server.clone();
         let routes = self.routes();
@@ -1735,14 +1812,14 @@ impl RouteReader {
         route.pool_idx.store(slot, Ordering::Relaxed);
         let mut b = BytesMut::new();
         if route.did_solicit && routes.opts.pool_size > 0 {
-            proto::encode_info(&mut b, &routes.route_info_json(&server, slot));
+            proto::encode_info(&mut b, &routes.route_info_json(&server, slot, None));
         }
         // A full resolver's accounts go first, so the peer knows them
         // before the interest in them (see `claims`).
         super::claims::encode_sync(&server, &mut b);
-        let pool = routes.opts.pool_size;
+        let (pool, pins) = (routes.opts.pool_size, &routes.opts.pinned_accounts);
         for ((account, subject, queue), n) in &st.interest {
-            if !pooled || pool_index(pool, account) == slot {
+            if !pooled || (pool_index(pool, account) == slot && !pins.contains(account)) {
                 encode_rs_plus(&mut b, account, subject, queue.as_deref().map(|q| (q, *n)));
             }
         }
@@ -1757,6 +1834,22 @@ impl RouteReader {
             *route.start_next.lock() = route.reconnect.lock().clone();
             route.client.send_now(proto::PING);
         }
+        // Pinned accounts towards a peer learned by gossip (configured
+        // routes dial theirs from the start).
+        if pooled && first && route.did_solicit && !route.is_configured() {
+            if let Some((url, _)) = route.reconnect.lock().clone() {
+                for a in pins.iter().filter(|a| !peer.pinned.contains_key(*a)) {
+                    tokio::spawn(solicit(
+                        server.clone(),
+                        url.clone(),
+                        false,
+                        Some(id.clone()),
+                        0,
+                        Some(a.clone()),
+                    ));
+                }
+            }
+        }
         st.pending.remove(&route.client.id);
         // Gossip: a route we accepted, or solicited from configuration,
         // announces the newcomer to the others (an implicit route does
@@ -1765,9 +1858,28 @@ impl RouteReader {
         if first && !implicit {
             let mut frame = BytesMut::new();
             proto::encode_info(&mut frame, &gossip.to_string());
+            // Per pinned account, the same INFO naming it: a pooling peer
+            // (nats-server) dials its pinned connection to the newcomer
+            // only when told so.
+            if pooled {
+                for a in &routes.opts.pinned_accounts {
+                    let mut g = gossip.clone();
+                    if let serde_json::Value::Object(m) = &mut g {
+                        m.insert("route_account".into(), serde_json::Value::String(a.clone()));
+                    }
+                    proto::encode_info(&mut frame, &g.to_string());
+                }
+            }
             for (_, p) in st.routes.iter().filter(|(k, _)| **k != id) {
-                if let Some(r) = p.live().next() {
-                    r.client.send_now(&frame);
+                if let Some(r) = p.conns.iter().flatten().next() {
+                    if p.pooled {
+                        r.client.send_now(&frame);
+                    } else {
+                        // One without pools gets the plain INFO only.
+                        let mut plain = BytesMut::new();
+                        proto::encode_info(&mut plain, &gossip.to_string());
+                        r.client.send_now(&plain);
+                    }
                 }
             }
         }
@@ -1781,11 +1893,13 @@ impl RouteReader {
     fn register_pinned(
         &mut self,
         info: &PeerInfo,
+        account: String,
         pooled: bool,
         size: usize,
     ) -> Result<(), NotAdded> {
-        let account = &info.route_account;
         if !pooled {
+            // A peer without pools: ours is not retried (as nats-server).
+            *self.route.reconnect.lock() = None;
             return Err(NotAdded::Protocol(format!(
                 "Not possible to have a dedicated route for account {account:?} between those servers"
             )));
@@ -1794,7 +1908,11 @@ impl RouteReader {
         let route = self.route.clone();
         let id = info.server_id.clone();
         {
-            let mut st = self.routes().state.lock();
+            let routes = server
+                .routes
+                .as_ref()
+                .expect("route reader without a cluster");
+            let mut st = routes.state.lock();
             let peer = st.routes.entry(id.clone()).or_insert_with(|| Peer {
                 conns: vec![None; size],
                 pooled,
@@ -1803,17 +1921,34 @@ impl RouteReader {
             if !peer.pooled {
                 return Err(NotAdded::Duplicate);
             }
-            if let Some(existing) = peer.pinned.remove(account) {
+            if let Some(existing) = peer.pinned.remove(&account) {
                 if !settle_duplicate(&server.server_id, &id, &existing, &route) {
                     peer.pinned.insert(account.clone(), existing);
                     return Err(NotAdded::Duplicate);
                 }
             }
+            let mut b = BytesMut::new();
+            if route.did_solicit {
+                proto::encode_info(&mut b, &routes.route_info_json(&server, 0, Some(&account)));
+            }
+            // The interest of an account we pin travels only here.
+            if routes.opts.pinned_accounts.contains(&account) {
+                for ((acc, subject, queue), n) in &st.interest {
+                    if *acc == account {
+                        encode_pinned_plus(&mut b, subject, queue.as_deref().map(|q| (q, *n)));
+                    }
+                }
+            }
+            route.client.pinned_route.store(true, Ordering::Release);
+            if !b.is_empty() {
+                route.client.send_now(&b);
+            }
+            let peer = st.routes.get_mut(&id).expect("entry made above");
             peer.pinned.insert(account.clone(), route.clone());
             *route.pinned.lock() = Some(account.clone());
             st.pending.remove(&route.client.id);
         }
-        self.pinned = Some(Bytes::from(account.clone().into_bytes()));
+        self.pinned = Some(Bytes::from(account.into_bytes()));
         self.parser
             .set_dialect(super::proto::route::Dialect::Pinned);
         route.registered.store(true, Ordering::Release);
@@ -1851,6 +1986,7 @@ impl RouteReader {
             false,
             Some(info.server_id.clone()),
             0,
+            None,
         ));
     }
 

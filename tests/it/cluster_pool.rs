@@ -24,7 +24,12 @@ const WAIT: Duration = Duration::from_secs(20);
 const ACCOUNTS: [&str; 3] = ["A", "C", "ACC1"];
 
 fn pool_conf(dir: &tempfile::TempDir) -> Vec<String> {
-    let conf = dir.path().join("pool.conf");
+    pool_conf_pinning(dir, &[])
+}
+
+/// As [`pool_conf`], with `pinned` accounts (`cluster { accounts }`).
+fn pool_conf_pinning(dir: &tempfile::TempDir, pinned: &[&str]) -> Vec<String> {
+    let conf = dir.path().join(format!("pool{}.conf", pinned.len()));
     let accounts: Vec<String> = ACCOUNTS
         .iter()
         .map(|a| {
@@ -35,8 +40,9 @@ fn pool_conf(dir: &tempfile::TempDir) -> Vec<String> {
     std::fs::write(
         &conf,
         format!(
-            "accounts {{\n{}\n}}\ncluster {{ pool_size: 3 }}\n",
-            accounts.join("\n")
+            "accounts {{\n{}\n}}\ncluster {{ pool_size: 3, accounts: [{}] }}\n",
+            accounts.join("\n"),
+            pinned.join(", ")
         ),
     )
     .unwrap();
@@ -98,7 +104,11 @@ async fn carriers(n: &NatsNode, peer: &str, account: &str, subject: &str) -> Vec
                 .as_array()
                 .into_iter()
                 .flatten()
-                .any(|s| s["account"] == account && s["subject"] == subject)
+                // nats-server names no account on a pinned connection.
+                .any(|s| {
+                    (s["account"] == account || s["account"].is_null() && r["account"] == account)
+                        && s["subject"] == subject
+                })
         })
         .map(|r| r["rid"].as_u64().unwrap())
         .collect()
@@ -109,6 +119,41 @@ async fn next(sub: &mut async_nats::Subscriber) -> async_nats::Message {
         .await
         .expect("message in time")
         .expect("subscription open")
+}
+
+/// A queue group of account `C` with a member on each node: once every
+/// node knows the other two members (one connection per peer carries the
+/// interest), 100 messages from each node reach the group once each.
+async fn queue_group_of_c(nodes: [&NatsNode; 3], subject: &str) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut clients = Vec::new();
+    for n in nodes {
+        let cl = connect(n, "C").await;
+        let mut s = cl
+            .queue_subscribe(subject.to_string(), "w".into())
+            .await
+            .unwrap();
+        cl.flush().await.unwrap();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(m) = s.next().await {
+                let _ = tx.send(String::from_utf8_lossy(&m.payload).into_owned());
+            }
+        });
+        clients.push(cl);
+    }
+    for n in nodes {
+        for p in pools(n).await.into_keys() {
+            let what = format!("queue interest of C from {p}");
+            wait_until(WAIT, &what, || async {
+                carriers(n, &p, "C", subject).await.len() == 1
+            })
+            .await;
+        }
+    }
+    let labelled: Vec<(&str, &async_nats::Client)> =
+        ["a", "b", "c"].into_iter().zip(clients.iter()).collect();
+    publish_each_once(&labelled, subject, &mut rx).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,33 +235,7 @@ async fn pooled_nodes_spread_accounts_over_the_pool() {
     }
 
     // A queue group of account C with members on all three nodes.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let mut qclients = Vec::new();
-    for n in [&a, &b, &c] {
-        let cl = connect(n, "C").await;
-        let mut s = cl.queue_subscribe("pool.q", "w".into()).await.unwrap();
-        cl.flush().await.unwrap();
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            while let Some(m) = s.next().await {
-                let _ = tx.send(String::from_utf8_lossy(&m.payload).into_owned());
-            }
-        });
-        qclients.push(cl);
-    }
-    for n in [&a, &b, &c] {
-        let peers = pools(n).await.into_keys().collect::<Vec<_>>();
-        for p in peers {
-            let what = format!("queue interest from {p}");
-            wait_until(WAIT, &what, || async {
-                carriers(n, &p, "C", "pool.q").await.len() == 1
-            })
-            .await;
-        }
-    }
-    let labelled: Vec<(&str, &async_nats::Client)> =
-        ["a", "b", "c"].into_iter().zip(qclients.iter()).collect();
-    publish_each_once(&labelled, "pool.q", &mut rx).await;
+    queue_group_of_c([&a, &b, &c], "pool.q").await;
 
     // kill -9 of C and a restart on the same ports: the pools fill again
     // and traffic flows through them.
@@ -333,4 +352,126 @@ async fn a_pooled_node_and_an_unpooled_one_share_one_connection() {
         sb.flush().await.unwrap();
         assert_eq!(&next(&mut back).await.payload[..], acc.as_bytes());
     }
+}
+
+/// The connections (rid) of `n` towards `peer` pinned to `account`.
+async fn pinned_conns(n: &NatsNode, peer: &str, account: &str) -> Vec<u64> {
+    let rz = n.routez().await;
+    rz["routes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["remote_id"] == peer && r["account"] == account)
+        .map(|r| r["rid"].as_u64().unwrap())
+        .collect()
+}
+
+/// `cluster { pool_size: 3, accounts: [C] }` on a node of ours (the seed)
+/// and two of `others`: `C` gets a connection of its own to each peer, its
+/// interest and messages travel there and nowhere else, the other accounts
+/// use the pool, a queue group of `C` over the three nodes gets each
+/// message once, and the pinned connection comes back after a restart.
+async fn pinned_account(others: &Impl, tag: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = pool_conf_pinning(&dir, &["C"]);
+    let flags_ref: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let name = format!("pin-{tag}");
+    let mut a = start(&name, &[], &flags).await;
+    let b = NatsNode::start_with(others, &name, &[a.cluster_port], &flags_ref).await;
+    let c = NatsNode::start_with(others, &name, &[a.cluster_port], &flags_ref).await;
+    for n in [&a, &b, &c] {
+        n.wait_routes(2).await;
+    }
+    let (a_id, b_id) = (server_id(&a).await, server_id(&b).await);
+    wait_until(WAIT, "a connection pinned to C from A to B", || async {
+        pinned_conns(&a, &b_id, "C").await.len() == 1
+    })
+    .await;
+    wait_until(WAIT, "a connection pinned to C from B to A", || async {
+        pinned_conns(&b, &a_id, "C").await.len() == 1
+    })
+    .await;
+    // C's interest arrives on the pinned connection, A's on the pool.
+    let sb_c = connect(&b, "C").await;
+    let mut on_b_c = sb_c.subscribe("pin.x").await.unwrap();
+    sb_c.flush().await.unwrap();
+    let sb_a = connect(&b, "A").await;
+    let mut on_b_a = sb_a.subscribe("pin.x").await.unwrap();
+    sb_a.flush().await.unwrap();
+    let pinned_rid = pinned_conns(&a, &b_id, "C").await[0];
+    wait_until(WAIT, "C's interest on the pinned connection", || async {
+        carriers(&a, &b_id, "C", "pin.x").await == vec![pinned_rid]
+    })
+    .await;
+    wait_until(WAIT, "A's interest on a pool connection", || async {
+        let c = carriers(&a, &b_id, "A", "pin.x").await;
+        c.len() == 1 && c[0] != pinned_rid
+    })
+    .await;
+    // Messages both ways, once, each in its own account.
+    let pa_c = connect(&a, "C").await;
+    let pa_a = connect(&a, "A").await;
+    for i in 0..50 {
+        pa_c.publish("pin.x", Bytes::from(format!("c{i}")))
+            .await
+            .unwrap();
+        pa_a.publish("pin.x", Bytes::from(format!("a{i}")))
+            .await
+            .unwrap();
+    }
+    pa_c.flush().await.unwrap();
+    pa_a.flush().await.unwrap();
+    for i in 0..50 {
+        assert_eq!(next(&mut on_b_c).await.payload, format!("c{i}").as_bytes());
+        assert_eq!(next(&mut on_b_a).await.payload, format!("a{i}").as_bytes());
+    }
+    let mut back = pa_c.subscribe("pin.back").await.unwrap();
+    pa_c.flush().await.unwrap();
+    wait_until(WAIT, "interest back from A", || async {
+        carriers(&b, &a_id, "C", "pin.back").await.len() == 1
+    })
+    .await;
+    sb_c.publish("pin.back", Bytes::from_static(b"from b"))
+        .await
+        .unwrap();
+    sb_c.flush().await.unwrap();
+    assert_eq!(&next(&mut back).await.payload[..], b"from b");
+    for s in [&mut on_b_c, &mut on_b_a] {
+        if let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(300), s.next()).await {
+            panic!("extra message {:?}", m.payload);
+        }
+    }
+    // A queue group of C on the three nodes.
+    queue_group_of_c([&a, &b, &c], "pin.q").await;
+    // kill -9 of our node: the pinned connections come back.
+    a.crash_and_restart().await;
+    let a_id = server_id(&a).await;
+    wait_until(WAIT, "the pinned connection back", || async {
+        pinned_conns(&b, &a_id, "C").await.len() == 1
+    })
+    .await;
+    let pa_c = connect(&a, "C").await;
+    wait_until(WAIT, "C's interest again on A", || async {
+        carriers(&a, &b_id, "C", "pin.x").await.len() == 1
+    })
+    .await;
+    pa_c.publish("pin.x", Bytes::from_static(b"after restart"))
+        .await
+        .unwrap();
+    pa_c.flush().await.unwrap();
+    assert_eq!(&next(&mut on_b_c).await.payload[..], b"after restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinned_account_between_our_nodes() {
+    pinned_account(&Impl::Liftbridge, "ours").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinned_account_with_go_nats_server_2_15() {
+    pinned_account(
+        &Impl::Go(crate::support::procs::go_nats_server_2_15()),
+        "go215",
+    )
+    .await;
 }

@@ -471,6 +471,22 @@ pub fn encode_rs_minus(buf: &mut BytesMut, account: &str, subject: &str, queue: 
     );
 }
 
+/// Appends `RS+ <subject> [<queue> <weight>]\r\n` (a pinned route).
+pub fn encode_pinned_plus(buf: &mut BytesMut, subject: &str, queue: Option<(&str, u32)>) {
+    put_interest(
+        buf,
+        b"RS+ ",
+        None,
+        subject,
+        queue.map(|(q, w)| (q, Some(w))),
+    );
+}
+
+/// Appends `RS- <subject> [<queue>]\r\n` (a pinned route).
+pub fn encode_pinned_minus(buf: &mut BytesMut, subject: &str, queue: Option<&str>) {
+    put_interest(buf, b"RS- ", None, subject, queue.map(|q| (q, None)));
+}
+
 /// Appends `LS+ <subject> [<queue> <weight>]\r\n`.
 pub fn encode_ls_plus(buf: &mut BytesMut, subject: &str, queue: Option<(&str, u32)>) {
     put_interest(
