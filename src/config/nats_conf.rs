@@ -1073,9 +1073,9 @@ fn resolver_config(
 }
 
 /// `cluster { name, listen | host/port, routes, authorization, tls,
-/// advertise, no_advertise, connect_retries, pool_size }`. Keys about
-/// features we do not provide (compression, pinned accounts) are refused
-/// when they ask for something other than what we speak.
+/// advertise, no_advertise, connect_retries, pool_size, accounts }`.
+/// Compression, which we do not provide, is refused unless it asks for
+/// none.
 fn cluster_block(
     key: &str,
     n: &Node,

@@ -89,7 +89,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -185,8 +185,6 @@ pub struct Route {
     /// Closed as the losing duplicate: its cleanup must not touch the
     /// table entry of the winner, and it does not reconnect.
     replaced: AtomicBool,
-    /// Its slot in the peer's pool (0 when unpooled).
-    pub pool_idx: AtomicUsize,
     /// The next pool connection to dial once the peer answers our PING
     /// (the solicitor's way of filling a pool only after it was accepted).
     start_next: Mutex<Option<(String, bool)>>,
@@ -215,6 +213,14 @@ struct Peer {
 }
 
 impl Peer {
+    fn new(size: usize, pooled: bool) -> Peer {
+        Peer {
+            conns: vec![None; size],
+            pooled,
+            pinned: HashMap::new(),
+        }
+    }
+
     fn live(&self) -> impl Iterator<Item = &Arc<Route>> {
         self.conns.iter().flatten().chain(self.pinned.values())
     }
@@ -645,16 +651,23 @@ impl Routes {
             return;
         }
         let mut b = BytesMut::new();
-        let mut pinned = BytesMut::new();
         if after == 0 {
             encode_rs_minus(&mut b, account, subject, queue);
-            encode_pinned_minus(&mut pinned, subject, queue);
         } else {
             encode_rs_plus(&mut b, account, subject, queue.map(|q| (q, after)));
-            encode_pinned_plus(&mut pinned, subject, queue.map(|q| (q, after)));
+        }
+        // Only an account we pin can go to a pinned connection, whose
+        // lines omit the account.
+        let (pool, pins) = (self.opts.pool_size, &self.opts.pinned_accounts);
+        let mut pinned = BytesMut::new();
+        if pins.iter().any(|a| a == account) {
+            if after == 0 {
+                encode_pinned_minus(&mut pinned, subject, queue);
+            } else {
+                encode_pinned_plus(&mut pinned, subject, queue.map(|q| (q, after)));
+            }
         }
         // A slot not connected yet gets the whole table when it is.
-        let (pool, pins) = (self.opts.pool_size, &self.opts.pinned_accounts);
         for r in st
             .routes
             .values()
@@ -833,6 +846,15 @@ async fn accept_one(server: Arc<ServerInner>, stream: TcpStream, addr: SocketAdd
     }
 }
 
+/// The entry in `connecting` of a gossip-driven dial to server `id` (of
+/// its connection pinned to `account`, if any).
+fn connecting_key(id: &str, account: Option<&str>) -> String {
+    match account {
+        Some(a) => format!("{id} {a}"),
+        None => id.to_string(),
+    }
+}
+
 fn backoff(attempt: u32) -> Duration {
     let d = RECONNECT_MIN.saturating_mul(1u32 << attempt.min(8));
     d.min(RECONNECT_MAX)
@@ -863,11 +885,9 @@ async fn solicit(
             .saturating_add(1 + IMPLICIT_EXTRA_ATTEMPTS)
     };
     let (_, hostport) = split_route_url(&url);
-    // This dial's entry in `connecting` (implicit routes).
-    let connecting_key = expect_id.as_ref().map(|id| match &account {
-        Some(a) => format!("{id} {a}"),
-        None => id.clone(),
-    });
+    let connecting_key = expect_id
+        .as_ref()
+        .map(|id| connecting_key(id, account.as_deref()));
     loop {
         if attempt > 0 {
             tokio::select! {
@@ -966,7 +986,6 @@ async fn run_route<S>(
         remote: Mutex::new(Remote::default()),
         registered: AtomicBool::new(false),
         replaced: AtomicBool::new(false),
-        pool_idx: AtomicUsize::new(0),
         start_next: Mutex::new(None),
         pinned: Mutex::new(pinned),
     });
@@ -1089,11 +1108,12 @@ fn cleanup(server: &Arc<ServerInner>, route: &Arc<Route>, reason: &str) {
     let pinned = route.pinned.lock().clone();
     let expect = (!configured && !remote.id.is_empty()).then(|| remote.id.clone());
     if let Some(id) = &expect {
-        let key = match &pinned {
-            Some(a) => format!("{id} {a}"),
-            None => id.clone(),
-        };
-        if !routes.state.lock().connecting.insert(key) {
+        if !routes
+            .state
+            .lock()
+            .connecting
+            .insert(connecting_key(id, pinned.as_deref()))
+        {
             return;
         }
     }
@@ -1698,14 +1718,14 @@ impl RouteReader {
             m.remove("route_pool_idx");
         }
         match self.register(&info, &gossip) {
-            Ok(()) => {
+            Ok(slot) => {
                 self.route.attempt.store(0, Ordering::Relaxed);
                 tracing::info!(
                     addr = %self.addr,
                     rid = self.route.client.id,
                     remote_id = %info.server_id,
                     remote_name = %info.server_name,
-                    pool_idx = self.route.pool_idx.load(Ordering::Relaxed),
+                    pool_idx = slot,
                     "route registered"
                 );
                 server.send_connect_urls_to_clients();
@@ -1761,24 +1781,26 @@ impl RouteReader {
     /// sends it our INFO if we solicited a pool member, then the interest
     /// it carries; the peer's first connection also forwards its INFO to
     /// the other peers.
-    fn register(&mut self, info: &PeerInfo, gossip: &serde_json::Value) -> Result<(), NotAdded> {
+    /// Returns the pool slot taken (0 for a pinned connection).
+    fn register(&mut self, info: &PeerInfo, gossip: &serde_json::Value) -> Result<usize, NotAdded> {
         let (pooled, size) = self.pool_terms(info).map_err(NotAdded::Protocol)?;
         let ours = self.route.pinned.lock().clone();
         if let Some(account) =
             ours.or_else(|| (!info.route_account.is_empty()).then(|| info.route_account.clone()))
         {
-            return self.register_pinned(info, account, pooled, size);
+            return self
+                .register_pinned(info, account, pooled, size)
+                .map(|()| 0);
         }
         let server = self.server.clone();
         let routes = self.routes();
         let route = &self.route;
         let id = info.server_id.clone();
         let mut st = routes.state.lock();
-        let peer = st.routes.entry(id.clone()).or_insert_with(|| Peer {
-            conns: vec![None; size],
-            pooled,
-            pinned: HashMap::new(),
-        });
+        let peer = st
+            .routes
+            .entry(id.clone())
+            .or_insert_with(|| Peer::new(size, pooled));
         if peer.pooled != pooled {
             // The peer restarted with another pool setting and its old
             // connections are still closing: the new one retries.
@@ -1809,7 +1831,6 @@ impl RouteReader {
         // Pinned connections aside: the peer's first pool connection
         // announces it.
         let first = peer.conns.iter().all(Option::is_none);
-        route.pool_idx.store(slot, Ordering::Relaxed);
         let mut b = BytesMut::new();
         if route.did_solicit && routes.opts.pool_size > 0 {
             proto::encode_info(&mut b, &routes.route_info_json(&server, slot, None));
@@ -1856,8 +1877,9 @@ impl RouteReader {
         // not, which ends the propagation); once per peer.
         let implicit = route.did_solicit && !route.is_configured();
         if first && !implicit {
-            let mut frame = BytesMut::new();
-            proto::encode_info(&mut frame, &gossip.to_string());
+            let mut plain = BytesMut::new();
+            proto::encode_info(&mut plain, &gossip.to_string());
+            let mut frame = plain.clone();
             // Per pinned account, the same INFO naming it: a pooling peer
             // (nats-server) dials its pinned connection to the newcomer
             // only when told so.
@@ -1872,24 +1894,18 @@ impl RouteReader {
             }
             for (_, p) in st.routes.iter().filter(|(k, _)| **k != id) {
                 if let Some(r) = p.conns.iter().flatten().next() {
-                    if p.pooled {
-                        r.client.send_now(&frame);
-                    } else {
-                        // One without pools gets the plain INFO only.
-                        let mut plain = BytesMut::new();
-                        proto::encode_info(&mut plain, &gossip.to_string());
-                        r.client.send_now(&plain);
-                    }
+                    // One without pools gets the plain INFO only.
+                    r.client.send_now(if p.pooled { &frame } else { &plain });
                 }
             }
         }
         route.registered.store(true, Ordering::Release);
-        Ok(())
+        Ok(slot)
     }
 
-    /// Adds a connection the peer dedicated to one account (see the
-    /// module documentation): its operations omit the account from here
-    /// on, and it carries nothing from us.
+    /// Adds a connection dedicated to one account (see the module
+    /// documentation): its operations omit the account from here on; it
+    /// carries our interest in that account when we pin it too.
     fn register_pinned(
         &mut self,
         info: &PeerInfo,
@@ -1913,11 +1929,10 @@ impl RouteReader {
                 .as_ref()
                 .expect("route reader without a cluster");
             let mut st = routes.state.lock();
-            let peer = st.routes.entry(id.clone()).or_insert_with(|| Peer {
-                conns: vec![None; size],
-                pooled,
-                pinned: HashMap::new(),
-            });
+            let peer = st
+                .routes
+                .entry(id.clone())
+                .or_insert_with(|| Peer::new(size, pooled));
             if !peer.pooled {
                 return Err(NotAdded::Duplicate);
             }
