@@ -1598,15 +1598,17 @@ fn tls_block(
                     .or_else(|why| invalid(k, v, why))?;
             }
             "cipher_suites" => {
-                for name in subjects(k, v)? {
+                let names = subjects(k, v)?;
+                for name in &names {
                     if let Some(s) =
-                        crate::tls::parse_cipher_suite(&name).or_else(|why| invalid(k, v, why))?
+                        crate::tls::parse_cipher_suite(name).or_else(|why| invalid(k, v, why))?
                     {
                         files.params.cipher_suites.push(s);
                     }
                 }
-                if files.params.cipher_suites.is_empty() {
-                    // Only TLS 1.3 suites listed: TLS 1.2 has none left.
+                if !names.is_empty() && files.params.cipher_suites.is_empty() {
+                    // Only TLS 1.3 suites listed: TLS 1.2 has none left. (An
+                    // empty list keeps the defaults, as in nats-server.)
                     files.params.tls13_only = true;
                 }
             }
@@ -2334,6 +2336,11 @@ mod tests {
                 "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"
             ]
         );
+        let only13 =
+            conf("tls { cert_file: a, key_file: b, cipher_suites: [TLS_AES_128_GCM_SHA256] }\n");
+        assert!(only13.options.tls.unwrap().params.tls13_only);
+        let empty = conf("tls { cert_file: a, key_file: b, cipher_suites: [] }\n");
+        assert_eq!(empty.options.tls.unwrap().params, Default::default());
         for (text, want) in [
             ("min_version: \"1.0\"", "min_version"),
             (
