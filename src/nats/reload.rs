@@ -30,12 +30,18 @@
 //! `max_subscriptions`) through `ServerInner::reload_gen`, checked once per
 //! socket read; ping timers read the interval at each tick.
 //!
+//! Configured routes (`cluster { routes }`) are added and removed as
+//! nats-server does ([`Routes::reconfigure`](super::route::Routes)): new
+//! ones are dialled, removed ones have the connections we dialled to them
+//! closed and not re-dialled.
+//!
 //! Invariants: reloads are serialised (`reload_lock`); this module never
 //! logs (the caller logs the returned lines with its own logger, so the
 //! `nats-server` mode and the liftbridge mode each keep their format); it
-//! never changes listeners (host, port, cluster, leaf nodes, WebSocket
-//! other than its certificate): those are refused with nats-server's
-//! `config reload not supported for <Field>: old=<v>, new=<v>`.
+//! never changes listeners (host, port, the rest of the cluster block,
+//! leaf nodes, WebSocket other than its certificate): those are refused
+//! with nats-server's `config reload not supported for <Field>: old=<v>,
+//! new=<v>`.
 
 use std::fmt::Debug;
 use std::sync::atomic::Ordering;
@@ -468,7 +474,7 @@ pub(crate) fn diff(
             new.local_max_pending,
         ));
     }
-    diff_cluster(old, new, bound)?;
+    lines.extend(diff_cluster(old, new, bound)?);
     diff_leafnodes(old, new, bound)?;
     diff_websocket(old, new, bound)?;
     if old.tls.is_some() || new.tls.is_some() {
@@ -504,15 +510,16 @@ pub(crate) fn diff(
     Ok(lines)
 }
 
-/// The cluster block cannot change (routes are not re-solicited here);
-/// host and port get nats-server's own texts.
+/// Of the cluster block, `routes` (dialled or dropped by `reload`) and
+/// `connect_retries` may change; the rest is refused, host and port with
+/// nats-server's own texts.
 fn diff_cluster(
     old: &NatsOptions,
     new: &mut NatsOptions,
     bound: BoundPorts,
-) -> Result<(), ReloadError> {
+) -> Result<Vec<String>, ReloadError> {
     match (&old.cluster, &mut new.cluster) {
-        (None, None) => Ok(()),
+        (None, None) => Ok(Vec::new()),
         (Some(o), Some(n)) => {
             if o.host != n.host {
                 return Err(ReloadError::NotSupported {
@@ -530,8 +537,21 @@ fn diff_cluster(
                     new: n.port.to_string(),
                 });
             }
-            if same(o, n) {
-                Ok(())
+            let mut lines = Vec::new();
+            if o.connect_retries != n.connect_retries {
+                lines.push("Reloaded: cluster".to_string());
+            }
+            if o.routes != n.routes {
+                lines.push("Reloaded: cluster routes".to_string());
+            }
+            let fixed = |c: &crate::config::nats::ClusterOptions| {
+                let mut c = c.clone();
+                c.routes = Vec::new();
+                c.connect_retries = 0;
+                c
+            };
+            if same(&fixed(o), &fixed(n)) {
+                Ok(lines)
             } else {
                 Err(refuse("Cluster", format!("{o:?}"), format!("{n:?}")))
             }
@@ -633,6 +653,9 @@ impl NatsServer {
             .store(live.opts.max_payload, Ordering::Relaxed);
         if let (Some(ws), Some(t)) = (&inner.ws, ws_tls) {
             ws.set_tls(t);
+        }
+        if let (Some(r), Some(c)) = (&inner.routes, &live.opts.cluster) {
+            lines.extend(r.reconfigure(&inner, &c.routes, c.connect_retries));
         }
         inner.reload_gen.fetch_add(1, Ordering::SeqCst);
         let rechecked = {
@@ -996,6 +1019,47 @@ mod tests {
         );
         let mut same = old.clone();
         assert!(diff(&old, &mut same, bound()).is_ok());
+    }
+
+    #[test]
+    fn cluster_routes_may_change_the_rest_is_refused() {
+        let old = NatsOptions {
+            cluster: Some(ClusterOptions {
+                routes: vec!["nats-route://127.0.0.1:6223".into()],
+                ..ClusterOptions::default()
+            }),
+            ..NatsOptions::default()
+        };
+        let with = |f: &dyn Fn(&mut ClusterOptions)| {
+            let mut n = old.clone();
+            if let Some(c) = &mut n.cluster {
+                f(c);
+            }
+            n
+        };
+        let mut new = with(&|c| c.routes.push("nats-route://127.0.0.1:6224".into()));
+        let lines = diff(&old, &mut new, bound()).unwrap();
+        assert!(
+            lines.iter().any(|l| l == "Reloaded: cluster routes"),
+            "{lines:?}"
+        );
+        assert!(!lines.iter().any(|l| l == "Reloaded: cluster"), "{lines:?}");
+        let mut new = with(&|c| c.connect_retries = 3);
+        let lines = diff(&old, &mut new, bound()).unwrap();
+        assert!(lines.iter().any(|l| l == "Reloaded: cluster"), "{lines:?}");
+        for change in [
+            &(|c: &mut ClusterOptions| c.pool_size = 3) as &dyn Fn(&mut ClusterOptions),
+            &|c| c.pinned_accounts = vec!["A".into()],
+            &|c| c.name = Some("other".into()),
+            &|c| c.no_advertise = true,
+        ] {
+            let mut new = with(change);
+            let err = diff(&old, &mut new, bound()).unwrap_err().to_string();
+            assert!(
+                err.starts_with("config reload not supported for Cluster: "),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -302,6 +302,12 @@ impl State {
 /// The cluster side of a server. Present when `cluster` is configured.
 pub struct Routes {
     opts: ClusterOptions,
+    /// The configured routes in force (`cluster.routes`, changed by a
+    /// reload): a solicit task of a URL no longer listed stops, and
+    /// connections to it are not re-dialled.
+    configured: Mutex<Vec<String>>,
+    /// `connect_retries` in force (changed by a reload).
+    connect_retries: AtomicU32,
     /// The bound route listener address.
     pub listen: SocketAddr,
     name: Mutex<String>,
@@ -515,6 +521,8 @@ impl Routes {
         Ok((
             Routes {
                 opts: cluster.clone(),
+                configured: Mutex::new(cluster.routes.clone()),
+                connect_retries: AtomicU32::new(cluster.connect_retries),
                 listen,
                 name: Mutex::new(name),
                 dynamic: AtomicBool::new(dynamic),
@@ -551,6 +559,76 @@ impl Routes {
     /// Number of registered route connections.
     pub fn num_routes(&self) -> usize {
         self.state.lock().all_routes().count()
+    }
+
+    /// Whether `url` is one of the configured routes in force.
+    fn is_configured_url(&self, url: &str) -> bool {
+        self.configured
+            .lock()
+            .iter()
+            .any(|u| same_route_url(u, url))
+    }
+
+    /// Applies a reload's `routes` and `connect_retries`, as nats-server:
+    /// connections solicited for a route no longer listed are closed and
+    /// not re-dialled (a connection the peer dialled itself stays), and
+    /// new routes are dialled. Returns the notices to log.
+    pub(crate) fn reconfigure(
+        &self,
+        server: &Arc<ServerInner>,
+        routes: &[String],
+        connect_retries: u32,
+    ) -> Vec<String> {
+        self.connect_retries
+            .store(connect_retries, Ordering::Relaxed);
+        let (added, removed) = {
+            let mut cur = self.configured.lock();
+            let added: Vec<String> = routes
+                .iter()
+                .filter(|n| !cur.iter().any(|o| same_route_url(o, n)))
+                .cloned()
+                .collect();
+            let removed: Vec<String> = cur
+                .iter()
+                .filter(|o| !routes.iter().any(|n| same_route_url(o, n)))
+                .cloned()
+                .collect();
+            *cur = routes.to_vec();
+            (added, removed)
+        };
+        let mut notes = Vec::new();
+        if !removed.is_empty() {
+            let conns: Vec<Arc<Route>> = {
+                let st = self.state.lock();
+                st.all_routes()
+                    .chain(st.pending.values())
+                    .cloned()
+                    .collect()
+            };
+            for url in &removed {
+                let mut closed = false;
+                for r in &conns {
+                    let mut rc = r.reconnect.lock();
+                    if rc
+                        .as_ref()
+                        .is_some_and(|(u, configured)| *configured && same_route_url(u, url))
+                    {
+                        *rc = None;
+                        drop(rc);
+                        r.start_next.lock().take();
+                        r.client.close_now();
+                        closed = true;
+                    }
+                }
+                if closed {
+                    notes.push(format!("Removed route {}", redact_route_url(url)));
+                }
+            }
+        }
+        for url in added {
+            solicit_configured(server, self, url);
+        }
+        notes
     }
 
     /// Number of servers we have routes to.
@@ -773,19 +851,42 @@ pub(crate) fn spawn(server: Arc<ServerInner>, listener: TcpListener) {
     tokio::spawn(accept_loop(server.clone(), listener));
     // The pool, then one connection per pinned account, to every
     // configured route (as nats-server).
-    for url in routes.opts.routes.clone() {
-        tokio::spawn(solicit(server.clone(), url.clone(), true, None, 0, None));
-        for a in &routes.opts.pinned_accounts {
-            tokio::spawn(solicit(
-                server.clone(),
-                url.clone(),
-                true,
-                None,
-                0,
-                Some(a.clone()),
-            ));
-        }
+    let urls = routes.configured.lock().clone();
+    for url in urls {
+        solicit_configured(&server, routes, url);
     }
+}
+
+/// Dials a configured route: the pool, then one connection per pinned
+/// account (as nats-server).
+fn solicit_configured(server: &Arc<ServerInner>, routes: &Routes, url: String) {
+    for a in &routes.opts.pinned_accounts {
+        tokio::spawn(solicit(
+            server.clone(),
+            url.clone(),
+            true,
+            None,
+            0,
+            Some(a.clone()),
+        ));
+    }
+    tokio::spawn(solicit(server.clone(), url, true, None, 0, None));
+}
+
+/// A route URL for logs: its password replaced, as nats-server redacts.
+fn redact_route_url(url: &str) -> String {
+    match split_route_url(url) {
+        (Some((user, _)), hp) => {
+            let scheme = url.split_once("://").map_or("nats-route", |(s, _)| s);
+            format!("{scheme}://{user}:xxxxx@{hp}")
+        }
+        (None, _) => url.trim_end_matches('/').to_string(),
+    }
+}
+
+/// Two route URLs name the same configured route (a trailing `/` aside).
+fn same_route_url(a: &str, b: &str) -> bool {
+    a.trim_end_matches('/') == b.trim_end_matches('/')
 }
 
 async fn accept_loop(server: Arc<ServerInner>, listener: TcpListener) {
@@ -880,8 +981,8 @@ async fn solicit(
         u32::MAX
     } else {
         routes
-            .opts
             .connect_retries
+            .load(Ordering::Relaxed)
             .saturating_add(1 + IMPLICIT_EXTRA_ATTEMPTS)
     };
     let (_, hostport) = split_route_url(&url);
@@ -896,6 +997,11 @@ async fn solicit(
             }
         }
         if routes.cancel.is_cancelled() || attempt >= max_attempts {
+            break;
+        }
+        // A configured route removed by a reload is not dialled again.
+        if configured && !routes.is_configured_url(&url) {
+            tracing::debug!(%url, "not connecting to route: no longer configured");
             break;
         }
         if let Some(id) = &expect_id {
@@ -2259,8 +2365,8 @@ pub(crate) fn varz_cluster(server: &ServerInner) -> serde_json::Value {
         return json!({});
     };
     let urls: Vec<String> = routes
-        .opts
-        .routes
+        .configured
+        .lock()
         .iter()
         .map(|u| split_route_url(u).1)
         .collect();

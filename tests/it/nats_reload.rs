@@ -848,7 +848,8 @@ async fn nats_reload_nkey_users() {
 /// `GET path` on the monitoring port, as JSON.
 async fn monitor(port: u16, path: &str) -> serde_json::Value {
     let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    // HTTP/1.0: a body without chunked framing from nats-server too.
+    let req = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
     s.write_all(req.as_bytes()).await.unwrap();
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await.unwrap();
@@ -923,4 +924,203 @@ async fn nats_reload_leaf_on_removed_user_is_closed() {
     }
     alice.flush().await.unwrap();
     assert_eq!(drops.load(Ordering::SeqCst), 0);
+}
+
+/// `(routes, remotes)` in `/varz` of the server whose monitor port is
+/// `http`.
+async fn route_counts(http: u16) -> (u64, u64) {
+    let v = monitor(http, "/varz").await;
+    (
+        v["routes"].as_u64().unwrap_or(0),
+        v["remotes"].as_u64().unwrap_or(0),
+    )
+}
+
+async fn wait_remotes(http: u16, want: u64) {
+    let end = Instant::now() + WAIT;
+    while route_counts(http).await.1 != want {
+        assert!(
+            Instant::now() < end,
+            "remotes of :{http} never {want}: {:?} {:?}",
+            route_counts(http).await,
+            monitor(http, "/routez").await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Whether a message published on `from` reaches a subscriber on `to`
+/// within a second (interest crosses the route first).
+async fn crosses(from: &async_nats::Client, to: &async_nats::Client, subject: &str) -> bool {
+    let mut sub = to.subscribe(subject.to_string()).await.unwrap();
+    to.flush().await.unwrap();
+    let end = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < end {
+        from.publish(subject.to_string(), "x".into()).await.unwrap();
+        from.flush().await.unwrap();
+        if let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(100), sub.next()).await {
+            return true;
+        }
+    }
+    false
+}
+
+/// A reload adds a configured route (dialled at once) and removes it
+/// again (its connection closed and not re-dialled, with nats-server's
+/// `Removed route` notice), towards our own server and, with a pool,
+/// towards Go nats-server 2.15.1; our clients stay connected throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_adds_and_removes_routes() {
+    for go in [false, true] {
+        let (seed_cluster, seed_http, http) = (free_port(), free_port(), free_port());
+        let seed_dir = tempfile::tempdir().unwrap();
+        let seed_conf = format!(
+            "port: -1\nhttp: 127.0.0.1:{seed_http}\ncluster {{ name: c1, listen: 127.0.0.1:{seed_cluster} }}\n"
+        );
+        let seed_path = seed_dir.path().join("seed.conf");
+        std::fs::write(&seed_path, &seed_conf).unwrap();
+        struct Kill(Child);
+        impl Drop for Kill {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let seed_log = seed_dir.path().join("seed.log");
+        let (bin, pre): (PathBuf, &[&str]) = if go {
+            (super::support::procs::go_nats_server_2_15(), &[])
+        } else {
+            (env!("CARGO_BIN_EXE_liftbridge").into(), &["nats-server"])
+        };
+        let _seed = Kill(
+            Command::new(bin)
+                .args(pre)
+                .args(["-a", "127.0.0.1", "-c"])
+                .arg(&seed_path)
+                .arg("-l")
+                .arg(&seed_log)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let seed_port = {
+            let end = Instant::now() + WAIT;
+            loop {
+                let text = std::fs::read_to_string(&seed_log).unwrap_or_default();
+                let port = text
+                    .lines()
+                    .find_map(|l| l.split("client connections on 127.0.0.1:").nth(1))
+                    .and_then(|p| p.trim().parse::<u16>().ok());
+                if let (Some(p), true) = (port, text.contains("Server is ready")) {
+                    break p;
+                }
+                assert!(Instant::now() < end, "seed not ready; log:\n{text}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        let conf = |routes: bool| {
+            let r = if routes {
+                format!("routes: [ \"nats-route://127.0.0.1:{seed_cluster}\" ]")
+            } else {
+                String::new()
+            };
+            // Pooled towards Go: nats-server re-dials a peer without
+            // pools whose last route closed (its upgrade path), which a
+            // pooled peer is not.
+            let pool = if go { "pool_size: 3" } else { "" };
+            format!(
+                "http: 127.0.0.1:{http}\ncluster {{ name: c1, listen: 127.0.0.1:-1\n{pool}\n{r} }}\n"
+            )
+        };
+        let ours = Server::start(&conf(false));
+        let seed_client = async_nats::connect(format!("nats://127.0.0.1:{seed_port}"))
+            .await
+            .unwrap();
+        let (client, reconnects) = {
+            let n = Arc::new(AtomicUsize::new(0));
+            let n2 = n.clone();
+            let c = async_nats::ConnectOptions::new()
+                .event_callback(move |e| {
+                    let n = n2.clone();
+                    async move {
+                        if matches!(e, async_nats::Event::Disconnected) {
+                            n.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                })
+                .connect(ours.url())
+                .await
+                .unwrap();
+            (c, n)
+        };
+        assert_eq!(route_counts(http).await, (0, 0));
+        assert!(!crosses(&client, &seed_client, "before").await);
+
+        let log = ours.reload(&conf(true)).await;
+        assert!(log.contains("Reloaded: cluster routes"), "{log}");
+        assert!(!log.contains("Failed"), "{log}");
+        wait_remotes(http, 1).await;
+        wait_remotes(seed_http, 1).await;
+        assert!(crosses(&client, &seed_client, "added.a").await, "go={go}");
+        assert!(crosses(&seed_client, &client, "added.b").await, "go={go}");
+        let varz = monitor(http, "/varz").await;
+        assert_eq!(
+            varz["cluster"]["urls"],
+            serde_json::json!([format!("127.0.0.1:{seed_cluster}")])
+        );
+
+        let log = ours.reload(&conf(false)).await;
+        assert!(
+            log.contains(&format!(
+                "Removed route nats-route://127.0.0.1:{seed_cluster}"
+            )),
+            "{log}"
+        );
+        wait_remotes(http, 0).await;
+        wait_remotes(seed_http, 0).await;
+        // Past several reconnect backoffs: the removed route stays gone.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(route_counts(http).await, (0, 0), "go={go}");
+        assert!(!crosses(&client, &seed_client, "removed").await);
+        assert_eq!(
+            monitor(http, "/varz").await["cluster"]["urls"],
+            serde_json::json!([])
+        );
+        // Our own client was never disconnected.
+        assert_eq!(reconnects.load(Ordering::SeqCst), 0);
+        assert!(matches!(
+            client.connection_state(),
+            async_nats::connection::State::Connected
+        ));
+    }
+}
+
+/// Route settings other than `routes` and `connect_retries` still
+/// cannot change at run time: the reload is refused and the route stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_refuses_other_cluster_changes() {
+    let (a_cluster, a_http) = (free_port(), free_port());
+    let a = Server::start(&format!(
+        "http: 127.0.0.1:{a_http}\ncluster {{ name: c1, listen: 127.0.0.1:{a_cluster} }}\n"
+    ));
+    let b_conf = |extra: &str| {
+        format!(
+            "cluster {{ name: c1, listen: 127.0.0.1:-1, routes: [ \"nats-route://127.0.0.1:{a_cluster}\" ] {extra} }}\n"
+        )
+    };
+    let b = Server::start(&b_conf(""));
+    wait_remotes(a_http, 1).await;
+    let log = b.reload(&b_conf("\npool_size: 3\n")).await;
+    assert!(
+        log.contains("Failed to reload server configuration")
+            && log.contains("config reload not supported for Cluster"),
+        "{log}"
+    );
+    let log = b.reload(&b_conf("\nconnect_retries: 5\n")).await;
+    assert!(log.contains("Reloaded: cluster"), "{log}");
+    assert!(!log.contains("Failed"), "{log}");
+    // Neither reload touched the route.
+    assert_eq!(route_counts(a_http).await.1, 1);
+    drop(a);
 }
