@@ -69,6 +69,13 @@ pub struct LbBenchArgs {
     /// Windows (messages outstanding per publisher) of the publish workloads.
     #[arg(long, value_delimiter = ',', default_value = "1,256")]
     pub windows: Vec<usize>,
+    /// Paths of the liftbridge publish workloads: `async` (gRPC
+    /// PublishAsync), `envelope` (enveloped NATS publishes).
+    #[arg(long, value_delimiter = ',', default_value = "async,envelope")]
+    pub via: Vec<String>,
+    /// Publisher counts of the publish workloads.
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    pub publishers: Vec<usize>,
     /// Another liftbridge binary to measure as well, as LABEL=PATH
     /// (repeatable): it runs the same workloads with the same client, so
     /// two builds compare in one run.
@@ -129,6 +136,18 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
         bail!("the replay workload replays what the record workload wrote: add `record`");
     }
     let windows: &[usize] = if publish { &args.windows } else { &[] };
+    if let Some(v) = args
+        .via
+        .iter()
+        .find(|v| !["async", "envelope"].contains(&v.as_str()))
+    {
+        bail!("--via: unknown path {v:?} (async, envelope)");
+    }
+    let vias: Vec<&str> = [("async", "PublishAsync"), ("envelope", "NATS envelope")]
+        .into_iter()
+        .filter(|(k, _)| args.via.iter().any(|v| v == k))
+        .map(|(_, name)| name)
+        .collect();
     let mut servers = vec![("liftbridge".to_string(), std::env::current_exe()?)];
     for l in &args.other_lbs {
         let (l, path) = l
@@ -153,8 +172,8 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
             (proto::AckPolicy::All, "ALL"),
         ] {
             for &window in windows {
-                for pubs in [1usize, 4] {
-                    for via in ["PublishAsync", "NATS envelope"] {
+                for &pubs in &args.publishers {
+                    for &via in &vias {
                         let mut rates = Vec::new();
                         for _ in 0..args.rounds {
                             // A fresh stream per measurement.
@@ -234,7 +253,7 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
                 client.server_info().version
             );
             for &window in windows {
-                for pubs in [1usize, 4] {
+                for &pubs in &args.publishers {
                     let mut rates = Vec::new();
                     for _ in 0..args.rounds {
                         rates.push(js_publish(&url, window, pubs, count(window), &payload).await?);

@@ -33,7 +33,8 @@
 //! Configured routes (`cluster { routes }`) are added and removed as
 //! nats-server does ([`Routes::reconfigure`](super::route::Routes)): new
 //! ones are dialled, removed ones have the connections we dialled to them
-//! closed and not re-dialled.
+//! closed and not re-dialled; a new `pool_size` or pinned account list
+//! re-forms the mesh.
 //!
 //! Invariants: reloads are serialised (`reload_lock`); this module never
 //! logs (the caller logs the returned lines with its own logger, so the
@@ -510,9 +511,10 @@ pub(crate) fn diff(
     Ok(lines)
 }
 
-/// Of the cluster block, `routes` (dialled or dropped by `reload`) and
-/// `connect_retries` may change; the rest is refused, host and port with
-/// nats-server's own texts.
+/// Of the cluster block, `routes` (dialled or dropped by `reload`),
+/// `connect_retries`, `pool_size` and `accounts` (the mesh re-forms) may
+/// change; the rest is refused, host and port with nats-server's own
+/// texts.
 fn diff_cluster(
     old: &NatsOptions,
     new: &mut NatsOptions,
@@ -538,7 +540,10 @@ fn diff_cluster(
                 });
             }
             let mut lines = Vec::new();
-            if o.connect_retries != n.connect_retries {
+            if o.connect_retries != n.connect_retries
+                || o.pool_size != n.pool_size
+                || o.pinned_accounts != n.pinned_accounts
+            {
                 lines.push("Reloaded: cluster".to_string());
             }
             if o.routes != n.routes {
@@ -548,6 +553,8 @@ fn diff_cluster(
                 let mut c = c.clone();
                 c.routes = Vec::new();
                 c.connect_retries = 0;
+                c.pool_size = 0;
+                c.pinned_accounts = Vec::new();
                 c
             };
             if same(&fixed(o), &fixed(n)) {
@@ -655,7 +662,7 @@ impl NatsServer {
             ws.set_tls(t);
         }
         if let (Some(r), Some(c)) = (&inner.routes, &live.opts.cluster) {
-            lines.extend(r.reconfigure(&inner, &c.routes, c.connect_retries));
+            lines.extend(r.reconfigure(&inner, c));
         }
         inner.reload_gen.fetch_add(1, Ordering::SeqCst);
         let rechecked = {
@@ -1022,7 +1029,7 @@ mod tests {
     }
 
     #[test]
-    fn cluster_routes_may_change_the_rest_is_refused() {
+    fn cluster_routes_and_pools_may_change_the_rest_is_refused() {
         let old = NatsOptions {
             cluster: Some(ClusterOptions {
                 routes: vec!["nats-route://127.0.0.1:6223".into()],
@@ -1047,11 +1054,17 @@ mod tests {
         let mut new = with(&|c| c.connect_retries = 3);
         let lines = diff(&old, &mut new, bound()).unwrap();
         assert!(lines.iter().any(|l| l == "Reloaded: cluster"), "{lines:?}");
+        let mut new = with(&|c| {
+            c.pool_size = 3;
+            c.pinned_accounts = vec!["A".into()];
+        });
+        let lines = diff(&old, &mut new, bound()).unwrap();
+        assert!(lines.iter().any(|l| l == "Reloaded: cluster"), "{lines:?}");
         for change in [
-            &(|c: &mut ClusterOptions| c.pool_size = 3) as &dyn Fn(&mut ClusterOptions),
-            &|c| c.pinned_accounts = vec!["A".into()],
-            &|c| c.name = Some("other".into()),
+            &(|c: &mut ClusterOptions| c.name = Some("other".into()))
+                as &dyn Fn(&mut ClusterOptions),
             &|c| c.no_advertise = true,
+            &|c| c.advertise = Some("h:1".into()),
         ] {
             let mut new = with(change);
             let err = diff(&old, &mut new, bound()).unwrap_err().to_string();

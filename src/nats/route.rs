@@ -35,6 +35,17 @@
 //! account too, which is how nats-server peers learn to dial theirs.
 //! Pinned connections a peer dials for accounts we do not pin (nats-server
 //! pins its system account by default) are accepted and read the same way.
+//! An account a reload pins is first announced to each pooling peer
+//! (`route_account` with `route_acc_add_reqid`, nats-server's reload
+//! protocol), so a nats-server peer that does not pin it accepts the pinned
+//! connection; the same announcement from a peer drops the interest in that
+//! account its pool connections carried (it arrives again on the pinned
+//! connection) and is answered. A pinned connection a peer refuses is
+//! re-dialled with backoff.
+//!
+//! **Reload.** `routes`, `connect_retries`, `pool_size` and `accounts` may
+//! change at run time ([`Routes::reconfigure`]); a new pool size or pinned
+//! list closes every route connection and the mesh re-forms.
 //!
 //! **Accounts.** Every account but the system account (`$SYS`, or the
 //! operator's) is carried, by name (the public key in operator mode), in
@@ -89,7 +100,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -308,6 +319,11 @@ pub struct Routes {
     configured: Mutex<Vec<String>>,
     /// `connect_retries` in force (changed by a reload).
     connect_retries: AtomicU32,
+    /// `pool_size` in force (changed by a reload; see
+    /// [`ClusterOptions::pool_size`]).
+    pool_size: AtomicUsize,
+    /// Pinned accounts in force (`accounts`, changed by a reload).
+    pins: parking_lot::RwLock<Arc<Vec<String>>>,
     /// The bound route listener address.
     pub listen: SocketAddr,
     name: Mutex<String>,
@@ -397,6 +413,10 @@ struct PeerInfo {
     route_pool_size: i64,
     route_pool_idx: i64,
     route_account: String,
+    /// nats-server's announcement that `route_account` moves to a pinned
+    /// connection (a reload pinned it), or, without an account, the
+    /// answer to ours.
+    route_acc_add_reqid: String,
 }
 
 /// The fields of a peer's CONNECT we check.
@@ -523,6 +543,8 @@ impl Routes {
                 opts: cluster.clone(),
                 configured: Mutex::new(cluster.routes.clone()),
                 connect_retries: AtomicU32::new(cluster.connect_retries),
+                pool_size: AtomicUsize::new(cluster.pool_size),
+                pins: parking_lot::RwLock::new(Arc::new(cluster.pinned_accounts.clone())),
                 listen,
                 name: Mutex::new(name),
                 dynamic: AtomicBool::new(dynamic),
@@ -543,9 +565,21 @@ impl Routes {
         self.name.lock().clone()
     }
 
-    /// The cluster options.
+    /// The cluster options (as at start-up; `routes`, `connect_retries`,
+    /// `pool_size` and `accounts` may have changed since, see
+    /// [`Routes::reconfigure`]).
     pub fn options(&self) -> &ClusterOptions {
         &self.opts
+    }
+
+    /// `pool_size` in force: `0` = no pool.
+    pub fn pool_size(&self) -> usize {
+        self.pool_size.load(Ordering::Acquire)
+    }
+
+    /// The accounts pinned in force.
+    pub fn pinned_accounts(&self) -> Arc<Vec<String>> {
+        self.pins.read().clone()
     }
 
     /// Registered route connections (every connection of a pool).
@@ -569,18 +603,32 @@ impl Routes {
             .any(|u| same_route_url(u, url))
     }
 
-    /// Applies a reload's `routes` and `connect_retries`, as nats-server:
-    /// connections solicited for a route no longer listed are closed and
-    /// not re-dialled (a connection the peer dialled itself stays), and
-    /// new routes are dialled. Returns the notices to log.
+    /// Applies a reload's cluster block (its other fields cannot change,
+    /// see `reload::diff_cluster`). Returns the notices to log.
+    ///
+    /// - `routes`, as nats-server: connections solicited for a route no
+    ///   longer listed are closed and not re-dialled (a connection the peer
+    ///   dialled itself stays), and new routes are dialled;
+    /// - `connect_retries` applies to the next gossip-driven dial;
+    /// - `pool_size` or `accounts`: every route connection closes and the
+    ///   mesh re-forms with the new pools and pinned connections (routes
+    ///   we dialled re-dial, peers re-dial theirs, pinned connections of
+    ///   an account no longer pinned are not re-dialled). Core messages
+    ///   crossing the cluster in that moment may be lost, as at any route
+    ///   reconnect.
     pub(crate) fn reconfigure(
         &self,
         server: &Arc<ServerInner>,
-        routes: &[String],
-        connect_retries: u32,
+        cluster: &ClusterOptions,
     ) -> Vec<String> {
+        let routes = &cluster.routes;
         self.connect_retries
-            .store(connect_retries, Ordering::Relaxed);
+            .store(cluster.connect_retries, Ordering::Relaxed);
+        let mut notes = Vec::new();
+        let old_pins = self.pinned_accounts();
+        if self.pool_size() != cluster.pool_size || *old_pins != cluster.pinned_accounts {
+            notes.extend(self.reset_pools(server, cluster, &old_pins));
+        }
         let (added, removed) = {
             let mut cur = self.configured.lock();
             let added: Vec<String> = routes
@@ -596,7 +644,6 @@ impl Routes {
             *cur = routes.to_vec();
             (added, removed)
         };
-        let mut notes = Vec::new();
         if !removed.is_empty() {
             let conns: Vec<Arc<Route>> = {
                 let st = self.state.lock();
@@ -629,6 +676,88 @@ impl Routes {
             solicit_configured(server, self, url);
         }
         notes
+    }
+
+    /// Puts a new `pool_size` and pinned account list in force: every
+    /// route connection (pools, pinned, not yet registered) is closed, the
+    /// peers forgotten, and the mesh re-forms (see [`Routes::reconfigure`]).
+    /// Pinned connections to configured routes are dialled for accounts
+    /// newly pinned.
+    fn reset_pools(
+        &self,
+        server: &Arc<ServerInner>,
+        cluster: &ClusterOptions,
+        old_pins: &[String],
+    ) -> Vec<String> {
+        let new_pins = Arc::new(cluster.pinned_accounts.clone());
+        let added: Vec<&String> = new_pins.iter().filter(|a| !old_pins.contains(a)).collect();
+        // Newly pinned accounts are announced to each pooling peer first,
+        // as nats-server announces an account a reload pinned: a peer that
+        // does not pin it itself then accepts its pinned connection (else
+        // it answers `-ERR 'No route for account'`).
+        let mut announce = BytesMut::new();
+        for a in &added {
+            let info = serde_json::json!({
+                "route_pool_size": self.pool_size(),
+                "route_account": a,
+                "route_acc_add_reqid": &server.server_id,
+            });
+            proto::encode_info(&mut announce, &info.to_string());
+        }
+        self.pool_size.store(cluster.pool_size, Ordering::Release);
+        *self.pins.write() = new_pins.clone();
+        let conns: Vec<Arc<Route>> = {
+            let mut st = self.state.lock();
+            if !announce.is_empty() {
+                for p in st.routes.values().filter(|p| p.pooled) {
+                    if let Some(r) = p.conns.iter().flatten().next() {
+                        r.client.send_now(&announce);
+                    }
+                }
+            }
+            let peers = std::mem::take(&mut st.routes);
+            let mut v: Vec<Arc<Route>> = st.pending.values().cloned().collect();
+            for p in peers.values() {
+                v.extend(p.live().cloned());
+            }
+            v
+        };
+        for r in &conns {
+            // Our pinned connection of an account no longer pinned (or
+            // with pools gone) is not re-dialled; the rest re-dial (or are
+            // re-dialled by the peer) and meet the new settings.
+            let unpinned = r
+                .pinned
+                .lock()
+                .as_ref()
+                .is_some_and(|a| r.did_solicit && !new_pins.contains(a));
+            if unpinned {
+                *r.reconnect.lock() = None;
+            }
+            r.start_next.lock().take();
+            // What is queued (the announcements) goes out first.
+            r.client.close_with_err(None);
+        }
+        if !added.is_empty() {
+            for url in self.configured.lock().clone() {
+                for a in &added {
+                    tokio::spawn(solicit(
+                        server.clone(),
+                        url.clone(),
+                        true,
+                        None,
+                        0,
+                        Some((*a).clone()),
+                    ));
+                }
+            }
+        }
+        vec![format!(
+            "Route pool size {} and pinned accounts {:?} in force: {} route connections closed to re-form",
+            cluster.pool_size,
+            new_pins.as_slice(),
+            conns.len()
+        )]
     }
 
     /// Number of servers we have routes to.
@@ -685,7 +814,7 @@ impl Routes {
             payload,
         );
         let st = self.state.lock();
-        let pool = self.opts.pool_size;
+        let pool = self.pool_size();
         let mut n = 0;
         for p in st.routes.values() {
             let pool_conn = p.conn_for(account, pool, &[]);
@@ -736,7 +865,7 @@ impl Routes {
         }
         // Only an account we pin can go to a pinned connection, whose
         // lines omit the account.
-        let (pool, pins) = (self.opts.pool_size, &self.opts.pinned_accounts);
+        let (pool, pins) = (self.pool_size(), self.pinned_accounts());
         let mut pinned = BytesMut::new();
         if pins.iter().any(|a| a == account) {
             if after == 0 {
@@ -749,7 +878,7 @@ impl Routes {
         for r in st
             .routes
             .values()
-            .filter_map(|p| p.conn_for(account, pool, pins))
+            .filter_map(|p| p.conn_for(account, pool, &pins))
         {
             if r.client.pinned_route.load(Ordering::Acquire) {
                 r.client.send_now(&pinned);
@@ -833,7 +962,7 @@ impl Routes {
                 vec![self.own_client_url.clone()]
             },
             ldm,
-            route_pool_size: self.opts.pool_size,
+            route_pool_size: self.pool_size(),
             route_pool_idx: pool_idx,
             route_account,
         };
@@ -860,7 +989,7 @@ pub(crate) fn spawn(server: Arc<ServerInner>, listener: TcpListener) {
 /// Dials a configured route: the pool, then one connection per pinned
 /// account (as nats-server).
 fn solicit_configured(server: &Arc<ServerInner>, routes: &Routes, url: String) {
-    for a in &routes.opts.pinned_accounts {
+    for a in routes.pinned_accounts().iter() {
         tokio::spawn(solicit(
             server.clone(),
             url.clone(),
@@ -1004,6 +1133,14 @@ async fn solicit(
             tracing::debug!(%url, "not connecting to route: no longer configured");
             break;
         }
+        // Nor a pinned connection of an account a reload unpinned.
+        if account
+            .as_ref()
+            .is_some_and(|a| !routes.pinned_accounts().contains(a))
+        {
+            tracing::debug!(%url, account = ?account, "not connecting to route: account no longer pinned");
+            break;
+        }
         if let Some(id) = &expect_id {
             if routes.state.lock().has_route(id, account.as_deref()) || *id == server.server_id {
                 break;
@@ -1131,7 +1268,7 @@ async fn run_route<S>(
     }
     // A soliciting pool member sends its INFO once it knows its slot
     // (`register`), as nats-server expects.
-    if solicited.is_none() || routes.opts.pool_size == 0 {
+    if solicited.is_none() || routes.pool_size() == 0 {
         proto::encode_info(&mut hello, &routes.route_info_json(&server, 0, None));
     }
     client.send_now(&hello);
@@ -1593,6 +1730,7 @@ impl RouteReader {
             }
             RouteOp::Pong => {
                 self.route.client.pings_out.store(0, Ordering::Relaxed);
+                self.route.attempt.store(0, Ordering::Relaxed);
                 // The peer accepted this pool connection: dial the next.
                 if let Some((url, configured)) = self.route.start_next.lock().take() {
                     let id = self.route.remote.lock().id.clone();
@@ -1743,6 +1881,10 @@ impl RouteReader {
         };
         let server = self.server.clone();
         if self.route.registered.load(Ordering::Acquire) {
+            if !info.route_acc_add_reqid.is_empty() {
+                self.account_moves_to_pinned(&info);
+                return Ok(());
+            }
             let remote_id = self.route.remote.lock().id.clone();
             if info.server_id != remote_id {
                 // Gossip about another server: connect to it if needed
@@ -1825,7 +1967,13 @@ impl RouteReader {
         }
         match self.register(&info, &gossip) {
             Ok(slot) => {
-                self.route.attempt.store(0, Ordering::Relaxed);
+                // The reconnect backoff starts over only once the peer
+                // answers a PING: a peer that takes our INFO and then
+                // refuses the connection (`-ERR 'No route for account'`)
+                // is retried with backoff, not in a loop.
+                if self.route.did_solicit && self.route.start_next.lock().is_none() {
+                    self.route.client.send_now(proto::PING);
+                }
                 tracing::info!(
                     addr = %self.addr,
                     rid = self.route.client.id,
@@ -1856,7 +2004,7 @@ impl RouteReader {
     /// returns whether the pair pools and the pool size (`max(ours,
     /// theirs)`), or the `-ERR` text.
     fn pool_terms(&self, info: &PeerInfo) -> Result<(bool, usize), String> {
-        let ours = self.routes().opts.pool_size;
+        let ours = self.routes().pool_size();
         if ours == 0 || info.route_pool_size <= 0 {
             return Ok((false, 1));
         }
@@ -1938,13 +2086,13 @@ impl RouteReader {
         // announces it.
         let first = peer.conns.iter().all(Option::is_none);
         let mut b = BytesMut::new();
-        if route.did_solicit && routes.opts.pool_size > 0 {
+        if route.did_solicit && routes.pool_size() > 0 {
             proto::encode_info(&mut b, &routes.route_info_json(&server, slot, None));
         }
         // A full resolver's accounts go first, so the peer knows them
         // before the interest in them (see `claims`).
         super::claims::encode_sync(&server, &mut b);
-        let (pool, pins) = (routes.opts.pool_size, &routes.opts.pinned_accounts);
+        let (pool, pins) = (routes.pool_size(), routes.pinned_accounts());
         for ((account, subject, queue), n) in &st.interest {
             if !pooled || (pool_index(pool, account) == slot && !pins.contains(account)) {
                 encode_rs_plus(&mut b, account, subject, queue.as_deref().map(|q| (q, *n)));
@@ -1961,10 +2109,16 @@ impl RouteReader {
             *route.start_next.lock() = route.reconnect.lock().clone();
             route.client.send_now(proto::PING);
         }
-        // Pinned accounts towards a peer learned by gossip (configured
-        // routes dial theirs from the start).
-        if pooled && first && route.did_solicit && !route.is_configured() {
-            if let Some((url, _)) = route.reconnect.lock().clone() {
+        // Pinned accounts towards a peer learned by gossip, or that dialled
+        // us (configured routes dial theirs from the start); the duplicate
+        // rule settles a pinned connection both sides dial.
+        if pooled && first && !route.is_configured() {
+            let url = if route.did_solicit {
+                route.reconnect.lock().clone().map(|(u, _)| u)
+            } else {
+                Some(route.remote.lock().url.clone()).filter(|u| !u.is_empty())
+            };
+            if let Some(url) = url {
                 for a in pins.iter().filter(|a| !peer.pinned.contains_key(*a)) {
                     tokio::spawn(solicit(
                         server.clone(),
@@ -1990,7 +2144,7 @@ impl RouteReader {
             // (nats-server) dials its pinned connection to the newcomer
             // only when told so.
             if pooled {
-                for a in &routes.opts.pinned_accounts {
+                for a in pins.iter() {
                     let mut g = gossip.clone();
                     if let serde_json::Value::Object(m) = &mut g {
                         m.insert("route_account".into(), serde_json::Value::String(a.clone()));
@@ -2053,7 +2207,7 @@ impl RouteReader {
                 proto::encode_info(&mut b, &routes.route_info_json(&server, 0, Some(&account)));
             }
             // The interest of an account we pin travels only here.
-            if routes.opts.pinned_accounts.contains(&account) {
+            if routes.pinned_accounts().contains(&account) {
                 for ((acc, subject, queue), n) in &st.interest {
                     if *acc == account {
                         encode_pinned_plus(&mut b, subject, queue.as_deref().map(|q| (q, *n)));
@@ -2139,6 +2293,48 @@ impl RouteReader {
             return;
         };
         add_route_interest(&self.server, &self.route.client, acc, subject, q);
+    }
+
+    /// The peer pins `info.route_account` from now on (nats-server's
+    /// reload protocol): its interest in that account arrives again on the
+    /// pinned connection it dials next, so what its pool connections
+    /// carried is dropped (or messages would reach it twice); the answer
+    /// carries the request id back. An answer to our own announcement
+    /// needs nothing.
+    fn account_moves_to_pinned(&mut self, info: &PeerInfo) {
+        let account = info.route_account.as_str();
+        if account.is_empty() {
+            return;
+        }
+        let remote_id = self.route.remote.lock().id.clone();
+        let pool: Vec<Arc<Route>> = {
+            let st = self.routes().state.lock();
+            st.routes
+                .get(&remote_id)
+                .map(|p| p.conns.iter().flatten().cloned().collect())
+                .unwrap_or_default()
+        };
+        let prefix = format!("{account} ");
+        for r in pool {
+            let subs: Vec<Arc<Subscription>> = r
+                .client
+                .subs
+                .lock()
+                .iter()
+                .filter(|(k, _)| k.starts_with(prefix.as_bytes()))
+                .map(|(_, s)| s.clone())
+                .collect();
+            for sub in subs {
+                self.server.remove_subscription(&sub);
+            }
+        }
+        let answer = serde_json::json!({
+            "route_pool_size": info.route_pool_size,
+            "route_acc_add_reqid": info.route_acc_add_reqid,
+        });
+        let mut b = BytesMut::new();
+        proto::encode_info(&mut b, &answer.to_string());
+        self.route.client.send_now(&b);
     }
 
     fn remote_unsub(&mut self, account: &[u8], subject: &[u8], queue: Option<&Bytes>) {
@@ -2379,7 +2575,7 @@ pub(crate) fn varz_cluster(server: &ServerInner) -> serde_json::Value {
         "tls_timeout": 2.0,
         "tls_required": routes.tls_acceptor.is_some(),
         "tls_verify": routes.tls_acceptor.is_some(),
-        "pool_size": if routes.opts.pool_size == 0 { -1 } else { routes.opts.pool_size as i64 },
+        "pool_size": match routes.pool_size() { 0 => -1, n => n as i64 },
     })
 }
 

@@ -104,9 +104,16 @@ async fn carriers(n: &NatsNode, peer: &str, account: &str, subject: &str) -> Vec
                 .as_array()
                 .into_iter()
                 .flatten()
-                // nats-server names no account on a pinned connection.
+                // nats-server names no account on a pinned connection,
+                // and on a pool connection only in the sid (`A r.3`, or
+                // `R A r.3` from another nats-server).
                 .any(|s| {
-                    (s["account"] == account || s["account"].is_null() && r["account"] == account)
+                    let in_sid = s["sid"]
+                        .as_str()
+                        .map(|sid| sid.strip_prefix("R ").unwrap_or(sid))
+                        .is_some_and(|sid| sid.split(' ').next() == Some(account));
+                    (s["account"] == account
+                        || s["account"].is_null() && (r["account"] == account || in_sid))
                         && s["subject"] == subject
                 })
         })
@@ -144,7 +151,7 @@ async fn queue_group_of_c(nodes: [&NatsNode; 3], subject: &str) {
     }
     for n in nodes {
         for p in pools(n).await.into_keys() {
-            let what = format!("queue interest of C from {p}");
+            let what = format!("queue interest of C from {p} on :{}", n.http_port);
             wait_until(WAIT, &what, || async {
                 carriers(n, &p, "C", subject).await.len() == 1
             })
@@ -474,4 +481,206 @@ async fn pinned_account_with_go_nats_server_2_15() {
         "go215",
     )
     .await;
+}
+
+/// Sends SIGHUP (reload the configuration) to each node.
+fn hup(nodes: &[&NatsNode]) {
+    for n in nodes {
+        let pid = n.proc.pid().expect("node running");
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+    }
+}
+
+/// Reloads the peers first, then (once they settled) our seed, as a
+/// rolling change goes.
+async fn reload_all(all: &[&NatsNode; 3]) {
+    hup(&all[1..]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    hup(&all[..1]);
+}
+
+/// Connections per peer that are not pinned to an account.
+async fn pool_conns(n: &NatsNode) -> HashMap<String, usize> {
+    let rz = n.routez().await;
+    let mut m = HashMap::new();
+    for r in rz["routes"].as_array().into_iter().flatten() {
+        if r["account"].as_str().unwrap_or("").is_empty() {
+            *m.entry(r["remote_id"].as_str().unwrap_or("").to_string())
+                .or_insert(0) += 1;
+        }
+    }
+    m
+}
+
+/// Each of 20 messages of `account` published on `from` reaches a
+/// subscriber on `to` once.
+async fn flows(from: &NatsNode, to: &NatsNode, account: &str, subject: &str) {
+    let sub_client = connect(to, account).await;
+    let mut sub = sub_client.subscribe(subject.to_string()).await.unwrap();
+    sub_client.flush().await.unwrap();
+    let to_id = server_id(to).await;
+    let what = format!("interest of {account} in {subject} across");
+    wait_until(WAIT, &what, || async {
+        carriers(from, &to_id, account, subject).await.len() == 1
+    })
+    .await;
+    let pub_client = connect(from, account).await;
+    for i in 0..20 {
+        pub_client
+            .publish(subject.to_string(), Bytes::from(format!("{i}")))
+            .await
+            .unwrap();
+    }
+    pub_client.flush().await.unwrap();
+    for i in 0..20 {
+        assert_eq!(next(&mut sub).await.payload, format!("{i}").as_bytes());
+    }
+    if let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(200), sub.next()).await {
+        panic!("extra message {:?}", m.payload);
+    }
+}
+
+/// A reload of `pool_size` and `accounts` on our seed and two `others`
+/// (which reload the same file): the pools re-form at the new size, a
+/// newly pinned account gets its connection (and its interest moves
+/// there), an unpinned one goes back to the pool, and messages of every
+/// account keep reaching their subscribers once.
+async fn pools_change_on_reload(others: &Impl, tag: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = pool_conf(&dir);
+    let conf = std::path::PathBuf::from(&flags[1]);
+    let rewrite = |pool: usize, pinned: &[&str]| {
+        let text = std::fs::read_to_string(&conf).unwrap();
+        let (head, _) = text.split_once("cluster {").unwrap();
+        std::fs::write(
+            &conf,
+            format!(
+                "{head}cluster {{ pool_size: {pool}, accounts: [{}] }}\n",
+                pinned.join(", ")
+            ),
+        )
+        .unwrap();
+    };
+    let flags_ref: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let name = format!("reload-{tag}");
+    let a = start(&name, &[], &flags).await;
+    let b = NatsNode::start_with(others, &name, &[a.cluster_port], &flags_ref).await;
+    let c = NatsNode::start_with(others, &name, &[a.cluster_port], &flags_ref).await;
+    let all = [&a, &b, &c];
+    let (a_id, b_id) = (server_id(&a).await, server_id(&b).await);
+    let pools_of = |size: usize| async move {
+        for n in all {
+            wait_until(WAIT, &format!("pools of {size}"), || async {
+                let p = pool_conns(n).await;
+                p.len() == 2 && p.values().all(|c| *c == size)
+            })
+            .await;
+        }
+    };
+    pools_of(3).await;
+    flows(&a, &b, "A", "r.1").await;
+
+    rewrite(4, &[]);
+    reload_all(&all).await;
+    pools_of(4).await;
+    for acc in ACCOUNTS {
+        flows(&a, &b, acc, "r.2").await;
+        flows(&b, &a, acc, "r.3").await;
+    }
+
+    rewrite(4, &["C"]);
+    reload_all(&all).await;
+    wait_until(WAIT, "a connection pinned to C from A to B", || async {
+        pinned_conns(&a, &b_id, "C").await.len() == 1
+    })
+    .await;
+    wait_until(WAIT, "a connection pinned to C from B to A", || async {
+        pinned_conns(&b, &a_id, "C").await.len() == 1
+    })
+    .await;
+    pools_of(4).await;
+    flows(&a, &b, "C", "r.4").await;
+    flows(&b, &a, "C", "r.5").await;
+    let pinned = pinned_conns(&a, &b_id, "C").await;
+    assert_eq!(carriers(&a, &b_id, "C", "r.4").await, Vec::<u64>::new());
+    let on_b = connect(&b, "C").await;
+    let _s = on_b.subscribe("r.6").await.unwrap();
+    on_b.flush().await.unwrap();
+    wait_until(WAIT, "C's interest on the pinned connection", || async {
+        carriers(&a, &b_id, "C", "r.6").await == pinned
+    })
+    .await;
+    flows(&a, &b, "A", "r.7").await;
+
+    rewrite(3, &[]);
+    reload_all(&all).await;
+    pools_of(3).await;
+    wait_until(WAIT, "no connection pinned to C", || async {
+        pinned_conns(&a, &b_id, "C").await.is_empty()
+            && pinned_conns(&b, &a_id, "C").await.is_empty()
+    })
+    .await;
+    for acc in ACCOUNTS {
+        flows(&a, &b, acc, "r.8").await;
+        flows(&b, &a, acc, "r.9").await;
+    }
+    queue_group_of_c([&a, &b, &c], "r.q").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pools_change_on_reload_between_our_nodes() {
+    pools_change_on_reload(&Impl::Liftbridge, "ours").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pools_change_on_reload_with_go_nats_server_2_15() {
+    pools_change_on_reload(
+        &Impl::Go(crate::support::procs::go_nats_server_2_15()),
+        "go215",
+    )
+    .await;
+}
+
+/// Only our node pins `C` by a reload (the nats-server peers keep their
+/// configuration): announced as nats-server announces an account a
+/// reload pinned, the pinned connections we dial are accepted and `C`'s
+/// messages keep flowing between all three servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinning_on_reload_with_go_peers_that_do_not_pin() {
+    let dir = tempfile::tempdir().unwrap();
+    let go_flags = pool_conf(&dir);
+    let go_ref: Vec<&str> = go_flags.iter().map(String::as_str).collect();
+    let ours_dir = tempfile::tempdir().unwrap();
+    let flags = pool_conf(&ours_dir);
+    let conf = std::path::PathBuf::from(&flags[1]);
+    let go = Impl::Go(crate::support::procs::go_nats_server_2_15());
+    let a = start("pin-asym", &[], &flags).await;
+    let b = NatsNode::start_with(&go, "pin-asym", &[a.cluster_port], &go_ref).await;
+    let c = NatsNode::start_with(&go, "pin-asym", &[a.cluster_port], &go_ref).await;
+    for n in [&a, &b, &c] {
+        n.wait_routes(2).await;
+    }
+    let b_id = server_id(&b).await;
+    let text = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, text.replace("accounts: []", "accounts: [C]")).unwrap();
+    hup(&[&a]);
+    wait_until(WAIT, "a connection pinned to C from A to B", || async {
+        pinned_conns(&a, &b_id, "C").await.len() == 1
+    })
+    .await;
+    flows(&a, &b, "C", "asym.1").await;
+    flows(&c, &a, "C", "asym.2").await;
+    flows(&b, &c, "C", "asym.3").await;
+    flows(&a, &b, "A", "asym.4").await;
+    // No dial loop against the peers' `-ERR 'No route for account'` while
+    // they learned the account: every pinned connection took a few tries.
+    let rid_max = a.routez().await["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["rid"].as_u64())
+        .max()
+        .unwrap();
+    assert!(rid_max < 100, "{rid_max} connections so far");
 }

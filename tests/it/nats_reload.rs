@@ -1096,8 +1096,9 @@ async fn nats_reload_adds_and_removes_routes() {
     }
 }
 
-/// Route settings other than `routes` and `connect_retries` still
-/// cannot change at run time: the reload is refused and the route stays.
+/// Route settings other than `routes`, `connect_retries`, `pool_size` and
+/// `accounts` still cannot change at run time: the reload is refused and
+/// the route stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_reload_refuses_other_cluster_changes() {
     let (a_cluster, a_http) = (free_port(), free_port());
@@ -1111,7 +1112,7 @@ async fn nats_reload_refuses_other_cluster_changes() {
     };
     let b = Server::start(&b_conf(""));
     wait_remotes(a_http, 1).await;
-    let log = b.reload(&b_conf("\npool_size: 3\n")).await;
+    let log = b.reload(&b_conf("\nno_advertise: true\n")).await;
     assert!(
         log.contains("Failed to reload server configuration")
             && log.contains("config reload not supported for Cluster"),
