@@ -600,6 +600,12 @@ async fn pools_change_on_reload(others: &Impl, tag: &str) {
     })
     .await;
     pools_of(4).await;
+    // nats-server announced C to our node (its peers reloaded first) and
+    // got the answer it waits for.
+    for n in [&b, &c] {
+        let log = std::fs::read_to_string(&n.proc.log).unwrap_or_default();
+        assert!(!log.contains("Timed out waiting for confirmation"), "{log}");
+    }
     flows(&a, &b, "C", "r.4").await;
     flows(&b, &a, "C", "r.5").await;
     let pinned = pinned_conns(&a, &b_id, "C").await;
