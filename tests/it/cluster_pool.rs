@@ -690,3 +690,65 @@ async fn pinning_on_reload_with_go_peers_that_do_not_pin() {
         .unwrap();
     assert!(rid_max < 100, "{rid_max} connections so far");
 }
+
+/// The nats-server peers pin `C` by a reload while our node keeps its
+/// configuration: they announce it, our node drops the interest in `C`
+/// their pool connections carried (it comes again on the pinned
+/// connections they dial), so each message of `C` still reaches them once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_peers_pinning_on_reload_reach_our_node_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let go_flags = pool_conf(&dir);
+    let go_conf = std::path::PathBuf::from(&go_flags[1]);
+    let go_ref: Vec<&str> = go_flags.iter().map(String::as_str).collect();
+    let ours_dir = tempfile::tempdir().unwrap();
+    let flags = pool_conf(&ours_dir);
+    let go = Impl::Go(crate::support::procs::go_nats_server_2_15());
+    let a = start("pin-go-reload", &[], &flags).await;
+    let b = NatsNode::start_with(&go, "pin-go-reload", &[a.cluster_port], &go_ref).await;
+    let c = NatsNode::start_with(&go, "pin-go-reload", &[a.cluster_port], &go_ref).await;
+    for n in [&a, &b, &c] {
+        n.wait_routes(2).await;
+    }
+    // Interest of C on b before the change, carried by a pool connection.
+    let on_b = connect(&b, "C").await;
+    let mut sub = on_b.subscribe("gp.x").await.unwrap();
+    on_b.flush().await.unwrap();
+    let b_id = server_id(&b).await;
+    wait_until(WAIT, "C's interest from b on a pool connection", || async {
+        carriers(&a, &b_id, "C", "gp.x").await.len() == 1
+    })
+    .await;
+    let text = std::fs::read_to_string(&go_conf).unwrap();
+    std::fs::write(&go_conf, text.replace("accounts: []", "accounts: [C]")).unwrap();
+    hup(&[&b, &c]);
+    wait_until(WAIT, "a connection pinned to C from b to a", || async {
+        pinned_conns(&a, &b_id, "C").await.len() == 1
+    })
+    .await;
+    let pinned = pinned_conns(&a, &b_id, "C").await;
+    wait_until(
+        WAIT,
+        "C's interest from b only on its pinned connection",
+        || async { carriers(&a, &b_id, "C", "gp.x").await == pinned },
+    )
+    .await;
+    let pa = connect(&a, "C").await;
+    for i in 0..20 {
+        pa.publish("gp.x", Bytes::from(format!("{i}")))
+            .await
+            .unwrap();
+    }
+    pa.flush().await.unwrap();
+    for i in 0..20 {
+        assert_eq!(next(&mut sub).await.payload, format!("{i}").as_bytes());
+    }
+    if let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(300), sub.next()).await {
+        panic!("message delivered twice: {:?}", m.payload);
+    }
+    flows(&c, &a, "C", "gp.y").await;
+    for n in [&b, &c] {
+        let log = std::fs::read_to_string(&n.proc.log).unwrap_or_default();
+        assert!(!log.contains("Timed out waiting for confirmation"), "{log}");
+    }
+}
