@@ -47,12 +47,23 @@ impl Drop for Server {
 
 impl Server {
     fn start(conf_text: &str) -> Server {
+        Self::start_with(
+            env!("CARGO_BIN_EXE_liftbridge").into(),
+            &["nats-server"],
+            conf_text,
+        )
+    }
+
+    /// `bin PRE… -a 127.0.0.1 -c <conf> -l <log>`: ours, or a Go
+    /// nats-server (no `PRE`).
+    fn start_with(bin: PathBuf, pre: &[&str], conf_text: &str) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let conf = dir.path().join("server.conf");
         std::fs::write(&conf, with_port(conf_text)).unwrap();
         let log = dir.path().join("server.log");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_liftbridge"))
-            .args(["nats-server", "-a", "127.0.0.1", "-c"])
+        let mut child = Command::new(bin)
+            .args(pre)
+            .args(["-a", "127.0.0.1", "-c"])
             .arg(&conf)
             .arg("-l")
             .arg(&log)
@@ -973,52 +984,19 @@ async fn crosses(from: &async_nats::Client, to: &async_nats::Client, subject: &s
 async fn nats_reload_adds_and_removes_routes() {
     for go in [false, true] {
         let (seed_cluster, seed_http, http) = (free_port(), free_port(), free_port());
-        let seed_dir = tempfile::tempdir().unwrap();
         let seed_conf = format!(
-            "port: -1\nhttp: 127.0.0.1:{seed_http}\ncluster {{ name: c1, listen: 127.0.0.1:{seed_cluster} }}\n"
+            "http: 127.0.0.1:{seed_http}\ncluster {{ name: c1, listen: 127.0.0.1:{seed_cluster} }}\n"
         );
-        let seed_path = seed_dir.path().join("seed.conf");
-        std::fs::write(&seed_path, &seed_conf).unwrap();
-        struct Kill(Child);
-        impl Drop for Kill {
-            fn drop(&mut self) {
-                let _ = self.0.kill();
-                let _ = self.0.wait();
-            }
-        }
-        let seed_log = seed_dir.path().join("seed.log");
-        let (bin, pre): (PathBuf, &[&str]) = if go {
-            (super::support::procs::go_nats_server_2_15(), &[])
+        let seed = if go {
+            Server::start_with(
+                super::support::procs::go_nats_server_2_15(),
+                &[],
+                &seed_conf,
+            )
         } else {
-            (env!("CARGO_BIN_EXE_liftbridge").into(), &["nats-server"])
+            Server::start(&seed_conf)
         };
-        let _seed = Kill(
-            Command::new(bin)
-                .args(pre)
-                .args(["-a", "127.0.0.1", "-c"])
-                .arg(&seed_path)
-                .arg("-l")
-                .arg(&seed_log)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        let seed_port = {
-            let end = Instant::now() + WAIT;
-            loop {
-                let text = std::fs::read_to_string(&seed_log).unwrap_or_default();
-                let port = text
-                    .lines()
-                    .find_map(|l| l.split("client connections on 127.0.0.1:").nth(1))
-                    .and_then(|p| p.trim().parse::<u16>().ok());
-                if let (Some(p), true) = (port, text.contains("Server is ready")) {
-                    break p;
-                }
-                assert!(Instant::now() < end, "seed not ready; log:\n{text}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
+        let seed_port = seed.port;
         let conf = |routes: bool| {
             let r = if routes {
                 format!("routes: [ \"nats-route://127.0.0.1:{seed_cluster}\" ]")
