@@ -424,6 +424,16 @@ impl ClientShared {
         self.notify.notify_one();
     }
 
+    /// The connection type a client user's `allowed_connection_types`
+    /// is checked against (nats-server's names).
+    pub(crate) fn connection_type(&self) -> &'static str {
+        if self.meta.lock().websocket {
+            "WEBSOCKET"
+        } else {
+            "STANDARD"
+        }
+    }
+
     /// Whether the connection is closing or closed.
     pub fn is_closed(&self) -> bool {
         self.out.lock().closed
@@ -1924,11 +1934,7 @@ impl Reader {
             };
             let bcrypt = auth.uses_bcrypt() && co.pass.is_some();
             let nonce = self.nonce.clone();
-            let kind = if self.client.meta.lock().websocket {
-                "WEBSOCKET"
-            } else {
-                "STANDARD"
-            };
+            let kind = self.client.connection_type();
             let check = move |co: Box<ConnectOptions>| {
                 let creds = Credentials {
                     user: co.user.as_deref(),

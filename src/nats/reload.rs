@@ -759,12 +759,7 @@ pub(crate) fn recheck_client(
                 c.close_now();
                 return notes;
             }
-            let kind = if c.meta.lock().websocket {
-                "WEBSOCKET"
-            } else {
-                "STANDARD"
-            };
-            a.authenticate_identity(&ca.credentials(), ca.nonce.as_deref(), kind)
+            a.authenticate_identity(&ca.credentials(), ca.nonce.as_deref(), c.connection_type())
                 .map(|o| (o.permissions, o.account))
         }
     };

@@ -738,19 +738,8 @@ impl Routes {
             // What is queued (the announcements) goes out first.
             r.client.close_with_err(None);
         }
-        if !added.is_empty() {
-            for url in self.configured.lock().clone() {
-                for a in &added {
-                    tokio::spawn(solicit(
-                        server.clone(),
-                        url.clone(),
-                        true,
-                        None,
-                        0,
-                        Some((*a).clone()),
-                    ));
-                }
-            }
+        for url in self.configured.lock().clone() {
+            solicit_pinned(server, &url, true, None, added.iter().copied());
         }
         vec![format!(
             "Route pool size {} and pinned accounts {:?} in force: {} route connections closed to re-form",
@@ -989,17 +978,29 @@ pub(crate) fn spawn(server: Arc<ServerInner>, listener: TcpListener) {
 /// Dials a configured route: the pool, then one connection per pinned
 /// account (as nats-server).
 fn solicit_configured(server: &Arc<ServerInner>, routes: &Routes, url: String) {
-    for a in routes.pinned_accounts().iter() {
+    solicit_pinned(server, &url, true, None, routes.pinned_accounts().iter());
+    tokio::spawn(solicit(server.clone(), url, true, None, 0, None));
+}
+
+/// Dials one connection pinned to each of `accounts` at `url` (to server
+/// `expect_id` when the route was learned by gossip).
+fn solicit_pinned<'a>(
+    server: &Arc<ServerInner>,
+    url: &str,
+    configured: bool,
+    expect_id: Option<&str>,
+    accounts: impl Iterator<Item = &'a String>,
+) {
+    for a in accounts {
         tokio::spawn(solicit(
             server.clone(),
-            url.clone(),
-            true,
-            None,
+            url.to_string(),
+            configured,
+            expect_id.map(str::to_string),
             0,
             Some(a.clone()),
         ));
     }
-    tokio::spawn(solicit(server.clone(), url, true, None, 0, None));
 }
 
 /// A route URL for logs: its password replaced, as nats-server redacts.
@@ -2119,16 +2120,8 @@ impl RouteReader {
                 Some(route.remote.lock().url.clone()).filter(|u| !u.is_empty())
             };
             if let Some(url) = url {
-                for a in pins.iter().filter(|a| !peer.pinned.contains_key(*a)) {
-                    tokio::spawn(solicit(
-                        server.clone(),
-                        url.clone(),
-                        false,
-                        Some(id.clone()),
-                        0,
-                        Some(a.clone()),
-                    ));
-                }
+                let missing = pins.iter().filter(|a| !peer.pinned.contains_key(*a));
+                solicit_pinned(&server, &url, false, Some(&id), missing);
             }
         }
         st.pending.remove(&route.client.id);
@@ -2184,10 +2177,7 @@ impl RouteReader {
         let route = self.route.clone();
         let id = info.server_id.clone();
         {
-            let routes = server
-                .routes
-                .as_ref()
-                .expect("route reader without a cluster");
+            let routes = self.routes();
             let mut st = routes.state.lock();
             let peer = st
                 .routes
