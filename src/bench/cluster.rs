@@ -241,11 +241,11 @@ async fn run_async(mut args: ClusterBenchArgs) -> anyhow::Result<()> {
                         };
                         let what = format!("window {window}, {pubs} publisher(s), {via}");
                         let r = r.with_context(|| format!("{label}, {what}"))?;
-                        rows.push(Row {
-                            workload: workload(window, pubs),
-                            target: format!("{label} {via}"),
-                            msgs_per_sec: r,
-                        });
+                        rows.push(Row::new(
+                            workload(window, pubs),
+                            format!("{label} {via}"),
+                            r,
+                        ));
                         println!("  {what}: {r:.0} msgs/s");
                     }
                 }
@@ -280,11 +280,7 @@ async fn run_async(mut args: ClusterBenchArgs) -> anyhow::Result<()> {
                                 format!("{label}, window {window}, {pubs} publisher(s)")
                             })?;
                     cluster.delete_stream(&name).await?;
-                    rows.push(Row {
-                        workload: workload(window, pubs),
-                        target: label.clone(),
-                        msgs_per_sec: r,
-                    });
+                    rows.push(Row::new(workload(window, pubs), label.clone(), r));
                     println!("  window {window}, {pubs} publisher(s): {r:.0} msgs/s");
                 }
             }
@@ -298,11 +294,11 @@ async fn run_async(mut args: ClusterBenchArgs) -> anyhow::Result<()> {
     // The disk's own limit, where the nodes keep their data.
     let probes = if args.quick { 50 } else { 2000 };
     let (fsync_rate, fsync_us) = lb::disk_fsync_rate(&std::env::temp_dir(), probes)?;
-    rows.push(Row {
-        workload: "disk: 4 KiB append + fdatasync".into(),
-        target: format!("disk ({})", std::env::temp_dir().display()),
-        msgs_per_sec: fsync_rate,
-    });
+    rows.push(Row::new(
+        "disk: 4 KiB append + fdatasync".into(),
+        format!("disk ({})", std::env::temp_dir().display()),
+        fsync_rate,
+    ));
 
     println!();
     println!("{settings}");

@@ -58,7 +58,8 @@ pub struct LbBenchArgs {
     #[arg(long, default_value_t = 1024)]
     pub size: usize,
     /// `store.sync` policies of the liftbridge server under test, each run
-    /// in turn: `always`, `interval`.
+    /// in turn: `always`, `interval`, or `interval:DURATION` (also sets
+    /// `store.sync.interval`, e.g. `interval:2m`, JetStream's default).
     #[arg(long, value_delimiter = ',', default_value = "always,interval")]
     pub sync: Vec<String>,
     /// Workloads to run: `publish` (acked publish), `record` (plain NATS
@@ -76,6 +77,9 @@ pub struct LbBenchArgs {
     /// Publisher counts of the publish workloads.
     #[arg(long, value_delimiter = ',', default_value = "1,4")]
     pub publishers: Vec<usize>,
+    /// Ack policies of the liftbridge publish workloads: `leader`, `all`.
+    #[arg(long, value_delimiter = ',', default_value = "leader,all")]
+    pub acks: Vec<String>,
     /// Another liftbridge binary to measure as well, as LABEL=PATH
     /// (repeatable): it runs the same workloads with the same client, so
     /// two builds compare in one run.
@@ -93,6 +97,66 @@ pub struct LbBenchArgs {
 struct Proc {
     child: Child,
     _dir: tempfile::TempDir,
+}
+
+impl Proc {
+    fn disk(&self) -> DiskMeter {
+        DiskMeter(self.child.id())
+    }
+}
+
+/// Bytes a server process has written to storage, from `write_bytes` in
+/// `/proc/PID/io`: the kernel counts a page when the process dirties it
+/// (once until it is written back), so a server that rewrites a page still
+/// in the page cache is not charged twice, and one whose data is synced and
+/// then written again is. Writes done after the acks (redb applies,
+/// JetStream's write-behind) belong to the workload that caused them, so a
+/// reading waits until the count settles.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DiskMeter(u32);
+
+impl DiskMeter {
+    fn read(&self) -> Option<u64> {
+        let io = std::fs::read_to_string(format!("/proc/{}/io", self.0)).ok()?;
+        io.lines()
+            .find_map(|l| l.strip_prefix("write_bytes:"))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// The count once it has not moved for 500 ms (at most 3 s);
+    /// `None` where the kernel does not report it.
+    async fn settled(&self) -> Option<u64> {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut last = self.read()?;
+        let mut still = Instant::now();
+        while Instant::now() < deadline && still.elapsed() < Duration::from_millis(500) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = self.read()?;
+            if now != last {
+                last = now;
+                still = Instant::now();
+            }
+        }
+        Some(last)
+    }
+
+    /// Runs `work` (which sends `msgs` messages) and returns its result
+    /// with the bytes written per message.
+    async fn per_msg<T>(
+        &self,
+        msgs: u64,
+        work: impl std::future::Future<Output = anyhow::Result<T>>,
+    ) -> anyhow::Result<(T, Option<f64>)> {
+        let before = self.settled().await;
+        clean_page_cache().await;
+        let r = work.await?;
+        let after = self.settled().await;
+        let per = match (before, after) {
+            (Some(b), Some(a)) if msgs > 0 => Some(a.saturating_sub(b) as f64 / msgs as f64),
+            _ => None,
+        };
+        Ok((r, per))
+    }
 }
 
 impl Drop for Proc {
@@ -117,6 +181,21 @@ pub(super) struct Row {
     pub(super) workload: String,
     pub(super) target: String,
     pub(super) msgs_per_sec: f64,
+    /// Bytes the server wrote to storage per message (see [`DiskMeter`]),
+    /// where measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) disk_bytes_per_msg: Option<f64>,
+}
+
+impl Row {
+    pub(super) fn new(workload: String, target: String, msgs_per_sec: f64) -> Self {
+        Row {
+            workload,
+            target,
+            msgs_per_sec,
+            disk_bytes_per_msg: None,
+        }
+    }
 }
 
 async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
@@ -134,6 +213,16 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
     let (publish, record, replay) = (wants("publish"), wants("record"), wants("replay"));
     if replay && !record {
         bail!("the replay workload replays what the record workload wrote: add `record`");
+    }
+    for sync in &args.sync {
+        sync_config(sync)?;
+    }
+    if let Some(a) = args
+        .acks
+        .iter()
+        .find(|a| !a.eq_ignore_ascii_case("leader") && !a.eq_ignore_ascii_case("all"))
+    {
+        bail!("--acks: unknown ack policy {a:?} (leader, all)");
     }
     let windows: &[usize] = if publish { &args.windows } else { &[] };
     if let Some(v) = args
@@ -170,31 +259,46 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
         for (policy, pname) in [
             (proto::AckPolicy::Leader, "LEADER"),
             (proto::AckPolicy::All, "ALL"),
-        ] {
+        ]
+        .into_iter()
+        .filter(|(_, name)| args.acks.iter().any(|a| a.eq_ignore_ascii_case(name)))
+        {
             for &window in windows {
                 for &pubs in &args.publishers {
                     for &via in &vias {
-                        let mut rates = Vec::new();
+                        let (mut rates, mut disk) = (Vec::new(), Vec::new());
                         for _ in 0..args.rounds {
                             // A fresh stream per measurement.
                             let stream = format!("b{}", rand::random::<u32>());
                             create_stream(&grpc, &stream).await?;
                             let (msgs, p) = (count(window), &payload);
-                            rates.push(if via == "PublishAsync" {
-                                lb_publish_async(&grpc, &stream, policy, window, pubs, msgs, p)
-                                    .await?
-                            } else {
-                                lb_publish_envelope(&nats, &stream, policy, window, pubs, msgs, p)
-                                    .await?
-                            });
+                            let work = async {
+                                if via == "PublishAsync" {
+                                    lb_publish_async(&grpc, &stream, policy, window, pubs, msgs, p)
+                                        .await
+                                } else {
+                                    lb_publish_envelope(
+                                        &nats, &stream, policy, window, pubs, msgs, p,
+                                    )
+                                    .await
+                                }
+                            };
+                            let (rate, bytes) = proc_.disk().per_msg(msgs, work).await?;
+                            eprintln!(
+                                "  {label} {via}, {pname}, window {window}, {pubs} publisher(s): {rate:.0} msgs/s"
+                            );
+                            rates.push(rate);
+                            disk.extend(bytes);
                         }
-                        let r = median(rates);
                         rows.push(Row {
-                            workload: format!(
-                                "acked publish {pname}, window {window}, {pubs} publisher(s)"
-                            ),
-                            target: format!("{label} {via}"),
-                            msgs_per_sec: r,
+                            disk_bytes_per_msg: (!disk.is_empty()).then(|| median(disk)),
+                            ..Row::new(
+                                format!(
+                                    "acked publish {pname}, window {window}, {pubs} publisher(s)"
+                                ),
+                                format!("{label} {via}"),
+                                median(rates),
+                            )
                         });
                     }
                 }
@@ -203,19 +307,28 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
         if record {
             let stream = format!("r{}", rand::random::<u32>());
             create_stream(&grpc, &stream).await?;
-            let rec = lb_record_plain(&grpc, &nats, &stream, args.replay_msgs, &payload).await?;
+            let (rec, disk) = proc_
+                .disk()
+                .per_msg(
+                    args.replay_msgs,
+                    lb_record_plain(&grpc, &nats, &stream, args.replay_msgs, &payload),
+                )
+                .await?;
             rows.push(Row {
-                workload: "recording of plain NATS publishes".into(),
-                target: label.clone(),
-                msgs_per_sec: rec,
+                disk_bytes_per_msg: disk,
+                ..Row::new(
+                    "recording of plain NATS publishes".into(),
+                    label.clone(),
+                    rec,
+                )
             });
             if replay {
                 let rep = lb_replay(&grpc, &stream, args.replay_msgs).await?;
-                rows.push(Row {
-                    workload: format!("replay from earliest, {} msgs", args.replay_msgs),
-                    target: label.clone(),
-                    msgs_per_sec: rep,
-                });
+                rows.push(Row::new(
+                    format!("replay from earliest, {} msgs", args.replay_msgs),
+                    label.clone(),
+                    rep,
+                ));
             }
         }
         drop(proc_);
@@ -254,29 +367,40 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
             );
             for &window in windows {
                 for &pubs in &args.publishers {
-                    let mut rates = Vec::new();
+                    let (mut rates, mut disk) = (Vec::new(), Vec::new());
                     for _ in 0..args.rounds {
-                        rates.push(js_publish(&url, window, pubs, count(window), &payload).await?);
+                        let (rate, bytes) =
+                            js_publish(&url, proc_.disk(), window, pubs, count(window), &payload)
+                                .await?;
+                        rates.push(rate);
+                        disk.extend(bytes);
                     }
                     let r = median(rates);
-                    for pname in ["LEADER", "ALL"] {
+                    let d = (!disk.is_empty()).then(|| median(disk));
+                    for pname in ["LEADER", "ALL"]
+                        .into_iter()
+                        .filter(|n| args.acks.iter().any(|a| a.eq_ignore_ascii_case(n)))
+                    {
                         rows.push(Row {
-                            workload: format!(
-                                "acked publish {pname}, window {window}, {pubs} publisher(s)"
-                            ),
-                            target: label.clone(),
-                            msgs_per_sec: r,
+                            disk_bytes_per_msg: d,
+                            ..Row::new(
+                                format!(
+                                    "acked publish {pname}, window {window}, {pubs} publisher(s)"
+                                ),
+                                label.clone(),
+                                r,
+                            )
                         });
                     }
                 }
             }
             if replay && !always {
                 let rep = js_replay(&url, args.replay_msgs, &payload).await?;
-                rows.push(Row {
-                    workload: format!("replay from earliest, {} msgs", args.replay_msgs),
-                    target: label.clone(),
-                    msgs_per_sec: rep,
-                });
+                rows.push(Row::new(
+                    format!("replay from earliest, {} msgs", args.replay_msgs),
+                    label.clone(),
+                    rep,
+                ));
             }
             drop(proc_);
         }
@@ -288,11 +412,21 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
         "disk: 2000 x (4 KiB append + fdatasync) in {}: {fsync_rate:.0} fsyncs/s ({fsync_us:.0} us each)",
         std::env::temp_dir().display()
     );
-    rows.push(Row {
-        workload: "disk: 4 KiB append + fdatasync".into(),
-        target: format!("disk ({})", std::env::temp_dir().display()),
-        msgs_per_sec: fsync_rate,
-    });
+    rows.push(Row::new(
+        "disk: 4 KiB append + fdatasync".into(),
+        format!("disk ({})", std::env::temp_dir().display()),
+        fsync_rate,
+    ));
+    let mbps = disk_write_rate(&std::env::temp_dir(), 256)?;
+    println!(
+        "disk: 256 MiB written in 1 MiB writes + fdatasync in {}: {mbps:.0} MB/s",
+        std::env::temp_dir().display()
+    );
+    rows.push(Row::new(
+        "disk: sequential write, MB/s".into(),
+        format!("disk ({})", std::env::temp_dir().display()),
+        mbps,
+    ));
 
     print_rows(&rows);
     print_ratios(&rows);
@@ -314,6 +448,18 @@ fn wait_port(port: u16, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The `store.sync` lines of a `--sync` value: `always`, `interval`, or
+/// `interval:DURATION` (with `store.sync.interval`).
+fn sync_config(sync: &str) -> anyhow::Result<String> {
+    match sync.split_once(':') {
+        None if sync == "always" || sync == "interval" => Ok(format!("store.sync: {sync}\n")),
+        Some(("interval", every)) if !every.is_empty() => Ok(format!(
+            "store.sync: interval\nstore.sync.interval: {every}\n"
+        )),
+        _ => bail!("--sync: expected always, interval or interval:DURATION, got {sync:?}"),
+    }
+}
+
 fn start_liftbridge(exe: &Path, sync: &str) -> anyhow::Result<(Proc, String, String)> {
     let dir = tempfile::tempdir()?;
     let cfg = dir.path().join("liftbridge.yaml");
@@ -321,7 +467,8 @@ fn start_liftbridge(exe: &Path, sync: &str) -> anyhow::Result<(Proc, String, Str
     std::fs::write(
         &cfg,
         format!(
-            "listen: 127.0.0.1:{grpc}\nnats.listen: 127.0.0.1:{nats}\nhttp.listen: 127.0.0.1:0\nstore.sync: {sync}\n"
+            "listen: 127.0.0.1:{grpc}\nnats.listen: 127.0.0.1:{nats}\nhttp.listen: 127.0.0.1:0\n{}",
+            sync_config(sync)?
         ),
     )?;
     let child = Command::new(exe)
@@ -399,6 +546,32 @@ pub fn disk_fsync_rate(dir: &Path, n: usize) -> anyhow::Result<(f64, f64)> {
     }
     let secs = start.elapsed().as_secs_f64();
     Ok((n as f64 / secs, secs * 1e6 / n as f64))
+}
+
+/// Writes every dirty page of the machine back (`sync(2)`), so that a
+/// measurement does not start behind the write-behind of the one before it:
+/// once the page cache holds more dirty data than the kernel allows, every
+/// writer is throttled to the disk's rate, whoever dirtied the pages.
+async fn clean_page_cache() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    let _ = tokio::task::spawn_blocking(|| unsafe { libc::sync() }).await;
+}
+
+/// The disk's sequential write rate in MB/s: `mib` MiB written in 1 MiB
+/// writes to a new file in `dir`, then one `fdatasync`. A server that
+/// writes more bytes per message than this rate allows is bounded by it
+/// once the page cache's dirty limit is reached.
+pub fn disk_write_rate(dir: &Path, mib: usize) -> anyhow::Result<f64> {
+    use std::io::Write;
+    let tmp = tempfile::tempdir_in(dir)?;
+    let mut f = std::fs::File::create(tmp.path().join("write-probe"))?;
+    let block = vec![0x5au8; 1 << 20];
+    let start = Instant::now();
+    for _ in 0..mib {
+        f.write_all(&block)?;
+    }
+    f.sync_data()?;
+    Ok((mib << 20) as f64 / 1e6 / start.elapsed().as_secs_f64())
 }
 
 /// Ratios of each liftbridge row to the JetStream rows of the matching
@@ -740,19 +913,24 @@ async fn js_publish_window(
     Ok(())
 }
 
+/// One publish measurement on a fresh stream of the JetStream server at
+/// `url`; the rate and the bytes `disk` saw written per message.
 async fn js_publish(
     url: &str,
+    disk: DiskMeter,
     window: usize,
     pubs: usize,
     msgs: u64,
     payload: &Bytes,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<(f64, Option<f64>)> {
     let js = async_nats::jetstream::new(async_nats::connect(url).await?);
     let name = format!("B{}", rand::random::<u32>());
     js_file_stream(&js, &name, 1).await?;
-    let rate = js_publish_to(url, &name, window, pubs, msgs, payload).await?;
+    let r = disk
+        .per_msg(msgs, js_publish_to(url, &name, window, pubs, msgs, payload))
+        .await?;
     js.delete_stream(&name).await?;
-    Ok(rate)
+    Ok(r)
 }
 
 /// `pubs` JetStream publishers, each with its own connection to `url`,
@@ -816,12 +994,15 @@ pub(super) fn print_rows(rows: &[Row]) {
             targets.push(&r.target);
         }
     }
-    println!("| workload | target | msgs/s | MB/s (1 KiB) |");
-    println!("|---|---|---:|---:|");
+    println!("| workload | target | msgs/s | MB/s (1 KiB) | written to storage per msg |");
+    println!("|---|---|---:|---:|---:|");
     for w in &workloads {
         for r in rows.iter().filter(|r| r.workload == *w) {
+            let disk = r
+                .disk_bytes_per_msg
+                .map_or_else(|| "–".to_string(), |b| format!("{b:.0} B"));
             println!(
-                "| {} | {} | {:.0} | {:.1} |",
+                "| {} | {} | {:.0} | {:.1} | {disk} |",
                 r.workload,
                 r.target,
                 r.msgs_per_sec,

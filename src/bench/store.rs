@@ -49,17 +49,25 @@ pub fn crash_record(offset: u64) -> NewRecord {
     }
 }
 
-/// Test hook of the crash child: aborts the process (no destructor, no
-/// final commit) when the given number of journal frames has been written.
-struct AbortAfterFrames {
-    left: std::sync::atomic::AtomicU64,
+/// Test hook of the crash child: prints `DURABLE` after each durable redb
+/// commit (so the parent knows checkpoints happened between its kills) and,
+/// when asked, aborts the process (no destructor, no final commit) once the
+/// given number of journal frames has been written.
+struct ChildObserver {
+    abort_after: Option<std::sync::atomic::AtomicU64>,
 }
 
-impl StoreObserver for AbortAfterFrames {
+impl StoreObserver for ChildObserver {
     fn journal_write(&self, _records: u64, _bytes: u64, _elapsed: Duration, _synced: bool) {
-        if self.left.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) <= 1 {
-            std::process::abort();
+        if let Some(left) = &self.abort_after {
+            if left.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) <= 1 {
+                std::process::abort();
+            }
         }
+    }
+
+    fn durable_commit(&self, _elapsed: Duration) {
+        println!("DURABLE");
     }
 }
 
@@ -74,14 +82,14 @@ pub fn crash_child(
     let sync = match sync {
         "always" => SyncPolicy::Always,
         "interval" => SyncPolicy::Interval(Duration::from_millis(20)),
+        // An interval long enough that a megabyte or more is journaled
+        // between syncs: the syncs are checkpoints.
+        "interval-checkpoints" => SyncPolicy::Interval(Duration::from_millis(150)),
         other => anyhow::bail!("unknown sync policy {other}"),
     };
-    let observer = match abort_after_frames {
-        Some(n) => Observer::new(AbortAfterFrames {
-            left: std::sync::atomic::AtomicU64::new(n),
-        }),
-        None => Observer::default(),
-    };
+    let observer = Observer::new(ChildObserver {
+        abort_after: abort_after_frames.map(std::sync::atomic::AtomicU64::new),
+    });
     let cfg = LogConfig {
         sync,
         observer,

@@ -96,6 +96,9 @@ pub struct Journal {
     pos: u64,
     /// Frames were written since the last `sync`.
     unsynced: bool,
+    /// `pos` as of the last `sync` (or reset): the frames before it are
+    /// durable.
+    synced_pos: u64,
     /// CRC of the last frame (0 at position 0).
     last_crc: u32,
     /// Length of the file: 0 until the first frame, then at least
@@ -279,6 +282,7 @@ impl Journal {
                 path,
                 pos,
                 unsynced: false,
+                synced_pos: pos,
                 last_crc,
                 allocated,
                 filled,
@@ -313,6 +317,12 @@ impl Journal {
     /// Whether frames were written since the last sync.
     pub fn unsynced(&self) -> bool {
         self.unsynced
+    }
+
+    /// Bytes of frames appended since the last `sync` (or reset): what an
+    /// `fdatasync` now would have to write.
+    pub fn unsynced_bytes(&self) -> u64 {
+        self.pos.saturating_sub(self.synced_pos)
     }
 
     /// Appends one frame (header and payload) in one positioned write. On
@@ -350,6 +360,7 @@ impl Journal {
     /// part of the journal, even if no new frame follows.
     pub fn rewind(&mut self, mark: JournalMark) -> std::io::Result<()> {
         self.pos = mark.pos;
+        self.synced_pos = self.synced_pos.min(mark.pos);
         self.last_crc = mark.last_crc;
         self.unsynced = mark.unsynced;
         let len = self.file.metadata()?.len();
@@ -369,6 +380,7 @@ impl Journal {
             self.file.sync_data()?;
             self.unsynced = false;
         }
+        self.synced_pos = self.pos;
         Ok(())
     }
 
@@ -381,6 +393,7 @@ impl Journal {
     pub fn reset(&mut self, durable: bool) -> std::io::Result<()> {
         let used = self.pos > 0;
         self.pos = 0;
+        self.synced_pos = 0;
         self.last_crc = 0;
         self.unsynced = false;
         if durable {

@@ -25,7 +25,10 @@
 //! rewound); under [`SyncPolicy::Interval`] applies are non-durable, a
 //! checkpoint follows every [`CHECKPOINT_BYTES`] of journal or
 //! [`CHECKPOINT_EVERY`], and the journal is fsynced at most once per
-//! interval — no fsync on the ack path.
+//! interval — no fsync on the ack path. When the interval's sync finds
+//! [`SYNC_BY_CHECKPOINT_BYTES`] or more journaled since the last one, it is
+//! a checkpoint instead: the records reach the disk once, in redb, not a
+//! second time in the journal (whose blocks the next frames overwrite).
 //!
 //! At open, the journal frames past redb's last durable commit are replayed
 //! into redb (a torn or corrupt frame ends the journal) and committed
@@ -153,6 +156,13 @@ pub(crate) const APPLY_IDLE: Duration = Duration::from_millis(5);
 pub(crate) const CHECKPOINT_BYTES: u64 = 32 << 20;
 /// ... and at least this often while anything is pending.
 pub(crate) const CHECKPOINT_EVERY: Duration = Duration::from_secs(2);
+/// Under `interval`, a due journal sync with at least this many bytes
+/// journaled since the last one is done by a checkpoint: syncing the
+/// journal would write those bytes to the disk, and the checkpoint that
+/// follows would write them again into redb. Below it (light traffic, or
+/// many small partitions), one `fdatasync` of the journal is cheaper than a
+/// durable redb commit.
+pub(crate) const SYNC_BY_CHECKPOINT_BYTES: u64 = 1 << 20;
 /// Records removed per retention transaction: small enough that appends
 /// queued meanwhile wait only for one short transaction.
 const RETENTION_CHUNK: u64 = 1024;
@@ -2100,6 +2110,13 @@ impl Writer {
 
     fn sync_journal_if_due(&mut self, policy: SyncPolicy) {
         if self.stopped.is_some() || !self.journal_sync_due(policy) {
+            return;
+        }
+        if self.journal.unsynced_bytes() >= SYNC_BY_CHECKPOINT_BYTES {
+            match self.checkpoint() {
+                Ok(()) => self.last_journal_sync = Instant::now(),
+                Err(e) => self.stop(e),
+            }
             return;
         }
         let started = Instant::now();

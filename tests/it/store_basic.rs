@@ -332,6 +332,56 @@ async fn store_interval_sync_is_visible_and_durable_on_close() {
     assert_eq!(log.log_end_offset(), 20);
 }
 
+/// Under `interval`, light traffic gets the interval's journal fsync and no
+/// durable redb commit before the 2 s checkpoint; when a megabyte or more
+/// was journaled since the last sync, the sync is a checkpoint instead (the
+/// records reach the disk once, in redb), long before those 2 s. Both logs
+/// keep every record across a reopen.
+#[tokio::test]
+async fn store_interval_sync_of_a_busy_journal_is_a_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        sync: SyncPolicy::Interval(Duration::from_millis(50)),
+        ..Default::default()
+    };
+    let light = open(dir.path(), "light", cfg.clone()).await.unwrap();
+    let before = light.commit_stats().durable_commits;
+    for i in 0..5 {
+        light.append(0, vec![rec(i, None, "v")]).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        light.commit_stats().durable_commits,
+        before,
+        "a few records: the interval syncs the journal, no checkpoint yet"
+    );
+
+    let busy = open(dir.path(), "busy", cfg.clone()).await.unwrap();
+    let opened = std::time::Instant::now();
+    let before = busy.commit_stats().durable_commits;
+    let payload = "x".repeat(1000);
+    for b in 0..8 {
+        let batch = (0..500).map(|i| rec(b * 500 + i, None, &payload)).collect();
+        busy.append(0, batch).await.unwrap();
+    }
+    while busy.commit_stats().durable_commits == before {
+        assert!(
+            opened.elapsed() < Duration::from_millis(1500),
+            "4 MB journaled: the interval's sync should have been a checkpoint"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    light.close().await.unwrap();
+    busy.close().await.unwrap();
+    let light = open(dir.path(), "light", cfg.clone()).await.unwrap();
+    let busy = open(dir.path(), "busy", cfg).await.unwrap();
+    assert_eq!(light.log_end_offset(), 5);
+    assert_eq!(busy.log_end_offset(), 4000);
+    let last = busy.read(3999, 1, usize::MAX).await.unwrap();
+    assert_eq!(last[0].value.as_ref(), payload.as_bytes());
+}
+
 #[tokio::test]
 async fn store_delete_files_and_space_reuse() {
     let dir = tempfile::tempdir().unwrap();

@@ -19,8 +19,18 @@ use rand::{Rng, SeedableRng};
 
 /// Runs one child until killed after `after`; returns the highest
 /// acknowledged offset + 1 (0 if none) and how many records were acknowledged.
-fn run_child(dir: &Path, sync: &str, seed: u64, after: Duration) -> (u64, u64) {
+fn run_child(dir: &Path, sync: &str, seed: u64, after: Duration) -> Child {
     run_child_with(dir, sync, seed, Some(after), None)
+}
+
+/// What one child run reported.
+struct Child {
+    /// One past the highest acknowledged offset.
+    acked_end: u64,
+    /// Records acknowledged.
+    acked: u64,
+    /// Durable redb commits after the log was open.
+    durable: u64,
 }
 
 /// Runs one child until it is killed after `kill_after`, or until it aborts
@@ -31,7 +41,7 @@ fn run_child_with(
     seed: u64,
     kill_after: Option<Duration>,
     abort_after_frames: Option<u64>,
-) -> (u64, u64) {
+) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_liftbridge"));
     cmd.args(["bench", "store-crash-child"])
         .arg(dir)
@@ -50,6 +60,7 @@ fn run_child_with(
     let reader = std::thread::spawn(move || {
         let mut acked_end = 0u64;
         let mut acked = 0u64;
+        let mut durable = 0u64;
         let mut ready = false;
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
@@ -65,10 +76,18 @@ fn run_child_with(
                     acked += b - a + 1;
                     acked_end = acked_end.max(b + 1);
                 }
+                Some("DURABLE") if ready => durable += 1,
                 _ => {}
             }
         }
-        (ready, acked_end, acked)
+        (
+            ready,
+            Child {
+                acked_end,
+                acked,
+                durable,
+            },
+        )
     });
     // Start the clock once the child has opened the log (start-up time
     // varies with machine load); the kill then lands mid-append.
@@ -100,9 +119,9 @@ fn run_child_with(
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(6), "child did not abort: {status}");
     }
-    let (ready, acked_end, acked) = reader.join().expect("reader");
+    let (ready, run) = reader.join().expect("reader");
     assert!(ready && opened, "child never opened the log");
-    (acked_end, acked)
+    run
 }
 
 /// Reopens the log and checks it is exactly offsets 0..LEO with the child's
@@ -153,15 +172,23 @@ async fn verify_replay(dir: &Path) -> (u64, u64) {
     (leo, replayed)
 }
 
-async fn crash_loop(sync: &str, rounds: u32, seed: u64) {
+/// Kills a child `rounds` times and checks every acknowledged record after
+/// each; returns the durable commits the children made in all.
+async fn crash_loop(sync: &str, rounds: u32, seed: u64) -> u64 {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut total_acked = 0;
+    let mut durable = 0;
     let mut prev_leo = 0;
     for round in 0..rounds {
         let after = Duration::from_millis(rng.gen_range(150..450));
-        let (acked_end, acked) = run_child(dir.path(), sync, rng.gen(), after);
+        let Child {
+            acked_end,
+            acked,
+            durable: d,
+        } = run_child(dir.path(), sync, rng.gen(), after);
         total_acked += acked;
+        durable += d;
         // A log gets its database file (complete, renamed into place) with
         // its first record: a child killed before that leaves no file, and
         // then nothing may have been acknowledged.
@@ -182,8 +209,11 @@ async fn crash_loop(sync: &str, rounds: u32, seed: u64) {
         assert!(leo >= prev_leo, "{sync} round {round}: records vanished");
         prev_leo = leo;
     }
-    eprintln!("{sync}: {rounds} kills, {total_acked} records acknowledged, final LEO {prev_leo}");
+    eprintln!(
+        "{sync}: {rounds} kills, {total_acked} records acknowledged, {durable} durable commits, final LEO {prev_leo}"
+    );
     assert!(total_acked > 0, "no append was ever acknowledged");
+    durable
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,6 +224,15 @@ async fn store_crash_sync_always_keeps_every_ack() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_crash_sync_interval_keeps_every_ack() {
     crash_loop("interval", 12, 0xBEEF).await;
+}
+
+/// The same with an interval long enough that its syncs are checkpoints
+/// (redb committed durably, the journal rewound) while records keep coming:
+/// kills land before, during and after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_crash_sync_interval_checkpoints_keep_every_ack() {
+    let durable = crash_loop("interval-checkpoints", 10, 0x5EED).await;
+    assert!(durable > 0, "no checkpoint happened between the kills");
 }
 
 /// The child aborts right after writing a journal frame (synced under
@@ -207,7 +246,7 @@ async fn abort_after_journal(sync: &str, rounds: u32, seed: u64) {
     let mut total_replayed = 0;
     for round in 0..rounds {
         let frames = rng.gen_range(5..200u64);
-        let (acked_end, _) = run_child_with(dir.path(), sync, rng.gen(), None, Some(frames));
+        let acked_end = run_child_with(dir.path(), sync, rng.gen(), None, Some(frames)).acked_end;
         let (leo, replayed) = verify_replay(dir.path()).await;
         assert!(
             leo > acked_end.max(prev_leo),
