@@ -604,6 +604,10 @@ fn scan_db(db: &Database, r: &mut PartitionReport, out: &mut Scan) -> bool {
                 good: 0,
             };
             for (i, e) in entries.into_iter().enumerate() {
+                // A record that does not decode (a checksum mismatch) leaves
+                // the chunk's framing intact: the records after it are
+                // still counted. A framing problem ends the chunk.
+                let mut framing_ok = false;
                 let problem = match e {
                     Err(e) => Some(format!("chunk at offset {key}: {e}")),
                     Ok(e) if i == 0 && e.offset != key => Some(format!(
@@ -622,7 +626,10 @@ fn scan_db(db: &Database, r: &mut PartitionReport, out: &mut Scan) -> bool {
                             e.offset,
                             Bytes::copy_from_slice(&bytes[e.start..e.end]),
                         ) {
-                            Err(err) => Some(format!("offset {}: {err}", e.offset)),
+                            Err(err) => {
+                                framing_ok = true;
+                                Some(format!("offset {}: {err}", e.offset))
+                            }
                             Ok(_) if damaged => {
                                 r.records_after_damage += 1;
                                 None
@@ -643,6 +650,9 @@ fn scan_db(db: &Database, r: &mut PartitionReport, out: &mut Scan) -> bool {
                         r.problems.push(p);
                     }
                     damaged = true;
+                    if framing_ok {
+                        continue;
+                    }
                     // The rest of this chunk is not trusted; later chunks
                     // are still counted as records a repair drops.
                     break;

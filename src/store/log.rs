@@ -1881,9 +1881,7 @@ fn apply_batches(
     let txn = begin(db, durable)?;
     {
         let mut t = Tables::open(&txn)?;
-        for b in batches {
-            put_batch(&mut t, &mut st, b)?;
-        }
+        put_batches(&mut t, &mut st, batches)?;
         t.put_meta(&st)?;
     }
     let committing = Instant::now();
@@ -2735,28 +2733,72 @@ fn note_epoch(
     Ok(())
 }
 
-/// Writes a journaled batch into the chunk table: its payload already has
-/// the chunk layout, so each chunk (up to [`codec::CHUNK_RECORDS`] records
-/// or [`codec::CHUNK_BYTES`] bytes) is one slice of it and one B-tree
-/// insert.
-fn put_batch(t: &mut Tables<'_>, st: &mut State, b: &TailBatch) -> Result<(), redb::StorageError> {
-    let es = &b.entries;
-    let mut i = 0;
-    while i < es.len() {
-        let mut j = i;
-        let mut size = 0usize;
-        while j < es.len() && j - i < codec::CHUNK_RECORDS {
-            let add = codec::ENTRY_HEADER + (es[j].end - es[j].start);
-            if j > i && size + add > codec::CHUNK_BYTES {
-                break;
+/// Writes journaled batches into the chunk table, one B-tree insert per
+/// chunk (up to [`codec::CHUNK_RECORDS`] records or [`codec::CHUNK_BYTES`]
+/// bytes). Chunks are cut across batch boundaries: a tail of many small
+/// batches (one per ack at window 1) makes full chunks, not one small
+/// chunk — and one leaf page of at least 4 KiB written to the disk — per
+/// batch. A batch's payload already has the chunk layout, so a chunk within
+/// one batch is a slice of it; one that spans batches is their slices put
+/// together.
+fn put_batches(
+    t: &mut Tables<'_>,
+    st: &mut State,
+    batches: &[Arc<TailBatch>],
+) -> Result<(), redb::StorageError> {
+    // The chunk being gathered: runs of entries (batch, from, to).
+    let mut parts: Vec<(&TailBatch, usize, usize)> = Vec::new();
+    let (mut records, mut size) = (0usize, 0usize);
+    let mut joined = Vec::new();
+    for b in batches {
+        for (i, e) in b.entries.iter().enumerate() {
+            let add = codec::ENTRY_HEADER + (e.end - e.start);
+            if records > 0 && (records == codec::CHUNK_RECORDS || size + add > codec::CHUNK_BYTES) {
+                put_chunk(t, st, &parts, &mut joined)?;
+                parts.clear();
+                (records, size) = (0, 0);
             }
+            match parts.last_mut() {
+                Some((pb, _, to)) if std::ptr::eq(*pb, &**b) => *to = i + 1,
+                _ => parts.push((&**b, i, i + 1)),
+            }
+            records += 1;
             size += add;
-            j += 1;
         }
-        let from = es[i].start - codec::ENTRY_HEADER;
-        let to = es[j - 1].end;
-        t.records.insert(es[i].offset, &b.payload[from..to])?;
-        for e in &es[i..j] {
+    }
+    if records > 0 {
+        put_chunk(t, st, &parts, &mut joined)?;
+    }
+    Ok(())
+}
+
+/// Inserts one chunk made of runs of batch entries (see [`put_batches`])
+/// and indexes its records; `joined` is scratch space for a chunk that
+/// spans batches.
+fn put_chunk(
+    t: &mut Tables<'_>,
+    st: &mut State,
+    parts: &[(&TailBatch, usize, usize)],
+    joined: &mut Vec<u8>,
+) -> Result<(), redb::StorageError> {
+    fn bytes<'b>(&(b, from, to): &(&'b TailBatch, usize, usize)) -> &'b [u8] {
+        &b.payload[b.entries[from].start - codec::ENTRY_HEADER..b.entries[to - 1].end]
+    }
+    let Some(&(b0, from0, _)) = parts.first() else {
+        return Ok(());
+    };
+    let first = b0.entries[from0].offset;
+    if let [one] = parts {
+        t.records.insert(first, bytes(one))?;
+    } else {
+        joined.clear();
+        for p in parts {
+            joined.extend_from_slice(bytes(p));
+        }
+        t.records.insert(first, joined.as_slice())?;
+    }
+    for &(b, from, to) in parts {
+        for e in &b.entries[from..to] {
             note_epoch(t, st, e.leader_epoch, e.offset)?;
             if st.rmax.is_none_or(|m| e.timestamp_ns > m) {
                 t.index.insert((e.timestamp_ns, e.offset), ())?;
@@ -2764,7 +2806,6 @@ fn put_batch(t: &mut Tables<'_>, st: &mut State, b: &TailBatch) -> Result<(), re
             }
             st.note_record(e.offset, e.end - e.start);
         }
-        i = j;
     }
     Ok(())
 }
