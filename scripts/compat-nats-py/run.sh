@@ -27,6 +27,15 @@
 # (it needs nats-io's external client-compatibility runner).
 # The tests use fixed ports (4221-4225, 4555, 6223-6225, 8080-8081,
 # 8222-8225, 9999): nothing else may listen there; run one at a time.
+# The 5 ClientTLSHandshakeFirstTest tests skip themselves unless
+# NATS_SERVER_VERSION is set (to "main" or a version >= v2.10.0, e.g.
+# NATS_SERVER_VERSION=v2.15.1); the variable is passed through to pytest.
+# Known (Dec 2026): liftbridge 161 passed, 8 skipped, as nats-server
+# 2.15.1 (before config values could start on the line after their key, as
+# in the tests' conf/ws.conf: 150 passed, the 11 WebSocket tests failed).
+# With NATS_SERVER_VERSION set, 2 of the 5 TLS handshake-first tests fail
+# (tls { handshake_first: true } is not implemented: INFO is sent in
+# plaintext).
 # Extra arguments go to pytest (e.g. -k test_name). PYTEST_TIMEOUT sets the
 # per-test timeout (default 60 s). NATS_PY_RESULTS=<dir> keeps the JUnit
 # XML reports (one per file) there.

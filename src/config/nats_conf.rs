@@ -241,11 +241,18 @@ impl Parser<'_> {
             {
                 self.include(key_line)?;
             } else {
+                // As in nats-server, the separator or the value may start
+                // on a later line than the key (`websocket` with its `{` on
+                // the next line); after a separator it may not.
+                while self.peek().is_some_and(char::is_whitespace) {
+                    self.bump();
+                }
                 if matches!(self.peek(), Some(':') | Some('=')) {
                     self.bump();
                     self.skip_inline_ws();
                 }
-                if matches!(self.peek(), None | Some('\n')) || self.at_comment() {
+                if matches!(self.peek(), None | Some('\n') | Some('}')) || self.at_comment() {
+                    self.line = key_line;
                     return self.err(format!("missing value for key {key:?}"));
                 }
                 let node = self.value()?;
@@ -2533,6 +2540,24 @@ no_auth_user: bob
             load_file(&dir.path().join("missing.conf")),
             Err(ConfError::Io { .. })
         ));
+    }
+
+    /// nats-server's lexer skips newlines between a key and its separator
+    /// or value (nats.py's own `ws.conf` puts `websocket` and its `{` on
+    /// separate lines); after a `:` or `=` a newline is still an error.
+    #[test]
+    fn a_value_may_start_on_the_line_after_its_key() {
+        let c = conf("port\n4229\nwebsocket\n{\n  port: 8080\n  no_tls: true\n}\nauthorization\n\n  { timeout: 2 }\n");
+        assert_eq!(c.options.port, 4229);
+        let ws = c.options.websocket.expect("websocket block");
+        assert_eq!(ws.port, 8080);
+        for (text, line) in [("port:\n4229\n", "t.conf:1"), ("a {\n  b\n}\n", "t.conf:2")] {
+            let e = from_str(text, Path::new("t.conf")).unwrap_err().to_string();
+            assert!(
+                e.contains("missing value") && e.contains(line),
+                "{text:?}: {e}"
+            );
+        }
     }
 
     #[test]
