@@ -295,6 +295,7 @@ fn apply_cluster(
                 ca: c.tls_ca.clone(),
                 verify: true,
                 params: Default::default(),
+                handshake_first: None,
             });
         }
         (None, None) if c.tls_ca.is_none() => {}
@@ -381,6 +382,7 @@ fn apply_leafnodes(
                 ca: c.tls_ca.clone(),
                 verify: c.tls_ca.is_some(),
                 params: Default::default(),
+                handshake_first: None,
             });
         }
         (None, None) if c.tls_ca.is_none() => {}

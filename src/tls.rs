@@ -429,6 +429,7 @@ mod tests {
             ca: None,
             verify: false,
             params: TlsParams::default(),
+            handshake_first: None,
         };
         assert!(matches!(server_config(&files), Err(TlsError::Read { .. })));
         let p = generate_dev_certs(dir.path(), &[]).unwrap();
@@ -438,6 +439,7 @@ mod tests {
             ca: None,
             verify: true,
             params: TlsParams::default(),
+            handshake_first: None,
         };
         assert!(matches!(
             server_config(&files),
@@ -450,6 +452,7 @@ mod tests {
             ca: None,
             verify: false,
             params: TlsParams::default(),
+            handshake_first: None,
         };
         assert!(matches!(
             server_config(&files),
@@ -549,6 +552,7 @@ mod tests {
                 ca: None,
                 verify: false,
                 params,
+                handshake_first: None,
             })
             .unwrap()
         };
@@ -620,6 +624,7 @@ mod tests {
             ca: Some(p.ca_cert.clone()),
             verify: false,
             params: TlsParams::default(),
+            handshake_first: None,
         })
         .unwrap();
         let anon = client_config(&p.ca_cert, None).unwrap();
@@ -637,6 +642,7 @@ mod tests {
             ca: Some(p.ca_cert.clone()),
             verify: true,
             params: TlsParams::default(),
+            handshake_first: None,
         })
         .unwrap();
         let with_cert = client_config(&p.ca_cert, Some((&p.client_cert, &p.client_key))).unwrap();

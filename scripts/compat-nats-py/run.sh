@@ -33,9 +33,8 @@
 # Known (Dec 2026): liftbridge 161 passed, 8 skipped, as nats-server
 # 2.15.1 (before config values could start on the line after their key, as
 # in the tests' conf/ws.conf: 150 passed, the 11 WebSocket tests failed).
-# With NATS_SERVER_VERSION set, 2 of the 5 TLS handshake-first tests fail
-# (tls { handshake_first: true } is not implemented: INFO is sent in
-# plaintext).
+# With NATS_SERVER_VERSION set, the 5 TLS handshake-first tests pass too
+# (2 failed before tls { handshake_first } was implemented).
 # Extra arguments go to pytest (e.g. -k test_name). PYTEST_TIMEOUT sets the
 # per-test timeout (default 60 s). NATS_PY_RESULTS=<dir> keeps the JUnit
 # XML reports (one per file) there.

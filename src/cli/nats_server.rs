@@ -320,6 +320,7 @@ pub fn build_config(flags: &Flags) -> Result<NatsConf, SetupError> {
             ca: flags.tls_ca.clone().or(base.ca),
             verify: flags.tls_verify || base.verify,
             params: base.params,
+            handshake_first: base.handshake_first,
         };
         if files.cert.as_os_str().is_empty() || files.key.as_os_str().is_empty() {
             return Err(SetupError::Invalid(

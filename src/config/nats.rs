@@ -366,6 +366,10 @@ pub struct TlsFiles {
     pub verify: bool,
     /// `min_version`, `cipher_suites`, `curve_preferences`.
     pub params: crate::tls::TlsParams,
+    /// `handshake_first` (client listener): the TLS handshake comes before
+    /// INFO. `Some(ZERO)`: always; `Some(d)`: unless the client has sent
+    /// nothing after `d` (a client that waits for INFO), then INFO first.
+    pub handshake_first: Option<Duration>,
 }
 
 /// The `websocket { … }` block: NATS clients over WebSocket

@@ -763,7 +763,7 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
             "authorization" => apply_authorization(key, n, &mut o.auth, &mut o.auth_timeout)?,
             "no_auth_user" => o.auth.no_auth_user = Some(want_str(key, n)?.to_string()),
             "tls" => {
-                let (files, timeout) = tls_block(key, n, &mut c.warnings, true)?;
+                let (files, timeout) = tls_block_with(key, n, &mut c.warnings, true, true)?;
                 o.tls = Some(files);
                 c.tls_timeout = timeout;
             }
@@ -1576,6 +1576,25 @@ fn deny_subjects(key: &str, n: &Node) -> Result<Vec<String>, ConfError> {
     Ok(list)
 }
 
+/// `handshake_first` as nats-server reads it: a boolean (`true`: always,
+/// no fallback), `auto` (fall back to INFO first after 50 ms of silence)
+/// or a fallback duration.
+fn handshake_first(k: &str, v: &Node) -> Result<Option<Duration>, ConfError> {
+    match &v.value {
+        Value::Bool(b) => Ok(b.then_some(Duration::ZERO)),
+        Value::Str(s) => match s.to_ascii_lowercase().as_str() {
+            "true" | "on" => Ok(Some(Duration::ZERO)),
+            "false" | "off" => Ok(None),
+            "auto" | "auto_fallback" => Ok(Some(Duration::from_millis(50))),
+            _ => match want_duration(k, v) {
+                Ok(d) => Ok(Some(d)),
+                Err(_) => invalid(k, v, format!("field {k:?}'s value {s:?} is invalid")),
+            },
+        },
+        _ => invalid(k, v, format!("field {k:?} should be a boolean or a string")),
+    }
+}
+
 /// A `tls {}` block; `need_cert`: a listener needs `cert_file` and
 /// `key_file` (a client-side block may have only `ca_file`).
 fn tls_block(
@@ -1583,6 +1602,18 @@ fn tls_block(
     n: &Node,
     warnings: &mut Vec<String>,
     need_cert: bool,
+) -> Result<(TlsFiles, Option<Duration>), ConfError> {
+    tls_block_with(key, n, warnings, need_cert, false)
+}
+
+/// [`tls_block`]; `client_listener` also accepts `handshake_first`
+/// (elsewhere it is reported as not supported).
+fn tls_block_with(
+    key: &str,
+    n: &Node,
+    warnings: &mut Vec<String>,
+    need_cert: bool,
+    client_listener: bool,
 ) -> Result<(TlsFiles, Option<Duration>), ConfError> {
     let mut files = TlsFiles::default();
     let mut timeout = None;
@@ -1627,9 +1658,17 @@ fn tls_block(
             }
             // Behaviour we do not provide: say so, since clients configured
             // for it will fail in ways that are otherwise hard to trace.
-            "insecure" | "handshake_first" | "verify_cert_and_check_known_urls" => warnings.push(
-                format!("{}:{}: tls {k:?} is not supported; ignored", v.file, v.line),
-            ),
+            "handshake_first" | "first" | "immediate" if client_listener => {
+                files.handshake_first = handshake_first(k, v)?;
+            }
+            "insecure"
+            | "handshake_first"
+            | "first"
+            | "immediate"
+            | "verify_cert_and_check_known_urls" => warnings.push(format!(
+                "{}:{}: tls {k:?} is not supported; ignored",
+                v.file, v.line
+            )),
             other => return invalid(key, v, format!("unknown tls field {other:?}")),
         }
     }
@@ -2322,12 +2361,36 @@ mod tests {
             e.contains("allowed_connection_types") && e.contains("PIGEON"),
             "{e}"
         );
-        let c = conf("tls { cert_file: a, key_file: b, handshake_first: true }\n");
+        // handshake_first as nats-server reads it, on the client listener.
+        for (v, want) in [
+            ("true", Some(Duration::ZERO)),
+            ("false", None),
+            ("\"auto\"", Some(Duration::from_millis(50))),
+            ("\"300ms\"", Some(Duration::from_millis(300))),
+        ] {
+            let c = conf(&format!(
+                "tls {{ cert_file: a, key_file: b, handshake_first: {v} }}\n"
+            ));
+            assert_eq!(c.options.tls.unwrap().handshake_first, want, "{v}");
+            assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        }
+        let e = from_str(
+            "tls { cert_file: a, key_file: b, handshake_first: \"soon\" }\n",
+            Path::new("t.conf"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("handshake_first") && e.contains("soon"), "{e}");
+        // Elsewhere it is not provided, and said so.
+        let c = conf(
+            "cluster { port: 6222, tls { cert_file: a, key_file: b, handshake_first: true } }\n",
+        );
         assert!(
-            c.warnings[0].contains("handshake_first"),
+            c.warnings.iter().any(|w| w.contains("handshake_first")),
             "{:?}",
             c.warnings
-        ); // The choices nats-server takes, in its names.
+        );
+        // The choices nats-server takes, in its names.
         let c = conf(
             "tls { cert_file: a, key_file: b, min_version: \"1.3\", curve_preferences: [CurveP384, X25519] }\ncluster { tls { cert_file: a, key_file: b, ca_file: c, cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305] } }\n",
         );

@@ -374,6 +374,7 @@ pub fn tls_config(
         ca: None,
         verify: false,
         params: Default::default(),
+        handshake_first: None,
     };
     let mut cfg = (*crate::tls::server_config(&files)?).clone();
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];

@@ -969,7 +969,7 @@ async fn accept_loop(inner: Arc<ServerInner>, listener: TcpListener) {
 }
 
 async fn serve_conn(inner: Arc<ServerInner>, mut stream: TcpStream, addr: SocketAddr) {
-    let (client, nonce, urls_gen) = match inner.start_client(addr, false) {
+    let (client, info, nonce, urls_gen) = match inner.start_client(addr, false) {
         ClientStart::Refused(frames) => {
             let _ = stream.write_all(&frames).await;
             let _ = stream.shutdown().await;
@@ -980,15 +980,20 @@ async fn serve_conn(inner: Arc<ServerInner>, mut stream: TcpStream, addr: Socket
             info,
             nonce,
             urls_gen,
-        } => {
-            if stream.write_all(&info).await.is_err() {
-                inner.remove_client(&client);
-                return;
-            }
-            (client, nonce, urls_gen)
-        }
+        } => (client, info, nonce, urls_gen),
     };
     let live = inner.live();
+    let tls_first = match (
+        &live.tls,
+        live.opts.tls.as_ref().and_then(|t| t.handshake_first),
+    ) {
+        (Some(_), Some(fallback)) => tls_handshake_first(&stream, fallback).await,
+        _ => false,
+    };
+    if !tls_first && stream.write_all(&info).await.is_err() {
+        inner.remove_client(&client);
+        return;
+    }
     let deadline = live.opts.write_deadline;
     tokio::spawn(client::ping_loop(client.clone(), inner.clone()));
     let reader = Reader::new(client.clone(), inner.clone(), nonce, urls_gen);
@@ -1009,7 +1014,7 @@ async fn serve_conn(inner: Arc<ServerInner>, mut stream: TcpStream, addr: Socket
                 acceptor.accept(stream),
             )
             .await;
-            let tls = match hs {
+            let mut tls = match hs {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
                     tracing::debug!(cid = client.id, error = %e, "TLS handshake failed");
@@ -1036,6 +1041,11 @@ async fn serve_conn(inner: Arc<ServerInner>, mut stream: TcpStream, addr: Socket
                     .map(|c| format!("{:?}", c.suite()))
                     .unwrap_or_default();
             }
+            if tls_first && tls.write_all(&info).await.is_err() {
+                client.close_now();
+                inner.remove_client(&client);
+                return;
+            }
             let (r, w) = tokio::io::split(tls);
             tokio::spawn(client::write_loop(
                 client.clone(),
@@ -1046,6 +1056,21 @@ async fn serve_conn(inner: Arc<ServerInner>, mut stream: TcpStream, addr: Socket
             reader.run(r).await;
         }
     }
+}
+
+/// Whether a connection starts with the TLS handshake, INFO following it
+/// (`tls { handshake_first }`): always with no `fallback`; otherwise only if
+/// the client sends something within `fallback` (a client that waits for
+/// INFO sends nothing), as nats-server decides.
+async fn tls_handshake_first(stream: &TcpStream, fallback: Duration) -> bool {
+    if fallback.is_zero() {
+        return true;
+    }
+    let mut first = [0u8; 1];
+    matches!(
+        tokio::time::timeout(fallback, stream.peek(&mut first)).await,
+        Ok(Ok(n)) if n > 0
+    )
 }
 
 /// A random nonce for nkey challenges (base64url, as nats-server).

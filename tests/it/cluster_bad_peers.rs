@@ -230,6 +230,7 @@ async fn routes_over_tls() {
                 ca: Some(certs.ca_cert.clone()),
                 verify: true,
                 params: Default::default(),
+                handshake_first: None,
             }),
             ..ClusterOptions::default()
         }),

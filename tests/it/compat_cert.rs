@@ -44,6 +44,7 @@ fn compat_cert_init_writes_usable_certs() {
         ca: Some(ca.clone()),
         verify: true,
         params: Default::default(),
+        handshake_first: None,
     })
     .unwrap();
     let with_cert = liftbridge::tls::client_config(

@@ -180,6 +180,60 @@ fn certs() -> (tempfile::TempDir, liftbridge::tls::DevCertPaths) {
     (dir, paths)
 }
 
+/// `tls { handshake_first }`: the TLS handshake comes before INFO.
+/// Without a fallback a client that waits for INFO gets nothing in plain
+/// text, and async-nats with `tls_first()` connects and works; with a
+/// fallback (300 ms) a waiting client gets the plaintext INFO after it and
+/// upgrades as usual, and a TLS-first client still connects.
+#[tokio::test]
+async fn nats_tls_handshake_first() {
+    use tokio::io::AsyncReadExt;
+    let (_dir, p) = certs();
+    for fallback in [Duration::ZERO, Duration::from_millis(300)] {
+        let mut opts = test_opts();
+        opts.tls = Some(TlsFiles {
+            cert: p.server_cert.clone(),
+            key: p.server_key.clone(),
+            ca: None,
+            verify: false,
+            params: Default::default(),
+            handshake_first: Some(fallback),
+        });
+        let srv = start(opts).await;
+        let first = async_nats::ConnectOptions::new()
+            .add_root_certificates(p.ca_cert.clone())
+            .tls_first()
+            .connect(url(&srv))
+            .await
+            .unwrap();
+        let mut sub = first.subscribe("hf").await.unwrap();
+        first.publish("hf", "first".into()).await.unwrap();
+        let m = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
+        assert_eq!(m.payload, "first");
+
+        let mut waiting = tokio::net::TcpStream::connect(srv.client_addr())
+            .await
+            .unwrap();
+        let mut buf = [0u8; 1024];
+        let got = tokio::time::timeout(Duration::from_millis(900), waiting.read(&mut buf)).await;
+        if fallback.is_zero() {
+            assert!(got.is_err(), "plaintext sent before the TLS handshake");
+            continue;
+        }
+        let n = got.expect("INFO after the fallback delay").unwrap();
+        assert!(buf[..n].starts_with(b"INFO {"), "{:?}", &buf[..n]);
+        let c = async_nats::ConnectOptions::new()
+            .add_root_certificates(p.ca_cert.clone())
+            .require_tls(true)
+            .connect(url(&srv))
+            .await
+            .unwrap();
+        c.publish("hf", "after INFO".into()).await.unwrap();
+        let m = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
+        assert_eq!(m.payload, "after INFO");
+    }
+}
+
 #[tokio::test]
 async fn nats_tls_and_mtls() {
     let (_dir, p) = certs();
@@ -190,6 +244,7 @@ async fn nats_tls_and_mtls() {
         ca: None,
         verify: false,
         params: Default::default(),
+        handshake_first: None,
     });
     let srv = start(opts).await;
     let r = Raw::connect(&srv).await;
@@ -228,6 +283,7 @@ async fn nats_tls_and_mtls() {
         ca: Some(p.ca_cert.clone()),
         verify: true,
         params: Default::default(),
+        handshake_first: None,
     });
     let srv = start(opts).await;
     let r = Raw::connect(&srv).await;

@@ -782,6 +782,7 @@ async fn nats_ws_over_tls() {
         ca: None,
         verify: false,
         params: Default::default(),
+        handshake_first: None,
     });
     o.same_origin = true;
     let srv = start(opts_with(o)).await;
