@@ -174,6 +174,19 @@ async fn nats_auth_permissions_violations() {
         .is_err());
 }
 
+/// The client port's TLS with the development server certificate, no
+/// client certificates.
+fn server_tls(p: &liftbridge::tls::DevCertPaths) -> TlsFiles {
+    TlsFiles {
+        cert: p.server_cert.clone(),
+        key: p.server_key.clone(),
+        ca: None,
+        verify: false,
+        params: Default::default(),
+        handshake_first: None,
+    }
+}
+
 fn certs() -> (tempfile::TempDir, liftbridge::tls::DevCertPaths) {
     let dir = tempfile::tempdir().unwrap();
     let paths = liftbridge::tls::generate_dev_certs(dir.path(), &[]).unwrap();
@@ -192,12 +205,8 @@ async fn nats_tls_handshake_first() {
     for fallback in [Duration::ZERO, Duration::from_millis(300)] {
         let mut opts = test_opts();
         opts.tls = Some(TlsFiles {
-            cert: p.server_cert.clone(),
-            key: p.server_key.clone(),
-            ca: None,
-            verify: false,
-            params: Default::default(),
             handshake_first: Some(fallback),
+            ..server_tls(&p)
         });
         let srv = start(opts).await;
         let first = async_nats::ConnectOptions::new()
@@ -238,14 +247,7 @@ async fn nats_tls_handshake_first() {
 async fn nats_tls_and_mtls() {
     let (_dir, p) = certs();
     let mut opts = test_opts();
-    opts.tls = Some(TlsFiles {
-        cert: p.server_cert.clone(),
-        key: p.server_key.clone(),
-        ca: None,
-        verify: false,
-        params: Default::default(),
-        handshake_first: None,
-    });
+    opts.tls = Some(server_tls(&p));
     let srv = start(opts).await;
     let r = Raw::connect(&srv).await;
     assert!(r.info.contains("\"tls_required\":true"), "{}", r.info);
