@@ -35,6 +35,14 @@ fn user(name: &str, pass: &str, p: Option<Permissions>) -> User {
     }
 }
 
+/// `c` subscribes to `subject`, publishes `payload` there and receives it.
+async fn echoes(c: &async_nats::Client, subject: &'static str, payload: &'static str) {
+    let mut sub = c.subscribe(subject).await.unwrap();
+    c.publish(subject, payload.into()).await.unwrap();
+    let m = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
+    assert_eq!(m.payload, payload);
+}
+
 async fn connect_err(opts: async_nats::ConnectOptions, u: String) -> String {
     let r = tokio::time::timeout(T, opts.connect(u))
         .await
@@ -57,10 +65,7 @@ async fn nats_auth_user_password() {
         .connect(url(&srv))
         .await
         .unwrap();
-    let mut sub = c.subscribe("x").await.unwrap();
-    c.publish("x", "1".into()).await.unwrap();
-    let m = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
-    assert_eq!(m.payload, "1");
+    echoes(&c, "x", "1").await;
     let e = connect_err(
         async_nats::ConnectOptions::with_user_and_password("alice".into(), "wrong".into()),
         url(&srv),
@@ -215,10 +220,7 @@ async fn nats_tls_handshake_first() {
             .connect(url(&srv))
             .await
             .unwrap();
-        let mut sub = first.subscribe("hf").await.unwrap();
-        first.publish("hf", "first".into()).await.unwrap();
-        let m = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
-        assert_eq!(m.payload, "first");
+        echoes(&first, "hf", "first").await;
 
         let mut waiting = tokio::net::TcpStream::connect(srv.client_addr())
             .await
@@ -237,9 +239,7 @@ async fn nats_tls_handshake_first() {
             .connect(url(&srv))
             .await
             .unwrap();
-        c.publish("hf", "after INFO".into()).await.unwrap();
-        let m = tokio::time::timeout(T, sub.next()).await.unwrap().unwrap();
-        assert_eq!(m.payload, "after INFO");
+        echoes(&c, "hf", "after INFO").await;
     }
 }
 
@@ -258,16 +258,7 @@ async fn nats_tls_and_mtls() {
         .connect(url(&srv))
         .await
         .unwrap();
-    let mut sub = c.subscribe("t").await.unwrap();
-    c.publish("t", "secure".into()).await.unwrap();
-    assert_eq!(
-        tokio::time::timeout(T, sub.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .payload,
-        "secure"
-    );
+    echoes(&c, "t", "secure").await;
     let cz = srv.connz_json("").unwrap();
     let conns = cz["connections"].as_array().unwrap();
     assert!(
@@ -280,12 +271,9 @@ async fn nats_tls_and_mtls() {
     // mTLS: a client certificate is required.
     let mut opts = test_opts();
     opts.tls = Some(TlsFiles {
-        cert: p.server_cert.clone(),
-        key: p.server_key.clone(),
         ca: Some(p.ca_cert.clone()),
         verify: true,
-        params: Default::default(),
-        handshake_first: None,
+        ..server_tls(&p)
     });
     let srv = start(opts).await;
     let r = Raw::connect(&srv).await;
@@ -297,16 +285,7 @@ async fn nats_tls_and_mtls() {
         .connect(url(&srv))
         .await
         .unwrap();
-    let mut sub = c.subscribe("m").await.unwrap();
-    c.publish("m", "mutual".into()).await.unwrap();
-    assert_eq!(
-        tokio::time::timeout(T, sub.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .payload,
-        "mutual"
-    );
+    echoes(&c, "m", "mutual").await;
     let no_cert = async_nats::ConnectOptions::new()
         .add_root_certificates(p.ca_cert.clone())
         .require_tls(true)
