@@ -406,27 +406,25 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
         }
     }
 
-    // The disk's own limit, measured where the servers keep their data.
-    let (fsync_rate, fsync_us) = disk_fsync_rate(&std::env::temp_dir(), 2000)?;
+    // The disk's own limits, measured where the servers keep their data.
+    let dir = std::env::temp_dir();
+    let disk = format!("disk ({})", dir.display());
+    let (fsync_rate, fsync_us) = disk_fsync_rate(&dir, 2000)?;
     println!(
         "disk: 2000 x (4 KiB append + fdatasync) in {}: {fsync_rate:.0} fsyncs/s ({fsync_us:.0} us each)",
-        std::env::temp_dir().display()
+        dir.display()
     );
     rows.push(Row::new(
         "disk: 4 KiB append + fdatasync".into(),
-        format!("disk ({})", std::env::temp_dir().display()),
+        disk.clone(),
         fsync_rate,
     ));
-    let mbps = disk_write_rate(&std::env::temp_dir(), 256)?;
+    let mbps = disk_write_rate(&dir, 256)?;
     println!(
         "disk: 256 MiB written in 1 MiB writes + fdatasync in {}: {mbps:.0} MB/s",
-        std::env::temp_dir().display()
+        dir.display()
     );
-    rows.push(Row::new(
-        "disk: sequential write, MB/s".into(),
-        format!("disk ({})", std::env::temp_dir().display()),
-        mbps,
-    ));
+    rows.push(Row::new("disk: sequential write, MB/s".into(), disk, mbps));
 
     print_rows(&rows);
     print_ratios(&rows);
