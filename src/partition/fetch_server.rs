@@ -19,9 +19,13 @@
 //! at most `clustering.replication.max.bytes` of records: from the log up
 //! to the leader's written end, then from the staged records (queued for
 //! the leader's own write, so its write and the followers' overlap; the
-//! commit still waits for the leader's write).
+//! commit still waits for the leader's write). A fetch that finds nothing
+//! new is held, if its follower asks (`waitMs`), until records or a new
+//! high watermark arrive or the wait ends; a caught-up follower keeps one
+//! fetch waiting here, so a new record reaches it in one message.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +44,13 @@ use crate::wire::replication::{self as rw, ResponseWriter, ENTRY_OVERHEAD};
 const MAX_RECORDS: usize = 4096;
 /// Room kept for the answer's header within `replication.max.bytes`.
 const HEADER_ROOM: usize = 64;
+/// Longest a fetch is held, whatever its follower asks.
+const MAX_HOLD: Duration = Duration::from_secs(30);
+/// Longest a held fetch waits for records once the committed end has moved
+/// past what its follower knows: followers' readers (`readISRReplica`) see
+/// a new committed end this late at most, and under load it travels with
+/// the records at no extra message.
+const HW_LAG: Duration = Duration::from_millis(5);
 
 /// Starts serving the followers of a partition led here.
 pub fn start(p: &Arc<Partition>) -> Result<(), crate::nats::NatsError> {
@@ -64,15 +75,26 @@ async fn serve(
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let proposing: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let mut held: Vec<Held> = Vec::new();
     loop {
+        let until = held.iter().map(|h| h.until).min();
         tokio::select! {
             biased;
             _ = cancel.cancelled() => break,
+            _ = p.fetch_wake.notified(), if !held.is_empty() => {
+                answer_held(&p, &mut held).await;
+            }
+            _ = tokio::time::sleep_until(until.unwrap_or_else(tokio::time::Instant::now)), if until.is_some() => {
+                answer_held(&p, &mut held).await;
+            }
             m = fetches.next() => match m {
                 Some(m) => {
-                    if let Some(rejoin) = answer_fetch(&p, m).await {
+                    if let Some(rejoin) = answer_fetch(&p, m, &mut held).await {
                         propose_isr(&p, &proposing, rejoin, true);
                     }
+                    // A fetch just held may have missed news that came
+                    // while it was being answered.
+                    answer_held(&p, &mut held).await;
                 }
                 None => break,
             },
@@ -87,10 +109,66 @@ async fn serve(
             }
         }
     }
+    p.fetches_held.store(0, Ordering::Relaxed);
 }
 
-/// Answers one fetch; returns a replica that may rejoin the ISR.
-async fn answer_fetch(p: &Arc<Partition>, m: LocalMsg) -> Option<String> {
+/// A fetch that found nothing new, held until there is something for it
+/// (records, or `HW_LAG` after the committed end moved past what its
+/// follower knows) or until its wait ends. Its follower fetches again as
+/// soon as it is answered, so a caught-up follower learns of a new record
+/// in one message instead of a notification, a fetch and its answer.
+struct Held {
+    replica: String,
+    reply: String,
+    offset: u64,
+    /// The high watermark its follower knows.
+    hw: i64,
+    until: tokio::time::Instant,
+}
+
+/// Answers the held fetches that have news or whose wait is over; counts
+/// the rest where `Partition::wake_held_fetches` sees them.
+async fn answer_held(p: &Arc<Partition>, held: &mut Vec<Held>) {
+    if held.is_empty() {
+        return;
+    }
+    p.fetches_held.store(held.len(), Ordering::Relaxed);
+    // Pairs with the fence in `wake_held_fetches`: news published before
+    // that count was visible is seen below.
+    std::sync::atomic::fence(Ordering::SeqCst);
+    let now = tokio::time::Instant::now();
+    let epoch = p.leader_epoch();
+    let hw = p.high_watermark().map_or(-1, |h| h as i64);
+    let mut i = 0;
+    while i < held.len() {
+        let h = &held[i];
+        let Some(mut w) = records_answer(p, h.offset, epoch, hw).await else {
+            // The log could not be read: no answer, as for a fresh fetch.
+            held.swap_remove(i);
+            continue;
+        };
+        if w.is_empty() && h.until > now {
+            // A committed end the follower has not been told goes with
+            // the next records, or after `HW_LAG` at the latest.
+            if h.hw != hw {
+                let soon = now + HW_LAG;
+                if soon < h.until {
+                    held[i].until = soon;
+                }
+            }
+            i += 1;
+            continue;
+        }
+        let h = held.swap_remove(i);
+        w.set_held();
+        publish(p, &h.reply, w.finish());
+    }
+    p.fetches_held.store(held.len(), Ordering::Relaxed);
+}
+
+/// Answers one fetch, or holds it (see [`Held`]); returns a replica that
+/// may rejoin the ISR.
+async fn answer_fetch(p: &Arc<Partition>, m: LocalMsg, held: &mut Vec<Held>) -> Option<String> {
     let reply = m.reply.as_ref().and_then(|r| std::str::from_utf8(r).ok())?;
     let req = match rw::decode_fetch(&m.payload) {
         Ok(r) => r,
@@ -100,30 +178,26 @@ async fn answer_fetch(p: &Arc<Partition>, m: LocalMsg) -> Option<String> {
         }
     };
     let epoch = p.leader_epoch();
-    let hw = p.high_watermark().map_or(-1, |h| h as i64);
     if req.leader_epoch != epoch || req.offset < 0 {
+        let hw = p.high_watermark().map_or(-1, |h| h as i64);
         publish(p, reply, ResponseWriter::new(epoch, hw, 0).finish());
         return None;
     }
     let offset = req.offset as u64;
-    let leo = p.leader_leo();
-    let budget = p.ctx.max_bytes.saturating_sub(HEADER_ROOM).max(1);
-    let (staged, staged_end) = if offset >= leo {
-        p.staged_from(offset, budget)
-    } else {
-        (Vec::new(), 0)
-    };
-    if offset > leo.max(staged_end) {
+    let end = p.leader_leo().max(p.staged_end());
+    if offset > end {
         // The follower is ahead of this leader: it has records this
         // leader lost (a crash before they were written here).
         let resp = pb::LeaderEpochOffsetResponse {
-            end_offset: leo.max(staged_end) as i64,
+            end_offset: end as i64,
             leader_epoch: epoch,
             epoch: epoch as i64,
         };
         publish(p, reply, rw::encode_epoch_response(&resp));
         return None;
     }
+    // A follower asking again replaces its held fetch (it gave up on it).
+    held.retain(|h| h.replica != req.replica_id);
     // What the follower has written counts; what it has only received
     // does not (it may fetch ahead of its own write).
     let written = (req.written.max(0) as u64).min(offset);
@@ -132,16 +206,51 @@ async fn answer_fetch(p: &Arc<Partition>, m: LocalMsg) -> Option<String> {
         .then(|| req.replica_id.clone());
     // The committed end may have moved with this fetch.
     let hw = p.high_watermark().map_or(-1, |h| h as i64);
+    let w = records_answer(p, offset, epoch, hw).await?;
+    // Held when there are no records for the follower, if it asked to be;
+    // a committed end its own fetch moved reaches it as any other (see
+    // `answer_held`).
+    if w.is_empty() && req.wait_ms > 0 {
+        let wait = Duration::from_millis(u64::from(req.wait_ms)).min(MAX_HOLD);
+        p.fetch_held(&req.replica_id);
+        held.push(Held {
+            replica: req.replica_id.clone(),
+            reply: reply.to_string(),
+            offset,
+            hw: req.hw,
+            until: tokio::time::Instant::now() + wait,
+        });
+        return rejoin;
+    }
+    publish(p, reply, w.finish());
+    rejoin
+}
+
+/// An answer from `offset`: records from the log up to the leader's
+/// written end, then from the staged records, within
+/// `replication.max.bytes`. `None` when the log cannot be read.
+async fn records_answer(
+    p: &Arc<Partition>,
+    offset: u64,
+    epoch: u64,
+    hw: i64,
+) -> Option<ResponseWriter> {
+    let leo = p.leader_leo();
+    let budget = p.ctx.max_bytes.saturating_sub(HEADER_ROOM).max(1);
     let records = if offset < leo {
         match p.log().read(offset, MAX_RECORDS, budget).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(stream = %p.stream, partition = p.id, error = %e, "reading for a follower");
-                return rejoin;
+                return None;
             }
         }
     } else {
-        staged.into_iter().map(|(_, r)| r).collect()
+        p.staged_from(offset, budget)
+            .0
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect()
     };
     let limit = if offset < leo { leo } else { u64::MAX };
     let mut w = ResponseWriter::new(epoch, hw, budget.min(1 << 16));
@@ -153,8 +262,7 @@ async fn answer_fetch(p: &Arc<Partition>, m: LocalMsg) -> Option<String> {
         }
         w.push_with(r.offset, len, |buf| codec::encode_into(&rr, buf));
     }
-    publish(p, reply, w.finish());
-    rejoin
+    Some(w)
 }
 
 /// Answers a leader-epoch offset request (KIP-101/279): the largest epoch

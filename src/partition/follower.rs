@@ -12,8 +12,11 @@
 //!    fetch goes out (each fetch tells the leader what is written, which
 //!    is what counts for the commit). What the leader has committed and this
 //!    replica has is committed here too (readers with `readISRReplica` see
-//!    it). Caught up, the task sleeps until the leader's notification or
-//!    `replica.max.idle.wait`.
+//!    it). Caught up, its fetch waits at the leader (up to
+//!    `replica.max.idle.wait`, at most half of `replica.fetch.timeout`)
+//!    until there is something new; a leader that answers at once instead
+//!    (one that does not hold fetches) is fetched from again after its
+//!    notification or `replica.max.idle.wait`.
 //! 3. **Report** the leader to the controller when no fetch has succeeded
 //!    for `replica.max.leader.timeout` (again every timeout while it lasts),
 //!    or sooner when nobody in the NATS cluster has listened on the fetch
@@ -261,16 +264,28 @@ async fn fetch_loop(
     // Where to fetch from: past the batch being written, if any.
     let mut next = p.log().log_end_offset();
     let mut writing: Option<Writing> = None;
+    // How long the leader may hold a fetch: as long as an idle follower
+    // would sleep, and well inside the request's timeout.
+    let hold_ms = p.ctx.idle_wait.min(p.ctx.fetch_timeout / 2).as_millis() as u32;
+    // The leader's high watermark as last answered.
+    let mut known_hw = -1;
     loop {
         if cancel.is_cancelled() {
             return RoundEnd::Stop;
         }
         let leo = next;
+        // Held at the leader only when this fetch reports everything
+        // received as written (a batch written on this thread already
+        // counts); otherwise the next one must report it.
+        let written = p.log().log_end_offset();
+        let wait_ms = if written >= leo { hold_ms } else { 0 };
         let body = rw::encode_fetch(&pb::ReplicationRequest {
             replica_id: p.ctx.me.clone(),
             offset: leo as i64,
             leader_epoch: epoch,
-            written: p.log().log_end_offset() as i64,
+            written: written as i64,
+            wait_ms,
+            hw: known_hw,
         });
         let mut gone = false;
         let Some(sent) = request(p, &subject, body, cancel).await else {
@@ -356,6 +371,7 @@ async fn fetch_loop(
             // instead of the one after.
             writing = Some(tokio::spawn(p.log().append_replicated(records)));
         }
+        known_hw = r.hw;
         let hw_end = (r.hw + 1).max(0) as u64;
         p.follower_committed(hw_end);
         if p.log().log_end_offset() >= hw_end
@@ -370,6 +386,11 @@ async fn fetch_loop(
                 if let Err(e) = finish(p, writing.take()).await {
                     return e;
                 }
+                continue;
+            }
+            if r.held {
+                // The leader held this fetch until now: the next one is
+                // held as well, no notification needed.
                 continue;
             }
             tokio::select! {

@@ -213,6 +213,11 @@ pub struct Partition {
     staged: Option<Mutex<Staged<Record>>>,
     /// As follower: woken by the leader's new-data notification.
     pub(super) wake: tokio::sync::Notify,
+    /// As leader: wakes the fetch server when fetches are held and there
+    /// is new data or a new committed end (see `fetch_server`).
+    pub(super) fetch_wake: tokio::sync::Notify,
+    /// As leader: how many fetches the fetch server holds.
+    pub(super) fetches_held: AtomicUsize,
     /// Replication tasks (fetch server, ISR check, follower loop),
     /// cancelled when the partition stops.
     tasks: Mutex<Vec<(CancellationToken, JoinHandle<()>)>>,
@@ -307,6 +312,8 @@ impl Partition {
             waiting: Mutex::new(WaitingAcks::default()),
             staged,
             wake: tokio::sync::Notify::new(),
+            fetch_wake: tokio::sync::Notify::new(),
+            fetches_held: AtomicUsize::new(0),
             tasks: Mutex::new(Vec::new()),
             rebuilding: std::sync::atomic::AtomicBool::new(false),
         })
@@ -394,6 +401,31 @@ impl Partition {
         }
     }
 
+    /// As leader: where the staged records end (0 when nothing is staged
+    /// here).
+    pub(super) fn staged_end(&self) -> u64 {
+        self.staged.as_ref().map_or(0, |s| s.lock().end())
+    }
+
+    /// As leader: a fetch from `replica` is held until there is news for
+    /// it, so it needs no notification meanwhile.
+    pub(super) fn fetch_held(&self, replica: &str) {
+        if let Some(st) = self.isr.lock().as_mut() {
+            st.hold(replica);
+        }
+    }
+
+    /// As leader: there is news for held fetches (new records or a new
+    /// committed end). The fence pairs with the fetch server's after it
+    /// counts a fetch it holds: either this sees the count or the server
+    /// sees the news when it looks again.
+    fn wake_held_fetches(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.fetches_held.load(Ordering::Relaxed) > 0 {
+            self.fetch_wake.notify_one();
+        }
+    }
+
     /// As leader: queues a batch for followers before it is written;
     /// returns nothing (offsets are predicted inside).
     fn stage(&self, epoch: u64, records: &[NewRecord]) {
@@ -419,6 +451,7 @@ impl Partition {
                 })
                 .collect()
         });
+        self.wake_held_fetches();
         self.notify_idle();
     }
 
@@ -480,6 +513,7 @@ impl Partition {
             self.send_ack(&p, offset as i64, AckError::Ok);
         }
         if new_data || committed != before {
+            self.wake_held_fetches();
             let idle = match self.isr.lock().as_mut() {
                 Some(st) => st.take_idle_except(requester),
                 None => Vec::new(),

@@ -176,6 +176,14 @@ impl IsrState {
         }
     }
 
+    /// The leader holds a fetch of `replica` until there is news for it:
+    /// the follower is not idle (no notification is due).
+    pub fn hold(&mut self, replica: &str) {
+        if let Some(p) = self.followers.get_mut(replica) {
+            p.idle = false;
+        }
+    }
+
     /// The committed end the ISR allows: the lowest log end among its
     /// members; `None` while the ISR is below its minimum.
     pub fn committed_end(&self) -> Option<u64> {

@@ -7,7 +7,10 @@
 //! header, the leader epoch (8 bytes, big endian), the high watermark (8
 //! bytes, big endian, signed: -1 = nothing committed) and a message set:
 //! entries of offset (8 bytes), length (4 bytes) and that many bytes of an
-//! encoded record (the store's record encoding, opaque here). Pure code:
+//! encoded record (the store's record encoding, opaque here). Flag bit
+//! 0x02 of the envelope header marks an answer to a fetch the leader held
+//! (the follower may fetch again at once: the leader holds it again rather
+//! than answering "nothing new" in a loop). Pure code:
 //! a malformed answer is an error, never a panic.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -22,6 +25,10 @@ const HEADER_LEN: usize = 8;
 const FIXED_LEN: usize = 16;
 /// Offset + length before each record of a message set.
 pub const ENTRY_OVERHEAD: usize = 12;
+/// Envelope flag of an answer to a held fetch.
+const FLAG_HELD: u8 = 0x02;
+/// Where the envelope's flags are.
+const FLAGS_AT: usize = 6;
 
 /// Why a fetch answer cannot be read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -120,6 +127,12 @@ impl ResponseWriter {
         self.entries == 0
     }
 
+    /// Marks the answer as one to a fetch the leader held (see the module
+    /// documentation).
+    pub fn set_held(&mut self) {
+        self.buf[FLAGS_AT] |= FLAG_HELD;
+    }
+
     /// The finished answer.
     pub fn finish(self) -> Bytes {
         self.buf.freeze()
@@ -136,6 +149,8 @@ pub struct FetchResponse {
     pub hw: i64,
     /// The records, in offset order as sent.
     pub records: Vec<(u64, Bytes)>,
+    /// The leader held the fetch (it holds the next one too).
+    pub held: bool,
 }
 
 /// Decodes a fetch answer.
@@ -144,6 +159,7 @@ pub fn decode_response(data: Bytes) -> Result<FetchResponse, ReplicationError> {
         let p = decode_raw(&data, MsgType::ReplicationResponse)?;
         data.len() - p.len()
     };
+    let held = data[FLAGS_AT] & FLAG_HELD != 0;
     let mut rest = data.slice(hl..);
     if rest.len() < FIXED_LEN {
         return Err(ReplicationError::Truncated);
@@ -166,6 +182,7 @@ pub fn decode_response(data: Bytes) -> Result<FetchResponse, ReplicationError> {
         leader_epoch,
         hw,
         records,
+        held,
     })
 }
 
@@ -186,6 +203,12 @@ mod tests {
             r.records,
             vec![(40, Bytes::from_static(b"abc")), (42, Bytes::new())]
         );
+        assert!(!r.held);
+        let mut w = ResponseWriter::new(7, 42, 0);
+        w.set_held();
+        let r = decode_response(w.finish()).unwrap();
+        assert!(r.held && r.records.is_empty());
+        assert_eq!((r.leader_epoch, r.hw), (7, 42));
     }
 
     #[test]
@@ -204,6 +227,8 @@ mod tests {
             offset: 3,
             leader_epoch: 2,
             written: 3,
+            wait_ms: 500,
+            hw: 2,
         });
         assert!(matches!(
             decode_response(req.clone()),

@@ -271,3 +271,131 @@ async fn cluster_isr_below_min_isr_nothing_commits_until_the_follower_returns() 
         .await;
     }
 }
+
+/// A follower's fetch that finds nothing new waits at the leader when it
+/// asks to (`waitMs`) and is answered as soon as there are records, or
+/// shortly after the high watermark moved past the one it knows; one that
+/// does not ask is answered at once. Probed on the leader's NATS port with
+/// the fetch requests followers send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_isr_caught_up_fetches_wait_at_the_leader_for_records() {
+    use liftbridge::partition::subjects;
+    use liftbridge::wire::{pb, replication as rw};
+
+    let mut opts = ClusterOptions::three("isrheld");
+    opts.extra_yaml = TIMINGS.into();
+    let namespace = opts.namespace.clone();
+    let c = Cluster::start(&opts).await;
+    create(&c, "held", None).await;
+    let leader = leader_index(&c, "held").await;
+    let ack = publish(
+        &c,
+        leader,
+        "held",
+        "m0",
+        proto::AckPolicy::All,
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("ALL ack");
+    assert_eq!(ack.offset, 0);
+    let spec = &c.nodes[leader].spec;
+    let nc = async_nats::connect(format!("nats://{}:{}", spec.ip, spec.client))
+        .await
+        .expect("connect to the leader's node");
+    let subject = subjects::replicate(&namespace, "held", 0);
+    let fetch = |epoch: u64, offset: i64, wait_ms: u32, hw: i64| {
+        rw::encode_fetch(&pb::ReplicationRequest {
+            replica_id: "probe".into(),
+            offset,
+            leader_epoch: epoch,
+            written: offset,
+            wait_ms,
+            hw,
+        })
+    };
+    let inbox = nc.new_inbox();
+    let mut answers = nc.subscribe(inbox.clone()).await.unwrap();
+    let ask = |body: bytes::Bytes| {
+        let nc = nc.clone();
+        let inbox = inbox.clone();
+        let subject = subject.clone();
+        async move {
+            nc.publish_with_reply(subject, inbox, body).await.unwrap();
+            nc.flush().await.unwrap();
+        }
+    };
+    // Any epoch: the answer names the leader's.
+    ask(fetch(u64::MAX, 1, 0, -1)).await;
+    let m = tokio::time::timeout(Duration::from_secs(5), answers.next())
+        .await
+        .expect("an answer to a fetch in another epoch")
+        .unwrap();
+    let epoch = rw::decode_response(m.payload).unwrap().leader_epoch;
+
+    // Caught up (offset 1), knowing hw 0, asking to wait: held.
+    ask(fetch(epoch, 1, 5_000, 0)).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(700), answers.next())
+            .await
+            .is_err(),
+        "a caught-up fetch that asks to wait is held"
+    );
+    let sent = std::time::Instant::now();
+    publish(
+        &c,
+        leader,
+        "held",
+        "m1",
+        proto::AckPolicy::Leader,
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("LEADER ack");
+    let m = tokio::time::timeout(Duration::from_secs(3), answers.next())
+        .await
+        .expect("the held fetch is answered once there is a record")
+        .unwrap();
+    let r = rw::decode_response(m.payload).unwrap();
+    assert!(r.held, "answered as a held fetch");
+    assert_eq!(
+        r.records.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
+        vec![1]
+    );
+    assert!(sent.elapsed() < Duration::from_secs(3));
+
+    // Not asking to wait: answered at once, empty.
+    ask(fetch(epoch, 2, 0, r.hw)).await;
+    let m = tokio::time::timeout(Duration::from_millis(500), answers.next())
+        .await
+        .expect("a fetch that does not ask to wait is answered at once")
+        .unwrap();
+    let r = rw::decode_response(m.payload).unwrap();
+    assert!(!r.held && r.records.is_empty(), "{r:?}");
+    let hw = r.hw;
+
+    // Waiting with nothing new: answered, empty, when the wait ends.
+    let asked = std::time::Instant::now();
+    ask(fetch(epoch, 2, 400, hw)).await;
+    let m = tokio::time::timeout(Duration::from_secs(3), answers.next())
+        .await
+        .expect("answered when its wait ends")
+        .unwrap();
+    let r = rw::decode_response(m.payload).unwrap();
+    assert!(r.held && r.records.is_empty(), "{r:?}");
+    assert!(
+        asked.elapsed() >= Duration::from_millis(350),
+        "held for its wait, answered after {:?}",
+        asked.elapsed()
+    );
+
+    // Knowing an older high watermark: answered soon with the current one.
+    ask(fetch(epoch, 2, 5_000, -1)).await;
+    let m = tokio::time::timeout(Duration::from_millis(1_000), answers.next())
+        .await
+        .expect("a stale high watermark is answered soon")
+        .unwrap();
+    let r = rw::decode_response(m.payload).unwrap();
+    assert!(r.held && r.records.is_empty(), "{r:?}");
+    assert_eq!(r.hw, hw);
+}
