@@ -23,6 +23,8 @@ use crate::time::now_ns;
 /// another, while each open or close holds at most this many blocking
 /// threads.
 const OPEN_CONCURRENCY: usize = 16;
+/// How long shutdown lets a reconciliation pass in progress finish.
+const RECONCILE_STOP_WAIT: Duration = Duration::from_secs(30);
 
 /// Server-wide defaults for partitions (`streams.*` and clustering keys);
 /// per-stream overrides from CreateStream take precedence.
@@ -302,6 +304,9 @@ pub struct PartitionManager {
 /// Background tasks of the manager; stopping them ends reconciliation.
 pub struct ManagerTasks {
     reconcile: JoinHandle<()>,
+    /// Ends reconciliation between two passes (a pass cut short could
+    /// leave a partition it was stopping or opening with its log open).
+    stop_reconcile: tokio_util::sync::CancellationToken,
     auto_pause: JoinHandle<()>,
     notify: Option<JoinHandle<()>>,
 }
@@ -346,6 +351,8 @@ impl PartitionManager {
             }),
         };
         let m = mgr.clone();
+        let stop_reconcile = tokio_util::sync::CancellationToken::new();
+        let stop = stop_reconcile.clone();
         let reconcile = tokio::spawn(async move {
             let mut rx = meta.watch();
             loop {
@@ -353,6 +360,7 @@ impl PartitionManager {
                 m.reconcile(&state).await;
                 let holding = m.inner.holding.load(std::sync::atomic::Ordering::Relaxed);
                 tokio::select! {
+                    _ = stop.cancelled() => break,
                     changed = rx.changed() => {
                         if changed.is_err() {
                             break;
@@ -390,6 +398,7 @@ impl PartitionManager {
             mgr,
             ManagerTasks {
                 reconcile,
+                stop_reconcile,
                 auto_pause,
                 notify,
             },
@@ -1223,10 +1232,20 @@ impl PartitionManager {
     }
 
     /// Stops reconciliation and every partition (logs closed cleanly).
-    pub async fn shutdown(&self, tasks: ManagerTasks) {
-        tasks.reconcile.abort();
+    pub async fn shutdown(&self, mut tasks: ManagerTasks) {
+        // A pass in progress finishes (it may be stopping a partition,
+        // whose log must be closed), unless it takes longer than
+        // `RECONCILE_STOP_WAIT`.
+        tasks.stop_reconcile.cancel();
         tasks.auto_pause.abort();
-        let _ = tasks.reconcile.await;
+        if tokio::time::timeout(RECONCILE_STOP_WAIT, &mut tasks.reconcile)
+            .await
+            .is_err()
+        {
+            tracing::warn!("partition reconciliation still running at shutdown; stopped");
+            tasks.reconcile.abort();
+            let _ = tasks.reconcile.await;
+        }
         let _ = tasks.auto_pause.await;
         if let Some(n) = tasks.notify {
             n.abort();
