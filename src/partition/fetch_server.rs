@@ -46,6 +46,9 @@ const MAX_RECORDS: usize = 4096;
 const HEADER_ROOM: usize = 64;
 /// Longest a fetch is held, whatever its follower asks.
 const MAX_HOLD: Duration = Duration::from_secs(30);
+/// Most fetches held at once (one per replica is the norm; a fetch beyond
+/// this, from peers that send more, is answered at once).
+const MAX_HELD: usize = 64;
 /// Longest a held fetch waits for records once the committed end has moved
 /// past what its follower knows: followers' readers (`readISRReplica`) see
 /// a new committed end this late at most, and under load it travels with
@@ -139,23 +142,29 @@ async fn answer_held(p: &Arc<Partition>, held: &mut Vec<Held>) {
     let now = tokio::time::Instant::now();
     let epoch = p.leader_epoch();
     let hw = p.high_watermark().map_or(-1, |h| h as i64);
+    let end = p.leader_leo().max(p.staged_end());
     let mut i = 0;
     while i < held.len() {
         let h = &held[i];
-        let Some(mut w) = records_answer(p, h.offset, epoch, hw).await else {
-            // The log could not be read: no answer, as for a fresh fetch.
-            held.swap_remove(i);
-            continue;
-        };
-        if w.is_empty() && h.until > now {
-            // A committed end the follower has not been told goes with
-            // the next records, or after `HW_LAG` at the latest.
+        if h.offset >= end && h.until > now {
+            // Nothing to send yet. A committed end the follower has not
+            // been told goes with the next records, or after `HW_LAG` at
+            // the latest.
             if h.hw != hw {
                 let soon = now + HW_LAG;
                 if soon < h.until {
                     held[i].until = soon;
                 }
             }
+            i += 1;
+            continue;
+        }
+        let Some(mut w) = records_answer(p, h.offset, epoch, hw).await else {
+            // The log could not be read: no answer, as for a fresh fetch.
+            held.swap_remove(i);
+            continue;
+        };
+        if w.is_empty() && h.until > now && h.hw == hw {
             i += 1;
             continue;
         }
@@ -204,13 +213,10 @@ async fn answer_fetch(p: &Arc<Partition>, m: LocalMsg, held: &mut Vec<Held>) -> 
     let rejoin = p
         .follower_fetched(&req.replica_id, written)
         .then(|| req.replica_id.clone());
-    // The committed end may have moved with this fetch.
-    let hw = p.high_watermark().map_or(-1, |h| h as i64);
-    let w = records_answer(p, offset, epoch, hw).await?;
-    // Held when there are no records for the follower, if it asked to be;
-    // a committed end its own fetch moved reaches it as any other (see
-    // `answer_held`).
-    if w.is_empty() && req.wait_ms > 0 {
+    // Held when there are no records for the follower, if it asked to be
+    // and there is room; a committed end its own fetch moved reaches it as
+    // any other (see `answer_held`).
+    if offset >= end && req.wait_ms > 0 && held.len() < MAX_HELD {
         let wait = Duration::from_millis(u64::from(req.wait_ms)).min(MAX_HOLD);
         p.fetch_held(&req.replica_id);
         held.push(Held {
@@ -222,6 +228,9 @@ async fn answer_fetch(p: &Arc<Partition>, m: LocalMsg, held: &mut Vec<Held>) -> 
         });
         return rejoin;
     }
+    // The committed end may have moved with this fetch.
+    let hw = p.high_watermark().map_or(-1, |h| h as i64);
+    let w = records_answer(p, offset, epoch, hw).await?;
     publish(p, reply, w.finish());
     rejoin
 }

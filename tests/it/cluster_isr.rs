@@ -364,15 +364,27 @@ async fn cluster_isr_caught_up_fetches_wait_at_the_leader_for_records() {
     );
     assert!(sent.elapsed() < Duration::from_secs(3));
 
-    // Not asking to wait: answered at once, empty.
-    ask(fetch(epoch, 2, 0, r.hw)).await;
-    let m = tokio::time::timeout(Duration::from_millis(500), answers.next())
-        .await
-        .expect("a fetch that does not ask to wait is answered at once")
-        .unwrap();
-    let r = rw::decode_response(m.payload).unwrap();
-    assert!(!r.held && r.records.is_empty(), "{r:?}");
-    let hw = r.hw;
+    // Not asking to wait: answered at once, empty; asked until the
+    // followers have m1 too and the high watermark is 1.
+    let settled = std::time::Instant::now() + Duration::from_secs(10);
+    let hw = loop {
+        ask(fetch(epoch, 2, 0, 0)).await;
+        let m = tokio::time::timeout(Duration::from_millis(500), answers.next())
+            .await
+            .expect("a fetch that does not ask to wait is answered at once")
+            .unwrap();
+        let r = rw::decode_response(m.payload).unwrap();
+        assert!(!r.held && r.records.is_empty(), "{r:?}");
+        if r.hw == 1 {
+            break r.hw;
+        }
+        assert!(
+            std::time::Instant::now() < settled,
+            "high watermark {} instead of 1",
+            r.hw
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
 
     // Waiting with nothing new: answered, empty, when the wait ends.
     let asked = std::time::Instant::now();
