@@ -45,8 +45,8 @@ use anyhow::{anyhow, bail, Context};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::free_port;
 use super::lb::{self, Row};
+use super::{free_port, median};
 use crate::api::proto;
 use crate::api::proto::api_client::ApiClient;
 
@@ -80,6 +80,10 @@ pub struct ClusterBenchArgs {
     /// Publisher counts.
     #[arg(long, value_delimiter = ',', default_value = "1,4")]
     pub publishers: Vec<usize>,
+    /// Repetitions of every publish measurement (each on a fresh stream of
+    /// the same cluster); the median is reported.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
+    pub rounds: u32,
     /// `minIsr` of the liftbridge streams.
     #[arg(long, default_value_t = 2)]
     pub min_isr: i32,
@@ -221,32 +225,37 @@ async fn run_async(mut args: ClusterBenchArgs) -> anyhow::Result<()> {
             for &window in &args.windows {
                 for &pubs in &args.publishers {
                     for via in ["PublishAsync", "NATS envelope"] {
-                        // A fresh stream per measurement.
-                        let stream = format!("b{}", rand::random::<u32>());
-                        let (leader, isr) = cluster.create_stream(&stream, args.min_isr).await?;
-                        lb_isr = lb_isr.min(isr);
-                        let (msgs, all) = (count(&args, window), proto::AckPolicy::All);
-                        let r = if via == "PublishAsync" {
-                            let url = cluster.nodes[leader].grpc_url();
-                            within_limit(lb::lb_publish_async(
-                                &url, &stream, all, window, pubs, msgs, &payload,
-                            ))
-                            .await
-                        } else {
-                            let url = format!("nats://127.0.0.1:{}", cluster.ports[leader][1]);
-                            within_limit(lb::lb_publish_envelope(
-                                &url, &stream, all, window, pubs, msgs, &payload,
-                            ))
-                            .await
-                        };
                         let what = format!("window {window}, {pubs} publisher(s), {via}");
-                        let r = r.with_context(|| format!("{label}, {what}"))?;
+                        let mut rates = Vec::new();
+                        for _ in 0..args.rounds {
+                            // A fresh stream per measurement.
+                            let stream = format!("b{}", rand::random::<u32>());
+                            let (leader, isr) =
+                                cluster.create_stream(&stream, args.min_isr).await?;
+                            lb_isr = lb_isr.min(isr);
+                            let (msgs, all) = (count(&args, window), proto::AckPolicy::All);
+                            let r = if via == "PublishAsync" {
+                                let url = cluster.nodes[leader].grpc_url();
+                                within_limit(lb::lb_publish_async(
+                                    &url, &stream, all, window, pubs, msgs, &payload,
+                                ))
+                                .await
+                            } else {
+                                let url = format!("nats://127.0.0.1:{}", cluster.ports[leader][1]);
+                                within_limit(lb::lb_publish_envelope(
+                                    &url, &stream, all, window, pubs, msgs, &payload,
+                                ))
+                                .await
+                            };
+                            let r = r.with_context(|| format!("{label}, {what}"))?;
+                            println!("  {what}: {r:.0} msgs/s");
+                            rates.push(r);
+                        }
                         rows.push(Row::new(
                             workload(window, pubs),
                             format!("{label} {via}"),
-                            r,
+                            median(rates),
                         ));
-                        println!("  {what}: {r:.0} msgs/s");
                     }
                 }
             }
@@ -269,19 +278,28 @@ async fn run_async(mut args: ClusterBenchArgs) -> anyhow::Result<()> {
             println!("{label}: started");
             for &window in &args.windows {
                 for &pubs in &args.publishers {
-                    let name = format!("B{}", rand::random::<u32>());
-                    let leader = cluster.create_stream(&name).await?;
-                    let url = cluster.nodes[leader].nats_url();
-                    let msgs = count(&args, window);
-                    let r =
-                        within_limit(lb::js_publish_to(&url, &name, window, pubs, msgs, &payload))
-                            .await
-                            .with_context(|| {
-                                format!("{label}, window {window}, {pubs} publisher(s)")
-                            })?;
-                    cluster.delete_stream(&name).await?;
-                    rows.push(Row::new(workload(window, pubs), label.clone(), r));
-                    println!("  window {window}, {pubs} publisher(s): {r:.0} msgs/s");
+                    let mut rates = Vec::new();
+                    for _ in 0..args.rounds {
+                        let name = format!("B{}", rand::random::<u32>());
+                        let leader = cluster.create_stream(&name).await?;
+                        let url = cluster.nodes[leader].nats_url();
+                        let msgs = count(&args, window);
+                        let r = within_limit(lb::js_publish_to(
+                            &url, &name, window, pubs, msgs, &payload,
+                        ))
+                        .await
+                        .with_context(|| {
+                            format!("{label}, window {window}, {pubs} publisher(s)")
+                        })?;
+                        cluster.delete_stream(&name).await?;
+                        println!("  window {window}, {pubs} publisher(s): {r:.0} msgs/s");
+                        rates.push(r);
+                    }
+                    rows.push(Row::new(
+                        workload(window, pubs),
+                        label.clone(),
+                        median(rates),
+                    ));
                 }
             }
             if args.kills > 0 {
@@ -358,7 +376,7 @@ fn settings_line(args: &ClusterBenchArgs) -> String {
          replica.fetch.timeout {}ms, replica.max.idle.wait {}ms, replica.max.lag.time {}ms \
          (raft heartbeat 150ms, election timeout 1s: defaults); minIsr {}; \
          JetStream: nats-server defaults; {} B values; failover publisher: window 1, \
-         ack timeout {}ms, {} kill(s) per cluster{}",
+         ack timeout {}ms, {} kill(s) per cluster{}{}",
         args.replica_max_leader_timeout.as_millis(),
         args.replica_fetch_timeout.as_millis(),
         args.replica_max_idle_wait.as_millis(),
@@ -374,6 +392,11 @@ fn settings_line(args: &ClusterBenchArgs) -> String {
             "partition" =>
                 " (liftbridge: each kill takes a partition leader that is not the controller)",
             _ => "",
+        },
+        if args.rounds > 1 {
+            format!("; medians of {} rounds per cell", args.rounds)
+        } else {
+            String::new()
         },
     )
 }
