@@ -84,7 +84,7 @@ fn log_row(p: &Arc<Partition>) -> LogRow {
         appended_bytes: stats.appended_bytes,
         // The partition's own high watermark (on one node: the last offset
         // written).
-        hw: p.high_watermark().map_or(-1, |o| o as i64),
+        hw: p.high_watermark_or_minus_one(),
         leo,
         newest: log.newest_offset().map_or(-1, |o| o as i64),
         oldest: log.oldest_offset().map_or(-1, |o| o as i64),

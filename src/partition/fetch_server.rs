@@ -141,7 +141,7 @@ async fn answer_held(p: &Arc<Partition>, held: &mut Vec<Held>) {
     std::sync::atomic::fence(Ordering::SeqCst);
     let now = tokio::time::Instant::now();
     let epoch = p.leader_epoch();
-    let hw = p.high_watermark().map_or(-1, |h| h as i64);
+    let hw = p.high_watermark_or_minus_one();
     let end = p.leader_leo().max(p.staged_end());
     let mut i = 0;
     while i < held.len() {
@@ -188,7 +188,7 @@ async fn answer_fetch(p: &Arc<Partition>, m: LocalMsg, held: &mut Vec<Held>) -> 
     };
     let epoch = p.leader_epoch();
     if req.leader_epoch != epoch || req.offset < 0 {
-        let hw = p.high_watermark().map_or(-1, |h| h as i64);
+        let hw = p.high_watermark_or_minus_one();
         publish(p, reply, ResponseWriter::new(epoch, hw, 0).finish());
         return None;
     }
@@ -229,7 +229,7 @@ async fn answer_fetch(p: &Arc<Partition>, m: LocalMsg, held: &mut Vec<Held>) -> 
         return rejoin;
     }
     // The committed end may have moved with this fetch.
-    let hw = p.high_watermark().map_or(-1, |h| h as i64);
+    let hw = p.high_watermark_or_minus_one();
     let w = records_answer(p, offset, epoch, hw).await?;
     publish(p, reply, w.finish());
     rejoin

@@ -572,6 +572,12 @@ impl Partition {
         self.committed_end().checked_sub(1)
     }
 
+    /// The high watermark as the APIs and the replication protocol carry
+    /// it: -1 when nothing was committed.
+    pub fn high_watermark_or_minus_one(&self) -> i64 {
+        self.high_watermark().map_or(-1, |o| o as i64)
+    }
+
     /// The newest offset still stored that is committed (`None` for an
     /// empty partition or nothing committed).
     pub fn newest_committed(&self) -> Option<u64> {

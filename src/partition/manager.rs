@@ -707,7 +707,7 @@ impl PartitionManager {
             if paused {
                 let offsets = PausedOffsets {
                     creation_ns: part.creation_ns,
-                    high_watermark: part.high_watermark().map_or(-1, |o| o as i64),
+                    high_watermark: part.high_watermark_or_minus_one(),
                     newest_offset: part.log().newest_offset().map_or(-1, |o| o as i64),
                     received: part.received_timestamps(),
                 };

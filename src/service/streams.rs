@@ -369,7 +369,7 @@ impl Service {
 
 fn status_of(part: &Partition) -> PartitionStatus {
     PartitionStatus {
-        high_watermark: part.high_watermark().map_or(-1, |o| o as i64),
+        high_watermark: part.high_watermark_or_minus_one(),
         newest_offset: part.log().newest_offset().map_or(-1, |o| o as i64),
         received: part.received_timestamps(),
         local: true,
