@@ -22,7 +22,9 @@
 //! transaction — when it has had no request for [`APPLY_IDLE`] or when the
 //! tail reaches [`TAIL_APPLY_BYTES`]. Under [`SyncPolicy::Always`] each
 //! apply is a durable commit (a checkpoint, after which the journal is
-//! rewound); under [`SyncPolicy::Interval`] applies are non-durable, a
+//! rewound); under [`SyncPolicy::Interval`] applies are non-durable and a
+//! full tail is applied on an applier thread ([`sched::background`]) while
+//! the writer goes on journaling and answering appends, a
 //! checkpoint follows every [`CHECKPOINT_BYTES`] of journal or
 //! [`CHECKPOINT_EVERY`], and the journal is fsynced at most once per
 //! interval — no fsync on the ack path. When the interval's sync finds
@@ -35,17 +37,21 @@
 //! durably before the log accepts anything.
 //!
 //! Invariants:
-//! - only the writer thread writes the journal and opens write transactions;
-//!   it owns the applied [`State`] (what redb holds) and the logical state
-//!   (applied + tail), and publishes the logical one to [`Shared`] before
-//!   answering any appender;
+//! - only the writer thread writes the journal and opens write transactions,
+//!   except for one background apply at a time, which the writer collects
+//!   (or waits for) before it opens a write transaction or reads the
+//!   applied state itself; it owns the applied [`State`] (what redb holds)
+//!   and the logical state (applied + tail), and publishes the logical one
+//!   to [`Shared`] before answering any appender; only the writer removes
+//!   batches from the tail, the applied ones from its front;
 //! - an append is answered only after its frame is in the journal (and, under
 //!   `always`, synced), so a process crash never loses an acknowledged
 //!   record, and replay gives back exactly the offsets that were handed out:
 //!   an acknowledged offset is never given to another record;
 //! - the tail is bounded: past [`TAIL_APPLY_BYTES`] it is applied before the
-//!   writer takes more work (appenders queue behind it), so it never holds
-//!   more than that plus one group;
+//!   writer takes more work (appenders queue behind it) or, under
+//!   `interval`, handed to an applier once the previous background apply is
+//!   done, so it never holds more than twice that plus two groups;
 //! - truncation, retention and compaction first apply the tail, then run
 //!   against redb; a truncation is committed durably and empties the journal
 //!   durably, so no journal frame can outlive the offsets it wrote;
@@ -139,16 +145,20 @@ pub(crate) const MAX_QUEUED_BYTES: usize = 4 * MAX_BATCH_BYTES;
 pub(crate) const MAX_QUEUED_OPS: usize = 4096;
 /// The tail (journaled, not yet in redb) is applied to redb once it holds
 /// this many bytes or once the writer has had no request for
-/// [`APPLY_IDLE`] (durably under `always`, see `Writer::flush`). This
-/// bounds the tail's memory: at most this plus one group (≤ [`MAX_BATCH_BYTES`] of
-/// payload), since the writer checkpoints before it takes more work —
-/// appenders queue behind it.
+/// [`APPLY_IDLE`] (durably under `always`, see `Writer::flush`). Under
+/// `interval` a full tail is applied on an applier thread while the writer
+/// goes on journaling (`Writer::start_apply`); a second full tail waits for
+/// that apply. This bounds the tail's memory: at most twice this plus one
+/// group (≤ [`MAX_BATCH_BYTES`] of payload) each — appenders queue behind
+/// a writer that waits.
 pub(crate) const TAIL_APPLY_BYTES: usize = 4 << 20;
 /// Largest append (payload bytes, as counted for a batch) written to the
 /// journal on the appender's thread under `interval` (see
 /// `Writer::try_inline`): a `write` of this much into the page cache takes
 /// a few tens of microseconds; larger batches go to the pool.
 const INLINE_MAX_BYTES: usize = 256 << 10;
+/// How often an idle writer looks whether its background apply is done.
+const APPLY_POLL: Duration = Duration::from_millis(1);
 /// See [`TAIL_APPLY_BYTES`].
 pub(crate) const APPLY_IDLE: Duration = Duration::from_millis(5);
 /// A checkpoint (durable redb commit, then the journal is rewound) happens
@@ -761,6 +771,7 @@ impl PartitionLog {
             state,
             journal,
             tail_bytes: 0,
+            applying: None,
             last_durable: now,
             last_journal_sync: now,
             dirty: false,
@@ -1816,8 +1827,12 @@ struct Writer {
     /// given offsets against it.
     logical: State,
     journal: Journal,
-    /// Payload bytes of the tail (journaled, not yet in redb).
+    /// Payload bytes of the tail (journaled, not yet in redb) past the
+    /// batches being applied in the background.
     tail_bytes: usize,
+    /// The tail's first batches being applied on an applier thread (see
+    /// [`Writer::start_apply`]); at most one apply per log at a time.
+    applying: Option<Applying>,
     last_durable: Instant,
     last_journal_sync: Instant,
     /// Non-durable redb commits exist since the last durable one.
@@ -1828,6 +1843,47 @@ struct Writer {
     stopped: Option<Arc<EngineError>>,
     /// When the next retry is due while stopped.
     retry_at: Option<Instant>,
+}
+
+/// A background apply of the tail's first `batches` (see
+/// [`Writer::start_apply`]).
+struct Applying {
+    batches: usize,
+    /// Their payload bytes.
+    bytes: usize,
+    records: u64,
+    started: Instant,
+    done: Arc<ApplyDone>,
+}
+
+type ApplyResult = Result<(State, Duration), EngineError>;
+
+/// Where an applier thread leaves the outcome of an apply.
+#[derive(Default)]
+struct ApplyDone {
+    result: Mutex<Option<ApplyResult>>,
+    cond: parking_lot::Condvar,
+}
+
+impl ApplyDone {
+    fn set(&self, r: ApplyResult) {
+        *self.result.lock() = Some(r);
+        self.cond.notify_all();
+    }
+
+    fn take(&self) -> Option<ApplyResult> {
+        self.result.lock().take()
+    }
+
+    fn wait(&self) -> ApplyResult {
+        let mut g = self.result.lock();
+        loop {
+            if let Some(r) = g.take() {
+                return r;
+            }
+            self.cond.wait(&mut g);
+        }
+    }
 }
 
 struct Tables<'t> {
@@ -2064,6 +2120,10 @@ impl Writer {
         }
         let mut at: Option<Instant> = None;
         let mut add = |t: Instant| at = Some(at.map_or(t, |a| a.min(t)));
+        if self.applying.is_some() {
+            // Collect the background apply soon after it is done.
+            add(Instant::now() + APPLY_POLL);
+        }
         if self.tail_bytes > 0 {
             add(Instant::now() + APPLY_IDLE);
         }
@@ -2081,6 +2141,7 @@ impl Writer {
     /// No request for a while: apply the tail, checkpoint or sync the
     /// journal, whichever is due.
     fn idle(&mut self, policy: SyncPolicy) {
+        self.poll_apply(false);
         if self.tail_bytes > 0 || self.checkpoint_due() {
             self.flush(policy);
         }
@@ -2091,10 +2152,107 @@ impl Writer {
     /// is full, checkpoint when due; under `interval`, sync the journal once
     /// per interval.
     fn after_group(&mut self, policy: SyncPolicy) {
-        if self.tail_bytes >= TAIL_APPLY_BYTES || self.checkpoint_due() {
+        self.poll_apply(false);
+        if self.checkpoint_due() {
             self.flush(policy);
+        } else if self.tail_bytes >= TAIL_APPLY_BYTES {
+            if matches!(policy, SyncPolicy::Interval(_)) && self.stopped.is_none() {
+                // At most one apply in flight: a full tail behind it waits
+                // for it, which bounds the tail to two applies' worth.
+                self.poll_apply(true);
+                if self.stopped.is_none() {
+                    self.start_apply();
+                }
+            } else {
+                self.flush(policy);
+            }
         }
         self.sync_journal_if_due(policy);
+    }
+
+    /// Under `interval`: applies the tail to redb, non-durably, on an
+    /// applier thread, while appends go on being journaled (and read from
+    /// the tail) here; the redb file's new pages are then written to the
+    /// disk there too, so the next checkpoint's fsync finds little to
+    /// write. The applied batches leave the tail when the apply is seen
+    /// done ([`Writer::poll_apply`]). Called with no apply in flight.
+    fn start_apply(&mut self) {
+        let batches = self.shared.tail_snapshot();
+        if batches.is_empty() {
+            return;
+        }
+        let db = match self.engine() {
+            Ok(db) => db,
+            Err(e) => return self.stop(e),
+        };
+        let st = self.state.clone();
+        let path = self.path.clone();
+        let done = Arc::new(ApplyDone::default());
+        let records = batches.iter().map(|b| b.entries.len() as u64).sum();
+        let applying = Applying {
+            batches: batches.len(),
+            bytes: self.tail_bytes,
+            records,
+            started: Instant::now(),
+            done: done.clone(),
+        };
+        sched::background(Box::new(move || {
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                apply_batches(&db, &st, &batches, false)
+            }))
+            .unwrap_or(Err(EngineError::Panicked("a write")));
+            let flush = r.is_ok();
+            drop(batches);
+            drop(db);
+            done.set(r);
+            if flush {
+                // Any descriptor of the file flushes its pages; a failure
+                // here only leaves them to the checkpoint's own fsync.
+                if let Ok(f) = std::fs::File::open(&path) {
+                    let _ = f.sync_data();
+                }
+            }
+        }));
+        self.applying = Some(applying);
+        self.tail_bytes = 0;
+    }
+
+    /// Takes the result of the background apply, if there is one and it is
+    /// done (with `wait`, once it is): the applied batches leave the tail.
+    /// A failed apply leaves them there and stops the writer, as a failed
+    /// apply on this thread does.
+    fn poll_apply(&mut self, wait: bool) {
+        let Some(a) = &self.applying else {
+            return;
+        };
+        let r = if wait {
+            a.done.wait()
+        } else {
+            match a.done.take() {
+                Some(r) => r,
+                None => return,
+            }
+        };
+        let Some(a) = self.applying.take() else {
+            return;
+        };
+        match r {
+            Ok((st, commit_time)) => {
+                self.observer.commit(a.records, a.started.elapsed(), false);
+                self.state = st;
+                {
+                    let mut tail = self.shared.tail.lock();
+                    for _ in 0..a.batches {
+                        tail.pop_front();
+                    }
+                }
+                self.committed(false, commit_time);
+            }
+            Err(e) => {
+                self.tail_bytes += a.bytes;
+                self.stop(e);
+            }
+        }
     }
 
     /// Under `interval`: the journal holds unsynced frames older than the
@@ -2135,6 +2293,7 @@ impl Writer {
     /// the database file may then grow by up to that much between
     /// checkpoints.
     fn flush(&mut self, policy: SyncPolicy) {
+        self.poll_apply(true);
         if self.stopped.is_some() {
             return;
         }
@@ -2159,6 +2318,9 @@ impl Writer {
     /// (opening writes only within the file, which works on a full
     /// device): reads of what is stored keep working.
     fn stop_shared(&mut self, e: Arc<EngineError>) {
+        // The background apply holds the database: it ends first (a
+        // failure there is reported as well).
+        self.poll_apply(true);
         let no_space = e.is_no_space();
         if no_space {
             tracing::error!(partition = %self.name, path = %self.path.display(), error = %e, "storage writer stopped: the device is full; writes are refused until space is freed (retried every {:?})", RETRY_EVERY);
@@ -2330,6 +2492,7 @@ impl Writer {
 
     /// Applies and commits the tail durably, then empties the journal.
     fn checkpoint(&mut self) -> Result<(), EngineError> {
+        self.poll_apply(true);
         if let Some(s) = &self.stopped {
             return Err(EngineError::Stopped(s.clone()));
         }
@@ -2341,6 +2504,10 @@ impl Writer {
     /// the commit is durable even if the tail is empty (when anything is
     /// pending).
     fn apply_tail(&mut self, durable: bool) -> Result<(), EngineError> {
+        self.poll_apply(true);
+        if let Some(s) = &self.stopped {
+            return Err(EngineError::Stopped(s.clone()));
+        }
         let batches = self.shared.tail_snapshot();
         let pending = self.dirty || !self.journal.is_empty();
         if batches.is_empty() && !(durable && pending) {
@@ -2566,6 +2733,7 @@ impl Writer {
     /// one transaction (durable for a truncation, which also empties the
     /// journal durably).
     fn maint(&mut self, m: Maint) {
+        self.poll_apply(true);
         if self.stopped.is_none() {
             if let Err(e) = self.apply_tail(false) {
                 self.stop(e);
@@ -3086,6 +3254,67 @@ mod tests {
         assert!(open_read(&rtx, RECORDS_V1).unwrap().is_none());
         let chunks = open_read(&rtx, RECORDS).unwrap().unwrap();
         assert!(chunks.iter().unwrap().count() < n as usize / 2);
+    }
+
+    /// Under `interval`, full tails are applied on an applier thread while
+    /// appends go on: every record stays readable at its offset throughout
+    /// (from the tail or from redb), non-durable commits are made, and the
+    /// log reopens with everything, once, in order.
+    #[tokio::test]
+    async fn full_tails_are_applied_in_the_background_while_appends_go_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig {
+            sync: SyncPolicy::Interval(Duration::from_secs(3600)),
+            ..LogConfig::default()
+        };
+        let log = PartitionLog::open(dir.path(), "p", cfg.clone()).unwrap();
+        let value = |o: u64| Bytes::from(format!("{o:08}").repeat(1024));
+        let per_batch = 16u64;
+        // Three tails' worth (8 KiB values), in 128 KiB appends.
+        let batches = (3 * TAIL_APPLY_BYTES as u64) / (8192 * per_batch) + 1;
+        let mut next = 0u64;
+        for _ in 0..batches {
+            let recs = (0..per_batch)
+                .map(|i| NewRecord {
+                    timestamp_ns: (next + i) as i64,
+                    value: value(next + i),
+                    subject: "s".into(),
+                    ..Default::default()
+                })
+                .collect();
+            let a = log.append(1, recs).await.unwrap();
+            assert_eq!(a.first_offset, next);
+            next += per_batch;
+            // The oldest, the middle and the newest record, wherever each is.
+            for o in [0, next / 2, next - 1] {
+                let got = log.read(o, 1, usize::MAX).await.unwrap();
+                assert_eq!(got.len(), 1, "offset {o} readable");
+                assert_eq!(got[0].offset, o);
+                assert_eq!(got[0].value, value(o));
+            }
+        }
+        let stats = log.commit_stats();
+        assert!(
+            stats.commits >= 2,
+            "full tails were applied while appending: {stats:?}"
+        );
+        assert_eq!(stats.durable_commits, 0, "no checkpoint was due");
+        let all = log.read(0, usize::MAX, usize::MAX).await.unwrap();
+        assert_eq!(all.len() as u64, next);
+        assert!(all
+            .iter()
+            .enumerate()
+            .all(|(i, r)| r.offset == i as u64 && r.value == value(i as u64)));
+        log.close().await.unwrap();
+        let log = PartitionLog::open_existing(dir.path(), "p", cfg).unwrap();
+        assert_eq!(log.log_end_offset(), next);
+        let all = log.read(0, usize::MAX, usize::MAX).await.unwrap();
+        assert_eq!(all.len() as u64, next);
+        assert!(all
+            .iter()
+            .enumerate()
+            .all(|(i, r)| r.offset == i as u64 && r.value == value(i as u64)));
+        log.close().await.unwrap();
     }
 
     /// A half-made database file left by a crash while a new log created

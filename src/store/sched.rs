@@ -452,6 +452,58 @@ fn pool() -> &'static Pool {
     })
 }
 
+/// A job for the background appliers.
+pub(crate) type Job = Box<dyn FnOnce() + Send>;
+
+/// The appliers: threads that run logs' redb applies (see the log's
+/// `Writer::start_apply`) while their writers go on journaling. Each log
+/// has at most one job here at a time, so the queue is bounded by the
+/// number of open logs; a writer that needs its job's outcome waits for it
+/// (on its own log's work, which this module allows).
+struct Appliers {
+    jobs: Mutex<VecDeque<Job>>,
+    wake: Condvar,
+}
+
+/// Runs `job` on an applier thread (started on first use, as many as
+/// the writer pool has), or on this thread if none could be started.
+pub(crate) fn background(job: Job) {
+    static APPLIERS: OnceLock<Option<&'static Appliers>> = OnceLock::new();
+    let a = APPLIERS.get_or_init(|| {
+        let mut started = 0;
+        let a: &'static Appliers = Box::leak(Box::new(Appliers {
+            jobs: Mutex::new(VecDeque::new()),
+            wake: Condvar::new(),
+        }));
+        for i in 0..pool_threads() {
+            let spawned = std::thread::Builder::new()
+                .name(format!("store-apply-{i}"))
+                .spawn(move || loop {
+                    let job = {
+                        let mut q = a.jobs.lock();
+                        loop {
+                            if let Some(j) = q.pop_front() {
+                                break j;
+                            }
+                            a.wake.wait(&mut q);
+                        }
+                    };
+                    job();
+                });
+            match spawned {
+                Ok(_) => started += 1,
+                Err(e) => tracing::error!(error = %e, "starting a storage applier thread"),
+            }
+        }
+        (started > 0).then_some(a)
+    });
+    let Some(a) = a else {
+        return job();
+    };
+    a.jobs.lock().push_back(job);
+    a.wake.notify_one();
+}
+
 /// Number of threads of the writer pool.
 pub fn writer_threads() -> usize {
     pool().threads
