@@ -50,7 +50,8 @@ pub fn crash_record(offset: u64) -> NewRecord {
 }
 
 /// Test hook of the crash child: prints `DURABLE` after each durable redb
-/// commit (so the parent knows checkpoints happened between its kills) and,
+/// commit and `APPLIED` after each non-durable one (so the parent knows
+/// checkpoints and tail applies happened between its kills) and,
 /// when asked, aborts the process (no destructor, no final commit) once the
 /// given number of journal frames has been written.
 struct ChildObserver {
@@ -68,6 +69,12 @@ impl StoreObserver for ChildObserver {
 
     fn durable_commit(&self, _elapsed: Duration) {
         println!("DURABLE");
+    }
+
+    fn commit(&self, _appended: u64, _elapsed: Duration, durable: bool) {
+        if !durable {
+            println!("APPLIED");
+        }
     }
 }
 

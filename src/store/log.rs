@@ -3268,7 +3268,16 @@ mod tests {
             ..LogConfig::default()
         };
         let log = PartitionLog::open(dir.path(), "p", cfg.clone()).unwrap();
-        let value = |o: u64| Bytes::from(format!("{o:08}").repeat(1024));
+        fn value(o: u64) -> Bytes {
+            Bytes::from(format!("{o:08}").repeat(1024))
+        }
+        async fn assert_whole(log: &PartitionLog, end: u64) {
+            let all = log.read(0, usize::MAX, usize::MAX).await.unwrap();
+            assert_eq!(all.len() as u64, end);
+            for (i, r) in all.iter().enumerate() {
+                assert_eq!((r.offset, &r.value), (i as u64, &value(i as u64)));
+            }
+        }
         let per_batch = 16u64;
         // Three tails' worth (8 KiB values), in 128 KiB appends.
         let batches = (3 * TAIL_APPLY_BYTES as u64) / (8192 * per_batch) + 1;
@@ -3299,21 +3308,11 @@ mod tests {
             "full tails were applied while appending: {stats:?}"
         );
         assert_eq!(stats.durable_commits, 0, "no checkpoint was due");
-        let all = log.read(0, usize::MAX, usize::MAX).await.unwrap();
-        assert_eq!(all.len() as u64, next);
-        assert!(all
-            .iter()
-            .enumerate()
-            .all(|(i, r)| r.offset == i as u64 && r.value == value(i as u64)));
+        assert_whole(&log, next).await;
         log.close().await.unwrap();
         let log = PartitionLog::open_existing(dir.path(), "p", cfg).unwrap();
         assert_eq!(log.log_end_offset(), next);
-        let all = log.read(0, usize::MAX, usize::MAX).await.unwrap();
-        assert_eq!(all.len() as u64, next);
-        assert!(all
-            .iter()
-            .enumerate()
-            .all(|(i, r)| r.offset == i as u64 && r.value == value(i as u64)));
+        assert_whole(&log, next).await;
         log.close().await.unwrap();
     }
 

@@ -1,5 +1,6 @@
 //! Shared threads for every partition log of the process: a small pool of
-//! writer threads and one maintenance thread.
+//! writer threads, as many applier threads (redb applies of full tails
+//! under `interval`, see [`background`]) and one maintenance thread.
 //!
 //! Role: run each open log's writer (group commit, apply, checkpoint) and its
 //! cleaner (retention, compaction) without an OS thread per partition, so a

@@ -31,6 +31,8 @@ struct Child {
     acked: u64,
     /// Durable redb commits after the log was open.
     durable: u64,
+    /// Non-durable redb commits (tail applies) after the log was open.
+    applied: u64,
 }
 
 /// Runs one child until it is killed after `kill_after`, or until it aborts
@@ -61,6 +63,7 @@ fn run_child_with(
         let mut acked_end = 0u64;
         let mut acked = 0u64;
         let mut durable = 0u64;
+        let mut applied = 0u64;
         let mut ready = false;
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
@@ -77,6 +80,7 @@ fn run_child_with(
                     acked_end = acked_end.max(b + 1);
                 }
                 Some("DURABLE") if ready => durable += 1,
+                Some("APPLIED") if ready => applied += 1,
                 _ => {}
             }
         }
@@ -86,6 +90,7 @@ fn run_child_with(
                 acked_end,
                 acked,
                 durable,
+                applied,
             },
         )
     });
@@ -173,22 +178,36 @@ async fn verify_replay(dir: &Path) -> (u64, u64) {
 }
 
 /// Kills a child `rounds` times and checks every acknowledged record after
-/// each; returns the durable commits the children made in all.
-async fn crash_loop(sync: &str, rounds: u32, seed: u64) -> u64 {
+/// each; returns the durable and the non-durable commits the children made
+/// in all.
+async fn crash_loop(sync: &str, rounds: u32, seed: u64) -> (u64, u64) {
+    crash_loop_within(sync, rounds, seed, 150..450).await
+}
+
+/// [`crash_loop`] with each kill `kill_ms` after the child opened the log.
+async fn crash_loop_within(
+    sync: &str,
+    rounds: u32,
+    seed: u64,
+    kill_ms: std::ops::Range<u64>,
+) -> (u64, u64) {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut total_acked = 0;
     let mut durable = 0;
+    let mut applied = 0;
     let mut prev_leo = 0;
     for round in 0..rounds {
-        let after = Duration::from_millis(rng.gen_range(150..450));
+        let after = Duration::from_millis(rng.gen_range(kill_ms.clone()));
         let Child {
             acked_end,
             acked,
             durable: d,
+            applied: a,
         } = run_child(dir.path(), sync, rng.gen(), after);
         total_acked += acked;
         durable += d;
+        applied += a;
         // A log gets its database file (complete, renamed into place) with
         // its first record: a child killed before that leaves no file, and
         // then nothing may have been acknowledged.
@@ -210,10 +229,10 @@ async fn crash_loop(sync: &str, rounds: u32, seed: u64) -> u64 {
         prev_leo = leo;
     }
     eprintln!(
-        "{sync}: {rounds} kills, {total_acked} records acknowledged, {durable} durable commits, final LEO {prev_leo}"
+        "{sync}: {rounds} kills, {total_acked} records acknowledged, {durable} durable commits, {applied} tail applies, final LEO {prev_leo}"
     );
     assert!(total_acked > 0, "no append was ever acknowledged");
-    durable
+    (durable, applied)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,12 +245,22 @@ async fn store_crash_sync_interval_keeps_every_ack() {
     crash_loop("interval", 12, 0xBEEF).await;
 }
 
+/// The same with children that live long enough to fill the in-memory tail
+/// (4 MiB) several times: full tails are applied to redb on an applier
+/// thread while appends go on, and kills land before, during and after
+/// those applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_crash_sync_interval_background_applies_keep_every_ack() {
+    let (_, applied) = crash_loop_within("interval", 5, 0xA991, 900..1500).await;
+    assert!(applied > 0, "no tail was applied between the kills");
+}
+
 /// The same with an interval long enough that its syncs are checkpoints
 /// (redb committed durably, the journal rewound) while records keep coming:
 /// kills land before, during and after them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_crash_sync_interval_checkpoints_keep_every_ack() {
-    let durable = crash_loop("interval-checkpoints", 10, 0x5EED).await;
+    let (durable, _) = crash_loop("interval-checkpoints", 10, 0x5EED).await;
     assert!(durable > 0, "no checkpoint happened between the kills");
 }
 
