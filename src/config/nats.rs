@@ -366,9 +366,10 @@ pub struct TlsFiles {
     pub verify: bool,
     /// `min_version`, `cipher_suites`, `curve_preferences`.
     pub params: crate::tls::TlsParams,
-    /// `handshake_first` (client listener): the TLS handshake comes before
-    /// INFO. `Some(ZERO)`: always; `Some(d)`: unless the client has sent
+    /// `handshake_first`: the TLS handshake comes before INFO. `Some(ZERO)`:
+    /// always; `Some(d)` (client listener only): unless the client has sent
     /// nothing after `d` (a client that waits for INFO), then INFO first.
+    /// On leaf node links both ends must set it.
     pub handshake_first: Option<Duration>,
 }
 

@@ -763,7 +763,8 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
             "authorization" => apply_authorization(key, n, &mut o.auth, &mut o.auth_timeout)?,
             "no_auth_user" => o.auth.no_auth_user = Some(want_str(key, n)?.to_string()),
             "tls" => {
-                let (files, timeout) = tls_block_with(key, n, &mut c.warnings, true, true)?;
+                let (files, timeout) =
+                    tls_block_with(key, n, &mut c.warnings, true, TlsFirst::Client)?;
                 o.tls = Some(files);
                 c.tls_timeout = timeout;
             }
@@ -1405,7 +1406,7 @@ fn leafnodes_block(
             "advertise" => l.advertise = Some(want_str(k, v)?.to_string()),
             "no_advertise" => l.no_advertise = want_bool(k, v)?,
             "reconnect" | "reconnect_interval" => l.reconnect = want_duration(k, v)?,
-            "tls" => l.tls = Some(tls_block(k, v, warnings, true)?.0),
+            "tls" => l.tls = Some(tls_block_with(k, v, warnings, true, TlsFirst::Leaf)?.0),
             "compression" if compression_off(v) => {}
             "compression" => {
                 return invalid(k, v, "leafnode compression is not supported (use off)")
@@ -1505,7 +1506,7 @@ fn leaf_remote(key: &str, n: &Node, warnings: &mut Vec<String>) -> Result<LeafRe
                     r.urls.push(url.to_string());
                 }
             }
-            "tls" => r.tls = Some(tls_block(k, v, warnings, false)?.0),
+            "tls" => r.tls = Some(tls_block_with(k, v, warnings, false, TlsFirst::Leaf)?.0),
             "account" | "local" => r.account = Some(want_str(k, v)?.to_string()),
             "credentials" | "creds" => {
                 if matches!(r.auth, LeafRemoteAuth::Seed(_)) {
@@ -1603,17 +1604,27 @@ fn tls_block(
     warnings: &mut Vec<String>,
     need_cert: bool,
 ) -> Result<(TlsFiles, Option<Duration>), ConfError> {
-    tls_block_with(key, n, warnings, need_cert, false)
+    tls_block_with(key, n, warnings, need_cert, TlsFirst::No)
 }
 
-/// [`tls_block`]; `client_listener` also accepts `handshake_first`
-/// (elsewhere it is reported as not supported).
+/// Where a `tls {}` block accepts `handshake_first`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TlsFirst {
+    /// The client listener: a boolean, `auto` or a fallback delay.
+    Client,
+    /// Leaf node listener and remotes: a boolean (both ends must agree).
+    Leaf,
+    /// Elsewhere it is reported as not supported.
+    No,
+}
+
+/// [`tls_block`], accepting `handshake_first` where `first` says.
 fn tls_block_with(
     key: &str,
     n: &Node,
     warnings: &mut Vec<String>,
     need_cert: bool,
-    client_listener: bool,
+    first: TlsFirst,
 ) -> Result<(TlsFiles, Option<Duration>), ConfError> {
     let mut files = TlsFiles::default();
     let mut timeout = None;
@@ -1658,8 +1669,21 @@ fn tls_block_with(
             }
             // Behaviour we do not provide: say so, since clients configured
             // for it will fail in ways that are otherwise hard to trace.
-            "handshake_first" | "first" | "immediate" if client_listener => {
+            "handshake_first" | "first" | "immediate" if first == TlsFirst::Client => {
                 files.handshake_first = handshake_first(k, v)?;
+            }
+            "handshake_first" | "first" | "immediate" if first == TlsFirst::Leaf => {
+                files.handshake_first = match handshake_first(k, v)? {
+                    None => None,
+                    Some(d) if d.is_zero() => Some(d),
+                    Some(_) => {
+                        return invalid(
+                            k,
+                            v,
+                            "a leafnode handshake_first is true or false (no fallback delay)",
+                        )
+                    }
+                };
             }
             "insecure"
             | "handshake_first"

@@ -1087,13 +1087,24 @@ async fn accept_one(server: Arc<ServerInner>, mut stream: TcpStream, addr: Socke
     let nonce = new_nonce();
     let mut frame = BytesMut::new();
     encode_hub_info(&server, leafs, cid, &nonce, None, &mut frame);
-    if stream.write_all(&frame).await.is_err() {
+    // `handshake_first`: TLS before anything else, then INFO inside it.
+    let tls_first = leafs
+        .opts
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.handshake_first.is_some());
+    if !tls_first && stream.write_all(&frame).await.is_err() {
         return;
     }
     match leafs.tls_acceptor.clone() {
         None => run_accepted(server, stream, addr, cid, nonce).await,
         Some(acc) => match tokio::time::timeout(CONNECT_TIMEOUT, acc.accept(stream)).await {
-            Ok(Ok(tls)) => run_accepted(server, tls, addr, cid, nonce).await,
+            Ok(Ok(mut tls)) => {
+                if tls_first && tls.write_all(&frame).await.is_err() {
+                    return;
+                }
+                run_accepted(server, tls, addr, cid, nonce).await
+            }
             Ok(Err(e)) => {
                 tracing::warn!(%addr, error = %e, "leafnode TLS handshake failed");
                 leafs.stats.rejected.fetch_add(1, Ordering::Relaxed);
@@ -1464,11 +1475,66 @@ async fn connect_remote(
     else {
         return Err(ConnectError::Handshake(format!("bad url {url:?}")));
     };
-    let mut stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&hostport))
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&hostport))
         .await
         .map_err(|_| ConnectError::Timeout)??;
     let _ = stream.set_nodelay(true);
     let addr = stream.peer_addr()?;
+    let remote = &leafs.opts.remotes[index];
+    let tls_first = remote
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.handshake_first.is_some());
+    if !tls_first {
+        return handshake_remote(
+            server, index, stream, addr, &hostport, creds, tls_scheme, false,
+        )
+        .await;
+    }
+    // `handshake_first`: TLS before anything else, INFO inside it.
+    let Some(conn) = leafs.remote_tls[index].clone() else {
+        return Err(ConnectError::Tls(
+            "handshake_first needs tls { ca_file } in this remote".into(),
+        ));
+    };
+    let tls = tls_connect(&conn, &hostport, stream).await?;
+    handshake_remote(server, index, tls, addr, &hostport, creds, true, true).await
+}
+
+/// The TLS client handshake toward a hub at `hostport`.
+async fn tls_connect<S>(
+    conn: &tokio_rustls::TlsConnector,
+    hostport: &str,
+    stream: S,
+) -> Result<tokio_rustls::client::TlsStream<S>, ConnectError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let name = rustls::pki_types::ServerName::try_from(host_of(hostport).to_string())
+        .map_err(|e| ConnectError::Tls(e.to_string()))?;
+    tokio::time::timeout(CONNECT_TIMEOUT, conn.connect(name, stream))
+        .await
+        .map_err(|_| ConnectError::Timeout)?
+        .map_err(|e| ConnectError::Tls(e.to_string()))
+}
+
+/// The rest of a connection to a hub, from its INFO on; `tls_done`: the
+/// stream is already TLS (`handshake_first`).
+#[allow(clippy::too_many_arguments)]
+async fn handshake_remote<S>(
+    server: &Arc<ServerInner>,
+    index: usize,
+    mut stream: S,
+    addr: SocketAddr,
+    hostport: &str,
+    creds: Option<(String, String)>,
+    tls_scheme: bool,
+    tls_done: bool,
+) -> Result<(), ConnectError>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let leafs = server.leafs.as_ref().ok_or(ConnectError::Timeout)?;
     let mut parser =
         RouteParser::with_dialect(Dialect::Leaf, server.opts.max_control_line.max(16 * 1024));
     let (op, rest) = read_first_op(
@@ -1556,7 +1622,7 @@ async fn connect_remote(
     );
     hello.extend_from_slice(b"\r\n");
     let want_tls = tls_scheme || info.tls_required || leafs.remote_tls[index].is_some();
-    if !want_tls {
+    if tls_done || !want_tls {
         client.send_now(&hello);
         let (r, w) = tokio::io::split(stream);
         run_leaf(
@@ -1579,12 +1645,7 @@ async fn connect_remote(
     if !rest.is_empty() {
         return Err(ConnectError::Tls("data before the TLS handshake".into()));
     }
-    let name = rustls::pki_types::ServerName::try_from(host_of(&hostport).to_string())
-        .map_err(|e| ConnectError::Tls(e.to_string()))?;
-    let tls = tokio::time::timeout(CONNECT_TIMEOUT, conn.connect(name, stream))
-        .await
-        .map_err(|_| ConnectError::Timeout)?
-        .map_err(|e| ConnectError::Tls(e.to_string()))?;
+    let tls = tls_connect(&conn, hostport, stream).await?;
     client.send_now(&hello);
     let (r, w) = tokio::io::split(tls);
     run_leaf(

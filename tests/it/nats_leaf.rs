@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::support::procs::{
     go_nats_server_2_15, go_nats_server_2_9, ConfNode, Impl, LiftbridgeNode, START_TIMEOUT,
@@ -562,6 +562,75 @@ async fn nats_leaf_tls_both_roles() {
         .await;
         one_each_way(&hub, &leaf).await;
     }
+}
+
+/// `handshake_first` on the leaf link, both roles, against Go 2.15: the
+/// TLS handshake comes before the hub's INFO. A plain TCP connection to
+/// such a hub gets no INFO in the clear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_leaf_tls_first_both_roles() {
+    let certs = dev_certs();
+    let p = |f: &str| certs.path().join(f).display().to_string();
+    let server_tls = format!(
+        "tls {{ cert_file: \"{}\", key_file: \"{}\", handshake_first: true }}",
+        p("server.pem"),
+        p("server-key.pem")
+    );
+    let remote = |port: u16| {
+        format!(
+            "remotes [ {{ url: \"tls://127.0.0.1:{port}\", tls {{ ca_file: \"{}\", handshake_first: true }} }} ]",
+            p("ca.pem")
+        )
+    };
+    let go = Impl::Go(go_nats_server_2_15());
+    for (hub_imp, leaf_imp) in [
+        (&go, &Impl::Liftbridge),
+        (&Impl::Liftbridge, &go),
+        (&Impl::Liftbridge, &Impl::Liftbridge),
+    ] {
+        let hub = ConfNode::start(hub_imp, "tls1-hub", true, Some(&server_tls)).await;
+        if matches!(hub_imp, Impl::Liftbridge) {
+            // Nothing in the clear: the hub waits for a TLS ClientHello.
+            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", hub.leaf_port.unwrap()))
+                .await
+                .unwrap();
+            let mut buf = [0u8; 64];
+            let got = tokio::time::timeout(Duration::from_millis(500), s.read(&mut buf)).await;
+            assert!(got.is_err(), "the hub spoke before TLS: {got:?}");
+        }
+        let leaf = ConfNode::start(
+            leaf_imp,
+            "tls1-leaf",
+            false,
+            Some(&remote(hub.leaf_port.unwrap())),
+        )
+        .await;
+        one_each_way(&hub, &leaf).await;
+    }
+}
+
+/// A leafnode `handshake_first` is a boolean: a fallback delay (which only
+/// the client listener has) is refused, naming the field.
+#[test]
+fn nats_leaf_tls_first_takes_no_delay() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("leaf.conf");
+    std::fs::write(
+        &conf,
+        "leafnodes { port: -1, tls { cert_file: a.pem, key_file: b.pem, handshake_first: 300ms } }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_liftbridge"))
+        .args(["nats-server", "-c"])
+        .arg(&conf)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("handshake_first") && err.contains("true or false"),
+        "{err}"
+    );
 }
 
 /// Sends `line` to a fresh connection on the leaf port (after its INFO)
