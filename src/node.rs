@@ -238,6 +238,7 @@ fn apply_cluster(
     let any = c.enabled()
         || c.name.is_some()
         || c.pool_size.is_some()
+        || c.compression.is_some()
         || c.advertise.is_some()
         || c.auth_user.is_some()
         || c.tls_cert.is_some();
@@ -267,6 +268,14 @@ fn apply_cluster(
     }
     if let Some(n) = c.pool_size {
         o.pool_size = n;
+    }
+    if let Some(m) = &c.compression {
+        o.compression = m.clone();
+    }
+    if o.pool_size > 0 && o.compression != crate::config::nats::RouteCompression::Off {
+        return Err(NodeError::Config(
+            "nats.cluster.compression needs unpooled routes (no nats.cluster.pool_size)".into(),
+        ));
     }
     match (&c.auth_user, &c.auth_password) {
         (Some(u), p) => {

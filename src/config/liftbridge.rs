@@ -73,6 +73,7 @@ pub const KEYS: &[&str] = &[
     "nats.cluster.tls.key",
     "nats.cluster.tls.ca",
     "nats.cluster.pool_size",
+    "nats.cluster.compression",
     "nats.websocket.listen",
     "nats.websocket.no_tls",
     "nats.websocket.tls.cert",
@@ -493,6 +494,9 @@ pub struct NatsClusterConfig {
     /// `nats.cluster.pool_size`: route connections per peer (-1 or 0:
     /// one, the default; 1 to 32: a pool, as nats-server's `pool_size`).
     pub pool_size: Option<usize>,
+    /// `nats.cluster.compression`: S2 route compression (`off`, `accept`,
+    /// `s2_fast`, `s2_better`, `s2_best`, `s2_auto`), as nats-server's.
+    pub compression: Option<crate::config::nats::RouteCompression>,
 }
 
 impl NatsClusterConfig {
@@ -519,6 +523,7 @@ impl std::fmt::Debug for NatsClusterConfig {
             .field("tls_key", &self.tls_key)
             .field("tls_ca", &self.tls_ca)
             .field("pool_size", &self.pool_size)
+            .field("compression", &self.compression)
             .finish()
     }
 }
@@ -1181,6 +1186,14 @@ impl Builder {
                 }
                 c.nats.cluster.pool_size = Some(usize::try_from(n).unwrap_or(0));
             }
+            "nats.cluster.compression" => {
+                let m = scalar(raw)?;
+                c.nats.cluster.compression = Some(
+                    crate::config::nats::RouteCompression::from_name(&m).ok_or_else(|| {
+                        "expected off, accept, s2_fast, s2_better, s2_best or s2_auto".to_string()
+                    })?,
+                );
+            }
             "nats.websocket.listen" => {
                 let l = scalar(raw)?;
                 if crate::config::nats::parse_cluster_listen(&l).is_none() {
@@ -1659,7 +1672,16 @@ mod tests {
                 .pool_size,
             Some(0)
         );
+        assert_eq!(
+            yaml("nats.cluster.compression: s2_auto\n")
+                .unwrap()
+                .nats
+                .cluster
+                .compression,
+            crate::config::nats::RouteCompression::from_name("s2_auto")
+        );
         for bad in [
+            "nats.cluster.compression: zstd\n",
             "nats.cluster.listen: nowhere\n",
             "nats.cluster.routes: [\"::bad\"]\n",
             "nats.cluster.name: \"a b\"\n",

@@ -510,6 +510,65 @@ pub struct ClusterOptions {
     /// `accounts`: accounts given a route connection of their own to each
     /// pooling peer (nats-server's pinned accounts; needs a pool).
     pub pinned_accounts: Vec<String>,
+    /// `compression`: S2 compression of routes, negotiated with each peer.
+    pub compression: RouteCompression,
+}
+
+/// `cluster { compression }`, nats-server's route compression modes. Each
+/// route agrees on it with its peer at connect time (`nats::route`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RouteCompression {
+    /// No compression; our INFO carries no `compression` (a peer sees a
+    /// server without it).
+    #[default]
+    Off,
+    /// Compress only if the peer asks, at the peer's level.
+    Accept,
+    Fast,
+    Better,
+    Best,
+    /// A level from the round-trip time measured when the route connects:
+    /// up to the first threshold uncompressed, then fast, better, best.
+    /// Zero thresholds skip their level.
+    Auto(Vec<Duration>),
+}
+
+impl RouteCompression {
+    /// nats-server's default `s2_auto` thresholds.
+    pub fn default_thresholds() -> Vec<Duration> {
+        vec![
+            Duration::from_millis(10),
+            Duration::from_millis(50),
+            Duration::from_millis(100),
+        ]
+    }
+
+    /// A mode by one of the names nats-server accepts (`None`: unknown).
+    pub fn from_name(name: &str) -> Option<RouteCompression> {
+        Some(match name.to_ascii_lowercase().as_str() {
+            "off" | "disabled" | "false" | "not supported" | "not_supported" => {
+                RouteCompression::Off
+            }
+            "accept" => RouteCompression::Accept,
+            "on" | "enabled" | "true" | "fast" | "s2_fast" => RouteCompression::Fast,
+            "better" | "s2_better" => RouteCompression::Better,
+            "best" | "s2_best" => RouteCompression::Best,
+            "auto" | "s2_auto" => RouteCompression::Auto(RouteCompression::default_thresholds()),
+            _ => return None,
+        })
+    }
+
+    /// The mode as nats-server names it in INFO (`None` when off).
+    pub fn name(&self) -> Option<&'static str> {
+        match self {
+            RouteCompression::Off => None,
+            RouteCompression::Accept => Some("accept"),
+            RouteCompression::Fast => Some("s2_fast"),
+            RouteCompression::Better => Some("s2_better"),
+            RouteCompression::Best => Some("s2_best"),
+            RouteCompression::Auto(_) => Some("s2_auto"),
+        }
+    }
 }
 
 /// Largest `pool_size` accepted.
@@ -530,6 +589,7 @@ impl Default for ClusterOptions {
             tls: None,
             pool_size: 0,
             pinned_accounts: Vec::new(),
+            compression: RouteCompression::Off,
         }
     }
 }

@@ -40,7 +40,7 @@ use std::time::Duration;
 use crate::config::nats::{
     AuthConfig, ClusterAuth, ClusterOptions, LeafRemote, LeafRemoteAuth, LeafUser, LeafnodeOptions,
     NatsOptions, NkeyUser, OperatorConfig, PermissionRules, Permissions, ResolverConfig,
-    ResponsePermission, TlsFiles, User, WebsocketOptions,
+    ResponsePermission, RouteCompression, TlsFiles, User, WebsocketOptions,
 };
 
 /// Errors of reading, parsing or interpreting a config file.
@@ -1189,18 +1189,16 @@ fn cluster_block(
                     c.pinned_accounts.push(a);
                 }
             }
-            "compression" => {
-                let off = match &v.value {
-                    Value::Bool(b) => !b,
-                    Value::Str(s) => matches!(s.as_str(), "off" | "disabled" | "not supported"),
-                    _ => false,
-                };
-                if !off {
-                    return invalid(k, v, "route compression is not supported (use off)");
-                }
-            }
+            "compression" => c.compression = route_compression(k, v)?,
             other => return invalid(key, v, format!("unsupported cluster field {other:?}")),
         }
+    }
+    if c.compression != RouteCompression::Off && c.pool_size > 0 {
+        return invalid(
+            key,
+            n,
+            "route compression needs unpooled routes (pool_size: -1), which is our default",
+        );
     }
     if !c.pinned_accounts.is_empty() && c.pool_size == 0 {
         return invalid(
@@ -1327,6 +1325,68 @@ fn websocket_block(
         return invalid(key, n, "websocket has both no_tls: true and a tls block");
     }
     Ok(Some(w))
+}
+
+/// `cluster { compression }` as nats-server reads it: a boolean, a mode
+/// name, or `{ mode, rtt_thresholds }` (thresholds only with `s2_auto`).
+fn route_compression(k: &str, v: &Node) -> Result<RouteCompression, ConfError> {
+    let mode = |name: &str| -> Result<RouteCompression, ConfError> {
+        RouteCompression::from_name(name).map_or_else(
+            || invalid(k, v, format!("unsupported compression mode {name:?}")),
+            Ok,
+        )
+    };
+    match &v.value {
+        Value::Bool(b) => Ok(if *b {
+            RouteCompression::Fast
+        } else {
+            RouteCompression::Off
+        }),
+        Value::Str(s) => mode(s),
+        Value::Map(_) => {
+            let mut m = RouteCompression::Auto(RouteCompression::default_thresholds());
+            let mut thresholds = None;
+            for (kk, vv) in want_map(k, v)? {
+                match kk.to_ascii_lowercase().as_str() {
+                    "mode" => m = mode(want_str(kk, vv)?)?,
+                    "rtt_thresholds" | "thresholds" | "rtts" | "rtt" => {
+                        let Value::Array(items) = &vv.value else {
+                            return invalid(kk, vv, "expected a list of durations");
+                        };
+                        let mut t = Vec::new();
+                        for item in items {
+                            t.push(want_duration(kk, item)?);
+                        }
+                        while t.last().is_some_and(|d| d.is_zero()) {
+                            t.pop();
+                        }
+                        let set: Vec<_> = t.iter().filter(|d| !d.is_zero()).collect();
+                        if t.is_empty() || t.len() > 4 || set.windows(2).any(|w| w[0] >= w[1]) {
+                            return invalid(
+                                kk,
+                                vv,
+                                "rtt_thresholds: 1 to 4 ascending durations (0 skips a level)",
+                            );
+                        }
+                        thresholds = Some(t);
+                    }
+                    other => {
+                        return invalid(kk, vv, format!("unknown compression field {other:?}"))
+                    }
+                }
+            }
+            match (m, thresholds) {
+                (RouteCompression::Auto(_), Some(t)) => Ok(RouteCompression::Auto(t)),
+                (_, Some(_)) => invalid(k, v, "rtt_thresholds apply to mode s2_auto only"),
+                (m, None) => Ok(m),
+            }
+        }
+        _ => invalid(
+            k,
+            v,
+            "expected a boolean, a mode or { mode, rtt_thresholds }",
+        ),
+    }
 }
 
 /// Whether a `compression` value asks for no compression (what we speak).
@@ -2243,6 +2303,38 @@ mod tests {
     }
 
     #[test]
+    fn route_compression_modes() {
+        let ms = Duration::from_millis;
+        let mode = |v: &str| {
+            from_str(
+                &format!("cluster {{ compression: {v} }}"),
+                Path::new("c.conf"),
+            )
+            .unwrap()
+            .options
+            .cluster
+            .unwrap()
+            .compression
+        };
+        assert_eq!(mode("off"), RouteCompression::Off);
+        assert_eq!(mode("false"), RouteCompression::Off);
+        assert_eq!(mode("accept"), RouteCompression::Accept);
+        assert_eq!(mode("true"), RouteCompression::Fast);
+        assert_eq!(mode("on"), RouteCompression::Fast);
+        assert_eq!(mode("s2_better"), RouteCompression::Better);
+        assert_eq!(mode("best"), RouteCompression::Best);
+        assert_eq!(
+            mode("s2_auto"),
+            RouteCompression::Auto(vec![ms(10), ms(50), ms(100)])
+        );
+        assert_eq!(
+            mode("{ mode: s2_auto, rtt_thresholds: [\"5ms\", \"20ms\", 0] }"),
+            RouteCompression::Auto(vec![ms(5), ms(20)])
+        );
+        assert_eq!(mode("{ mode: s2_best }"), RouteCompression::Best);
+    }
+
+    #[test]
     fn cluster_features_we_lack_are_refused_by_name() {
         for (text, needle) in [
             ("cluster { pool_size: 33 }", "pool_size"),
@@ -2252,7 +2344,20 @@ mod tests {
                 "duplicate account",
             ),
             ("cluster { pool_size: -2 }", "pool_size"),
-            ("cluster { compression: s2_fast }", "compression"),
+            (
+                "cluster { pool_size: 3, compression: s2_fast }",
+                "compression",
+            ),
+            ("cluster { compression: zstd }", "compression mode"),
+            (
+                "cluster { compression: { mode: s2_fast, rtt_thresholds: [10ms] } }",
+                "s2_auto",
+            ),
+            (
+                "cluster { compression: { mode: s2_auto, rtt_thresholds: [50ms, 10ms] } }",
+                "ascending",
+            ),
+            ("cluster { compression: { level: 3 } }", "level"),
             ("cluster { pinned_accounts: [A] }", "pinned_accounts"),
             ("cluster { routes: [\"not a url\"] }", "routes"),
             ("cluster { name: \"has space\" }", "name"),

@@ -169,6 +169,9 @@ pub(crate) struct Outbound {
     /// lock already held for the append (no extra atomics per message).
     out_msgs: u64,
     out_bytes: u64,
+    /// Where in `buf` the transport switches to compression (routes, see
+    /// `s2`): the writer sets the flag once the bytes before are written.
+    switch: Option<(usize, Arc<AtomicBool>)>,
 }
 
 /// State of a connection shared between its reader, its writer, other
@@ -250,6 +253,7 @@ impl ClientShared {
                 close_after_flush: false,
                 out_msgs: 0,
                 out_bytes: 0,
+                switch: None,
             }),
             notify: Notify::new(),
             drained: Notify::new(),
@@ -389,6 +393,23 @@ impl ClientShared {
         let mut fl = FlushList::default();
         self.send_raw(data, &mut fl);
         fl.flush();
+    }
+
+    /// Sends `before`, then `after` with the transport switched by `on`
+    /// in between (the writer sets it once `before` is written), in one
+    /// step so nothing else can fall between them.
+    pub(crate) fn send_switching(&self, before: &[u8], on: Arc<AtomicBool>, after: &[u8]) {
+        {
+            let mut o = self.out.lock();
+            if o.closed {
+                return;
+            }
+            self.note_work(&o);
+            o.buf.extend_from_slice(before);
+            o.switch = Some((o.buf.len(), on));
+            o.buf.extend_from_slice(after);
+        }
+        self.notify.notify_one();
     }
 
     /// Wakes the writer task: a transport with frames of its own to send
@@ -1452,6 +1473,7 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
     server: Arc<ServerInner>,
 ) {
     let mut spare = BytesMut::with_capacity(4096);
+    let mut switch: Option<(usize, Arc<AtomicBool>)> = None;
     enum Step {
         Wait,
         Write,
@@ -1469,6 +1491,7 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
             } else {
                 std::mem::swap(&mut o.buf, &mut spare);
                 o.inflight = spare.len();
+                switch = o.switch.take();
                 Step::Write
             }
         };
@@ -1510,7 +1533,16 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
         let mut off = 0;
         let mut failed = false;
         while off < spare.len() {
-            let end = (off + WRITE_PIECE).min(spare.len());
+            let mut end = (off + WRITE_PIECE).min(spare.len());
+            // A transport switch applies from its byte on: pieces stop there.
+            if let Some((at, on)) = &switch {
+                if *at <= off {
+                    on.store(true, Ordering::Release);
+                    switch = None;
+                } else if *at < end {
+                    end = *at;
+                }
+            }
             let res = tokio::select! {
                 r = tokio::time::timeout(deadline, w.write_all(&spare[off..end])) => r,
                 // Closed meanwhile (slow consumer, shutdown): stop at once.
@@ -1542,6 +1574,10 @@ pub(crate) async fn write_loop<W: AsyncWrite + Unpin>(
                 Ordering::Relaxed,
             );
             client.drained.notify_waiters();
+        }
+        // A switch after the last byte applies to what comes next.
+        if let Some((_, on)) = switch.take() {
+            on.store(true, Ordering::Release);
         }
         if failed
             || tokio::time::timeout(deadline, w.flush())

@@ -32,6 +32,7 @@ mod replies;
 pub mod resolver;
 pub mod restrict;
 pub mod route;
+pub mod s2;
 pub mod server;
 pub mod subject;
 pub mod sublist;

@@ -5,7 +5,13 @@
 //! routes it is configured with. By default a route is one TCP (or TLS)
 //! connection per pair of servers, unpooled and uncompressed: our INFO
 //! carries neither `route_pool_size` nor `compression`, which makes Go
-//! servers treat us as a 2.9-style peer. On a new route both sides send INFO
+//! servers treat us as a 2.9-style peer. With `compression` configured
+//! (unpooled routes only) the two sides agree on S2 first (see
+//! `RouteReader::negotiate` and `s2`): the soliciting side holds its INFO
+//! back until it has the peer's, answers with an INFO naming its mode and
+//! compresses everything after; the accepting side then compresses from
+//! its second INFO on, and that exchange of second INFOs registers the
+//! route. On a new route both sides send INFO
 //! (the soliciting side sends CONNECT first); the accepting side then
 //! forwards the newcomer's INFO (with its route URL in `ip`) to its other
 //! routes, which connect to it (implicit routes), so each server needs to
@@ -102,7 +108,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
@@ -118,8 +124,9 @@ use super::proto::route::{
     RouteParseError, RouteParsed, RouteParser,
 };
 use super::proto::{self};
+use super::s2;
 use super::server::{ServerInner, SERVER_VERSION};
-use crate::config::nats::{ClusterOptions, NatsOptions};
+use crate::config::nats::{ClusterOptions, NatsOptions, RouteCompression};
 
 /// The global account (every client when accounts are not configured).
 pub const GLOBAL_ACCOUNT: &str = "$G";
@@ -201,6 +208,8 @@ pub struct Route {
     start_next: Mutex<Option<(String, bool)>>,
     /// The account a pinned connection is dedicated to.
     pub pinned: Mutex<Option<String>>,
+    /// The compression this connection agreed on (`/routez`).
+    compression: Mutex<&'static str>,
 }
 
 impl Route {
@@ -392,6 +401,73 @@ struct RouteInfoOut<'a> {
     route_pool_idx: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     route_account: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compression: Option<&'a str>,
+}
+
+/// nats-server's name of a compression level.
+fn level_name(level: s2::Level) -> &'static str {
+    match level {
+        s2::Level::Uncompressed => "s2_uncompressed",
+        s2::Level::Fast => "s2_fast",
+        s2::Level::Better => "s2_better",
+        s2::Level::Best => "s2_best",
+    }
+}
+
+/// The level `s2_auto` picks for round-trip time `rtt`: thresholds top
+/// uncompressed, fast, better and best in turn (a zero one skips its
+/// level); above the last, best with three or more thresholds, otherwise
+/// the last level they name.
+fn auto_level(thresholds: &[Duration], rtt: Duration) -> s2::Level {
+    const LEVELS: [s2::Level; 4] = [
+        s2::Level::Uncompressed,
+        s2::Level::Fast,
+        s2::Level::Better,
+        s2::Level::Best,
+    ];
+    for (t, level) in thresholds.iter().zip(LEVELS) {
+        if !t.is_zero() && rtt <= *t {
+            return level;
+        }
+    }
+    if thresholds.len() >= 3 {
+        s2::Level::Best
+    } else {
+        LEVELS[thresholds.len().saturating_sub(1)]
+    }
+}
+
+/// The compression a route uses, from our mode (not off) and the peer's
+/// (`None`: a server without compression), as nats-server selects it:
+/// `Ok(None)` for none, an error text for a mode we do not know.
+fn select_compression(
+    ours: &RouteCompression,
+    theirs: Option<&str>,
+    rtt: Duration,
+) -> Result<Option<s2::Level>, String> {
+    let ours_level = || match ours {
+        RouteCompression::Off | RouteCompression::Accept => None,
+        RouteCompression::Fast => Some(s2::Level::Fast),
+        RouteCompression::Better => Some(s2::Level::Better),
+        RouteCompression::Best => Some(s2::Level::Best),
+        RouteCompression::Auto(t) => Some(auto_level(t, rtt)),
+    };
+    let accept = *ours == RouteCompression::Accept;
+    let theirs_level = match theirs.unwrap_or("") {
+        "" | "not supported" | "not_supported" | "off" => return Ok(None),
+        "accept" => return Ok(ours_level()),
+        "s2_uncompressed" => s2::Level::Uncompressed,
+        "s2_fast" | "s2_auto" => s2::Level::Fast,
+        "s2_better" => s2::Level::Better,
+        "s2_best" => s2::Level::Best,
+        other => return Err(format!("Unsupported route compression mode {other:?}")),
+    };
+    Ok(if accept {
+        Some(theirs_level)
+    } else {
+        ours_level()
+    })
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -403,6 +479,8 @@ fn is_zero(n: &usize) -> bool {
 #[serde(default)]
 struct PeerInfo {
     server_id: String,
+    /// The peer's route compression mode (absent: a server without it).
+    compression: Option<String>,
     server_name: String,
     port: u16,
     ip: String,
@@ -896,7 +974,7 @@ impl Routes {
     /// our client URLs to their clients.
     pub(crate) fn announce_lame_duck(&self, server: &ServerInner) {
         let mut frame = BytesMut::new();
-        proto::encode_info(&mut frame, &self.info_json(server, true, 0, None));
+        proto::encode_info(&mut frame, &self.info_json(server, true, 0, None, None));
         for r in self.state.lock().all_routes() {
             r.client.send_now(&frame);
         }
@@ -911,7 +989,7 @@ impl Routes {
         pool_idx: usize,
         account: Option<&str>,
     ) -> String {
-        self.info_json(server, false, pool_idx, account)
+        self.info_json(server, false, pool_idx, account, None)
     }
 
     fn info_json(
@@ -920,6 +998,7 @@ impl Routes {
         ldm: bool,
         pool_idx: usize,
         route_account: Option<&str>,
+        compression: Option<&str>,
     ) -> String {
         let advertise = self
             .opts
@@ -954,6 +1033,7 @@ impl Routes {
             route_pool_size: self.pool_size(),
             route_pool_idx: pool_idx,
             route_account,
+            compression,
         };
         // Serializing strings and numbers cannot fail.
         serde_json::to_string(&info).unwrap_or_default()
@@ -1232,6 +1312,7 @@ async fn run_route<S>(
         replaced: AtomicBool::new(false),
         start_next: Mutex::new(None),
         pinned: Mutex::new(pinned),
+        compression: Mutex::new("not supported"),
     });
     {
         let mut st = routes.state.lock();
@@ -1267,22 +1348,51 @@ async fn run_route<S>(
         hello.extend_from_slice(serde_json::to_string(&c).unwrap_or_default().as_bytes());
         hello.extend_from_slice(b"\r\n");
     }
+    // With compression configured both sides first agree on it (see
+    // `negotiate`): the accepting side's INFO names our mode, and the
+    // soliciting side holds its INFO back until it knows the peer's.
+    let compression = routes.opts.compression.name();
+    let switches = compression.map(|_| {
+        let sw = s2::Switches::default();
+        sw.read_armed.store(true, Ordering::Release);
+        sw
+    });
     // A soliciting pool member sends its INFO once it knows its slot
     // (`register`), as nats-server expects.
-    if solicited.is_none() || routes.pool_size() == 0 {
-        proto::encode_info(&mut hello, &routes.route_info_json(&server, 0, None));
+    let info_held = solicited.is_some() && (routes.pool_size() > 0 || compression.is_some());
+    if !info_held {
+        let json = routes.info_json(&server, false, 0, None, compression);
+        proto::encode_info(&mut hello, &json);
     }
     client.send_now(&hello);
     tracing::info!(%addr, rid = cid, solicited = solicited.is_some(), "route connection created");
     let (r, w) = tokio::io::split(stream);
-    tokio::spawn(client::write_loop(
-        client.clone(),
-        w,
-        server.opts.write_deadline,
-        server.clone(),
-    ));
+    let r: Box<dyn AsyncRead + Send + Unpin> = match &switches {
+        None => {
+            tokio::spawn(client::write_loop(
+                client.clone(),
+                w,
+                server.opts.write_deadline,
+                server.clone(),
+            ));
+            Box::new(r)
+        }
+        Some(sw) => {
+            tokio::spawn(client::write_loop(
+                client.clone(),
+                s2::S2Write::new(w, sw),
+                server.opts.write_deadline,
+                server.clone(),
+            ));
+            Box::new(s2::S2Read::new(r, sw))
+        }
+    };
     tokio::spawn(peer_ping_loop(client.clone(), server.clone()));
     let mut reader = RouteReader {
+        s2: switches,
+        negotiated: false,
+        info_held: info_held && routes.pool_size() == 0,
+        started: Instant::now(),
         server: server.clone(),
         route: route.clone(),
         addr,
@@ -1628,6 +1738,14 @@ struct RouteReader {
     in_bytes: u64,
     /// The account of a pinned connection, whose operations omit it.
     pinned: Option<Bytes>,
+    /// Compression configured: the transport's switches.
+    s2: Option<s2::Switches>,
+    /// Compression agreed on (or found unavailable) with the peer.
+    negotiated: bool,
+    /// Our INFO is still to be sent (a soliciting side with compression).
+    info_held: bool,
+    /// When the connection began (`s2_auto` measures its first round trip).
+    started: Instant,
 }
 
 /// Why a route read loop ended early.
@@ -1936,6 +2054,20 @@ impl RouteReader {
             self.reject(&text, &text);
             return Err(Stop::Close("duplicate server name".into()));
         }
+        if !self.negotiated && self.s2.is_some() {
+            self.negotiated = true;
+            if self.negotiate(&info)? {
+                // The peer's next INFO, compressed, is its real first one.
+                return Ok(());
+            }
+        }
+        if self.info_held {
+            self.info_held = false;
+            let routes = self.routes();
+            let mut b = BytesMut::new();
+            proto::encode_info(&mut b, &routes.route_info_json(&server, 0, None));
+            self.route.client.send_now(&b);
+        }
         let url = if !info.ip.is_empty() {
             info.ip.clone()
         } else {
@@ -1999,6 +2131,56 @@ impl RouteReader {
                 Err(Stop::Close("route pool violation".into()))
             }
         }
+    }
+
+    /// Agrees on compression with the peer whose first INFO is `info`, as
+    /// nats-server: the soliciting side answers with an INFO naming the
+    /// mode it chose and compresses everything after it; the accepting
+    /// side compresses from its next INFO on. Each side compresses at its
+    /// own level. Returns whether compression is on (the handshake then
+    /// goes on with the peer's next INFO); without it the reader stops
+    /// looking for a compressed stream.
+    fn negotiate(&mut self, info: &PeerInfo) -> Result<bool, Stop> {
+        let Some(sw) = self.s2.clone() else {
+            return Ok(false);
+        };
+        let ours = self.routes().opts.compression.clone();
+        let rtt = self.started.elapsed();
+        let chosen = match select_compression(&ours, info.compression.as_deref(), rtt) {
+            Ok(c) => c,
+            Err(text) => {
+                self.reject(&text, &text);
+                return Err(Stop::Close("bad compression mode".into()));
+            }
+        };
+        let Some(level) = chosen else {
+            sw.read_armed.store(false, Ordering::Release);
+            *self.route.compression.lock() = match info.compression.as_deref() {
+                None | Some("") | Some("not supported") | Some("not_supported") => "not supported",
+                _ => "off",
+            };
+            return Ok(false);
+        };
+        sw.set_level(level);
+        let mode = match ours {
+            RouteCompression::Auto(_) => "s2_auto",
+            _ => level_name(level),
+        };
+        *self.route.compression.lock() = mode;
+        let routes = self.routes();
+        let client = self.route.client.clone();
+        if self.route.did_solicit {
+            let mut b = BytesMut::new();
+            let json = routes.info_json(&self.server, false, 0, None, Some(mode));
+            proto::encode_info(&mut b, &json);
+            client.send_switching(&b, sw.write_on.clone(), &[]);
+        } else {
+            let mut b = BytesMut::new();
+            proto::encode_info(&mut b, &routes.route_info_json(&self.server, 0, None));
+            client.send_switching(&[], sw.write_on.clone(), &b);
+        }
+        tracing::debug!(addr = %self.addr, mode, "route compression agreed");
+        Ok(true)
     }
 
     /// Checks a peer's pool fields against the rules nats-server applies;
@@ -2502,7 +2684,7 @@ pub(crate) fn routez_json(server: &ServerInner, subs: bool, detail: bool) -> ser
                 "in_bytes": r.client.stats.in_bytes.load(Ordering::Relaxed),
                 "out_bytes": out_bytes,
                 "subscriptions": r.client.subs.lock().len(),
-                "compression": "not supported",
+                "compression": *r.compression.lock(),
             });
             if let Some(a) = r.pinned.lock().as_ref() {
                 v["account"] = json!(a);
@@ -2606,6 +2788,53 @@ mod tests {
         // No pool, or a pool of one: everything on the one connection.
         assert_eq!(pool_index(0, "C"), 0);
         assert_eq!(pool_index(1, "C"), 0);
+    }
+
+    #[test]
+    fn compression_is_selected_as_nats_server_does() {
+        use s2::Level::*;
+        let ms = Duration::from_millis;
+        let sel =
+            |ours: &RouteCompression, theirs: Option<&str>| select_compression(ours, theirs, ms(1));
+        let auto = RouteCompression::Auto(RouteCompression::default_thresholds());
+        // A peer without compression, or with it off.
+        for theirs in [None, Some(""), Some("not supported"), Some("off")] {
+            assert_eq!(sel(&RouteCompression::Fast, theirs), Ok(None));
+        }
+        // Theirs `accept`: ours decides; both `accept`: none.
+        assert_eq!(sel(&RouteCompression::Best, Some("accept")), Ok(Some(Best)));
+        assert_eq!(sel(&RouteCompression::Accept, Some("accept")), Ok(None));
+        // Ours `accept`: theirs decides (their `s2_auto` is fast here).
+        assert_eq!(
+            sel(&RouteCompression::Accept, Some("s2_better")),
+            Ok(Some(Better))
+        );
+        assert_eq!(
+            sel(&RouteCompression::Accept, Some("s2_auto")),
+            Ok(Some(Fast))
+        );
+        // Otherwise each side compresses at its own level.
+        assert_eq!(
+            sel(&RouteCompression::Fast, Some("s2_best")),
+            Ok(Some(Fast))
+        );
+        assert_eq!(sel(&auto, Some("s2_fast")), Ok(Some(Uncompressed)));
+        assert!(sel(&RouteCompression::Fast, Some("zstd")).is_err());
+    }
+
+    #[test]
+    fn s2_auto_levels_follow_the_round_trip() {
+        use s2::Level::*;
+        let ms = Duration::from_millis;
+        let t = RouteCompression::default_thresholds();
+        assert_eq!(auto_level(&t, ms(2)), Uncompressed);
+        assert_eq!(auto_level(&t, ms(30)), Fast);
+        assert_eq!(auto_level(&t, ms(80)), Better);
+        assert_eq!(auto_level(&t, ms(500)), Best);
+        // A zero threshold skips its level; past two thresholds the last
+        // level they name.
+        assert_eq!(auto_level(&[ms(0), ms(50)], ms(2)), Fast);
+        assert_eq!(auto_level(&[ms(10), ms(50)], ms(90)), Fast);
     }
 
     #[test]

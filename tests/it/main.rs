@@ -60,6 +60,7 @@ mod nats_raw;
 mod nats_reload;
 mod nats_responses;
 mod nats_route_accounts;
+mod nats_route_compression;
 mod nats_support;
 mod nats_ws;
 mod packaging;

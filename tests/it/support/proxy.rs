@@ -3,7 +3,7 @@
 //! close), to freeze (connections stay open, bytes stop flowing: a
 //! partition that only timeouts can detect), or to delay the bytes of one
 //! direction (a slow link: every chunk is held for the delay before it is
-//! forwarded, in order).
+//! forwarded, in order). It counts the bytes it forwards each way.
 //!
 //! Bounds: each direction of a connection holds at most [`MAX_IN_FLIGHT`]
 //! chunks of up to 64 KiB while they wait out a delay; when that is full
@@ -39,6 +39,8 @@ struct Knobs {
     frozen: AtomicBool,
     /// Delay in µs of [`Dir::ToUpstream`] and [`Dir::ToClient`].
     delay_us: [AtomicU64; 2],
+    /// Bytes forwarded in each direction.
+    bytes: [AtomicU64; 2],
 }
 
 impl Knobs {
@@ -110,6 +112,11 @@ impl Proxy {
     /// Forwards again (connections that survived the freeze resume).
     pub fn thaw(&self) {
         self.knobs.frozen.store(false, Ordering::SeqCst);
+    }
+
+    /// Bytes forwarded so far in direction `dir` (all connections).
+    pub fn bytes(&self, dir: Dir) -> u64 {
+        self.knobs.bytes[dir as usize].load(Ordering::SeqCst)
     }
 
     /// Holds every chunk going in direction `dir` for `delay` before it is
@@ -187,6 +194,7 @@ fn spawn_direction(
             if w.write_all(&chunk).await.is_err() {
                 return;
             }
+            knobs.bytes[dir as usize].fetch_add(chunk.len() as u64, Ordering::SeqCst);
         }
     });
 }

@@ -1,0 +1,424 @@
+//! S2 compression of route connections, as nats-server 2.10+ speaks it:
+//! the S2 stream format (Snappy framing with S2 blocks) over the socket,
+//! switched on mid-connection once both sides agreed (see `route`).
+//!
+//! **Frames.** A stream starts with the identifier chunk (`0xff`, length 6,
+//! `S2sTwO`); each data chunk is a type byte, a 3-byte little-endian
+//! length, a masked CRC-32C of the uncompressed data and then the data:
+//! S2-compressed (type `0x00`) or as is (`0x01`). Every write here starts a
+//! new stream, as nats-server starts one per flush; the reader accepts
+//! identifiers anywhere (and Snappy's `sNaPpY`), skips padding and
+//! skippable chunks (`0x80`–`0xfe`) and refuses the reserved unskippable
+//! ones (`0x02`–`0x7f`), a bad checksum or an oversized block: a peer
+//! speaking garbage gets its connection closed, never a panic.
+//!
+//! **Switching.** [`S2Write`] passes bytes through until its switch is set
+//! (the route's writer sets it at the exact byte where the agreed
+//! compression starts), then frames everything. [`S2Read`] passes bytes
+//! through while plain; while *armed* (the handshake, which is all UTF-8
+//! text) the first `0xff` byte, which no text contains, starts the
+//! compressed stream.
+//!
+//! Memory: the reader holds at most one chunk of input (≤ 16 MiB by the
+//! 3-byte length) and one decoded block (≤ [`MAX_BLOCK`]); the writer
+//! holds the framed form of one write (the route writer's pieces are
+//! bounded) until the socket takes it.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, BufMut, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The stream identifier chunk.
+const STREAM_ID: &[u8] = b"\xff\x06\x00\x00S2sTwO";
+/// Snappy's, which S2 readers accept too.
+const SNAPPY_ID: &[u8] = b"\xff\x06\x00\x00sNaPpY";
+/// Uncompressed bytes per chunk written here.
+const CHUNK: usize = 64 * 1024;
+/// Largest decoded block accepted (nats-server's reader: 4 MiB).
+pub const MAX_BLOCK: usize = 4 << 20;
+
+/// Compression levels; `Uncompressed` frames data as is (what `s2_auto`
+/// picks on a fast link).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Level {
+    Uncompressed = 0,
+    Fast = 1,
+    Better = 2,
+    Best = 3,
+}
+
+impl Level {
+    fn from_u8(v: u8) -> Level {
+        match v {
+            0 => Level::Uncompressed,
+            2 => Level::Better,
+            3 => Level::Best,
+            _ => Level::Fast,
+        }
+    }
+}
+
+/// The masked CRC-32C of the framing format.
+fn masked_crc(data: &[u8]) -> u32 {
+    crc32c::crc32c(data)
+        .rotate_right(15)
+        .wrapping_add(0xa282_ead8)
+}
+
+/// Appends `data` as one S2 stream (identifier, then chunks).
+pub fn encode_stream(data: &[u8], level: Level, out: &mut BytesMut) {
+    out.put_slice(STREAM_ID);
+    for piece in data.chunks(CHUNK) {
+        let crc = masked_crc(piece);
+        let packed = match level {
+            Level::Uncompressed => None,
+            Level::Fast => Some(minlz::encode(piece)),
+            Level::Better => Some(minlz::encode_better(piece)),
+            Level::Best => Some(minlz::encode_best(piece)),
+        }
+        // Kept only when it saves at least an eighth (as the S2 writer).
+        .filter(|p| p.len() < piece.len() - piece.len() / 8);
+        let (kind, body): (u8, &[u8]) = match &packed {
+            Some(p) => (0x00, p),
+            None => (0x01, piece),
+        };
+        let len = body.len() + 4;
+        out.put_u8(kind);
+        out.put_slice(&(len as u32).to_le_bytes()[..3]);
+        out.put_u32_le(crc);
+        out.put_slice(body);
+    }
+}
+
+/// Why compressed input cannot be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("s2: bad stream identifier")]
+    BadIdentifier,
+    #[error("s2: reserved chunk type {0:#04x}")]
+    Reserved(u8),
+    #[error("s2: chunk too short")]
+    Short,
+    #[error("s2: corrupt block")]
+    Corrupt,
+    #[error("s2: block of {0} bytes is too large")]
+    TooLarge(usize),
+    #[error("s2: checksum mismatch")]
+    Checksum,
+}
+
+/// Decodes whole chunks from the front of `input` into `out`; a partial
+/// chunk stays in `input`.
+pub fn decode_chunks(input: &mut BytesMut, out: &mut BytesMut) -> Result<(), DecodeError> {
+    while input.len() >= 4 {
+        let kind = input[0];
+        let len = u32::from_le_bytes([input[1], input[2], input[3], 0]) as usize;
+        if input.len() < 4 + len {
+            return Ok(());
+        }
+        let body = &input[4..4 + len];
+        match kind {
+            0xff if len != 6 || (body != &STREAM_ID[4..] && body != &SNAPPY_ID[4..]) => {
+                return Err(DecodeError::BadIdentifier);
+            }
+            0xff => {}
+            0x00 | 0x01 => {
+                if len < 4 {
+                    return Err(DecodeError::Short);
+                }
+                let crc = u32::from_le_bytes([body[0], body[1], body[2], body[3]]);
+                let data = &body[4..];
+                let start = out.len();
+                if kind == 0x00 {
+                    let (n, _) = minlz::decode_len(data).map_err(|_| DecodeError::Corrupt)?;
+                    if n > MAX_BLOCK {
+                        return Err(DecodeError::TooLarge(n));
+                    }
+                    let plain = minlz::decode(data).map_err(|_| DecodeError::Corrupt)?;
+                    out.put_slice(&plain);
+                } else {
+                    if data.len() > MAX_BLOCK {
+                        return Err(DecodeError::TooLarge(data.len()));
+                    }
+                    out.put_slice(data);
+                }
+                if masked_crc(&out[start..]) != crc {
+                    return Err(DecodeError::Checksum);
+                }
+            }
+            0x02..=0x7f => return Err(DecodeError::Reserved(kind)),
+            // Padding and skippable chunks.
+            _ => {}
+        }
+        input.advance(4 + len);
+    }
+    Ok(())
+}
+
+/// A writer that frames everything as S2 once `on` is set (see the module
+/// documentation), at the level `level` holds.
+pub struct S2Write<W> {
+    inner: W,
+    on: Arc<AtomicBool>,
+    level: Arc<AtomicU8>,
+    /// Framed bytes the socket has not taken yet.
+    pending: BytesMut,
+}
+
+/// The switches of an [`S2Write`]/[`S2Read`] pair, kept by the connection.
+#[derive(Debug, Clone, Default)]
+pub struct Switches {
+    /// Outbound bytes are compressed from now on.
+    pub write_on: Arc<AtomicBool>,
+    /// The level outbound bytes are compressed at.
+    pub level: Arc<AtomicU8>,
+    /// Inbound: the first `0xff` byte starts the compressed stream.
+    pub read_armed: Arc<AtomicBool>,
+}
+
+impl Switches {
+    pub fn set_level(&self, level: Level) {
+        self.level.store(level as u8, Ordering::Relaxed);
+    }
+}
+
+impl<W> S2Write<W> {
+    pub fn new(inner: W, sw: &Switches) -> S2Write<W> {
+        S2Write {
+            inner,
+            on: sw.write_on.clone(),
+            level: sw.level.clone(),
+            pending: BytesMut::new(),
+        }
+    }
+}
+
+impl<W: AsyncWrite + Unpin> S2Write<W> {
+    /// Writes the pending framed bytes; `Ready(Ok)` once none are left.
+    fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.pending.is_empty() {
+            match Pin::new(&mut self.inner).poll_write(cx, &self.pending) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => self.pending.advance(n),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for S2Write<W> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.pending.is_empty() && !this.on.load(Ordering::Acquire) {
+            return Pin::new(&mut this.inner).poll_write(cx, buf);
+        }
+        match this.drain(cx) {
+            Poll::Ready(Ok(())) => {}
+            other => return other.map(|r| r.map(|()| 0)),
+        }
+        if !this.on.load(Ordering::Acquire) {
+            return Pin::new(&mut this.inner).poll_write(cx, buf);
+        }
+        let level = Level::from_u8(this.level.load(Ordering::Relaxed));
+        encode_stream(buf, level, &mut this.pending);
+        // Taken: what the socket does not take now goes with the next
+        // write or the flush.
+        if let Poll::Ready(Err(e)) = this.drain(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match this.drain(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_flush(cx),
+            other => other,
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match this.drain(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_shutdown(cx),
+            other => other,
+        }
+    }
+}
+
+/// A reader that decompresses once the peer's compressed stream starts
+/// (see the module documentation).
+pub struct S2Read<R> {
+    inner: R,
+    armed: Arc<AtomicBool>,
+    compressed: bool,
+    /// Raw input not yet handed on (plain) or decoded (compressed).
+    raw: BytesMut,
+    /// Decoded bytes not yet handed on.
+    decoded: BytesMut,
+}
+
+impl<R> S2Read<R> {
+    pub fn new(inner: R, sw: &Switches) -> S2Read<R> {
+        S2Read {
+            inner,
+            armed: sw.read_armed.clone(),
+            compressed: false,
+            raw: BytesMut::new(),
+            decoded: BytesMut::new(),
+        }
+    }
+}
+
+fn hand_on(from: &mut BytesMut, n: usize, out: &mut ReadBuf<'_>) {
+    let n = n.min(out.remaining());
+    out.put_slice(&from[..n]);
+    from.advance(n);
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for S2Read<R> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if !this.decoded.is_empty() {
+                let n = this.decoded.len();
+                hand_on(&mut this.decoded, n, out);
+                return Poll::Ready(Ok(()));
+            }
+            if this.compressed {
+                decode_chunks(&mut this.raw, &mut this.decoded)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                if !this.decoded.is_empty() {
+                    continue;
+                }
+            } else if !this.raw.is_empty() {
+                let armed = this.armed.load(Ordering::Acquire);
+                match this.raw.iter().position(|b| armed && *b == 0xff) {
+                    Some(0) => {
+                        this.compressed = true;
+                        this.armed.store(false, Ordering::Release);
+                        continue;
+                    }
+                    Some(i) => hand_on(&mut this.raw, i, out),
+                    None => {
+                        let n = this.raw.len();
+                        hand_on(&mut this.raw, n, out);
+                    }
+                }
+                return Poll::Ready(Ok(()));
+            } else if !this.armed.load(Ordering::Acquire) {
+                // Plain and nothing buffered: read straight through.
+                return Pin::new(&mut this.inner).poll_read(cx, out);
+            }
+            // More input.
+            this.raw.reserve(64 * 1024);
+            match tokio_util::io::poll_read_buf(Pin::new(&mut this.inner), cx, &mut this.raw) {
+                // End of input (a partial chunk is dropped).
+                Poll::Ready(Ok(0)) => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn streams_round_trip_at_every_level() {
+        let text: Vec<u8> = (0..200_000u32)
+            .flat_map(|i| format!("RMSG $G foo.{} 5\r\nhello\r\n", i % 97).into_bytes())
+            .collect();
+        for level in [Level::Uncompressed, Level::Fast, Level::Better, Level::Best] {
+            let mut framed = BytesMut::new();
+            encode_stream(&text, level, &mut framed);
+            encode_stream(b"PING\r\n", level, &mut framed);
+            if level != Level::Uncompressed {
+                assert!(framed.len() < text.len() / 4, "{level:?} compresses");
+            }
+            let mut out = BytesMut::new();
+            // Fed in odd pieces: partial chunks wait for the rest.
+            let mut input = BytesMut::new();
+            for piece in framed.chunks(777) {
+                input.extend_from_slice(piece);
+                decode_chunks(&mut input, &mut out).unwrap();
+            }
+            assert!(input.is_empty());
+            assert_eq!(&out[..text.len()], &text[..]);
+            assert_eq!(&out[text.len()..], b"PING\r\n");
+        }
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        let mut out = BytesMut::new();
+        let mut bad_id = BytesMut::from(&b"\xff\x06\x00\x00nopeno"[..]);
+        assert_eq!(
+            decode_chunks(&mut bad_id, &mut out),
+            Err(DecodeError::BadIdentifier)
+        );
+        let mut reserved = BytesMut::from(&b"\x05\x01\x00\x00x"[..]);
+        assert_eq!(
+            decode_chunks(&mut reserved, &mut out),
+            Err(DecodeError::Reserved(5))
+        );
+        let mut framed = BytesMut::new();
+        encode_stream(b"hello hello hello hello hello", Level::Fast, &mut framed);
+        let last = framed.len() - 1;
+        framed[last] ^= 0x55;
+        assert!(decode_chunks(&mut framed, &mut out).is_err());
+        let mut short = BytesMut::from(&b"\x00\x02\x00\x00ab"[..]);
+        assert_eq!(decode_chunks(&mut short, &mut out), Err(DecodeError::Short));
+        // Skippable chunks are skipped.
+        let mut skip = BytesMut::from(&b"\xfe\x02\x00\x00ab"[..]);
+        decode_chunks(&mut skip, &mut out).unwrap();
+        assert!(skip.is_empty());
+    }
+
+    #[tokio::test]
+    async fn plain_then_compressed_across_the_switch() {
+        let (a, b) = tokio::io::duplex(1 << 20);
+        let sw = Switches::default();
+        sw.set_level(Level::Fast);
+        let mut w = S2Write::new(a, &sw);
+        let rs = Switches::default();
+        rs.read_armed.store(true, Ordering::Relaxed);
+        let mut r = S2Read::new(b, &rs);
+        w.write_all(b"INFO {\"compression\":\"s2_fast\"}\r\n")
+            .await
+            .unwrap();
+        sw.write_on.store(true, Ordering::Release);
+        let big = vec![b'x'; 300_000];
+        w.write_all(&big).await.unwrap();
+        w.write_all(b"PING\r\n").await.unwrap();
+        w.flush().await.unwrap();
+        drop(w);
+        let mut got = Vec::new();
+        r.read_to_end(&mut got).await.unwrap();
+        let head = b"INFO {\"compression\":\"s2_fast\"}\r\n".len();
+        assert_eq!(&got[..head], b"INFO {\"compression\":\"s2_fast\"}\r\n");
+        assert_eq!(got.len(), head + big.len() + 6);
+        assert!(got[head..head + big.len()].iter().all(|b| *b == b'x'));
+        assert!(!rs.read_armed.load(Ordering::Relaxed), "switched once");
+    }
+}
