@@ -272,7 +272,7 @@ fn apply_cluster(
     if let Some(m) = &c.compression {
         o.compression = m.clone();
     }
-    if o.pool_size > 0 && o.compression != crate::config::nats::RouteCompression::Off {
+    if o.pool_size > 0 && o.compression != crate::config::nats::S2Compression::Off {
         return Err(NodeError::Config(
             "nats.cluster.compression needs unpooled routes (no nats.cluster.pool_size)".into(),
         ));

@@ -496,7 +496,7 @@ pub struct NatsClusterConfig {
     pub pool_size: Option<usize>,
     /// `nats.cluster.compression`: S2 route compression (`off`, `accept`,
     /// `s2_fast`, `s2_better`, `s2_best`, `s2_auto`), as nats-server's.
-    pub compression: Option<crate::config::nats::RouteCompression>,
+    pub compression: Option<crate::config::nats::S2Compression>,
 }
 
 impl NatsClusterConfig {
@@ -1189,7 +1189,7 @@ impl Builder {
             "nats.cluster.compression" => {
                 let m = scalar(raw)?;
                 c.nats.cluster.compression = Some(
-                    crate::config::nats::RouteCompression::from_name(&m).ok_or_else(|| {
+                    crate::config::nats::S2Compression::from_name(&m).ok_or_else(|| {
                         "expected off, accept, s2_fast, s2_better, s2_best or s2_auto".to_string()
                     })?,
                 );
@@ -1678,7 +1678,7 @@ mod tests {
                 .nats
                 .cluster
                 .compression,
-            crate::config::nats::RouteCompression::from_name("s2_auto")
+            crate::config::nats::S2Compression::from_name("s2_auto")
         );
         for bad in [
             "nats.cluster.compression: zstd\n",

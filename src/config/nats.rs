@@ -511,13 +511,14 @@ pub struct ClusterOptions {
     /// pooling peer (nats-server's pinned accounts; needs a pool).
     pub pinned_accounts: Vec<String>,
     /// `compression`: S2 compression of routes, negotiated with each peer.
-    pub compression: RouteCompression,
+    pub compression: S2Compression,
 }
 
-/// `cluster { compression }`, nats-server's route compression modes. Each
-/// route agrees on it with its peer at connect time (`nats::route`).
+/// `compression` of `cluster {}`, `leafnodes {}` and leaf remotes:
+/// nats-server's S2 compression modes. Each connection agrees on it with
+/// its peer at connect time (`nats::route`, `nats::leaf`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum RouteCompression {
+pub enum S2Compression {
     /// No compression; our INFO carries no `compression` (a peer sees a
     /// server without it).
     #[default]
@@ -533,7 +534,7 @@ pub enum RouteCompression {
     Auto(Vec<Duration>),
 }
 
-impl RouteCompression {
+impl S2Compression {
     /// nats-server's default `s2_auto` thresholds.
     pub fn default_thresholds() -> Vec<Duration> {
         vec![
@@ -544,16 +545,14 @@ impl RouteCompression {
     }
 
     /// A mode by one of the names nats-server accepts (`None`: unknown).
-    pub fn from_name(name: &str) -> Option<RouteCompression> {
+    pub fn from_name(name: &str) -> Option<S2Compression> {
         Some(match name.to_ascii_lowercase().as_str() {
-            "off" | "disabled" | "false" | "not supported" | "not_supported" => {
-                RouteCompression::Off
-            }
-            "accept" => RouteCompression::Accept,
-            "on" | "enabled" | "true" | "fast" | "s2_fast" => RouteCompression::Fast,
-            "better" | "s2_better" => RouteCompression::Better,
-            "best" | "s2_best" => RouteCompression::Best,
-            "auto" | "s2_auto" => RouteCompression::Auto(RouteCompression::default_thresholds()),
+            "off" | "disabled" | "false" | "not supported" | "not_supported" => S2Compression::Off,
+            "accept" => S2Compression::Accept,
+            "on" | "enabled" | "true" | "fast" | "s2_fast" => S2Compression::Fast,
+            "better" | "s2_better" => S2Compression::Better,
+            "best" | "s2_best" => S2Compression::Best,
+            "auto" | "s2_auto" => S2Compression::Auto(S2Compression::default_thresholds()),
             _ => return None,
         })
     }
@@ -561,12 +560,12 @@ impl RouteCompression {
     /// The mode as nats-server names it in INFO (`None` when off).
     pub fn name(&self) -> Option<&'static str> {
         match self {
-            RouteCompression::Off => None,
-            RouteCompression::Accept => Some("accept"),
-            RouteCompression::Fast => Some("s2_fast"),
-            RouteCompression::Better => Some("s2_better"),
-            RouteCompression::Best => Some("s2_best"),
-            RouteCompression::Auto(_) => Some("s2_auto"),
+            S2Compression::Off => None,
+            S2Compression::Accept => Some("accept"),
+            S2Compression::Fast => Some("s2_fast"),
+            S2Compression::Better => Some("s2_better"),
+            S2Compression::Best => Some("s2_best"),
+            S2Compression::Auto(_) => Some("s2_auto"),
         }
     }
 }
@@ -589,7 +588,7 @@ impl Default for ClusterOptions {
             tls: None,
             pool_size: 0,
             pinned_accounts: Vec::new(),
-            compression: RouteCompression::Off,
+            compression: S2Compression::Off,
         }
     }
 }
@@ -630,6 +629,8 @@ pub struct LeafnodeOptions {
     pub reconnect: Duration,
     /// Hubs to solicit.
     pub remotes: Vec<LeafRemote>,
+    /// `compression` of the leaf listener (agreed with each leaf).
+    pub compression: S2Compression,
 }
 
 impl Default for LeafnodeOptions {
@@ -645,6 +646,7 @@ impl Default for LeafnodeOptions {
             tls: None,
             reconnect: Duration::from_secs(1),
             remotes: Vec::new(),
+            compression: S2Compression::Off,
         }
     }
 }
@@ -671,6 +673,8 @@ pub struct LeafRemote {
     /// Subjects whose local messages do not go to the hub (a local publish
     /// deny).
     pub deny_exports: Vec<String>,
+    /// `compression` towards the hub (agreed with it).
+    pub compression: S2Compression,
 }
 
 /// A remote's credentials (`credentials` or `nkey`/`seed`).

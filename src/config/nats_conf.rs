@@ -40,7 +40,7 @@ use std::time::Duration;
 use crate::config::nats::{
     AuthConfig, ClusterAuth, ClusterOptions, LeafRemote, LeafRemoteAuth, LeafUser, LeafnodeOptions,
     NatsOptions, NkeyUser, OperatorConfig, PermissionRules, Permissions, ResolverConfig,
-    ResponsePermission, RouteCompression, TlsFiles, User, WebsocketOptions,
+    ResponsePermission, S2Compression, TlsFiles, User, WebsocketOptions,
 };
 
 /// Errors of reading, parsing or interpreting a config file.
@@ -1193,7 +1193,7 @@ fn cluster_block(
             other => return invalid(key, v, format!("unsupported cluster field {other:?}")),
         }
     }
-    if c.compression != RouteCompression::Off && c.pool_size > 0 {
+    if c.compression != S2Compression::Off && c.pool_size > 0 {
         return invalid(
             key,
             n,
@@ -1329,22 +1329,22 @@ fn websocket_block(
 
 /// `cluster { compression }` as nats-server reads it: a boolean, a mode
 /// name, or `{ mode, rtt_thresholds }` (thresholds only with `s2_auto`).
-fn route_compression(k: &str, v: &Node) -> Result<RouteCompression, ConfError> {
-    let mode = |name: &str| -> Result<RouteCompression, ConfError> {
-        RouteCompression::from_name(name).map_or_else(
+fn route_compression(k: &str, v: &Node) -> Result<S2Compression, ConfError> {
+    let mode = |name: &str| -> Result<S2Compression, ConfError> {
+        S2Compression::from_name(name).map_or_else(
             || invalid(k, v, format!("unsupported compression mode {name:?}")),
             Ok,
         )
     };
     match &v.value {
         Value::Bool(b) => Ok(if *b {
-            RouteCompression::Fast
+            S2Compression::Fast
         } else {
-            RouteCompression::Off
+            S2Compression::Off
         }),
         Value::Str(s) => mode(s),
         Value::Map(_) => {
-            let mut m = RouteCompression::Auto(RouteCompression::default_thresholds());
+            let mut m = S2Compression::Auto(S2Compression::default_thresholds());
             let mut thresholds = None;
             for (kk, vv) in want_map(k, v)? {
                 match kk.to_ascii_lowercase().as_str() {
@@ -1376,7 +1376,7 @@ fn route_compression(k: &str, v: &Node) -> Result<RouteCompression, ConfError> {
                 }
             }
             match (m, thresholds) {
-                (RouteCompression::Auto(_), Some(t)) => Ok(RouteCompression::Auto(t)),
+                (S2Compression::Auto(_), Some(t)) => Ok(S2Compression::Auto(t)),
                 (_, Some(_)) => invalid(k, v, "rtt_thresholds apply to mode s2_auto only"),
                 (m, None) => Ok(m),
             }
@@ -1389,13 +1389,18 @@ fn route_compression(k: &str, v: &Node) -> Result<RouteCompression, ConfError> {
     }
 }
 
-/// Whether a `compression` value asks for no compression (what we speak).
-fn compression_off(v: &Node) -> bool {
-    match &v.value {
-        Value::Bool(b) => !b,
-        Value::Str(s) => matches!(s.as_str(), "off" | "disabled" | "not supported"),
+/// A leaf node `compression`: as [`route_compression`], but "on" (`true`,
+/// `on`, `enabled`) means `s2_auto`, as nats-server reads it for leaves.
+fn leaf_compression(k: &str, v: &Node) -> Result<S2Compression, ConfError> {
+    let on = match &v.value {
+        Value::Bool(b) => *b,
+        Value::Str(s) => matches!(s.to_ascii_lowercase().as_str(), "on" | "enabled" | "true"),
         _ => false,
+    };
+    if on {
+        return Ok(S2Compression::Auto(S2Compression::default_thresholds()));
     }
+    route_compression(k, v)
 }
 
 /// A `{ user, password, account }` entry of a leafnodes `users` list.
@@ -1467,10 +1472,7 @@ fn leafnodes_block(
             "no_advertise" => l.no_advertise = want_bool(k, v)?,
             "reconnect" | "reconnect_interval" => l.reconnect = want_duration(k, v)?,
             "tls" => l.tls = Some(tls_block_with(k, v, warnings, true, TlsFirst::Leaf)?.0),
-            "compression" if compression_off(v) => {}
-            "compression" => {
-                return invalid(k, v, "leafnode compression is not supported (use off)")
-            }
+            "compression" => l.compression = leaf_compression(k, v)?,
             "authorization" => {
                 let mut single: Option<LeafUser> = None;
                 let mut account = None;
@@ -1605,10 +1607,7 @@ fn leaf_remote(key: &str, n: &Node, warnings: &mut Vec<String>) -> Result<LeafRe
             "hub" if !want_bool(k, v)? => {}
             "hub" => return invalid(k, v, "hub: true (role reversal) is not supported"),
             "no_randomize" | "dont_randomize" if !want_bool(k, v)? => {}
-            "compression" if compression_off(v) => {}
-            "compression" => {
-                return invalid(k, v, "leafnode compression is not supported (use off)")
-            }
+            "compression" => r.compression = leaf_compression(k, v)?,
             other => {
                 return invalid(
                     key,
@@ -2316,22 +2315,22 @@ mod tests {
             .unwrap()
             .compression
         };
-        assert_eq!(mode("off"), RouteCompression::Off);
-        assert_eq!(mode("false"), RouteCompression::Off);
-        assert_eq!(mode("accept"), RouteCompression::Accept);
-        assert_eq!(mode("true"), RouteCompression::Fast);
-        assert_eq!(mode("on"), RouteCompression::Fast);
-        assert_eq!(mode("s2_better"), RouteCompression::Better);
-        assert_eq!(mode("best"), RouteCompression::Best);
+        assert_eq!(mode("off"), S2Compression::Off);
+        assert_eq!(mode("false"), S2Compression::Off);
+        assert_eq!(mode("accept"), S2Compression::Accept);
+        assert_eq!(mode("true"), S2Compression::Fast);
+        assert_eq!(mode("on"), S2Compression::Fast);
+        assert_eq!(mode("s2_better"), S2Compression::Better);
+        assert_eq!(mode("best"), S2Compression::Best);
         assert_eq!(
             mode("s2_auto"),
-            RouteCompression::Auto(vec![ms(10), ms(50), ms(100)])
+            S2Compression::Auto(vec![ms(10), ms(50), ms(100)])
         );
         assert_eq!(
             mode("{ mode: s2_auto, rtt_thresholds: [\"5ms\", \"20ms\", 0] }"),
-            RouteCompression::Auto(vec![ms(5), ms(20)])
+            S2Compression::Auto(vec![ms(5), ms(20)])
         );
-        assert_eq!(mode("{ mode: s2_best }"), RouteCompression::Best);
+        assert_eq!(mode("{ mode: s2_best }"), S2Compression::Best);
     }
 
     #[test]
@@ -3039,7 +3038,11 @@ no_auth_user: bob
                 "leafnodes { remotes [ { tls { ca_file: x } } ] }",
                 "remotes",
             ),
-            ("leafnodes { port: 1, compression: s2_auto }", "compression"),
+            ("leafnodes { port: 1, compression: lz4 }", "compression"),
+            (
+                "leafnodes { remotes [ { url: \"nats://h:1\", compression: { mode: zstd } } ] }",
+                "compression",
+            ),
             (
                 "leafnodes { port: 1, min_version: \"2.8.0\" }",
                 "min_version",

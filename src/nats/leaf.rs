@@ -9,8 +9,12 @@
 //! (`LS+`/`LS-`/`LMSG`, see `proto::route::Dialect::Leaf`). Handshake: the
 //! hub sends INFO (plain text, then TLS if configured), the leaf sends
 //! CONNECT (`lang` in it means a client dialled the leaf port and is
-//! refused), then both send their interest. Our INFO carries no
-//! `compression` (Go servers treat us as an uncompressed peer) but
+//! refused), then both send their interest. With `compression`
+//! configured the hub's INFO names its mode and a leaf that agrees (see
+//! `s2::select`) sends an INFO naming its own before CONNECT; the hub then
+//! answers with a second INFO, and everything after it (CONNECT included)
+//! is an S2 stream each way; without it our INFO carries no `compression`
+//! (Go servers treat us as an uncompressed peer). Our INFO also carries
 //! `info_on_connect`: we answer CONNECT with a `connect_info` INFO
 //! (`remote_account`, and the leaf user's permissions as `import`/`export`)
 //! before any interest, and a Go leaf waits for it. As a leaf we likewise
@@ -96,7 +100,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
@@ -118,11 +122,12 @@ use super::route::{
     accept_peers, add_peer_interest, host_of, is_wildcard_host, peer_ping_loop, primary_ip,
     read_peer, remove_peer_interest, PeerReader, MAX_ROUTE_SUBS,
 };
+use super::s2;
 use super::server::{new_nonce, ServerInner, SERVER_VERSION};
 use super::subject::{is_valid_literal_subject, is_valid_subject};
 use crate::config::nats::{
     parse_leaf_url, AuthConfig, LeafRemote, LeafRemoteAuth, LeafUrl, LeafnodeOptions, NatsOptions,
-    PermissionRules, Permissions, User,
+    PermissionRules, Permissions, S2Compression, User,
 };
 
 /// Prefix of loop-detection subjects.
@@ -185,6 +190,8 @@ pub struct Leaf {
     pub peer: Mutex<LeafPeer>,
     /// Interest flows (handshake complete).
     registered: AtomicBool,
+    /// The compression this connection agreed on (`/leafz`).
+    compression: Mutex<&'static str>,
 }
 
 /// Interest and connections, under one lock (see the module doc).
@@ -386,6 +393,9 @@ struct LeafInfoOut<'a> {
     /// The leaf user's publish permissions (what the leaf may send us).
     #[serde(skip_serializing_if = "Option::is_none")]
     export: Option<SubjectPerm>,
+    /// Our compression mode (first INFO) or the one chosen (second INFO).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compression: Option<&'a str>,
 }
 
 /// One direction of permissions in a leaf INFO (`import`/`export`), as
@@ -430,6 +440,8 @@ struct HubInfo {
     import: Option<SubjectPerm>,
     /// What we may send to the hub (its user's publish permissions).
     export: Option<SubjectPerm>,
+    /// The hub's compression mode (absent: a hub without compression).
+    compression: Option<String>,
 }
 
 /// The CONNECT a leaf sends (the fields we read on the hub side).
@@ -1044,6 +1056,7 @@ fn encode_hub_info(
     cid: u64,
     nonce: &str,
     answer: Option<(&Account, Option<&PermissionSet>)>,
+    compression: Option<&str>,
     out: &mut BytesMut,
 ) {
     let lists = answer.and_then(|(_, p)| p).map(PermissionSet::lists);
@@ -1073,6 +1086,7 @@ fn encode_hub_info(
         export: lists
             .as_ref()
             .and_then(|l| SubjectPerm::from_rules(&l.publish)),
+        compression,
     };
     // Serializing strings and numbers cannot fail.
     proto::encode_info(out, &serde_json::to_string(&info).unwrap_or_default());
@@ -1086,7 +1100,8 @@ async fn accept_one(server: Arc<ServerInner>, mut stream: TcpStream, addr: Socke
     // As nats-server, the accepting side always sends a nonce to leaves.
     let nonce = new_nonce();
     let mut frame = BytesMut::new();
-    encode_hub_info(&server, leafs, cid, &nonce, None, &mut frame);
+    let mode = leafs.opts.compression.name();
+    encode_hub_info(&server, leafs, cid, &nonce, None, mode, &mut frame);
     // `handshake_first`: TLS before anything else, then INFO inside it.
     let tls_first = leafs
         .opts
@@ -1130,10 +1145,40 @@ async fn run_accepted<S>(
     let Some(leafs) = server.leafs.as_ref() else {
         return;
     };
-    let (mut r, mut w) = tokio::io::split(stream);
+    let (r, w) = tokio::io::split(stream);
+    if leafs.opts.compression.name().is_none() {
+        return admit(server, r, w, addr, cid, nonce, None).await;
+    }
+    // A leaf that wants compression says so in an INFO before its CONNECT
+    // (see `hub_compression`); until then a compressed stream may start.
+    let sw = s2::Switches::default();
+    sw.read_armed.store(true, Ordering::Release);
+    let (r, w) = (s2::S2Read::new(r, &sw), s2::S2Write::new(w, &sw));
+    admit(server, r, w, addr, cid, nonce, Some(sw)).await
+}
+
+/// The hub side after the first INFO: agrees on compression if the leaf
+/// asks (`sw`: ours is configured), waits for CONNECT, checks it, then
+/// runs the connection.
+async fn admit<R, W>(
+    server: Arc<ServerInner>,
+    mut r: R,
+    mut w: W,
+    addr: SocketAddr,
+    cid: u64,
+    nonce: String,
+    sw: Option<s2::Switches>,
+) where
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    let Some(leafs) = server.leafs.as_ref() else {
+        return;
+    };
+    let started = Instant::now();
     let mut parser =
         RouteParser::with_dialect(Dialect::Leaf, server.opts.max_control_line.max(16 * 1024));
-    let first = read_first_op(
+    let mut first = read_first_op(
         &mut r,
         &mut parser,
         leafs.opts.auth_timeout,
@@ -1141,6 +1186,41 @@ async fn run_accepted<S>(
         &leafs.cancel,
     )
     .await;
+    let mut mode = "not supported";
+    if let Some(sw) = &sw {
+        let info_first = match &first {
+            Ok((RouteOp::Info(json), rest)) => Some((json.clone(), rest.clone())),
+            _ => None,
+        };
+        if let Some((json, rest)) = info_first {
+            match hub_compression(&server, leafs, &json, sw, cid, &nonce, started.elapsed()) {
+                Ok((m, frame)) => {
+                    mode = m;
+                    sw.write_on.store(true, Ordering::Release);
+                    if w.write_all(&frame).await.is_err() || w.flush().await.is_err() {
+                        return;
+                    }
+                    first = read_first_op(
+                        &mut r,
+                        &mut parser,
+                        leafs.opts.auth_timeout,
+                        rest,
+                        &leafs.cancel,
+                    )
+                    .await;
+                }
+                Err(text) => {
+                    tracing::warn!(%addr, error = %text, "leafnode compression refused");
+                    leafs.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                    refuse(&mut w, &text).await;
+                    return;
+                }
+            }
+        } else {
+            // CONNECT first: the leaf does not compress.
+            sw.read_armed.store(false, Ordering::Release);
+        }
+    }
     let (json, rest) = match first {
         Ok((RouteOp::Connect(json), rest)) => (json, rest),
         Ok((_, _)) => {
@@ -1209,6 +1289,7 @@ async fn run_accepted<S>(
         cid,
         "",
         Some((&account, perms.as_deref())),
+        None,
         &mut answer,
     );
     client.send_now(&answer);
@@ -1250,8 +1331,42 @@ async fn run_accepted<S>(
             cluster: connect.cluster,
         }),
         registered: AtomicBool::new(false),
+        compression: Mutex::new(mode),
     });
     run_leaf(server, leaf, r, w, rest, parser, false).await;
+}
+
+/// The hub's answer to a leaf's INFO before CONNECT (the leaf wants
+/// compression): the mode chosen and our second INFO (same nonce), to be
+/// sent compressed. An error text when the modes do not agree on
+/// compression (a leaf that asks for it must get it) or are unknown.
+fn hub_compression(
+    server: &ServerInner,
+    leafs: &Leafnodes,
+    json: &[u8],
+    sw: &s2::Switches,
+    cid: u64,
+    nonce: &str,
+    rtt: Duration,
+) -> Result<(&'static str, BytesMut), String> {
+    #[derive(Deserialize, Default)]
+    #[serde(default)]
+    struct Theirs {
+        compression: Option<String>,
+    }
+    let theirs: Theirs =
+        serde_json::from_slice(json).map_err(|_| "Unknown Protocol Operation".to_string())?;
+    let ours = &leafs.opts.compression;
+    let level = s2::select(ours, theirs.compression.as_deref(), rtt)?
+        .ok_or_else(|| "Authorization Violation".to_string())?;
+    sw.set_level(level);
+    let mode = match ours {
+        S2Compression::Auto(_) => "s2_auto",
+        _ => level.name(),
+    };
+    let mut frame = BytesMut::new();
+    encode_hub_info(server, leafs, cid, nonce, None, Some(mode), &mut frame);
+    Ok((mode, frame))
 }
 
 /// A leaf CONNECT that passed [`check_connect`].
@@ -1535,6 +1650,8 @@ where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let leafs = server.leafs.as_ref().ok_or(ConnectError::Timeout)?;
+    // `s2_auto` measures its round trip from here to the hub's INFO.
+    let started = Instant::now();
     let mut parser =
         RouteParser::with_dialect(Dialect::Leaf, server.opts.max_control_line.max(16 * 1024));
     let (op, rest) = read_first_op(
@@ -1592,6 +1709,7 @@ where
             cluster: info.cluster.clone(),
         }),
         registered: AtomicBool::new(false),
+        compression: Mutex::new("not supported"),
     });
     let (user, pass, token) = match &creds {
         Some((u, p)) if p.is_empty() => (Some(u.as_str()), None, Some(u.as_str())),
@@ -1623,8 +1741,55 @@ where
     hello.extend_from_slice(b"\r\n");
     let want_tls = tls_scheme || info.tls_required || leafs.remote_tls[index].is_some();
     if tls_done || !want_tls {
-        client.send_now(&hello);
-        let (r, w) = tokio::io::split(stream);
+        return start_remote(
+            server, leaf, stream, hello, rest, parser, &info, index, started,
+        )
+        .await;
+    }
+    let Some(conn) = leafs.remote_tls[index].clone() else {
+        return Err(ConnectError::Tls(
+            "the hub requires TLS: configure tls { ca_file } in this remote".into(),
+        ));
+    };
+    if !rest.is_empty() {
+        return Err(ConnectError::Tls("data before the TLS handshake".into()));
+    }
+    let tls = tls_connect(&conn, hostport, stream).await?;
+    start_remote(
+        server, leaf, tls, hello, rest, parser, &info, index, started,
+    )
+    .await
+}
+
+/// The leaf side once the link is up (TLS included): agrees on
+/// compression with the hub if both want it (our INFO naming the mode in
+/// the clear, then the hub's second INFO and everything after
+/// compressed), sends CONNECT and runs the connection.
+#[allow(clippy::too_many_arguments)]
+async fn start_remote<T>(
+    server: &Arc<ServerInner>,
+    leaf: Arc<Leaf>,
+    stream: T,
+    hello: BytesMut,
+    rest: BytesMut,
+    mut parser: RouteParser,
+    info: &HubInfo,
+    index: usize,
+    started: Instant,
+) -> Result<(), ConnectError>
+where
+    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let leafs = server.leafs.as_ref().ok_or(ConnectError::Timeout)?;
+    let ours = &leafs.opts.remotes[index].compression;
+    let (r, w) = tokio::io::split(stream);
+    let level = match ours.name() {
+        Some(_) => s2::select(ours, info.compression.as_deref(), started.elapsed())
+            .map_err(ConnectError::Handshake)?,
+        None => None,
+    };
+    let Some(level) = level else {
+        leaf.client.send_now(&hello);
         run_leaf(
             server.clone(),
             leaf,
@@ -1636,18 +1801,38 @@ where
         )
         .await;
         return Ok(());
-    }
-    let Some(conn) = leafs.remote_tls[index].clone() else {
-        return Err(ConnectError::Tls(
-            "the hub requires TLS: configure tls { ca_file } in this remote".into(),
-        ));
     };
-    if !rest.is_empty() {
-        return Err(ConnectError::Tls("data before the TLS handshake".into()));
+    let mode = match ours {
+        S2Compression::Auto(_) => "s2_auto",
+        _ => level.name(),
+    };
+    let sw = s2::Switches::default();
+    sw.set_level(level);
+    sw.read_armed.store(true, Ordering::Release);
+    let (mut r, mut w) = (s2::S2Read::new(r, &sw), s2::S2Write::new(w, &sw));
+    let mut frame = BytesMut::new();
+    encode_hub_info(
+        server,
+        leafs,
+        leaf.client.id,
+        "",
+        None,
+        Some(mode),
+        &mut frame,
+    );
+    w.write_all(&frame).await?;
+    w.flush().await?;
+    sw.write_on.store(true, Ordering::Release);
+    let (op, rest) = read_first_op(&mut r, &mut parser, CONNECT_TIMEOUT, rest, &leafs.cancel)
+        .await
+        .map_err(ConnectError::Handshake)?;
+    if !matches!(op, RouteOp::Info(_)) {
+        return Err(ConnectError::Handshake(
+            "the hub did not answer our compression INFO with INFO".into(),
+        ));
     }
-    let tls = tls_connect(&conn, hostport, stream).await?;
-    client.send_now(&hello);
-    let (r, w) = tokio::io::split(tls);
+    *leaf.compression.lock() = mode;
+    leaf.client.send_now(&hello);
     run_leaf(
         server.clone(),
         leaf,
@@ -2172,7 +2357,7 @@ pub(crate) fn leafz_json(server: &ServerInner, subs: bool) -> serde_json::Value 
                 "in_bytes": c.stats.in_bytes.load(Ordering::Relaxed),
                 "out_bytes": out_bytes,
                 "subscriptions": subjects.len(),
-                "compression": "not supported",
+                "compression": *l.compression.lock(),
             });
             if subs {
                 v["subscriptions_list"] = json!(subjects);

@@ -126,7 +126,7 @@ use super::proto::route::{
 use super::proto::{self};
 use super::s2;
 use super::server::{ServerInner, SERVER_VERSION};
-use crate::config::nats::{ClusterOptions, NatsOptions, RouteCompression};
+use crate::config::nats::{ClusterOptions, NatsOptions, S2Compression};
 
 /// The global account (every client when accounts are not configured).
 pub const GLOBAL_ACCOUNT: &str = "$G";
@@ -403,71 +403,6 @@ struct RouteInfoOut<'a> {
     route_account: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     compression: Option<&'a str>,
-}
-
-/// nats-server's name of a compression level.
-fn level_name(level: s2::Level) -> &'static str {
-    match level {
-        s2::Level::Uncompressed => "s2_uncompressed",
-        s2::Level::Fast => "s2_fast",
-        s2::Level::Better => "s2_better",
-        s2::Level::Best => "s2_best",
-    }
-}
-
-/// The level `s2_auto` picks for round-trip time `rtt`: thresholds top
-/// uncompressed, fast, better and best in turn (a zero one skips its
-/// level); above the last, best with three or more thresholds, otherwise
-/// the last level they name.
-fn auto_level(thresholds: &[Duration], rtt: Duration) -> s2::Level {
-    const LEVELS: [s2::Level; 4] = [
-        s2::Level::Uncompressed,
-        s2::Level::Fast,
-        s2::Level::Better,
-        s2::Level::Best,
-    ];
-    for (t, level) in thresholds.iter().zip(LEVELS) {
-        if !t.is_zero() && rtt <= *t {
-            return level;
-        }
-    }
-    if thresholds.len() >= 3 {
-        s2::Level::Best
-    } else {
-        LEVELS[thresholds.len().saturating_sub(1)]
-    }
-}
-
-/// The compression a route uses, from our mode (not off) and the peer's
-/// (`None`: a server without compression), as nats-server selects it:
-/// `Ok(None)` for none, an error text for a mode we do not know.
-fn select_compression(
-    ours: &RouteCompression,
-    theirs: Option<&str>,
-    rtt: Duration,
-) -> Result<Option<s2::Level>, String> {
-    let ours_level = || match ours {
-        RouteCompression::Off | RouteCompression::Accept => None,
-        RouteCompression::Fast => Some(s2::Level::Fast),
-        RouteCompression::Better => Some(s2::Level::Better),
-        RouteCompression::Best => Some(s2::Level::Best),
-        RouteCompression::Auto(t) => Some(auto_level(t, rtt)),
-    };
-    let accept = *ours == RouteCompression::Accept;
-    let theirs_level = match theirs.unwrap_or("") {
-        "" | "not supported" | "not_supported" | "off" => return Ok(None),
-        "accept" => return Ok(ours_level()),
-        "s2_uncompressed" => s2::Level::Uncompressed,
-        "s2_fast" | "s2_auto" => s2::Level::Fast,
-        "s2_better" => s2::Level::Better,
-        "s2_best" => s2::Level::Best,
-        other => return Err(format!("Unsupported route compression mode {other:?}")),
-    };
-    Ok(if accept {
-        Some(theirs_level)
-    } else {
-        ours_level()
-    })
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -2146,7 +2081,7 @@ impl RouteReader {
         };
         let ours = self.routes().opts.compression.clone();
         let rtt = self.started.elapsed();
-        let chosen = match select_compression(&ours, info.compression.as_deref(), rtt) {
+        let chosen = match s2::select(&ours, info.compression.as_deref(), rtt) {
             Ok(c) => c,
             Err(text) => {
                 self.reject(&text, &text);
@@ -2163,8 +2098,8 @@ impl RouteReader {
         };
         sw.set_level(level);
         let mode = match ours {
-            RouteCompression::Auto(_) => "s2_auto",
-            _ => level_name(level),
+            S2Compression::Auto(_) => "s2_auto",
+            _ => level.name(),
         };
         *self.route.compression.lock() = mode;
         let routes = self.routes();
@@ -2788,53 +2723,6 @@ mod tests {
         // No pool, or a pool of one: everything on the one connection.
         assert_eq!(pool_index(0, "C"), 0);
         assert_eq!(pool_index(1, "C"), 0);
-    }
-
-    #[test]
-    fn compression_is_selected_as_nats_server_does() {
-        use s2::Level::*;
-        let ms = Duration::from_millis;
-        let sel =
-            |ours: &RouteCompression, theirs: Option<&str>| select_compression(ours, theirs, ms(1));
-        let auto = RouteCompression::Auto(RouteCompression::default_thresholds());
-        // A peer without compression, or with it off.
-        for theirs in [None, Some(""), Some("not supported"), Some("off")] {
-            assert_eq!(sel(&RouteCompression::Fast, theirs), Ok(None));
-        }
-        // Theirs `accept`: ours decides; both `accept`: none.
-        assert_eq!(sel(&RouteCompression::Best, Some("accept")), Ok(Some(Best)));
-        assert_eq!(sel(&RouteCompression::Accept, Some("accept")), Ok(None));
-        // Ours `accept`: theirs decides (their `s2_auto` is fast here).
-        assert_eq!(
-            sel(&RouteCompression::Accept, Some("s2_better")),
-            Ok(Some(Better))
-        );
-        assert_eq!(
-            sel(&RouteCompression::Accept, Some("s2_auto")),
-            Ok(Some(Fast))
-        );
-        // Otherwise each side compresses at its own level.
-        assert_eq!(
-            sel(&RouteCompression::Fast, Some("s2_best")),
-            Ok(Some(Fast))
-        );
-        assert_eq!(sel(&auto, Some("s2_fast")), Ok(Some(Uncompressed)));
-        assert!(sel(&RouteCompression::Fast, Some("zstd")).is_err());
-    }
-
-    #[test]
-    fn s2_auto_levels_follow_the_round_trip() {
-        use s2::Level::*;
-        let ms = Duration::from_millis;
-        let t = RouteCompression::default_thresholds();
-        assert_eq!(auto_level(&t, ms(2)), Uncompressed);
-        assert_eq!(auto_level(&t, ms(30)), Fast);
-        assert_eq!(auto_level(&t, ms(80)), Better);
-        assert_eq!(auto_level(&t, ms(500)), Best);
-        // A zero threshold skips its level; past two thresholds the last
-        // level they name.
-        assert_eq!(auto_level(&[ms(0), ms(50)], ms(2)), Fast);
-        assert_eq!(auto_level(&[ms(10), ms(50)], ms(90)), Fast);
     }
 
     #[test]

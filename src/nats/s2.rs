@@ -1,4 +1,5 @@
-//! S2 compression of route connections, as nats-server 2.10+ speaks it:
+//! S2 compression of route and leaf node connections, as nats-server 2.10+
+//! speaks it:
 //! the S2 stream format (Snappy framing with S2 blocks) over the socket,
 //! switched on mid-connection once both sides agreed (see `route`).
 //!
@@ -19,6 +20,10 @@
 //! text) the first `0xff` byte, which no text contains, starts the
 //! compressed stream.
 //!
+//! The same stream serves leaf node connections (`leaf`), which agree on it
+//! in their own order. [`select`] is nats-server's choice of a mode from
+//! both sides' settings.
+//!
 //! Memory: the reader holds at most one chunk of input (≤ 16 MiB by the
 //! 3-byte length) and one decoded block (≤ [`MAX_BLOCK`]); the writer
 //! holds the framed form of one write (the route writer's pieces are
@@ -29,9 +34,12 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::config::nats::S2Compression;
 
 /// The stream identifier chunk.
 const STREAM_ID: &[u8] = b"\xff\x06\x00\x00S2sTwO";
@@ -62,6 +70,66 @@ impl Level {
             _ => Level::Fast,
         }
     }
+
+    /// nats-server's name of the level.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Uncompressed => "s2_uncompressed",
+            Level::Fast => "s2_fast",
+            Level::Better => "s2_better",
+            Level::Best => "s2_best",
+        }
+    }
+}
+
+/// The level `s2_auto` picks for round-trip time `rtt`: thresholds top
+/// uncompressed, fast, better and best in turn (a zero one skips its
+/// level); above the last, best with three or more thresholds, otherwise
+/// the last level they name.
+pub fn auto_level(thresholds: &[Duration], rtt: Duration) -> Level {
+    const LEVELS: [Level; 4] = [Level::Uncompressed, Level::Fast, Level::Better, Level::Best];
+    for (t, level) in thresholds.iter().zip(LEVELS) {
+        if !t.is_zero() && rtt <= *t {
+            return level;
+        }
+    }
+    if thresholds.len() >= 3 {
+        Level::Best
+    } else {
+        LEVELS[thresholds.len().saturating_sub(1)]
+    }
+}
+
+/// The compression a connection uses, from our mode (not off) and the peer's
+/// (`None`: a server without compression), as nats-server selects it:
+/// `Ok(None)` for none, an error text for a mode we do not know.
+pub fn select(
+    ours: &S2Compression,
+    theirs: Option<&str>,
+    rtt: Duration,
+) -> Result<Option<Level>, String> {
+    let ours_level = || match ours {
+        S2Compression::Off | S2Compression::Accept => None,
+        S2Compression::Fast => Some(Level::Fast),
+        S2Compression::Better => Some(Level::Better),
+        S2Compression::Best => Some(Level::Best),
+        S2Compression::Auto(t) => Some(auto_level(t, rtt)),
+    };
+    let accept = *ours == S2Compression::Accept;
+    let theirs_level = match theirs.unwrap_or("") {
+        "" | "not supported" | "not_supported" | "off" => return Ok(None),
+        "accept" => return Ok(ours_level()),
+        "s2_uncompressed" => Level::Uncompressed,
+        "s2_fast" | "s2_auto" => Level::Fast,
+        "s2_better" => Level::Better,
+        "s2_best" => Level::Best,
+        other => return Err(format!("Unsupported route compression mode {other:?}")),
+    };
+    Ok(if accept {
+        Some(theirs_level)
+    } else {
+        ours_level()
+    })
 }
 
 /// The masked CRC-32C of the framing format.
@@ -343,6 +411,46 @@ impl<R: AsyncRead + Unpin> AsyncRead for S2Read<R> {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn compression_is_selected_as_nats_server_does() {
+        use Level::*;
+        let ms = Duration::from_millis;
+        let sel = |ours: &S2Compression, theirs: Option<&str>| select(ours, theirs, ms(1));
+        let auto = S2Compression::Auto(S2Compression::default_thresholds());
+        // A peer without compression, or with it off.
+        for theirs in [None, Some(""), Some("not supported"), Some("off")] {
+            assert_eq!(sel(&S2Compression::Fast, theirs), Ok(None));
+        }
+        // Theirs `accept`: ours decides; both `accept`: none.
+        assert_eq!(sel(&S2Compression::Best, Some("accept")), Ok(Some(Best)));
+        assert_eq!(sel(&S2Compression::Accept, Some("accept")), Ok(None));
+        // Ours `accept`: theirs decides (their `s2_auto` is fast here).
+        assert_eq!(
+            sel(&S2Compression::Accept, Some("s2_better")),
+            Ok(Some(Better))
+        );
+        assert_eq!(sel(&S2Compression::Accept, Some("s2_auto")), Ok(Some(Fast)));
+        // Otherwise each side compresses at its own level.
+        assert_eq!(sel(&S2Compression::Fast, Some("s2_best")), Ok(Some(Fast)));
+        assert_eq!(sel(&auto, Some("s2_fast")), Ok(Some(Uncompressed)));
+        assert!(sel(&S2Compression::Fast, Some("zstd")).is_err());
+    }
+
+    #[test]
+    fn s2_auto_levels_follow_the_round_trip() {
+        use Level::*;
+        let ms = Duration::from_millis;
+        let t = S2Compression::default_thresholds();
+        assert_eq!(auto_level(&t, ms(2)), Uncompressed);
+        assert_eq!(auto_level(&t, ms(30)), Fast);
+        assert_eq!(auto_level(&t, ms(80)), Better);
+        assert_eq!(auto_level(&t, ms(500)), Best);
+        // A zero threshold skips its level; past two thresholds the last
+        // level they name.
+        assert_eq!(auto_level(&[ms(0), ms(50)], ms(2)), Fast);
+        assert_eq!(auto_level(&[ms(10), ms(50)], ms(90)), Fast);
+    }
 
     #[test]
     fn streams_round_trip_at_every_level() {

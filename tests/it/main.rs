@@ -53,6 +53,7 @@ mod nats_jwt_lookup;
 mod nats_jwt_push;
 mod nats_leaf;
 mod nats_leaf_accounts;
+mod nats_leaf_compression;
 mod nats_leaf_imports;
 mod nats_leaf_jwt_limits;
 mod nats_leaf_perms;

@@ -564,6 +564,41 @@ async fn nats_leaf_tls_both_roles() {
     }
 }
 
+/// TLS and S2 compression together, both roles, against Go 2.15: TLS
+/// first, then the compression INFOs inside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_leaf_tls_with_compression_both_roles() {
+    let certs = dev_certs();
+    let p = |f: &str| certs.path().join(f).display().to_string();
+    let server_tls = format!(
+        "compression: s2_fast\ntls {{ cert_file: \"{}\", key_file: \"{}\" }}",
+        p("server.pem"),
+        p("server-key.pem")
+    );
+    let remote = |port: u16| {
+        format!(
+            "remotes [ {{ url: \"tls://127.0.0.1:{port}\", compression: s2_best, tls {{ ca_file: \"{}\" }} }} ]",
+            p("ca.pem")
+        )
+    };
+    let go = Impl::Go(go_nats_server_2_15());
+    for (hub_imp, leaf_imp) in [(&go, &Impl::Liftbridge), (&Impl::Liftbridge, &go)] {
+        let hub = ConfNode::start(hub_imp, "tlsz-hub", true, Some(&server_tls)).await;
+        let leaf = ConfNode::start(
+            leaf_imp,
+            "tlsz-leaf",
+            false,
+            Some(&remote(hub.leaf_port.unwrap())),
+        )
+        .await;
+        one_each_way(&hub, &leaf).await;
+        for (n, want) in [(&hub, "s2_fast"), (&leaf, "s2_best")] {
+            let z = n.leafz().await;
+            assert_eq!(z["leafs"][0]["compression"], want, "{z}");
+        }
+    }
+}
+
 /// `handshake_first` on the leaf link, both roles, against Go 2.15: the
 /// TLS handshake comes before the hub's INFO. A plain TCP connection to
 /// such a hub gets no INFO in the clear.
