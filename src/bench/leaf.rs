@@ -35,6 +35,10 @@ pub struct LeafBenchArgs {
     /// Repetitions of every workload per target (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// `compression` of every hub's leaf listener and every leaf's remote
+    /// (e.g. `s2_fast`; default: none set, each server's own default).
+    #[arg(long)]
+    pub compression: Option<String>,
 }
 
 /// A hub and its leaf.
@@ -105,21 +109,28 @@ async fn wait_leafz(
     }
 }
 
-async fn start_pair(hub_exe: &Exe<'_>, leaf_exe: &Exe<'_>) -> anyhow::Result<Pair> {
+async fn start_pair(
+    hub_exe: &Exe<'_>,
+    leaf_exe: &Exe<'_>,
+    compression: Option<&str>,
+) -> anyhow::Result<Pair> {
     let dir = tempfile::tempdir().context("temp dir")?;
     let leaf_port = free_port()?;
+    let comp = compression.map_or(String::new(), |c| format!(", compression: {c}"));
     let hub = spawn_conf(
         hub_exe,
         dir.path(),
         "hub",
-        &format!("leafnodes {{ listen: 127.0.0.1:{leaf_port} }}"),
+        &format!("leafnodes {{ listen: 127.0.0.1:{leaf_port}{comp} }}"),
         Some(leaf_port),
     )?;
     let leaf = spawn_conf(
         leaf_exe,
         dir.path(),
         "leaf",
-        &format!("leafnodes {{ remotes [ {{ url: \"nats-leaf://127.0.0.1:{leaf_port}\" }} ] }}"),
+        &format!(
+            "leafnodes {{ remotes [ {{ url: \"nats-leaf://127.0.0.1:{leaf_port}\"{comp} }} ] }}"
+        ),
         None,
     )?;
     wait_leafz(hub.http_port, "the leaf connection", |v| {
@@ -189,15 +200,16 @@ async fn run_async(args: LeafBenchArgs) -> anyhow::Result<()> {
             peers.push(("nats-server".into(), path));
         }
     }
-    let mut pairs = vec![start_pair(&ours, &ours).await?];
+    let comp = args.compression.as_deref();
+    let mut pairs = vec![start_pair(&ours, &ours, comp).await?];
     let mut labels = vec!["liftbridge hub+leaf".to_string()];
     for (label, path) in &peers {
         let theirs = Exe { path, pre: &[] };
-        pairs.push(start_pair(&theirs, &theirs).await?);
+        pairs.push(start_pair(&theirs, &theirs, comp).await?);
         labels.push(format!("{label} hub+leaf"));
-        pairs.push(start_pair(&theirs, &ours).await?);
+        pairs.push(start_pair(&theirs, &ours, comp).await?);
         labels.push(format!("{label} hub, liftbridge leaf"));
-        pairs.push(start_pair(&ours, &theirs).await?);
+        pairs.push(start_pair(&ours, &theirs, comp).await?);
         labels.push(format!("liftbridge hub, {label} leaf"));
     }
     println!(
