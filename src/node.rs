@@ -272,11 +272,6 @@ fn apply_cluster(
     if let Some(m) = &c.compression {
         o.compression = m.clone();
     }
-    if o.pool_size > 0 && o.compression != crate::config::nats::S2Compression::Off {
-        return Err(NodeError::Config(
-            "nats.cluster.compression needs unpooled routes (no nats.cluster.pool_size)".into(),
-        ));
-    }
     match (&c.auth_user, &c.auth_password) {
         (Some(u), p) => {
             o.auth = Some(ClusterAuth {

@@ -1193,13 +1193,6 @@ fn cluster_block(
             other => return invalid(key, v, format!("unsupported cluster field {other:?}")),
         }
     }
-    if c.compression != S2Compression::Off && c.pool_size > 0 {
-        return invalid(
-            key,
-            n,
-            "route compression needs unpooled routes (pool_size: -1), which is our default",
-        );
-    }
     if !c.pinned_accounts.is_empty() && c.pool_size == 0 {
         return invalid(
             key,
@@ -2343,10 +2336,6 @@ mod tests {
                 "duplicate account",
             ),
             ("cluster { pool_size: -2 }", "pool_size"),
-            (
-                "cluster { pool_size: 3, compression: s2_fast }",
-                "compression",
-            ),
             ("cluster { compression: zstd }", "compression mode"),
             (
                 "cluster { compression: { mode: s2_fast, rtt_thresholds: [10ms] } }",

@@ -6,7 +6,7 @@
 //! connection per pair of servers, unpooled and uncompressed: our INFO
 //! carries neither `route_pool_size` nor `compression`, which makes Go
 //! servers treat us as a 2.9-style peer. With `compression` configured
-//! (unpooled routes only) the two sides agree on S2 first (see
+//! (on every connection of a pool too) the two sides agree on S2 first (see
 //! `RouteReader::negotiate` and `s2`): the soliciting side holds its INFO
 //! back until it has the peer's, answers with an INFO naming its mode and
 //! compresses everything after; the accepting side then compresses from

@@ -335,3 +335,78 @@ async fn route_compression_garbage_closes_only_that_route() {
         .unwrap();
     assert_eq!(m.payload, bytes::Bytes::from("x"));
 }
+
+/// Pools (nats-server 2.10+'s default of three connections per peer) with
+/// compression: every connection of the pool agrees on it, ours and Go
+/// 2.15 in both roles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_compression_on_every_pool_connection() {
+    let go = Impl::Go(go_nats_server_2_15());
+    for (seed, dialer, label) in [
+        (&go, &Impl::Liftbridge, "pool-ours-dials"),
+        (&Impl::Liftbridge, &go, "pool-go-dials"),
+        (&Impl::Liftbridge, &Impl::Liftbridge, "pool-ours"),
+    ] {
+        let cport = free_port();
+        let conf = |c: u16, seed: Option<u16>| {
+            let routes = seed.map_or(String::new(), |p| {
+                format!("routes: [\"nats-route://127.0.0.1:{p}\"]\n")
+            });
+            format!(
+                "cluster {{\nname: cz\nlisten: 127.0.0.1:{c}\n{routes}pool_size: 3\ncompression: s2_fast\n}}\n"
+            )
+        };
+        let a = ConfNode::start_with(seed, &format!("{label}-a"), false, None, &conf(cport, None))
+            .await;
+        let b = ConfNode::start_with(
+            dialer,
+            &format!("{label}-b"),
+            false,
+            None,
+            &conf(free_port(), Some(cport)),
+        )
+        .await;
+        for n in [&a, &b] {
+            let deadline = tokio::time::Instant::now() + WAIT;
+            loop {
+                let v = http_json(n.http_port, "/routez").await.unwrap_or_default();
+                let modes: Vec<String> = v["routes"]
+                    .as_array()
+                    .map(|r| {
+                        r.iter()
+                            .map(|x| x["compression"].as_str().unwrap_or("").to_string())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if modes.len() >= 3 {
+                    assert!(modes.iter().all(|m| m == "s2_fast"), "{label}: {modes:?}");
+                    break;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{label}: pool not up: {v}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        // Messages in several accounts' pool slots cross intact.
+        let ca = async_nats::connect(a.url()).await.unwrap();
+        let cb = async_nats::connect(b.url()).await.unwrap();
+        let mut sub = cb.subscribe("pool.>").await.unwrap();
+        cb.flush().await.unwrap();
+        wait_interest(a.http_port, "pool.>", 1).await;
+        for i in 0..MSGS {
+            ca.publish(format!("pool.{i}"), body(label, i))
+                .await
+                .unwrap();
+        }
+        ca.flush().await.unwrap();
+        for i in 0..MSGS {
+            let m = tokio::time::timeout(WAIT, sub.next())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(m.payload, body(label, i), "{label}: message {i}");
+        }
+    }
+}
