@@ -19,6 +19,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::config::{liftbridge, nats_conf};
 use crate::nats::proto::{Parsed, Parser};
+use crate::nats::s2;
 use crate::store::codec;
 use crate::wire::{envelope, replication};
 
@@ -101,6 +102,37 @@ pub fn record_codec(data: &[u8]) {
     }
 }
 
+/// The S2 stream decoder of compressed routes and leaf links: any bytes,
+/// split at any point, decode or fail with an error, never a panic, and a
+/// partial chunk waits for the rest. Decoded output re-encodes (at the
+/// level the first byte picks) to a stream that decodes to the same bytes.
+pub fn s2_stream(data: &[u8]) {
+    let (split, data) = match data.split_first() {
+        Some((s, rest)) => (*s as usize % (rest.len() + 1), rest),
+        None => return,
+    };
+    let mut input = BytesMut::new();
+    let mut out = BytesMut::new();
+    for chunk in [&data[..split], &data[split..]] {
+        input.extend_from_slice(chunk);
+        if s2::decode_chunks(&mut input, &mut out).is_err() {
+            return;
+        }
+    }
+    let level = match split % 4 {
+        0 => s2::Level::Uncompressed,
+        1 => s2::Level::Fast,
+        2 => s2::Level::Better,
+        _ => s2::Level::Best,
+    };
+    let mut framed = BytesMut::new();
+    s2::encode_stream(&out, level, &mut framed);
+    let mut again = BytesMut::new();
+    s2::decode_chunks(&mut framed, &mut again).expect("re-encoded stream decodes");
+    assert!(framed.is_empty(), "whole chunks left undecoded");
+    assert_eq!(again, out);
+}
+
 /// The nats-server configuration parser (the embedded server's config file
 /// and `liftbridge nats-server -c`): any text parses or fails with an
 /// error, never a panic.
@@ -132,13 +164,14 @@ mod tests {
     type Body = fn(&[u8]);
 
     /// Every target, by name (as in `fuzz/Cargo.toml`).
-    const TARGETS: [(&str, Body); 6] = [
+    const TARGETS: [(&str, Body); 7] = [
         ("nats_parser", nats_parser),
         ("envelope", envelope),
         ("replication", replication),
         ("record_codec", record_codec),
         ("nats_conf", nats_conf),
         ("liftbridge_yaml", liftbridge_yaml),
+        ("s2_stream", s2_stream),
     ];
 
     /// Valid inputs for the targets (what a fuzzer's corpus starts from).
@@ -185,6 +218,16 @@ mod tests {
             record,
             b"port: 4222\nauthorization { user: a, password: b }\ninclude 'x.conf'\n".to_vec(),
             b"host: 127.0.0.1\nport: 9292\nstreams:\n  retention.max.bytes: 1MB\n".to_vec(),
+            {
+                let mut s = BytesMut::from(&b"\x07"[..]);
+                s2::encode_stream(
+                    b"RMSG $G foo 5\r\nhello\r\nRMSG $G foo 5\r\nhello\r\n",
+                    s2::Level::Fast,
+                    &mut s,
+                );
+                s2::encode_stream(b"PING\r\n", s2::Level::Uncompressed, &mut s);
+                s.to_vec()
+            },
         ]
     }
 
