@@ -533,65 +533,68 @@ async fn one_each_way(hub: &ConfNode, leaf: &ConfNode) {
     assert_eq!(next(&mut on_hub).await.payload, Bytes::from("u"));
 }
 
-/// TLS on the leaf link, both roles, against Go 2.15: the hub sends INFO
-/// in the clear, then both sides switch to TLS (as nats-server does).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nats_leaf_tls_both_roles() {
+/// TLS leaf links with a dev CA: a hub of each `pairs` entry with `hub_tls`
+/// fields (and `hub_extra` in its `leafnodes` block), a leaf dialling it
+/// over `tls://` with `remote_tls` fields (and `remote_extra` in its
+/// remote); `before_leaf` runs against the hub first. One message each
+/// way crosses every pair; returns the pairs for further checks.
+async fn tls_pairs(
+    pairs: &[(&Impl, &Impl)],
+    tag: &str,
+    (hub_tls, hub_extra): (&str, &str),
+    (remote_tls, remote_extra): (&str, &str),
+    before_leaf: impl Fn(&Impl, u16) -> Option<tokio::task::JoinHandle<()>>,
+) -> Vec<(ConfNode, ConfNode)> {
     let certs = dev_certs();
     let p = |f: &str| certs.path().join(f).display().to_string();
     let server_tls = format!(
-        "tls {{ cert_file: \"{}\", key_file: \"{}\" }}",
+        "{hub_extra}\ntls {{ cert_file: \"{}\", key_file: \"{}\"{hub_tls} }}",
         p("server.pem"),
         p("server-key.pem")
     );
     let remote = |port: u16| {
         format!(
-            "remotes [ {{ url: \"tls://127.0.0.1:{port}\", tls {{ ca_file: \"{}\" }} }} ]",
+            "remotes [ {{ url: \"tls://127.0.0.1:{port}\"{remote_extra}, tls {{ ca_file: \"{}\"{remote_tls} }} }} ]",
             p("ca.pem")
         )
     };
-    let go = Impl::Go(go_nats_server_2_15());
-    for (hub_imp, leaf_imp) in [(&go, &Impl::Liftbridge), (&Impl::Liftbridge, &go)] {
-        let hub = ConfNode::start(hub_imp, "tls-hub", true, Some(&server_tls)).await;
+    let mut out = Vec::new();
+    for (hub_imp, leaf_imp) in pairs {
+        let hub = ConfNode::start(hub_imp, &format!("{tag}-hub"), true, Some(&server_tls)).await;
+        if let Some(check) = before_leaf(hub_imp, hub.leaf_port.unwrap()) {
+            check.await.unwrap();
+        }
         let leaf = ConfNode::start(
             leaf_imp,
-            "tls-leaf",
+            &format!("{tag}-leaf"),
             false,
             Some(&remote(hub.leaf_port.unwrap())),
         )
         .await;
         one_each_way(&hub, &leaf).await;
+        out.push((hub, leaf));
     }
+    out
+}
+
+/// TLS on the leaf link, both roles, against Go 2.15: the hub sends INFO
+/// in the clear, then both sides switch to TLS (as nats-server does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_leaf_tls_both_roles() {
+    let go = Impl::Go(go_nats_server_2_15());
+    let pairs = [(&go, &Impl::Liftbridge), (&Impl::Liftbridge, &go)];
+    tls_pairs(&pairs, "tls", ("", ""), ("", ""), |_, _| None).await;
 }
 
 /// TLS and S2 compression together, both roles, against Go 2.15: TLS
 /// first, then the compression INFOs inside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_leaf_tls_with_compression_both_roles() {
-    let certs = dev_certs();
-    let p = |f: &str| certs.path().join(f).display().to_string();
-    let server_tls = format!(
-        "compression: s2_fast\ntls {{ cert_file: \"{}\", key_file: \"{}\" }}",
-        p("server.pem"),
-        p("server-key.pem")
-    );
-    let remote = |port: u16| {
-        format!(
-            "remotes [ {{ url: \"tls://127.0.0.1:{port}\", compression: s2_best, tls {{ ca_file: \"{}\" }} }} ]",
-            p("ca.pem")
-        )
-    };
     let go = Impl::Go(go_nats_server_2_15());
-    for (hub_imp, leaf_imp) in [(&go, &Impl::Liftbridge), (&Impl::Liftbridge, &go)] {
-        let hub = ConfNode::start(hub_imp, "tlsz-hub", true, Some(&server_tls)).await;
-        let leaf = ConfNode::start(
-            leaf_imp,
-            "tlsz-leaf",
-            false,
-            Some(&remote(hub.leaf_port.unwrap())),
-        )
-        .await;
-        one_each_way(&hub, &leaf).await;
+    let pairs = [(&go, &Impl::Liftbridge), (&Impl::Liftbridge, &go)];
+    let hub = ("", "compression: s2_fast");
+    let remote = ("", ", compression: s2_best");
+    for (hub, leaf) in tls_pairs(&pairs, "tlsz", hub, remote, |_, _| None).await {
         for (n, want) in [(&hub, "s2_fast"), (&leaf, "s2_best")] {
             let z = n.leafz().await;
             assert_eq!(z["leafs"][0]["compression"], want, "{z}");
@@ -604,44 +607,27 @@ async fn nats_leaf_tls_with_compression_both_roles() {
 /// such a hub gets no INFO in the clear.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_leaf_tls_first_both_roles() {
-    let certs = dev_certs();
-    let p = |f: &str| certs.path().join(f).display().to_string();
-    let server_tls = format!(
-        "tls {{ cert_file: \"{}\", key_file: \"{}\", handshake_first: true }}",
-        p("server.pem"),
-        p("server-key.pem")
-    );
-    let remote = |port: u16| {
-        format!(
-            "remotes [ {{ url: \"tls://127.0.0.1:{port}\", tls {{ ca_file: \"{}\", handshake_first: true }} }} ]",
-            p("ca.pem")
-        )
-    };
     let go = Impl::Go(go_nats_server_2_15());
-    for (hub_imp, leaf_imp) in [
+    let pairs = [
         (&go, &Impl::Liftbridge),
         (&Impl::Liftbridge, &go),
         (&Impl::Liftbridge, &Impl::Liftbridge),
-    ] {
-        let hub = ConfNode::start(hub_imp, "tls1-hub", true, Some(&server_tls)).await;
-        if matches!(hub_imp, Impl::Liftbridge) {
-            // Nothing in the clear: the hub waits for a TLS ClientHello.
-            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", hub.leaf_port.unwrap()))
-                .await
-                .unwrap();
-            let mut buf = [0u8; 64];
-            let got = tokio::time::timeout(Duration::from_millis(500), s.read(&mut buf)).await;
-            assert!(got.is_err(), "the hub spoke before TLS: {got:?}");
-        }
-        let leaf = ConfNode::start(
-            leaf_imp,
-            "tls1-leaf",
-            false,
-            Some(&remote(hub.leaf_port.unwrap())),
-        )
-        .await;
-        one_each_way(&hub, &leaf).await;
-    }
+    ];
+    let first = (", handshake_first: true", "");
+    let silent_hub = |imp: &Impl, port: u16| {
+        matches!(imp, Impl::Liftbridge).then(|| {
+            tokio::spawn(async move {
+                // Nothing in the clear: the hub waits for a TLS ClientHello.
+                let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .unwrap();
+                let mut buf = [0u8; 64];
+                let got = tokio::time::timeout(Duration::from_millis(500), s.read(&mut buf)).await;
+                assert!(got.is_err(), "the hub spoke before TLS: {got:?}");
+            })
+        })
+    };
+    tls_pairs(&pairs, "tls1", first, first, silent_hub).await;
 }
 
 /// A leafnode `handshake_first` is a boolean: a fallback delay (which only

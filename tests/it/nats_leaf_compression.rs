@@ -6,24 +6,9 @@
 //! between leaf and hub counting the bytes; a hub without compression (ours
 //! with `off`, Go 2.9) keeps the link plain.
 
-use std::time::Duration;
-
-use futures::StreamExt;
-
+use crate::nats_route_compression::{assert_wire, one_way};
 use crate::support::procs::{go_nats_server_2_15, go_nats_server_2_9, ConfNode, Impl};
 use crate::support::proxy::{Dir, Proxy};
-
-const WAIT: Duration = Duration::from_secs(20);
-const MSGS: usize = 200;
-const SIZE: usize = 10 * 1024;
-
-/// A compressible message body.
-fn body(tag: &str, i: usize) -> bytes::Bytes {
-    let line = format!("{tag} message {i} over the compressed leaf link; ");
-    line.repeat(SIZE / line.len() + 1)[..SIZE]
-        .to_string()
-        .into()
-}
 
 /// The `compression` of the server's only leaf connection.
 async fn leaf_mode(n: &ConfNode) -> String {
@@ -80,41 +65,23 @@ async fn run(c: Case, label: &str) {
     leaf.wait_leaf_interest("lz.up").await;
     hub.wait_leaf_interest("lz.down").await;
     let (u0, d0) = (proxy.bytes(Dir::ToUpstream), proxy.bytes(Dir::ToClient));
-    for (from, sub, subject, tag) in [
-        (&cl, &mut up, "lz.up", format!("{label} up")),
-        (&ch, &mut down, "lz.down", format!("{label} down")),
-    ] {
-        for i in 0..MSGS {
-            from.publish(subject, body(&tag, i)).await.unwrap();
-        }
-        from.flush().await.unwrap();
-        for i in 0..MSGS {
-            let m = tokio::time::timeout(WAIT, sub.next())
-                .await
-                .unwrap_or_else(|_| panic!("{tag}: message {i} did not arrive"))
-                .unwrap();
-            assert_eq!(m.payload, body(&tag, i), "{tag}: message {i}");
-        }
-    }
-    let towards_hub = proxy.bytes(Dir::ToUpstream) - u0;
-    let towards_leaf = proxy.bytes(Dir::ToClient) - d0;
-    let payload = (MSGS * SIZE) as u64;
-    for (what, bytes, shrinks) in [
-        ("towards the hub", towards_hub, c.shrinks.0),
-        ("towards the leaf", towards_leaf, c.shrinks.1),
-    ] {
-        if shrinks {
-            assert!(
-                bytes < payload / 4,
-                "{label}: {bytes} bytes {what} for {payload} bytes of messages"
-            );
-        } else {
-            assert!(
-                bytes > payload / 2,
-                "{label}: {bytes} bytes {what} for {payload} bytes of messages"
-            );
-        }
-    }
+    one_way(&cl, &mut up, "lz.up", &format!("{label} up")).await;
+    one_way(&ch, &mut down, "lz.down", &format!("{label} down")).await;
+    assert_wire(
+        label,
+        [
+            (
+                "towards the hub",
+                proxy.bytes(Dir::ToUpstream) - u0,
+                c.shrinks.0,
+            ),
+            (
+                "towards the leaf",
+                proxy.bytes(Dir::ToClient) - d0,
+                c.shrinks.1,
+            ),
+        ],
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,7 +17,7 @@ use crate::support::{free_port, http_json};
 
 const WAIT: Duration = Duration::from_secs(20);
 /// Messages sent each way, and their size.
-const MSGS: usize = 200;
+pub(crate) const MSGS: usize = 200;
 const SIZE: usize = 10 * 1024;
 
 /// Starts a server of cluster `cz` listening for routes on `cport`,
@@ -54,9 +54,9 @@ async fn route_mode(http: u16) -> String {
     }
 }
 
-/// A compressible message body (NATS-ish text, as routes carry).
-fn body(tag: &str, i: usize) -> bytes::Bytes {
-    let line = format!("{tag} message {i} of the compressed route test; ");
+/// A compressible message body (NATS-ish text, as links carry).
+pub(crate) fn body(tag: &str, i: usize) -> bytes::Bytes {
+    let line = format!("{tag} message {i} over a compressed link; ");
     line.repeat(SIZE / line.len() + 1)[..SIZE]
         .to_string()
         .into()
@@ -64,7 +64,7 @@ fn body(tag: &str, i: usize) -> bytes::Bytes {
 
 /// Sends [`MSGS`] messages from `from` on `subject`; `to` gets each intact
 /// and in order.
-async fn one_way(
+pub(crate) async fn one_way(
     from: &async_nats::Client,
     to: &mut async_nats::Subscriber,
     subject: &str,
@@ -133,11 +133,20 @@ async fn run(c: Case, label: &str) {
     one_way(&cs, &mut on_dialer, "cz.down", &format!("{label} down")).await;
     let up = proxy.bytes(Dir::ToUpstream) - up0;
     let down = proxy.bytes(Dir::ToClient) - down0;
+    assert_wire(
+        label,
+        [
+            ("towards the seed", up, c.shrinks.0),
+            ("towards the dialer", down, c.shrinks.1),
+        ],
+    );
+}
+
+/// Checks the bytes each direction of a link carried for [`MSGS`] messages
+/// of [`SIZE`] bytes: (what, bytes, whether compression shrank them).
+pub(crate) fn assert_wire(label: &str, dirs: [(&str, u64, bool); 2]) {
     let payload = (MSGS * SIZE) as u64;
-    for (what, bytes, shrinks) in [
-        ("towards the seed", up, c.shrinks.0),
-        ("towards the dialer", down, c.shrinks.1),
-    ] {
+    for (what, bytes, shrinks) in dirs {
         // Each direction carries its messages plus the other's PONGs and
         // interest: a little over the payload when plain.
         if shrinks {
