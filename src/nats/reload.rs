@@ -33,8 +33,8 @@
 //! Configured routes (`cluster { routes }`) are added and removed as
 //! nats-server does ([`Routes::reconfigure`](super::route::Routes)): new
 //! ones are dialled, removed ones have the connections we dialled to them
-//! closed and not re-dialled; a new `pool_size` or pinned account list
-//! re-forms the mesh.
+//! closed and not re-dialled; a new `pool_size`, pinned account list or
+//! `compression` re-forms the mesh.
 //!
 //! Invariants: reloads are serialised (`reload_lock`); this module never
 //! logs (the caller logs the returned lines with its own logger, so the
@@ -512,9 +512,9 @@ pub(crate) fn diff(
 }
 
 /// Of the cluster block, `routes` (dialled or dropped by `reload`),
-/// `connect_retries`, `pool_size` and `accounts` (the mesh re-forms) may
-/// change; the rest is refused, host and port with nats-server's own
-/// texts.
+/// `connect_retries`, `pool_size`, `accounts` and `compression` (the mesh
+/// re-forms) may change; the rest is refused, host and port with
+/// nats-server's own texts.
 fn diff_cluster(
     old: &NatsOptions,
     new: &mut NatsOptions,
@@ -543,6 +543,7 @@ fn diff_cluster(
             if o.connect_retries != n.connect_retries
                 || o.pool_size != n.pool_size
                 || o.pinned_accounts != n.pinned_accounts
+                || o.compression != n.compression
             {
                 lines.push("Reloaded: cluster".to_string());
             }
@@ -555,6 +556,7 @@ fn diff_cluster(
                 c.connect_retries = 0;
                 c.pool_size = 0;
                 c.pinned_accounts = Vec::new();
+                c.compression = Default::default();
                 c
             };
             if same(&fixed(o), &fixed(n)) {

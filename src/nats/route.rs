@@ -333,6 +333,8 @@ pub struct Routes {
     pool_size: AtomicUsize,
     /// Pinned accounts in force (`accounts`, changed by a reload).
     pins: parking_lot::RwLock<Arc<Vec<String>>>,
+    /// `compression` in force (changed by a reload).
+    compression: parking_lot::RwLock<S2Compression>,
     /// The bound route listener address.
     pub listen: SocketAddr,
     name: Mutex<String>,
@@ -558,6 +560,7 @@ impl Routes {
                 connect_retries: AtomicU32::new(cluster.connect_retries),
                 pool_size: AtomicUsize::new(cluster.pool_size),
                 pins: parking_lot::RwLock::new(Arc::new(cluster.pinned_accounts.clone())),
+                compression: parking_lot::RwLock::new(cluster.compression.clone()),
                 listen,
                 name: Mutex::new(name),
                 dynamic: AtomicBool::new(dynamic),
@@ -623,8 +626,9 @@ impl Routes {
     ///   longer listed are closed and not re-dialled (a connection the peer
     ///   dialled itself stays), and new routes are dialled;
     /// - `connect_retries` applies to the next gossip-driven dial;
-    /// - `pool_size` or `accounts`: every route connection closes and the
-    ///   mesh re-forms with the new pools and pinned connections (routes
+    /// - `pool_size`, `accounts` or `compression`: every route connection
+    ///   closes and the mesh re-forms with the new pools, pinned
+    ///   connections and compression (routes
     ///   we dialled re-dial, peers re-dial theirs, pinned connections of
     ///   an account no longer pinned are not re-dialled). Core messages
     ///   crossing the cluster in that moment may be lost, as at any route
@@ -639,7 +643,14 @@ impl Routes {
             .store(cluster.connect_retries, Ordering::Relaxed);
         let mut notes = Vec::new();
         let old_pins = self.pinned_accounts();
-        if self.pool_size() != cluster.pool_size || *old_pins != cluster.pinned_accounts {
+        let compression_changed = *self.compression.read() != cluster.compression;
+        if compression_changed {
+            *self.compression.write() = cluster.compression.clone();
+        }
+        if self.pool_size() != cluster.pool_size
+            || *old_pins != cluster.pinned_accounts
+            || compression_changed
+        {
             notes.extend(self.reset_pools(server, cluster, &old_pins));
         }
         let (added, removed) = {
@@ -755,9 +766,10 @@ impl Routes {
             solicit_pinned(server, &url, true, None, added.iter().copied());
         }
         vec![format!(
-            "Route pool size {} and pinned accounts {:?} in force: {} route connections closed to re-form",
+            "Route pool size {}, pinned accounts {:?} and compression {} in force: {} route connections closed to re-form",
             cluster.pool_size,
             new_pins.as_slice(),
+            cluster.compression.name().unwrap_or("off"),
             conns.len()
         )]
     }
@@ -1286,7 +1298,7 @@ async fn run_route<S>(
     // With compression configured both sides first agree on it (see
     // `negotiate`): the accepting side's INFO names our mode, and the
     // soliciting side holds its INFO back until it knows the peer's.
-    let compression = routes.opts.compression.name();
+    let compression = routes.compression.read().name();
     let switches = compression.map(|_| {
         let sw = s2::Switches::default();
         sw.read_armed.store(true, Ordering::Release);
@@ -2079,7 +2091,7 @@ impl RouteReader {
         let Some(sw) = self.s2.clone() else {
             return Ok(false);
         };
-        let ours = self.routes().opts.compression.clone();
+        let ours = self.routes().compression.read().clone();
         let rtt = self.started.elapsed();
         let chosen = match s2::select(&ours, info.compression.as_deref(), rtt) {
             Ok(c) => c,

@@ -15,7 +15,7 @@ use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::free_port;
+use crate::support::{free_port, http_json, wait_until};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -1072,6 +1072,45 @@ async fn nats_reload_adds_and_removes_routes() {
             async_nats::connection::State::Connected
         ));
     }
+}
+
+/// A reload that changes `cluster { compression }` re-forms the route,
+/// which then agrees on the new mode (ours on both ends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_changes_route_compression() {
+    let (a_cluster, a_http, b_http) = (free_port(), free_port(), free_port());
+    let a = Server::start(&format!(
+        "http: 127.0.0.1:{a_http}\ncluster {{ name: c1, listen: 127.0.0.1:{a_cluster}, compression: s2_fast }}\n"
+    ));
+    let b_conf = |mode: &str| {
+        format!(
+            "http: 127.0.0.1:{b_http}\ncluster {{ name: c1, listen: 127.0.0.1:-1, routes: [ \"nats-route://127.0.0.1:{a_cluster}\" ], compression: {mode} }}\n"
+        )
+    };
+    let b = Server::start(&b_conf("off"));
+    let modes = |http: u16| async move {
+        let v = http_json(http, "/routez").await.unwrap_or_default();
+        v["routes"]
+            .as_array()
+            .map(|r| {
+                r.iter()
+                    .map(|x| x["compression"].as_str().unwrap_or("").to_string())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    wait_until(WAIT, "a plain route", || async {
+        modes(a_http).await == ["not supported"] && modes(b_http).await == ["not supported"]
+    })
+    .await;
+    let log = b.reload(&b_conf("s2_best")).await;
+    assert!(log.contains("Reloaded: cluster"), "{log}");
+    assert!(!log.contains("Failed"), "{log}");
+    wait_until(WAIT, "the route re-formed, compressed", || async {
+        modes(a_http).await == ["s2_fast"] && modes(b_http).await == ["s2_best"]
+    })
+    .await;
+    drop(a);
 }
 
 /// Route settings other than `routes`, `connect_retries`, `pool_size` and
