@@ -412,6 +412,28 @@ impl ClientShared {
         self.notify.notify_one();
     }
 
+    /// Sends a PING, noting when (for the round trip its PONG measures).
+    pub(crate) fn send_ping(self: &Arc<Self>) {
+        let now = (self.started.elapsed().as_micros() as u64).max(1);
+        self.ping_sent_us.store(now, Ordering::Relaxed);
+        self.send_now(proto::PING);
+    }
+
+    /// A PONG arrived: the round trip since the last [`send_ping`]
+    /// (`/connz`, `/routez`, `/leafz` `rtt`), if one was outstanding.
+    ///
+    /// [`send_ping`]: ClientShared::send_ping
+    pub(crate) fn note_pong(&self) -> Option<Duration> {
+        let sent = self.ping_sent_us.swap(0, Ordering::Relaxed);
+        if sent == 0 {
+            return None;
+        }
+        let now = self.started.elapsed().as_micros() as u64;
+        let rtt = Duration::from_micros(now.saturating_sub(sent));
+        self.meta.lock().rtt = Some(rtt);
+        Some(rtt)
+    }
+
     /// Wakes the writer task: a transport with frames of its own to send
     /// (WebSocket pong/close) writes them when the writer flushes it.
     pub(crate) fn wake_writer(&self) {
@@ -1844,12 +1866,7 @@ impl Reader {
             }
             ClientOp::Pong => {
                 self.client.pings_out.store(0, Ordering::Relaxed);
-                let sent = self.client.ping_sent_us.swap(0, Ordering::Relaxed);
-                if sent > 0 {
-                    let now = self.client.started.elapsed().as_micros() as u64;
-                    self.client.meta.lock().rtt =
-                        Some(Duration::from_micros(now.saturating_sub(sent)));
-                }
+                self.client.note_pong();
                 Flow::Continue
             }
             ClientOp::Info | ClientOp::Ok => Flow::Continue,
@@ -2381,8 +2398,6 @@ pub(crate) async fn ping_loop(client: Arc<ClientShared>, server: Arc<ServerInner
             return;
         }
         client.pings_out.store(out + 1, Ordering::Relaxed);
-        let now = (client.started.elapsed().as_micros() as u64).max(1);
-        client.ping_sent_us.store(now, Ordering::Relaxed);
-        client.send_now(proto::PING);
+        client.send_ping();
     }
 }

@@ -192,6 +192,9 @@ pub struct Leaf {
     registered: AtomicBool,
     /// The compression this connection agreed on (`/leafz`).
     compression: Mutex<&'static str>,
+    /// With `s2_auto` in force: its thresholds and the connection's
+    /// switches (each PONG's round trip re-picks the level).
+    auto: Mutex<Option<(Vec<Duration>, s2::Switches)>>,
 }
 
 /// Interest and connections, under one lock (see the module doc).
@@ -1187,6 +1190,7 @@ async fn admit<R, W>(
     )
     .await;
     let mut mode = "not supported";
+    let mut auto = None;
     if let Some(sw) = &sw {
         let info_first = match &first {
             Ok((RouteOp::Info(json), rest)) => Some((json.clone(), rest.clone())),
@@ -1196,6 +1200,9 @@ async fn admit<R, W>(
             match hub_compression(&server, leafs, &json, sw, cid, &nonce, started.elapsed()) {
                 Ok((m, frame)) => {
                     mode = m;
+                    if let S2Compression::Auto(t) = &leafs.opts.compression {
+                        auto = Some((t.clone(), sw.clone()));
+                    }
                     sw.write_on.store(true, Ordering::Release);
                     if w.write_all(&frame).await.is_err() || w.flush().await.is_err() {
                         return;
@@ -1332,6 +1339,7 @@ async fn admit<R, W>(
         }),
         registered: AtomicBool::new(false),
         compression: Mutex::new(mode),
+        auto: Mutex::new(auto),
     });
     run_leaf(server, leaf, r, w, rest, parser, false).await;
 }
@@ -1710,6 +1718,7 @@ where
         }),
         registered: AtomicBool::new(false),
         compression: Mutex::new("not supported"),
+        auto: Mutex::new(None),
     });
     let (user, pass, token) = match &creds {
         Some((u, p)) if p.is_empty() => (Some(u.as_str()), None, Some(u.as_str())),
@@ -1832,6 +1841,9 @@ where
         ));
     }
     *leaf.compression.lock() = mode;
+    if let S2Compression::Auto(t) = ours {
+        *leaf.auto.lock() = Some((t.clone(), sw.clone()));
+    }
     leaf.client.send_now(&hello);
     run_leaf(
         server.clone(),
@@ -2223,6 +2235,11 @@ impl PeerReader for LeafReader {
             }
             RouteOp::Pong => {
                 self.leaf.client.pings_out.store(0, Ordering::Relaxed);
+                if let Some(rtt) = self.leaf.client.note_pong() {
+                    if let Some((t, sw)) = &*self.leaf.auto.lock() {
+                        sw.set_level(s2::auto_level(t, rtt));
+                    }
+                }
                 Ok(())
             }
             // A hub's INFO may bring (new) permissions; other INFO fields

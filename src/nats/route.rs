@@ -1451,7 +1451,7 @@ pub(crate) async fn peer_ping_loop(client: Arc<ClientShared>, server: Arc<Server
             return;
         }
         outstanding.store(out + 1, Ordering::Relaxed);
-        client.send_now(proto::PING);
+        client.send_ping();
     }
 }
 
@@ -1797,6 +1797,9 @@ impl RouteReader {
             RouteOp::Pong => {
                 self.route.client.pings_out.store(0, Ordering::Relaxed);
                 self.route.attempt.store(0, Ordering::Relaxed);
+                if let Some(rtt) = self.route.client.note_pong() {
+                    self.repick_level(rtt);
+                }
                 // The peer accepted this pool connection: dial the next.
                 if let Some((url, configured)) = self.route.start_next.lock().take() {
                     let id = self.route.remote.lock().id.clone();
@@ -2052,7 +2055,7 @@ impl RouteReader {
                 // refuses the connection (`-ERR 'No route for account'`)
                 // is retried with backoff, not in a loop.
                 if self.route.did_solicit && self.route.start_next.lock().is_none() {
-                    self.route.client.send_now(proto::PING);
+                    self.route.client.send_ping();
                 }
                 tracing::info!(
                     addr = %self.addr,
@@ -2128,6 +2131,21 @@ impl RouteReader {
         }
         tracing::debug!(addr = %self.addr, mode, "route compression agreed");
         Ok(true)
+    }
+
+    /// With `s2_auto` in force on a compressed route: the level follows the
+    /// round trip each PONG measures (nats-server's rule; purely local, as
+    /// every write starts a new stream).
+    fn repick_level(&self, rtt: Duration) {
+        let Some(sw) = &self.s2 else {
+            return;
+        };
+        if !sw.write_on.load(Ordering::Acquire) {
+            return;
+        }
+        if let S2Compression::Auto(t) = &*self.routes().compression.read() {
+            sw.set_level(s2::auto_level(t, rtt));
+        }
     }
 
     /// Checks a peer's pool fields against the rules nats-server applies;
@@ -2237,7 +2255,7 @@ impl RouteReader {
         // the peer answered the previous one's PING.
         if pooled && route.did_solicit && !peer.is_full() {
             *route.start_next.lock() = route.reconnect.lock().clone();
-            route.client.send_now(proto::PING);
+            route.client.send_ping();
         }
         // Pinned accounts towards a peer learned by gossip, or that dialled
         // us (configured routes dial theirs from the start); the duplicate

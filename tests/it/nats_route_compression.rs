@@ -419,3 +419,74 @@ async fn route_compression_on_every_pool_connection() {
         }
     }
 }
+
+/// `s2_auto` follows the round trip each PONG measures, as nats-server's
+/// does: on loopback our seed frames its bytes uncompressed; once the link
+/// (a proxy delay) takes tens of milliseconds, its next PONG picks a
+/// compressing level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_compression_auto_follows_the_round_trip() {
+    let cport = free_port();
+    let top = |cport: u16, routes: &str, mode: &str| {
+        format!(
+            "ping_interval: \"300ms\"\ncluster {{\nname: cz\nlisten: 127.0.0.1:{cport}\n{routes}compression: {mode}\n}}\n"
+        )
+    };
+    let seed = ConfNode::start_with(
+        &Impl::Liftbridge,
+        "auto-seed",
+        false,
+        None,
+        &top(cport, "", "s2_auto"),
+    )
+    .await;
+    let proxy = Proxy::start(format!("127.0.0.1:{cport}").parse().unwrap()).await;
+    let routes = format!("routes: [\"nats-route://127.0.0.1:{}\"]\n", proxy.port);
+    let dialer = ConfNode::start_with(
+        &Impl::Liftbridge,
+        "auto-dialer",
+        false,
+        None,
+        &top(free_port(), &routes, "accept"),
+    )
+    .await;
+    assert_eq!(route_mode(seed.http_port).await, "s2_auto");
+    let cs = async_nats::connect(seed.url()).await.unwrap();
+    let cd = async_nats::connect(dialer.url()).await.unwrap();
+    let mut down = cd.subscribe("auto.down").await.unwrap();
+    cd.flush().await.unwrap();
+    wait_interest(seed.http_port, "auto.down", 1).await;
+    // Fast link: the seed's frames hold the bytes as they are.
+    let d0 = proxy.bytes(Dir::ToClient);
+    one_way(&cs, &mut down, "auto.down", "auto fast link").await;
+    let plain = proxy.bytes(Dir::ToClient) - d0;
+    // A slow link: once a PONG has measured it, the seed compresses.
+    proxy.set_delay(Dir::ToUpstream, Duration::from_millis(30));
+    proxy.set_delay(Dir::ToClient, Duration::from_millis(30));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let v = http_json(seed.http_port, "/routez")
+            .await
+            .unwrap_or_default();
+        let rtt = v["routes"][0]["rtt"].as_str().unwrap_or("").to_string();
+        let ms = rtt
+            .strip_suffix("ms")
+            .and_then(|n| n.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if ms >= 50.0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "rtt {rtt:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let d1 = proxy.bytes(Dir::ToClient);
+    one_way(&cs, &mut down, "auto.down", "auto slow link").await;
+    let slow = proxy.bytes(Dir::ToClient) - d1;
+    assert_wire(
+        "auto",
+        [
+            ("on the fast link", plain, false),
+            ("on the slow link", slow, true),
+        ],
+    );
+}
