@@ -24,10 +24,10 @@
 //! in their own order. [`select`] is nats-server's choice of a mode from
 //! both sides' settings.
 //!
-//! Memory: the reader holds at most one chunk of input (≤ 16 MiB by the
-//! 3-byte length) and one decoded block (≤ [`MAX_BLOCK`]); the writer
-//! holds the framed form of one write (the route writer's pieces are
-//! bounded) until the socket takes it.
+//! Memory: the reader holds at most one chunk of input (≤ 5 MiB: a larger
+//! announced length is refused before it is buffered) and one decoded
+//! block (≤ [`MAX_BLOCK`]); the writer holds the framed form of one write
+//! (the route writer's pieces are bounded) until the socket takes it.
 
 use std::io;
 use std::pin::Pin;
@@ -49,6 +49,9 @@ const SNAPPY_ID: &[u8] = b"\xff\x06\x00\x00sNaPpY";
 const CHUNK: usize = 64 * 1024;
 /// Largest decoded block accepted (nats-server's reader: 4 MiB).
 pub const MAX_BLOCK: usize = 4 << 20;
+/// Largest chunk accepted: a checksum and a block of [`MAX_BLOCK`] bytes
+/// that did not compress (S2's worst case adds well under a quarter).
+const MAX_CHUNK: usize = MAX_BLOCK + MAX_BLOCK / 4 + 64;
 
 /// Compression levels; `Uncompressed` frames data as is (what `s2_auto`
 /// picks on a fast link).
@@ -187,6 +190,10 @@ pub fn decode_chunks(input: &mut BytesMut, out: &mut BytesMut) -> Result<(), Dec
     while input.len() >= 4 {
         let kind = input[0];
         let len = u32::from_le_bytes([input[1], input[2], input[3], 0]) as usize;
+        // Refused before it is buffered: no valid chunk is this large.
+        if len > MAX_CHUNK {
+            return Err(DecodeError::TooLarge(len));
+        }
         if input.len() < 4 + len {
             return Ok(());
         }
@@ -495,6 +502,12 @@ mod tests {
         let last = framed.len() - 1;
         framed[last] ^= 0x55;
         assert!(decode_chunks(&mut framed, &mut out).is_err());
+        // An announced 16 MiB chunk is refused before it arrives.
+        let mut huge = BytesMut::from(&b"\x00\xff\xff\xff"[..]);
+        assert_eq!(
+            decode_chunks(&mut huge, &mut out),
+            Err(DecodeError::TooLarge(0xff_ffff))
+        );
         let mut short = BytesMut::from(&b"\x00\x02\x00\x00ab"[..]);
         assert_eq!(decode_chunks(&mut short, &mut out), Err(DecodeError::Short));
         // Skippable chunks are skipped.
