@@ -1368,10 +1368,7 @@ fn hub_compression(
     let level = s2::select(ours, theirs.compression.as_deref(), rtt)?
         .ok_or_else(|| "Authorization Violation".to_string())?;
     sw.set_level(level);
-    let mode = match ours {
-        S2Compression::Auto(_) => "s2_auto",
-        _ => level.name(),
-    };
+    let mode = s2::mode_name(ours, level);
     let mut frame = BytesMut::new();
     encode_hub_info(server, leafs, cid, nonce, None, Some(mode), &mut frame);
     Ok((mode, frame))
@@ -1811,10 +1808,7 @@ where
         .await;
         return Ok(());
     };
-    let mode = match ours {
-        S2Compression::Auto(_) => "s2_auto",
-        _ => level.name(),
-    };
+    let mode = s2::mode_name(ours, level);
     let sw = s2::Switches::default();
     sw.set_level(level);
     sw.read_armed.store(true, Ordering::Release);

@@ -2112,10 +2112,7 @@ impl RouteReader {
             return Ok(false);
         };
         sw.set_level(level);
-        let mode = match ours {
-            S2Compression::Auto(_) => "s2_auto",
-            _ => level.name(),
-        };
+        let mode = s2::mode_name(&ours, level);
         *self.route.compression.lock() = mode;
         let routes = self.routes();
         let client = self.route.client.clone();

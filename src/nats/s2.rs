@@ -85,6 +85,15 @@ impl Level {
     }
 }
 
+/// The mode a connection that compresses at `level` names (INFO,
+/// `/routez`, `/leafz`): `s2_auto` when that is ours, else the level.
+pub fn mode_name(ours: &S2Compression, level: Level) -> &'static str {
+    match ours {
+        S2Compression::Auto(_) => "s2_auto",
+        _ => level.name(),
+    }
+}
+
 /// The level `s2_auto` picks for round-trip time `rtt`: thresholds top
 /// uncompressed, fast, better and best in turn (a zero one skips its
 /// level); above the last, best with three or more thresholds, otherwise
