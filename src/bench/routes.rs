@@ -43,6 +43,11 @@ pub struct RoutesBenchArgs {
     /// nats-server 2.10+ a pool of three.
     #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(i64).range(-1..=32))]
     pub pool_size: Option<i64>,
+    /// `cluster { compression }` of every server of every mesh (e.g.
+    /// `s2_fast`). Without it each server runs its own default: ours
+    /// `off`, nats-server 2.10+ `accept`.
+    #[arg(long)]
+    pub compression: Option<String>,
 }
 
 /// One server process (killed on drop).
@@ -314,16 +319,23 @@ pub fn run(args: RoutesBenchArgs) -> anyhow::Result<()> {
 
 async fn run_async(args: RoutesBenchArgs) -> anyhow::Result<()> {
     let me = std::env::current_exe().context("locating this binary")?;
-    // `--pool-size`: one config file every server of every mesh loads.
+    // `--pool-size` and `--compression`: one config file every server of
+    // every mesh loads.
     let conf_dir = tempfile::tempdir().context("creating a temporary directory")?;
-    let conf = conf_dir.path().join("pool.conf");
-    let pool_flags: Vec<String> = match args.pool_size {
-        Some(n) => {
-            std::fs::write(&conf, format!("cluster {{ pool_size: {n} }}\n"))
-                .with_context(|| format!("writing {}", conf.display()))?;
-            vec!["-c".into(), conf.display().to_string()]
-        }
-        None => Vec::new(),
+    let conf = conf_dir.path().join("cluster.conf");
+    let mut cluster = Vec::new();
+    if let Some(n) = args.pool_size {
+        cluster.push(format!("pool_size: {n}"));
+    }
+    if let Some(c) = &args.compression {
+        cluster.push(format!("compression: {c}"));
+    }
+    let pool_flags: Vec<String> = if cluster.is_empty() {
+        Vec::new()
+    } else {
+        std::fs::write(&conf, format!("cluster {{ {} }}\n", cluster.join(", ")))
+            .with_context(|| format!("writing {}", conf.display()))?;
+        vec!["-c".into(), conf.display().to_string()]
     };
     let flags: Vec<&str> = pool_flags.iter().map(String::as_str).collect();
     let ours: Vec<&str> = std::iter::once("nats-server")
@@ -345,11 +357,36 @@ async fn run_async(args: RoutesBenchArgs) -> anyhow::Result<()> {
         Some(n) => format!("pool_size {n} on every server"),
         None => "each server's default pool_size".into(),
     };
+    let pools = match &args.compression {
+        Some(c) => format!("{pools}, compression {c}"),
+        None => pools,
+    };
     println!(
         "routed 1 pub (server A) → 1 sub (server B), three servers meshed from one seed, {pools}; \
          {} msgs per run, {} rounds (median)\n",
         args.msgs, args.rounds
     );
+    if args.compression.is_some() {
+        for m in &meshes {
+            let v = http_json(m.servers[0].http_port, "/routez").await;
+            let mut modes: Vec<String> = v
+                .as_ref()
+                .and_then(|v| v["routes"].as_array())
+                .map(|l| {
+                    l.iter()
+                        .map(|r| r["compression"].as_str().unwrap_or("none").to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            modes.sort();
+            modes.dedup();
+            println!(
+                "{}: server A's routes report compression {modes:?}",
+                m.label
+            );
+        }
+        println!();
+    }
     let labels: Vec<String> = meshes.iter().map(|m| m.label.clone()).collect();
     let meshes = &meshes;
     ratio_table(&labels, &[128, 1024], args.rounds, |i, size| {
