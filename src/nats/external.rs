@@ -355,7 +355,7 @@ impl Bridge {
 
 /// `url` with the password of its user info replaced (`nats://u:xxxxx@h`),
 /// as nats-server shows URLs: monitoring never shows a password.
-fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     let (scheme, rest) = url.split_once("://").map_or(("", url), |(s, r)| (s, r));
     let prefix = if scheme.is_empty() {
         String::new()

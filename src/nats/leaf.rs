@@ -103,7 +103,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -192,9 +192,11 @@ pub struct Leaf {
     registered: AtomicBool,
     /// The compression this connection agreed on (`/leafz`).
     compression: Mutex<&'static str>,
-    /// With `s2_auto` in force: its thresholds and the connection's
-    /// switches (each PONG's round trip re-picks the level).
-    auto: Mutex<Option<(Vec<Duration>, s2::Switches)>>,
+    /// Its compression switches, once it agreed on compression (with
+    /// `s2_auto` in force each PONG's round trip re-picks the level).
+    switches: Mutex<Option<s2::Switches>>,
+    /// It formed while our mode was off (no compressed stream possible).
+    formed_off: bool,
 }
 
 /// Interest and connections, under one lock (see the module doc).
@@ -218,6 +220,9 @@ struct RemoteState {
 /// The leaf-node side of a server. Present when `leafnodes` is configured.
 pub struct Leafnodes {
     opts: LeafnodeOptions,
+    /// `compression` of the leaf listener and of each remote, in force
+    /// (a reload changes them; `opts` keeps the start-up values).
+    compression: RwLock<(S2Compression, Vec<S2Compression>)>,
     /// The bound leaf listener, if any.
     pub listen: Option<SocketAddr>,
     /// This server's random part of every account's loop-detection
@@ -756,6 +761,10 @@ impl Leafnodes {
         Ok((
             Leafnodes {
                 opts: lo.clone(),
+                compression: RwLock::new((
+                    lo.compression.clone(),
+                    lo.remotes.iter().map(|r| r.compression.clone()).collect(),
+                )),
                 listen,
                 lds_seed: random_token(),
                 remote_accounts,
@@ -777,6 +786,78 @@ impl Leafnodes {
     /// The options.
     pub fn options(&self) -> &LeafnodeOptions {
         &self.opts
+    }
+
+    /// The compression mode in force for the leaf listener (`None`) or
+    /// remote `index`.
+    fn mode(&self, remote: Option<usize>) -> S2Compression {
+        let m = self.compression.read();
+        match remote {
+            None => m.0.clone(),
+            Some(i) => m.1.get(i).cloned().unwrap_or_default(),
+        }
+    }
+
+    /// Puts a reload's `compression` values (the listener's and each
+    /// remote's, in configuration order) in force, as nats-server does
+    /// (see [`s2::reapply`]): a new level applies from the next write;
+    /// links that must agree again (compression turned on or off, or
+    /// `accept`) close, and their leaf reconnects. Returns the notices.
+    pub(crate) fn recompress(&self, hub: &S2Compression, remotes: &[S2Compression]) -> Vec<String> {
+        let mut notes = Vec::new();
+        {
+            let mut m = self.compression.write();
+            if m.0 != *hub {
+                notes.push(format!(
+                    "Reloaded: LeafNode Compression value is: {}",
+                    hub.name().unwrap_or("off")
+                ));
+            }
+            for (i, (old, new)) in m.1.iter().zip(remotes).enumerate() {
+                if old != new {
+                    notes.push(format!(
+                        "Reloaded: LeafNode Remote {} Compression value is: {}",
+                        self.opts.remotes[i]
+                            .urls
+                            .first()
+                            .map(|u| super::external::redact(u))
+                            .unwrap_or_default(),
+                        new.name().unwrap_or("off")
+                    ));
+                }
+            }
+            *m = (hub.clone(), remotes.to_vec());
+        }
+        if notes.is_empty() {
+            return notes;
+        }
+        let conns: Vec<Arc<Leaf>> = self.state.lock().conns.values().cloned().collect();
+        let (mut switched, mut closed) = (0, 0);
+        for l in conns {
+            let new = self.mode(l.remote);
+            let rtt = l.client.meta.lock().rtt.unwrap_or_default();
+            let sw = l.switches.lock().clone();
+            let mut agreed = l.compression.lock();
+            match s2::reapply(&agreed, l.formed_off, &new, rtt) {
+                s2::Reapply::Keep => {}
+                s2::Reapply::Level(level, name) => {
+                    if let Some(sw) = &sw {
+                        sw.set_level(level);
+                    }
+                    *agreed = name;
+                    switched += 1;
+                }
+                s2::Reapply::Reconnect => {
+                    drop(agreed);
+                    l.client.close_with_err(None);
+                    closed += 1;
+                }
+            }
+        }
+        notes.push(format!(
+            "Leafnode compression: {switched} connections switched level, {closed} closed to agree again"
+        ));
+        notes
     }
 
     /// The loop-detection subject of `account`: this server's random seed
@@ -1103,7 +1184,7 @@ async fn accept_one(server: Arc<ServerInner>, mut stream: TcpStream, addr: Socke
     // As nats-server, the accepting side always sends a nonce to leaves.
     let nonce = new_nonce();
     let mut frame = BytesMut::new();
-    let mode = leafs.opts.compression.name();
+    let mode = leafs.mode(None).name();
     encode_hub_info(&server, leafs, cid, &nonce, None, mode, &mut frame);
     // `handshake_first`: TLS before anything else, then INFO inside it.
     let tls_first = leafs
@@ -1149,7 +1230,7 @@ async fn run_accepted<S>(
         return;
     };
     let (r, w) = tokio::io::split(stream);
-    if leafs.opts.compression.name().is_none() {
+    if leafs.mode(None).name().is_none() {
         return admit(server, r, w, addr, cid, nonce, None).await;
     }
     // A leaf that wants compression says so in an INFO before its CONNECT
@@ -1190,7 +1271,7 @@ async fn admit<R, W>(
     )
     .await;
     let mut mode = "not supported";
-    let mut auto = None;
+    let mut agreed = None;
     if let Some(sw) = &sw {
         let info_first = match &first {
             Ok((RouteOp::Info(json), rest)) => Some((json.clone(), rest.clone())),
@@ -1200,9 +1281,7 @@ async fn admit<R, W>(
             match hub_compression(&server, leafs, &json, sw, cid, &nonce, started.elapsed()) {
                 Ok((m, frame)) => {
                     mode = m;
-                    if let S2Compression::Auto(t) = &leafs.opts.compression {
-                        auto = Some((t.clone(), sw.clone()));
-                    }
+                    agreed = Some(sw.clone());
                     sw.write_on.store(true, Ordering::Release);
                     if w.write_all(&frame).await.is_err() || w.flush().await.is_err() {
                         return;
@@ -1339,7 +1418,8 @@ async fn admit<R, W>(
         }),
         registered: AtomicBool::new(false),
         compression: Mutex::new(mode),
-        auto: Mutex::new(auto),
+        formed_off: sw.is_none(),
+        switches: Mutex::new(agreed),
     });
     run_leaf(server, leaf, r, w, rest, parser, false).await;
 }
@@ -1364,7 +1444,7 @@ fn hub_compression(
     }
     let theirs: Theirs =
         serde_json::from_slice(json).map_err(|_| "Unknown Protocol Operation".to_string())?;
-    let ours = &leafs.opts.compression;
+    let ours = &leafs.mode(None);
     let level = s2::select(ours, theirs.compression.as_deref(), rtt)?
         .ok_or_else(|| "Authorization Violation".to_string())?;
     sw.set_level(level);
@@ -1715,7 +1795,8 @@ where
         }),
         registered: AtomicBool::new(false),
         compression: Mutex::new("not supported"),
-        auto: Mutex::new(None),
+        formed_off: leafs.mode(Some(index)) == S2Compression::Off,
+        switches: Mutex::new(None),
     });
     let (user, pass, token) = match &creds {
         Some((u, p)) if p.is_empty() => (Some(u.as_str()), None, Some(u.as_str())),
@@ -1787,7 +1868,7 @@ where
     T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let leafs = server.leafs.as_ref().ok_or(ConnectError::Timeout)?;
-    let ours = &leafs.opts.remotes[index].compression;
+    let ours = &leafs.mode(Some(index));
     let (r, w) = tokio::io::split(stream);
     let level = match ours.name() {
         Some(_) => s2::select(ours, info.compression.as_deref(), started.elapsed())
@@ -1835,9 +1916,7 @@ where
         ));
     }
     *leaf.compression.lock() = mode;
-    if let S2Compression::Auto(t) = ours {
-        *leaf.auto.lock() = Some((t.clone(), sw.clone()));
-    }
+    *leaf.switches.lock() = Some(sw.clone());
     leaf.client.send_now(&hello);
     run_leaf(
         server.clone(),
@@ -2230,8 +2309,10 @@ impl PeerReader for LeafReader {
             RouteOp::Pong => {
                 self.leaf.client.pings_out.store(0, Ordering::Relaxed);
                 if let Some(rtt) = self.leaf.client.note_pong() {
-                    if let Some((t, sw)) = &*self.leaf.auto.lock() {
-                        sw.set_level(s2::auto_level(t, rtt));
+                    if let S2Compression::Auto(t) = self.leafs().mode(self.leaf.remote) {
+                        if let Some(sw) = &*self.leaf.switches.lock() {
+                            sw.set_level(s2::auto_level(&t, rtt));
+                        }
                     }
                 }
                 Ok(())

@@ -33,14 +33,17 @@
 //! Configured routes (`cluster { routes }`) are added and removed as
 //! nats-server does ([`Routes::reconfigure`](super::route::Routes)): new
 //! ones are dialled, removed ones have the connections we dialled to them
-//! closed and not re-dialled; a new `pool_size`, pinned account list or
-//! `compression` re-forms the mesh.
+//! closed and not re-dialled; a new `pool_size` or pinned account list
+//! re-forms the mesh. A new `compression` (of the cluster, the leaf
+//! listener or a leaf remote) applies as nats-server's reload does: a new
+//! level from the next write on, and only the connections that must agree
+//! again (compression turned on or off, or `accept`) close and re-form.
 //!
 //! Invariants: reloads are serialised (`reload_lock`); this module never
 //! logs (the caller logs the returned lines with its own logger, so the
 //! `nats-server` mode and the liftbridge mode each keep their format); it
 //! never changes listeners (host, port, the rest of the cluster block,
-//! leaf nodes, WebSocket other than its certificate): those are refused
+//! leaf nodes other than `compression`, WebSocket other than its certificate): those are refused
 //! with nats-server's `config reload not supported for <Field>: old=<v>,
 //! new=<v>`.
 
@@ -569,7 +572,9 @@ fn diff_cluster(
     }
 }
 
-/// Leaf nodes cannot change (listener and remotes are fixed).
+/// Of leaf nodes only `compression` (the listener's and each remote's)
+/// may change, applied by `Leafnodes::recompress`; the listener and the
+/// remotes are otherwise fixed.
 fn diff_leafnodes(
     old: &NatsOptions,
     new: &mut NatsOptions,
@@ -580,7 +585,16 @@ fn diff_leafnodes(
             n.port = o.port;
         }
     }
-    if same(&old.leafnodes, &new.leafnodes) {
+    let fixed = |l: &Option<crate::config::nats::LeafnodeOptions>| {
+        l.clone().map(|mut l| {
+            l.compression = Default::default();
+            for r in &mut l.remotes {
+                r.compression = Default::default();
+            }
+            l
+        })
+    };
+    if same(&fixed(&old.leafnodes), &fixed(&new.leafnodes)) {
         Ok(())
     } else {
         Err(refuse(
@@ -665,6 +679,10 @@ impl NatsServer {
         }
         if let (Some(r), Some(c)) = (&inner.routes, &live.opts.cluster) {
             lines.extend(r.reconfigure(&inner, c));
+        }
+        if let (Some(l), Some(o)) = (&inner.leafs, &live.opts.leafnodes) {
+            let remotes: Vec<_> = o.remotes.iter().map(|r| r.compression.clone()).collect();
+            lines.extend(l.recompress(&o.compression, &remotes));
         }
         inner.reload_gen.fetch_add(1, Ordering::SeqCst);
         let rechecked = {
@@ -1067,6 +1085,46 @@ mod tests {
             let err = diff(&old, &mut new, bound()).unwrap_err().to_string();
             assert!(
                 err.starts_with("config reload not supported for Cluster: "),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn leaf_compression_may_change_the_rest_of_leafnodes_is_refused() {
+        use crate::config::nats::{LeafRemote, LeafnodeOptions, S2Compression};
+        let old = NatsOptions {
+            leafnodes: Some(LeafnodeOptions {
+                remotes: vec![LeafRemote {
+                    urls: vec!["nats-leaf://127.0.0.1:7422".into()],
+                    ..LeafRemote::default()
+                }],
+                ..LeafnodeOptions::default()
+            }),
+            ..NatsOptions::default()
+        };
+        let with = |f: &dyn Fn(&mut LeafnodeOptions)| {
+            let mut n = old.clone();
+            if let Some(l) = &mut n.leafnodes {
+                f(l);
+            }
+            n
+        };
+        let mut new = with(&|l| {
+            l.compression = S2Compression::Best;
+            l.remotes[0].compression = S2Compression::Auto(vec![]);
+        });
+        assert!(diff(&old, &mut new, bound()).is_ok());
+        for change in [
+            &(|l: &mut LeafnodeOptions| l.remotes[0].urls.push("nats-leaf://h:1".into()))
+                as &dyn Fn(&mut LeafnodeOptions),
+            &|l| l.remotes.push(LeafRemote::default()),
+            &|l| l.port = Some(7000),
+        ] {
+            let mut new = with(change);
+            let err = diff(&old, &mut new, bound()).unwrap_err().to_string();
+            assert!(
+                err.starts_with("config reload not supported for LeafNode: "),
                 "{err}"
             );
         }

@@ -210,6 +210,8 @@ pub struct Route {
     pub pinned: Mutex<Option<String>>,
     /// The compression this connection agreed on (`/routez`).
     compression: Mutex<&'static str>,
+    /// Its compression switches (`None`: it formed while ours was off).
+    switches: Mutex<Option<s2::Switches>>,
 }
 
 impl Route {
@@ -626,7 +628,8 @@ impl Routes {
     ///   longer listed are closed and not re-dialled (a connection the peer
     ///   dialled itself stays), and new routes are dialled;
     /// - `connect_retries` applies to the next gossip-driven dial;
-    /// - `pool_size`, `accounts` or `compression`: every route connection
+    /// - `compression` alone: see [`Routes::recompress`];
+    /// - `pool_size` or `accounts`: every route connection
     ///   closes and the mesh re-forms with the new pools, pinned
     ///   connections and compression (routes
     ///   we dialled re-dial, peers re-dial theirs, pinned connections of
@@ -647,11 +650,10 @@ impl Routes {
         if compression_changed {
             *self.compression.write() = cluster.compression.clone();
         }
-        if self.pool_size() != cluster.pool_size
-            || *old_pins != cluster.pinned_accounts
-            || compression_changed
-        {
+        if self.pool_size() != cluster.pool_size || *old_pins != cluster.pinned_accounts {
             notes.extend(self.reset_pools(server, cluster, &old_pins));
+        } else if compression_changed {
+            notes.extend(self.recompress(&cluster.compression));
         }
         let (added, removed) = {
             let mut cur = self.configured.lock();
@@ -700,6 +702,46 @@ impl Routes {
             solicit_configured(server, self, url);
         }
         notes
+    }
+
+    /// Puts a new `compression` in force on the live connections, as
+    /// nats-server's reload does (see [`s2::reapply`]): a new level
+    /// applies from the next write, and only the connections that must
+    /// agree again (compression turned on or off, or `accept`) close and
+    /// re-form. Returns the notices to log.
+    fn recompress(&self, new: &S2Compression) -> Vec<String> {
+        let conns: Vec<Arc<Route>> = {
+            let st = self.state.lock();
+            st.all_routes()
+                .chain(st.pending.values())
+                .cloned()
+                .collect()
+        };
+        let (mut switched, mut closed) = (0, 0);
+        for r in &conns {
+            let sw = r.switches.lock().clone();
+            let rtt = r.client.meta.lock().rtt.unwrap_or_default();
+            let mut agreed = r.compression.lock();
+            match s2::reapply(&agreed, sw.is_none(), new, rtt) {
+                s2::Reapply::Keep => {}
+                s2::Reapply::Level(level, name) => {
+                    if let Some(sw) = &sw {
+                        sw.set_level(level);
+                    }
+                    *agreed = name;
+                    switched += 1;
+                }
+                s2::Reapply::Reconnect => {
+                    drop(agreed);
+                    r.client.close_with_err(None);
+                    closed += 1;
+                }
+            }
+        }
+        vec![format!(
+            "Route compression {} in force: {switched} route connections switched level, {closed} closed to agree again",
+            new.name().unwrap_or("off"),
+        )]
     }
 
     /// Puts a new `pool_size` and pinned account list in force: every
@@ -1260,6 +1302,7 @@ async fn run_route<S>(
         start_next: Mutex::new(None),
         pinned: Mutex::new(pinned),
         compression: Mutex::new("not supported"),
+        switches: Mutex::new(None),
     });
     {
         let mut st = routes.state.lock();
@@ -1304,6 +1347,7 @@ async fn run_route<S>(
         sw.read_armed.store(true, Ordering::Release);
         sw
     });
+    *route.switches.lock() = switches.clone();
     // A soliciting pool member sends its INFO once it knows its slot
     // (`register`), as nats-server expects.
     let info_held = solicited.is_some() && (routes.pool_size() > 0 || compression.is_some());

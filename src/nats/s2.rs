@@ -94,6 +94,50 @@ pub fn mode_name(ours: &S2Compression, level: Level) -> &'static str {
     }
 }
 
+/// What a reload that puts mode `new` in force does to a live connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reapply {
+    /// Nothing changes.
+    Keep,
+    /// The connection closes and agrees again when it re-forms.
+    Reconnect,
+    /// Outbound bytes go on at this level; the connection names this mode.
+    Level(Level, &'static str),
+}
+
+/// nats-server's reload rule for a connection that agreed on `agreed`
+/// (`/routez`, `/leafz` name), `formed_off` (it formed while ours was
+/// off, so it has no compressed stream) and round trip `rtt`: a peer without compression
+/// is left alone; turning compression on or off, or to `accept`, needs a
+/// new agreement (reconnect); a new level (or `s2_auto`'s pick) takes
+/// effect on the next write, as every write starts a new stream.
+pub fn reapply(agreed: &str, formed_off: bool, new: &S2Compression, rtt: Duration) -> Reapply {
+    if formed_off {
+        return if *new == S2Compression::Off {
+            Reapply::Keep
+        } else {
+            Reapply::Reconnect
+        };
+    }
+    if agreed == "not supported" {
+        return Reapply::Keep;
+    }
+    let level = match new {
+        S2Compression::Off | S2Compression::Accept => return Reapply::Reconnect,
+        _ if agreed == "off" => return Reapply::Reconnect,
+        S2Compression::Fast => Level::Fast,
+        S2Compression::Better => Level::Better,
+        S2Compression::Best => Level::Best,
+        S2Compression::Auto(t) => auto_level(t, rtt),
+    };
+    let name = mode_name(new, level);
+    if name == agreed && !matches!(new, S2Compression::Auto(_)) {
+        Reapply::Keep
+    } else {
+        Reapply::Level(level, name)
+    }
+}
+
 /// The level `s2_auto` picks for round-trip time `rtt`: thresholds top
 /// uncompressed, fast, better and best in turn (a zero one skips its
 /// level); above the last, best with three or more thresholds, otherwise
@@ -451,6 +495,51 @@ mod tests {
         assert_eq!(sel(&S2Compression::Fast, Some("s2_best")), Ok(Some(Fast)));
         assert_eq!(sel(&auto, Some("s2_fast")), Ok(Some(Uncompressed)));
         assert!(sel(&S2Compression::Fast, Some("zstd")).is_err());
+    }
+
+    #[test]
+    fn reloads_keep_switch_or_reconnect_as_nats_server() {
+        let ms = Duration::from_millis;
+        let auto = S2Compression::Auto(S2Compression::default_thresholds());
+        // Formed while ours was off: only staying off keeps it.
+        assert_eq!(
+            reapply("not supported", true, &S2Compression::Off, ms(1)),
+            Reapply::Keep
+        );
+        assert_eq!(
+            reapply("not supported", true, &S2Compression::Fast, ms(1)),
+            Reapply::Reconnect
+        );
+        // A peer without compression is left alone.
+        assert_eq!(
+            reapply("not supported", false, &S2Compression::Best, ms(1)),
+            Reapply::Keep
+        );
+        // On/off and accept need a new agreement.
+        for new in [S2Compression::Off, S2Compression::Accept] {
+            assert_eq!(reapply("s2_fast", false, &new, ms(1)), Reapply::Reconnect);
+        }
+        assert_eq!(
+            reapply("off", false, &S2Compression::Fast, ms(1)),
+            Reapply::Reconnect
+        );
+        // Levels switch in place; the same level keeps.
+        assert_eq!(
+            reapply("s2_fast", false, &S2Compression::Fast, ms(1)),
+            Reapply::Keep
+        );
+        assert_eq!(
+            reapply("s2_fast", false, &S2Compression::Best, ms(1)),
+            Reapply::Level(Level::Best, "s2_best")
+        );
+        assert_eq!(
+            reapply("s2_best", false, &auto, ms(60)),
+            Reapply::Level(Level::Better, "s2_auto")
+        );
+        assert_eq!(
+            reapply("s2_auto", false, &auto, ms(1)),
+            Reapply::Level(Level::Uncompressed, "s2_auto")
+        );
     }
 
     #[test]

@@ -1142,3 +1142,189 @@ async fn nats_reload_refuses_other_cluster_changes() {
     assert_eq!(route_counts(a_http).await.1, 1);
     drop(a);
 }
+
+/// `(rid, compression)` of every route (or, with `leafs`, every leaf
+/// connection: `(id, compression)`) in the monitoring page of `http`.
+async fn link_modes(http: u16, leafs: bool) -> Vec<(u64, String)> {
+    let (page, list, id) = if leafs {
+        ("/leafz", "leafs", "id")
+    } else {
+        ("/routez", "routes", "rid")
+    };
+    let v = http_json(http, page).await.unwrap_or_default();
+    let mut out: Vec<(u64, String)> = v[list]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .map(|x| {
+                    (
+                        x[id].as_u64().unwrap_or(0),
+                        x["compression"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// Waits until every link of `http` has compression `mode` (and there is
+/// at least one); returns their ids.
+async fn wait_modes(http: u16, leafs: bool, mode: &str) -> Vec<u64> {
+    let what = format!("links of :{http} in {mode}");
+    wait_until(WAIT, &what, || async {
+        let m = link_modes(http, leafs).await;
+        !m.is_empty() && m.iter().all(|(_, c)| c == mode)
+    })
+    .await;
+    link_modes(http, leafs)
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect()
+}
+
+/// A reload that changes only the level of route compression switches it
+/// on the live connections (the same route ids go on, traffic keeps
+/// crossing both ways), as nats-server does; one that turns compression
+/// off closes them, and the routes re-form plain. Against Go nats-server
+/// 2.15.1, pools of three on both sides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_switches_route_compression_level_in_place() {
+    let (seed_cluster, seed_http, http) = (free_port(), free_port(), free_port());
+    let seed = Server::start_with(
+        super::support::procs::go_nats_server_2_15(),
+        &[],
+        &format!(
+            "http: 127.0.0.1:{seed_http}\ncluster {{ name: c1, listen: 127.0.0.1:{seed_cluster}, pool_size: 3, compression: s2_fast }}\n"
+        ),
+    );
+    let conf = |mode: &str| {
+        format!(
+            "http: 127.0.0.1:{http}\ncluster {{ name: c1, listen: 127.0.0.1:-1, pool_size: 3, routes: [ \"nats-route://127.0.0.1:{seed_cluster}\" ], compression: {mode} }}\n"
+        )
+    };
+    let ours = Server::start(&conf("s2_fast"));
+    let before = wait_modes(http, false, "s2_fast").await;
+    wait_modes(seed_http, false, "s2_fast").await;
+    let (a, b) = (
+        async_nats::connect(seed.url()).await.unwrap(),
+        async_nats::connect(ours.url()).await.unwrap(),
+    );
+    assert!(crosses(&a, &b, "rc.before.in").await);
+    assert!(crosses(&b, &a, "rc.before.out").await);
+
+    let log = ours.reload(&conf("s2_best")).await;
+    assert!(!log.contains("Failed"), "{log}");
+    assert!(
+        log.contains(&format!(
+            "Route compression s2_best in force: {} route connections switched level, 0 closed",
+            before.len()
+        )),
+        "{log}"
+    );
+    assert_eq!(wait_modes(http, false, "s2_best").await, before);
+    assert!(crosses(&a, &b, "rc.best.in").await);
+    assert!(crosses(&b, &a, "rc.best.out").await);
+    // The Go side decoded every level change without re-forming.
+    assert_eq!(link_modes(seed_http, false).await.len(), before.len());
+    assert!(link_modes(seed_http, false)
+        .await
+        .iter()
+        .all(|(_, m)| m == "s2_fast"));
+
+    let log = ours.reload(&conf("off")).await;
+    assert!(!log.contains("Failed"), "{log}");
+    assert!(log.contains("0 route connections switched level"), "{log}");
+    let after = wait_modes(http, false, "not supported").await;
+    assert!(after.iter().all(|id| !before.contains(id)), "{after:?}");
+    wait_modes(seed_http, false, "not supported").await;
+    assert!(crosses(&a, &b, "rc.off.in").await);
+    assert!(crosses(&b, &a, "rc.off.out").await);
+}
+
+/// Leaf `compression` reloads as nats-server's: our hub's level changes
+/// in place under a Go 2.15.1 leaf (same connection, traffic both ways);
+/// our leaf's remote level changes in place under a Go 2.15.1 hub; a
+/// remote turned `off` re-forms its link plain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_changes_leaf_compression() {
+    use crate::support::procs::{go_nats_server_2_15, ConfNode, Impl};
+    let go = Impl::Go(go_nats_server_2_15());
+
+    // Our hub, a Go leaf.
+    let (leaf_port, hub_http) = (free_port(), free_port());
+    let hub_conf = |mode: &str| {
+        format!(
+            "http: 127.0.0.1:{hub_http}\nleafnodes {{ listen: 127.0.0.1:{leaf_port}, compression: {mode} }}\n"
+        )
+    };
+    let hub = Server::start(&hub_conf("s2_fast"));
+    let leaf = ConfNode::start(
+        &go,
+        "go-leaf",
+        false,
+        Some(&format!(
+            "remotes [ {{ url: \"nats-leaf://127.0.0.1:{leaf_port}\", compression: s2_fast }} ]"
+        )),
+    )
+    .await;
+    let before = wait_modes(hub_http, true, "s2_fast").await;
+    let (h, l) = (
+        async_nats::connect(hub.url()).await.unwrap(),
+        async_nats::connect(leaf.url()).await.unwrap(),
+    );
+    assert!(crosses(&h, &l, "lc.hub.before.down").await);
+    let log = hub.reload(&hub_conf("s2_better")).await;
+    assert!(!log.contains("Failed"), "{log}");
+    assert!(
+        log.contains("Reloaded: LeafNode Compression value is: s2_better"),
+        "{log}"
+    );
+    assert!(
+        log.contains("1 connections switched level, 0 closed"),
+        "{log}"
+    );
+    assert_eq!(wait_modes(hub_http, true, "s2_better").await, before);
+    assert!(crosses(&h, &l, "lc.hub.after.down").await);
+    assert!(crosses(&l, &h, "lc.hub.after.up").await);
+    drop((leaf, hub));
+
+    // A Go hub, our leaf.
+    let go_hub = ConfNode::start(&go, "go-hub", true, Some("compression: accept")).await;
+    let http = free_port();
+    let leaf_conf = |mode: &str| {
+        format!(
+            "http: 127.0.0.1:{http}\nleafnodes {{ remotes [ {{ url: \"{}\", compression: {mode} }} ] }}\n",
+            go_hub.leaf_url()
+        )
+    };
+    let ours = Server::start(&leaf_conf("s2_fast"));
+    let before = wait_modes(http, true, "s2_fast").await;
+    let (h, l) = (
+        async_nats::connect(go_hub.url()).await.unwrap(),
+        async_nats::connect(ours.url()).await.unwrap(),
+    );
+    let log = ours.reload(&leaf_conf("s2_best")).await;
+    assert!(!log.contains("Failed"), "{log}");
+    assert!(
+        log.contains(&format!(
+            "Reloaded: LeafNode Remote {} Compression value is: s2_best",
+            go_hub.leaf_url()
+        )),
+        "{log}"
+    );
+    assert_eq!(wait_modes(http, true, "s2_best").await, before);
+    assert!(crosses(&l, &h, "lc.leaf.best.up").await);
+    assert!(crosses(&h, &l, "lc.leaf.best.down").await);
+    let log = ours.reload(&leaf_conf("off")).await;
+    assert!(
+        log.contains("0 connections switched level, 1 closed"),
+        "{log}"
+    );
+    let after = wait_modes(http, true, "not supported").await;
+    assert_ne!(after, before);
+    assert!(crosses(&l, &h, "lc.leaf.off.up").await);
+    assert!(crosses(&h, &l, "lc.leaf.off.down").await);
+}
