@@ -237,13 +237,50 @@ pub struct Leafnodes {
     cancel: CancellationToken,
     /// Counters.
     pub stats: LeafStats,
-    tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
-    remote_tls: Vec<Option<tokio_rustls::TlsConnector>>,
+    /// TLS of the listener and of each remote; a reload replaces them
+    /// with the re-read files, TLS staying on or off.
+    tls_acceptor: RwLock<Option<tokio_rustls::TlsAcceptor>>,
+    remote_tls: RwLock<Vec<Option<tokio_rustls::TlsConnector>>>,
     /// Checks leaf credentials when `authorization` is set in the block.
     auth: Option<Authenticator>,
     /// `leafnode_urls` in our INFO.
     urls: Vec<String>,
     max_pending: usize,
+}
+
+/// The listener's acceptor and each remote's connector, from the TLS
+/// files of `lo`.
+#[allow(clippy::type_complexity)]
+pub(crate) fn leaf_tls(
+    lo: &LeafnodeOptions,
+) -> Result<
+    (
+        Option<tokio_rustls::TlsAcceptor>,
+        Vec<Option<tokio_rustls::TlsConnector>>,
+    ),
+    LeafError,
+> {
+    let acceptor = match &lo.tls {
+        Some(files) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(
+            files,
+        )?)),
+        None => None,
+    };
+    let mut remotes = Vec::with_capacity(lo.remotes.len());
+    for (i, r) in lo.remotes.iter().enumerate() {
+        remotes.push(match &r.tls {
+            None => None,
+            Some(files) => {
+                let ca = files.ca.as_deref().ok_or(LeafError::TlsWithoutCa(i))?;
+                let cert = (!files.cert.as_os_str().is_empty())
+                    .then_some((files.cert.as_path(), files.key.as_path()));
+                Some(tokio_rustls::TlsConnector::from(
+                    crate::tls::client_config_with(ca, cert, &files.params)?,
+                ))
+            }
+        });
+    }
+    Ok((acceptor, remotes))
 }
 
 /// Errors of setting up leaf nodes.
@@ -708,26 +745,7 @@ impl Leafnodes {
                 (Some(l), Some(a))
             }
         };
-        let tls_acceptor = match &lo.tls {
-            Some(files) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(
-                files,
-            )?)),
-            None => None,
-        };
-        let mut remote_tls = Vec::with_capacity(lo.remotes.len());
-        for (i, r) in lo.remotes.iter().enumerate() {
-            remote_tls.push(match &r.tls {
-                None => None,
-                Some(files) => {
-                    let ca = files.ca.as_deref().ok_or(LeafError::TlsWithoutCa(i))?;
-                    let cert = (!files.cert.as_os_str().is_empty())
-                        .then_some((files.cert.as_path(), files.key.as_path()));
-                    Some(tokio_rustls::TlsConnector::from(
-                        crate::tls::client_config_with(ca, cert, &files.params)?,
-                    ))
-                }
-            });
-        }
+        let (tls_acceptor, remote_tls) = leaf_tls(lo)?;
         let auth = if lo.users.is_empty() {
             None
         } else {
@@ -773,8 +791,8 @@ impl Leafnodes {
                 remotes: lo.remotes.iter().map(|_| Mutex::default()).collect(),
                 cancel: CancellationToken::new(),
                 stats: LeafStats::default(),
-                tls_acceptor,
-                remote_tls,
+                tls_acceptor: RwLock::new(tls_acceptor),
+                remote_tls: RwLock::new(remote_tls),
                 auth,
                 urls,
                 max_pending: opts.max_pending,
@@ -858,6 +876,20 @@ impl Leafnodes {
             "Leafnode compression: {switched} connections switched level, {closed} closed to agree again"
         ));
         notes
+    }
+
+    /// Leaf connections made from now on use `tls` (a reload re-read the
+    /// files); connected ones keep their session.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn set_tls(
+        &self,
+        tls: (
+            Option<tokio_rustls::TlsAcceptor>,
+            Vec<Option<tokio_rustls::TlsConnector>>,
+        ),
+    ) {
+        *self.tls_acceptor.write() = tls.0;
+        *self.remote_tls.write() = tls.1;
     }
 
     /// The loop-detection subject of `account`: this server's random seed
@@ -1154,7 +1186,7 @@ fn encode_hub_info(
         port: leafs.listen.map_or(0, |a| a.port()),
         headers: true,
         auth_required: leafs.auth.is_some() || server.auth_required(),
-        tls_required: leafs.tls_acceptor.is_some(),
+        tls_required: leafs.tls_acceptor.read().is_some(),
         tls_verify: leafs.opts.tls.as_ref().is_some_and(|t| t.verify),
         max_payload: server.live().opts.max_payload,
         client_id: cid,
@@ -1195,7 +1227,8 @@ async fn accept_one(server: Arc<ServerInner>, mut stream: TcpStream, addr: Socke
     if !tls_first && stream.write_all(&frame).await.is_err() {
         return;
     }
-    match leafs.tls_acceptor.clone() {
+    let acceptor = leafs.tls_acceptor.read().clone();
+    match acceptor {
         None => run_accepted(server, stream, addr, cid, nonce).await,
         Some(acc) => match tokio::time::timeout(CONNECT_TIMEOUT, acc.accept(stream)).await {
             Ok(Ok(mut tls)) => {
@@ -1692,7 +1725,7 @@ async fn connect_remote(
         .await;
     }
     // `handshake_first`: TLS before anything else, INFO inside it.
-    let Some(conn) = leafs.remote_tls[index].clone() else {
+    let Some(conn) = leafs.remote_tls.read()[index].clone() else {
         return Err(ConnectError::Tls(
             "handshake_first needs tls { ca_file } in this remote".into(),
         ));
@@ -1826,14 +1859,14 @@ where
             .as_bytes(),
     );
     hello.extend_from_slice(b"\r\n");
-    let want_tls = tls_scheme || info.tls_required || leafs.remote_tls[index].is_some();
+    let want_tls = tls_scheme || info.tls_required || leafs.remote_tls.read()[index].is_some();
     if tls_done || !want_tls {
         return start_remote(
             server, leaf, stream, hello, rest, parser, &info, index, started,
         )
         .await;
     }
-    let Some(conn) = leafs.remote_tls[index].clone() else {
+    let Some(conn) = leafs.remote_tls.read()[index].clone() else {
         return Err(ConnectError::Tls(
             "the hub requires TLS: configure tls { ca_file } in this remote".into(),
         ));
@@ -2503,7 +2536,7 @@ pub(crate) fn varz_leaf(server: &ServerInner) -> serde_json::Value {
         "port": leafs.listen.map_or(0, |a| a.port()),
         "auth_timeout": leafs.opts.auth_timeout.as_secs_f64(),
         "tls_timeout": 2.0,
-        "tls_required": leafs.tls_acceptor.is_some(),
+        "tls_required": leafs.tls_acceptor.read().is_some(),
         "tls_verify": leafs.opts.tls.as_ref().is_some_and(|t| t.verify),
         "remotes": remotes,
     })

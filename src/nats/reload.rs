@@ -43,7 +43,8 @@
 //! logs (the caller logs the returned lines with its own logger, so the
 //! `nats-server` mode and the liftbridge mode each keep their format); it
 //! never changes listeners (host, port, the rest of the cluster block,
-//! leaf nodes other than `compression`, WebSocket other than its certificate): those are refused
+//! leaf nodes other than `compression` and certificates, WebSocket other
+//! than its certificate): those are refused
 //! with nats-server's `config reload not supported for <Field>: old=<v>,
 //! new=<v>`.
 
@@ -88,6 +89,12 @@ pub enum ReloadError {
     /// A certificate or key file cannot be read or used.
     #[error("{0}")]
     Tls(#[from] crate::tls::TlsError),
+    /// The cluster block's new TLS files cannot be used.
+    #[error("{0}")]
+    Route(#[from] super::route::RouteError),
+    /// The leafnodes block's new TLS files cannot be used.
+    #[error("{0}")]
+    Leaf(#[from] super::leaf::LeafError),
     /// A removed account is still named by configuration that cannot
     /// change at run time.
     #[error("account {account:?} cannot be removed: {what} uses it")]
@@ -515,8 +522,9 @@ pub(crate) fn diff(
 }
 
 /// Of the cluster block, `routes` (dialled or dropped by `reload`),
-/// `connect_retries`, `pool_size`, `accounts` and `compression` (the mesh
-/// re-forms) may change; the rest is refused, host and port with
+/// `connect_retries`, `pool_size` and `accounts` (the mesh re-forms),
+/// `compression` (see `Routes::recompress`) and the TLS files (see
+/// [`files_only`]) may change; the rest is refused, host and port with
 /// nats-server's own texts.
 fn diff_cluster(
     old: &NatsOptions,
@@ -560,6 +568,9 @@ fn diff_cluster(
                 c.pool_size = 0;
                 c.pinned_accounts = Vec::new();
                 c.compression = Default::default();
+                // The files are read again on every reload; TLS itself
+                // cannot be turned on or off.
+                c.tls = c.tls.as_ref().map(files_only);
                 c
             };
             if same(&fixed(o), &fixed(n)) {
@@ -572,9 +583,21 @@ fn diff_cluster(
     }
 }
 
-/// Of leaf nodes only `compression` (the listener's and each remote's)
-/// may change, applied by `Leafnodes::recompress`; the listener and the
-/// remotes are otherwise fixed.
+/// A TLS block with what a reload may change cleared: the certificate,
+/// key and CA files and the TLS parameters, re-read on every reload.
+/// `verify` and `handshake_first` stay, so changing them is refused.
+fn files_only(t: &TlsFiles) -> TlsFiles {
+    TlsFiles {
+        verify: t.verify,
+        handshake_first: t.handshake_first,
+        ..TlsFiles::default()
+    }
+}
+
+/// Of leaf nodes only `compression` (the listener's and each remote's,
+/// applied by `Leafnodes::recompress`) and the TLS files (see
+/// [`files_only`]) may change; the listener and the remotes are otherwise
+/// fixed.
 fn diff_leafnodes(
     old: &NatsOptions,
     new: &mut NatsOptions,
@@ -588,8 +611,10 @@ fn diff_leafnodes(
     let fixed = |l: &Option<crate::config::nats::LeafnodeOptions>| {
         l.clone().map(|mut l| {
             l.compression = Default::default();
+            l.tls = l.tls.as_ref().map(files_only);
             for r in &mut l.remotes {
                 r.compression = Default::default();
+                r.tls = r.tls.as_ref().map(files_only);
             }
             l
         })
@@ -656,6 +681,19 @@ impl NatsServer {
             (Some(_), Some(w)) => tls_acceptor(w.tls.as_ref())?,
             _ => None,
         };
+        // As for clients, the route and leaf TLS files are read again on
+        // every reload; unusable ones refuse the reload.
+        let route_tls = match (
+            &inner.routes,
+            new.cluster.as_ref().and_then(|c| c.tls.as_ref()),
+        ) {
+            (Some(_), Some(files)) => Some(super::route::route_tls(files)?),
+            _ => None,
+        };
+        let leaf_tls = match (&inner.leafs, &new.leafnodes) {
+            (Some(_), Some(lo)) => Some(super::leaf::leaf_tls(lo)?),
+            _ => None,
+        };
         // Certificate reads and bcrypt parsing run off the I/O threads.
         let template = cur.info.clone();
         let live = tokio::task::spawn_blocking(move || Live::build(new, &template))
@@ -676,6 +714,12 @@ impl NatsServer {
             .store(live.opts.max_payload, Ordering::Relaxed);
         if let (Some(ws), Some(t)) = (&inner.ws, ws_tls) {
             ws.set_tls(t);
+        }
+        if let (Some(r), Some(t)) = (&inner.routes, route_tls) {
+            r.set_tls(t);
+        }
+        if let (Some(l), Some(t)) = (&inner.leafs, leaf_tls) {
+            l.set_tls(t);
         }
         if let (Some(r), Some(c)) = (&inner.routes, &live.opts.cluster) {
             lines.extend(r.reconfigure(&inner, c));
@@ -1125,6 +1169,47 @@ mod tests {
             let err = diff(&old, &mut new, bound()).unwrap_err().to_string();
             assert!(
                 err.starts_with("config reload not supported for LeafNode: "),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn route_and_leaf_certificates_may_change_tls_itself_may_not() {
+        use crate::config::nats::{LeafnodeOptions, TlsFiles};
+        let files = |cert: &str| TlsFiles {
+            cert: cert.into(),
+            key: format!("{cert}.key").into(),
+            ca: Some("ca.pem".into()),
+            ..TlsFiles::default()
+        };
+        let opts = |cluster: Option<TlsFiles>, leaf: Option<TlsFiles>| NatsOptions {
+            cluster: Some(ClusterOptions {
+                tls: cluster,
+                ..ClusterOptions::default()
+            }),
+            leafnodes: Some(LeafnodeOptions {
+                tls: leaf,
+                ..LeafnodeOptions::default()
+            }),
+            ..NatsOptions::default()
+        };
+        let old = opts(Some(files("a.pem")), Some(files("a.pem")));
+        let mut new = opts(Some(files("b.pem")), Some(files("b.pem")));
+        assert!(diff(&old, &mut new, bound()).is_ok());
+        let verify = TlsFiles {
+            verify: true,
+            ..files("a.pem")
+        };
+        for (mut new, field) in [
+            (opts(None, Some(files("a.pem"))), "Cluster"),
+            (opts(Some(verify.clone()), Some(files("a.pem"))), "Cluster"),
+            (opts(Some(files("a.pem")), None), "LeafNode"),
+            (opts(Some(files("a.pem")), Some(verify)), "LeafNode"),
+        ] {
+            let err = diff(&old, &mut new, bound()).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("config reload not supported for {field}: ")),
                 "{err}"
             );
         }

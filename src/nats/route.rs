@@ -345,8 +345,10 @@ pub struct Routes {
     cancel: CancellationToken,
     /// Counters.
     pub stats: RouteStats,
-    tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
-    tls_connector: Option<tokio_rustls::TlsConnector>,
+    /// TLS of accepted and solicited routes (`cluster { tls }`); a reload
+    /// replaces them with the re-read files, TLS staying on or off.
+    tls_acceptor: parking_lot::RwLock<Option<tokio_rustls::TlsAcceptor>>,
+    tls_connector: parking_lot::RwLock<Option<tokio_rustls::TlsConnector>>,
     /// Our client URL (`host:port`) advertised to peers and clients.
     own_client_url: String,
     max_pending: usize,
@@ -370,6 +372,21 @@ pub enum RouteError {
     /// TLS on routes needs a CA to verify peers.
     #[error("cluster tls needs ca_file to verify peer servers")]
     TlsWithoutCa,
+}
+
+/// The acceptor and connector of routes with TLS files `files` (the same
+/// certificate both ways; the CA verifies peers both ways).
+pub(crate) fn route_tls(
+    files: &crate::config::nats::TlsFiles,
+) -> Result<(tokio_rustls::TlsAcceptor, tokio_rustls::TlsConnector), RouteError> {
+    let ca = files.ca.as_deref().ok_or(RouteError::TlsWithoutCa)?;
+    let server = crate::tls::server_config(files)?;
+    let client =
+        crate::tls::client_config_with(ca, Some((&files.cert, &files.key)), &files.params)?;
+    Ok((
+        tokio_rustls::TlsAcceptor::from(server),
+        tokio_rustls::TlsConnector::from(client),
+    ))
 }
 
 /// The route INFO we send.
@@ -527,17 +544,8 @@ impl Routes {
         })?;
         let (tls_acceptor, tls_connector) = match &cluster.tls {
             Some(files) => {
-                let ca = files.ca.as_deref().ok_or(RouteError::TlsWithoutCa)?;
-                let server = crate::tls::server_config(files)?;
-                let client = crate::tls::client_config_with(
-                    ca,
-                    Some((&files.cert, &files.key)),
-                    &files.params,
-                )?;
-                (
-                    Some(tokio_rustls::TlsAcceptor::from(server)),
-                    Some(tokio_rustls::TlsConnector::from(client)),
-                )
+                let (a, c) = route_tls(files)?;
+                (Some(a), Some(c))
             }
             None => (None, None),
         };
@@ -569,8 +577,8 @@ impl Routes {
                 state: Mutex::new(State::default()),
                 cancel: CancellationToken::new(),
                 stats: RouteStats::default(),
-                tls_acceptor,
-                tls_connector,
+                tls_acceptor: parking_lot::RwLock::new(tls_acceptor),
+                tls_connector: parking_lot::RwLock::new(tls_connector),
                 own_client_url: format!("{client_host}:{client_port}"),
                 max_pending: opts.max_pending,
             },
@@ -619,6 +627,13 @@ impl Routes {
             .lock()
             .iter()
             .any(|u| same_route_url(u, url))
+    }
+
+    /// Routes connected from now on use `tls` (a reload re-read the
+    /// files); connected ones keep their session.
+    pub(crate) fn set_tls(&self, tls: (tokio_rustls::TlsAcceptor, tokio_rustls::TlsConnector)) {
+        *self.tls_acceptor.write() = Some(tls.0);
+        *self.tls_connector.write() = Some(tls.1);
     }
 
     /// Applies a reload's cluster block (its other fields cannot change,
@@ -1007,8 +1022,8 @@ impl Routes {
             port: self.listen.port(),
             headers: true,
             auth_required: self.opts.auth.is_some(),
-            tls_required: self.tls_acceptor.is_some(),
-            tls_verify: self.tls_acceptor.is_some(),
+            tls_required: self.tls_acceptor.read().is_some(),
+            tls_verify: self.tls_acceptor.read().is_some(),
             max_payload: server.opts.max_payload,
             ip: advertise,
             cluster: name,
@@ -1130,7 +1145,8 @@ async fn accept_one(server: Arc<ServerInner>, stream: TcpStream, addr: SocketAdd
     let Some(routes) = server.routes.as_ref() else {
         return;
     };
-    match routes.tls_acceptor.clone() {
+    let acceptor = routes.tls_acceptor.read().clone();
+    match acceptor {
         None => run_route(server, stream, addr, None, 0, None).await,
         Some(acc) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acc.accept(stream)).await {
             Ok(Ok(tls)) => run_route(server, tls, addr, None, 0, None).await,
@@ -1239,7 +1255,8 @@ async fn solicit(
             routes.state.lock().connecting.remove(k);
         }
         let solicited = Some((url.clone(), configured));
-        match routes.tls_connector.clone() {
+        let connector = routes.tls_connector.read().clone();
+        match connector {
             None => run_route(server.clone(), stream, addr, solicited, attempt, account).await,
             Some(conn) => {
                 let name =
@@ -1328,7 +1345,7 @@ async fn run_route<S>(
             pedantic: false,
             user: creds.as_ref().map(|c| c.0.as_str()),
             pass: creds.as_ref().map(|c| c.1.as_str()),
-            tls_required: routes.tls_connector.is_some(),
+            tls_required: routes.tls_connector.read().is_some(),
             headers: true,
             name: &server.server_id,
             cluster: &name,
@@ -2751,8 +2768,8 @@ pub(crate) fn varz_cluster(server: &ServerInner) -> serde_json::Value {
         "auth_timeout": routes.opts.auth_timeout.as_secs_f64(),
         "urls": urls,
         "tls_timeout": 2.0,
-        "tls_required": routes.tls_acceptor.is_some(),
-        "tls_verify": routes.tls_acceptor.is_some(),
+        "tls_required": routes.tls_acceptor.read().is_some(),
+        "tls_verify": routes.tls_acceptor.read().is_some(),
         "pool_size": match routes.pool_size() { 0 => -1, n => n as i64 },
     })
 }

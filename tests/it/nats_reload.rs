@@ -527,7 +527,7 @@ async fn nats_reload_by_signal_command() {
     assert!(can_connect(&srv.url(), "bob", "b").await);
 }
 
-/// A CA and server certificates for `localhost` signed by it, written as
+/// A CA and server certificates for `localhost` and 127.0.0.1 signed by it, written as
 /// `<name>.pem` / `<name>-key.pem`; returns each certificate's DER.
 fn write_certs(dir: &Path, names: &[&str]) -> Vec<Vec<u8>> {
     use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair};
@@ -543,7 +543,9 @@ fn write_certs(dir: &Path, names: &[&str]) -> Vec<Vec<u8>> {
         .iter()
         .map(|n| {
             let key = KeyPair::generate().unwrap();
-            let mut p = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+            let mut p =
+                CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+                    .unwrap();
             let mut dn = DistinguishedName::new();
             dn.push(DnType::CommonName, *n);
             p.distinguished_name = dn;
@@ -570,6 +572,19 @@ async fn presented_cert(port: u16, ca: &Path) -> Vec<u8> {
     let connector = tokio_rustls::TlsConnector::from(cfg);
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
     let tls = connector.connect(name, s).await.unwrap();
+    tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+/// The certificate a listener that starts with the TLS handshake
+/// presents (WebSocket, routes).
+async fn presented_cert_tls_first(port: u16, ca: &Path) -> Vec<u8> {
+    let s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let cfg = liftbridge::tls::client_config(ca, None).unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(cfg)
+        .connect(name, s)
+        .await
+        .unwrap();
     tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
 }
 
@@ -728,16 +743,7 @@ async fn nats_reload_websocket_certificate_replaced() {
         .and_then(|p| p.trim().parse().ok())
         .unwrap_or_else(|| panic!("no websocket line:\n{text}"));
     let ca = pki.path().join("ca.pem");
-    let presented = || async {
-        let s = TcpStream::connect(("127.0.0.1", ws_port)).await.unwrap();
-        let cfg = liftbridge::tls::client_config(&ca, None).unwrap();
-        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-        let tls = tokio_rustls::TlsConnector::from(cfg)
-            .connect(name, s)
-            .await
-            .unwrap();
-        tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
-    };
+    let presented = || presented_cert_tls_first(ws_port, &ca);
     assert_eq!(fingerprint(&presented().await), fingerprint(&ders[0]));
     let lines = srv.reload(&conf("two")).await;
     assert!(
@@ -1327,4 +1333,101 @@ async fn nats_reload_changes_leaf_compression() {
     assert_ne!(after, before);
     assert!(crosses(&l, &h, "lc.leaf.off.up").await);
     assert!(crosses(&h, &l, "lc.leaf.off.down").await);
+}
+
+/// Route and leaf listener certificates are read again on reload, as
+/// nats-server does: new route and leaf handshakes see the renewed
+/// certificate, the route already up keeps its session, a node that joins
+/// afterwards forms its TLS route; an unusable key refuses the reload;
+/// turning cluster TLS off is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_route_and_leaf_certificates_replaced() {
+    let pki = tempfile::tempdir().unwrap();
+    let ders = write_certs(pki.path(), &["one", "two"]);
+    let ca = pki.path().join("ca.pem");
+    let (a_cluster, a_http, leaf_port) = (free_port(), free_port(), free_port());
+    let tls = |n: &str, key: &str| {
+        format!(
+            "tls {{ cert_file: \"{}\", key_file: \"{}\", ca_file: \"{}\" }}",
+            pki.path().join(format!("{n}.pem")).display(),
+            pki.path().join(format!("{key}-key.pem")).display(),
+            ca.display()
+        )
+    };
+    let a_conf = |cluster_tls: &str, leaf_tls: &str| {
+        format!(
+            "http: 127.0.0.1:{a_http}\ncluster {{ name: c1, listen: 127.0.0.1:{a_cluster}\n{cluster_tls}\n}}\nleafnodes {{ listen: 127.0.0.1:{leaf_port}\n{leaf_tls}\n}}\n"
+        )
+    };
+    let joiner = || {
+        Server::start(&format!(
+            "cluster {{ name: c1, listen: 127.0.0.1:-1, routes: [ \"nats-route://127.0.0.1:{a_cluster}\" ]\n{}\n}}\n",
+            tls("two", "two")
+        ))
+    };
+    let a = Server::start(&a_conf(&tls("one", "one"), &tls("one", "one")));
+    let b = joiner();
+    let routes = || async { link_modes(a_http, false).await.len() };
+    wait_until(WAIT, "the TLS route", || async { routes().await == 1 }).await;
+    assert_eq!(
+        fingerprint(&presented_cert_tls_first(a_cluster, &ca).await),
+        fingerprint(&ders[0])
+    );
+    assert_eq!(
+        fingerprint(&presented_cert(leaf_port, &ca).await),
+        fingerprint(&ders[0])
+    );
+    let (ca_client, cb_client) = (
+        async_nats::connect(a.url()).await.unwrap(),
+        async_nats::connect(b.url()).await.unwrap(),
+    );
+    assert!(crosses(&ca_client, &cb_client, "rt.before").await);
+
+    // Renewal in place: same paths, new certificate and key.
+    std::fs::copy(pki.path().join("two.pem"), pki.path().join("one.pem")).unwrap();
+    std::fs::copy(
+        pki.path().join("two-key.pem"),
+        pki.path().join("one-key.pem"),
+    )
+    .unwrap();
+    let lines = a
+        .reload(&a_conf(&tls("one", "one"), &tls("one", "one")))
+        .await;
+    assert!(lines.contains("Reloaded server configuration"), "{lines}");
+    assert_eq!(
+        fingerprint(&presented_cert_tls_first(a_cluster, &ca).await),
+        fingerprint(&ders[1]),
+        "new route handshakes use the new certificate"
+    );
+    assert_eq!(
+        fingerprint(&presented_cert(leaf_port, &ca).await),
+        fingerprint(&ders[1]),
+        "new leaf handshakes use the new certificate"
+    );
+    assert!(crosses(&ca_client, &cb_client, "rt.after").await);
+    let c = joiner();
+    wait_until(WAIT, "a second TLS route", || async { routes().await == 2 }).await;
+    let cc_client = async_nats::connect(c.url()).await.unwrap();
+    assert!(crosses(&ca_client, &cc_client, "rt.joined").await);
+
+    // A key that does not parse: refused, the certificate stays.
+    std::fs::write(pki.path().join("bad-key.pem"), "not a key").unwrap();
+    let lines = a
+        .reload(&a_conf(&tls("two", "bad"), &tls("one", "one")))
+        .await;
+    assert!(
+        lines.contains("Failed to reload server configuration"),
+        "{lines}"
+    );
+    assert_eq!(
+        fingerprint(&presented_cert_tls_first(a_cluster, &ca).await),
+        fingerprint(&ders[1])
+    );
+    // TLS off on routes: refused.
+    let lines = a.reload(&a_conf("", &tls("one", "one"))).await;
+    assert!(
+        lines.contains("config reload not supported for Cluster"),
+        "{lines}"
+    );
+    assert_eq!(routes().await, 2);
 }
