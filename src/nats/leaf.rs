@@ -855,18 +855,10 @@ impl Leafnodes {
             let new = self.mode(l.remote);
             let rtt = l.client.meta.lock().rtt.unwrap_or_default();
             let sw = l.switches.lock().clone();
-            let mut agreed = l.compression.lock();
-            match s2::reapply(&agreed, l.formed_off, &new, rtt) {
+            match s2::reapply_live(&l.compression, sw.as_ref(), l.formed_off, &new, rtt) {
                 s2::Reapply::Keep => {}
-                s2::Reapply::Level(level, name) => {
-                    if let Some(sw) = &sw {
-                        sw.set_level(level);
-                    }
-                    *agreed = name;
-                    switched += 1;
-                }
+                s2::Reapply::Level(..) => switched += 1,
                 s2::Reapply::Reconnect => {
-                    drop(agreed);
                     l.client.close_with_err(None);
                     closed += 1;
                 }

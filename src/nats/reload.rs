@@ -89,6 +89,9 @@ pub enum ReloadError {
     /// A certificate or key file cannot be read or used.
     #[error("{0}")]
     Tls(#[from] crate::tls::TlsError),
+    /// A new value is malformed (nats-server's text).
+    #[error("{0}")]
+    Invalid(String),
     /// The cluster block's new TLS files cannot be used.
     #[error("{0}")]
     Route(#[from] super::route::RouteError),
@@ -522,7 +525,8 @@ pub(crate) fn diff(
 }
 
 /// Of the cluster block, `routes` (dialled or dropped by `reload`),
-/// `connect_retries`, `pool_size` and `accounts` (the mesh re-forms),
+/// `connect_retries`, `advertise`, `no_advertise` (new route INFOs and
+/// client `connect_urls`), `pool_size` and `accounts` (the mesh re-forms),
 /// `compression` (see `Routes::recompress`) and the TLS files (see
 /// [`files_only`]) may change; the rest is refused, host and port with
 /// nats-server's own texts.
@@ -550,11 +554,23 @@ fn diff_cluster(
                     new: n.port.to_string(),
                 });
             }
+            if let Some(a) = &n.advertise {
+                // nats-server's check of the new value's syntax.
+                if let Some((_, port)) = a.rsplit_once(':') {
+                    if port.parse::<u16>().is_err() {
+                        return Err(ReloadError::Invalid(format!(
+                            "invalid Cluster.Advertise value of {a}, err=invalid port {port:?}"
+                        )));
+                    }
+                }
+            }
             let mut lines = Vec::new();
             if o.connect_retries != n.connect_retries
                 || o.pool_size != n.pool_size
                 || o.pinned_accounts != n.pinned_accounts
                 || o.compression != n.compression
+                || o.advertise != n.advertise
+                || o.no_advertise != n.no_advertise
             {
                 lines.push("Reloaded: cluster".to_string());
             }
@@ -568,6 +584,8 @@ fn diff_cluster(
                 c.pool_size = 0;
                 c.pinned_accounts = Vec::new();
                 c.compression = Default::default();
+                c.advertise = None;
+                c.no_advertise = false;
                 // The files are read again on every reload; TLS itself
                 // cannot be turned on or off.
                 c.tls = c.tls.as_ref().map(files_only);
@@ -1120,10 +1138,27 @@ mod tests {
         let lines = diff(&old, &mut new, bound()).unwrap();
         assert!(lines.iter().any(|l| l == "Reloaded: cluster"), "{lines:?}");
         for change in [
+            &(|c: &mut ClusterOptions| c.no_advertise = true) as &dyn Fn(&mut ClusterOptions),
+            &|c| c.advertise = Some("h:1".into()),
+        ] {
+            let lines = diff(&old, &mut with(change), bound()).unwrap();
+            assert!(lines.iter().any(|l| l == "Reloaded: cluster"), "{lines:?}");
+        }
+        let err = diff(
+            &old,
+            &mut with(&|c| c.advertise = Some("h:port".into())),
+            bound(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("invalid Cluster.Advertise value of h:port"),
+            "{err}"
+        );
+        for change in [
             &(|c: &mut ClusterOptions| c.name = Some("other".into()))
                 as &dyn Fn(&mut ClusterOptions),
-            &|c| c.no_advertise = true,
-            &|c| c.advertise = Some("h:1".into()),
+            &|c| c.auth = Some(Default::default()),
         ] {
             let mut new = with(change);
             let err = diff(&old, &mut new, bound()).unwrap_err().to_string();

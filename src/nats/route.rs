@@ -351,6 +351,9 @@ pub struct Routes {
     tls_connector: parking_lot::RwLock<Option<tokio_rustls::TlsConnector>>,
     /// Our client URL (`host:port`) advertised to peers and clients.
     own_client_url: String,
+    /// `advertise` and `no_advertise` in force (a reload changes them; new
+    /// route INFOs and client `connect_urls` follow).
+    advertise: parking_lot::RwLock<(Option<String>, bool)>,
     max_pending: usize,
 }
 
@@ -580,6 +583,10 @@ impl Routes {
                 tls_acceptor: parking_lot::RwLock::new(tls_acceptor),
                 tls_connector: parking_lot::RwLock::new(tls_connector),
                 own_client_url: format!("{client_host}:{client_port}"),
+                advertise: parking_lot::RwLock::new((
+                    cluster.advertise.clone(),
+                    cluster.no_advertise,
+                )),
                 max_pending: opts.max_pending,
             },
             listener,
@@ -592,10 +599,17 @@ impl Routes {
     }
 
     /// The cluster options (as at start-up; `routes`, `connect_retries`,
-    /// `pool_size` and `accounts` may have changed since, see
+    /// `pool_size`, `accounts`, `compression`, `advertise`, `no_advertise`
+    /// and the TLS files may have changed since, see
     /// [`Routes::reconfigure`]).
     pub fn options(&self) -> &ClusterOptions {
         &self.opts
+    }
+
+    /// `no_advertise` in force: our clients are not told the cluster's
+    /// client URLs, nor are peers told ours.
+    pub fn no_advertise(&self) -> bool {
+        self.advertise.read().1
     }
 
     /// `pool_size` in force: `0` = no pool.
@@ -629,6 +643,15 @@ impl Routes {
             .any(|u| same_route_url(u, url))
     }
 
+    /// Every route connection, registered or still in its handshake.
+    fn every_connection(&self) -> Vec<Arc<Route>> {
+        let st = self.state.lock();
+        st.all_routes()
+            .chain(st.pending.values())
+            .cloned()
+            .collect()
+    }
+
     /// Routes connected from now on use `tls` (a reload re-read the
     /// files); connected ones keep their session.
     pub(crate) fn set_tls(&self, tls: (tokio_rustls::TlsAcceptor, tokio_rustls::TlsConnector)) {
@@ -643,6 +666,9 @@ impl Routes {
     ///   longer listed are closed and not re-dialled (a connection the peer
     ///   dialled itself stays), and new routes are dialled;
     /// - `connect_retries` applies to the next gossip-driven dial;
+    /// - `advertise` and `no_advertise` apply to route INFOs sent from now
+    ///   on and to client `connect_urls` (peers keep what they were told
+    ///   until their route re-forms, as with nats-server);
     /// - `compression` alone: see [`Routes::recompress`];
     /// - `pool_size` or `accounts`: every route connection
     ///   closes and the mesh re-forms with the new pools, pinned
@@ -659,6 +685,7 @@ impl Routes {
         let routes = &cluster.routes;
         self.connect_retries
             .store(cluster.connect_retries, Ordering::Relaxed);
+        *self.advertise.write() = (cluster.advertise.clone(), cluster.no_advertise);
         let mut notes = Vec::new();
         let old_pins = self.pinned_accounts();
         let compression_changed = *self.compression.read() != cluster.compression;
@@ -686,13 +713,7 @@ impl Routes {
             (added, removed)
         };
         if !removed.is_empty() {
-            let conns: Vec<Arc<Route>> = {
-                let st = self.state.lock();
-                st.all_routes()
-                    .chain(st.pending.values())
-                    .cloned()
-                    .collect()
-            };
+            let conns: Vec<Arc<Route>> = self.every_connection();
             for url in &removed {
                 let mut closed = false;
                 for r in &conns {
@@ -725,29 +746,15 @@ impl Routes {
     /// agree again (compression turned on or off, or `accept`) close and
     /// re-form. Returns the notices to log.
     fn recompress(&self, new: &S2Compression) -> Vec<String> {
-        let conns: Vec<Arc<Route>> = {
-            let st = self.state.lock();
-            st.all_routes()
-                .chain(st.pending.values())
-                .cloned()
-                .collect()
-        };
+        let conns: Vec<Arc<Route>> = self.every_connection();
         let (mut switched, mut closed) = (0, 0);
         for r in &conns {
             let sw = r.switches.lock().clone();
             let rtt = r.client.meta.lock().rtt.unwrap_or_default();
-            let mut agreed = r.compression.lock();
-            match s2::reapply(&agreed, sw.is_none(), new, rtt) {
+            match s2::reapply_live(&r.compression, sw.as_ref(), sw.is_none(), new, rtt) {
                 s2::Reapply::Keep => {}
-                s2::Reapply::Level(level, name) => {
-                    if let Some(sw) = &sw {
-                        sw.set_level(level);
-                    }
-                    *agreed = name;
-                    switched += 1;
-                }
+                s2::Reapply::Level(..) => switched += 1,
                 s2::Reapply::Reconnect => {
-                    drop(agreed);
                     r.client.close_with_err(None);
                     closed += 1;
                 }
@@ -846,7 +853,7 @@ impl Routes {
     /// Client URLs of this server and every routed peer (deduplicated,
     /// sorted), for `connect_urls` in client INFO.
     pub fn client_connect_urls(&self) -> Vec<String> {
-        if self.opts.no_advertise {
+        if self.no_advertise() {
             return Vec::new();
         }
         let st = self.state.lock();
@@ -962,13 +969,7 @@ impl Routes {
     /// Closes the listener, the solicit tasks and every route.
     pub(crate) fn shutdown(&self) {
         self.cancel.cancel();
-        let routes: Vec<Arc<Route>> = {
-            let st = self.state.lock();
-            st.all_routes()
-                .chain(st.pending.values())
-                .cloned()
-                .collect()
-        };
+        let routes: Vec<Arc<Route>> = self.every_connection();
         for r in routes {
             r.client.close_now();
         }
@@ -1004,9 +1005,8 @@ impl Routes {
         route_account: Option<&str>,
         compression: Option<&str>,
     ) -> String {
-        let advertise = self
-            .opts
-            .advertise
+        let (advertise, no_advertise) = self.advertise.read().clone();
+        let advertise = advertise
             .as_ref()
             .map(|a| format!("nats-route://{}/", a.trim_end_matches('/')));
         let host = self.opts.host.as_str();
@@ -1028,7 +1028,7 @@ impl Routes {
             ip: advertise,
             cluster: name,
             cluster_dynamic: self.dynamic.load(Ordering::Relaxed),
-            connect_urls: if self.opts.no_advertise || ldm {
+            connect_urls: if no_advertise || ldm {
                 Vec::new()
             } else {
                 vec![self.own_client_url.clone()]

@@ -138,6 +138,28 @@ pub fn reapply(agreed: &str, formed_off: bool, new: &S2Compression, rtt: Duratio
     }
 }
 
+/// [`reapply`] on a live connection whose agreed mode is `agreed` and
+/// whose switches are `sw`: a new level is set on the switches and named
+/// in `agreed`; the caller closes the connection on
+/// [`Reapply::Reconnect`].
+pub fn reapply_live(
+    agreed: &parking_lot::Mutex<&'static str>,
+    sw: Option<&Switches>,
+    formed_off: bool,
+    new: &S2Compression,
+    rtt: Duration,
+) -> Reapply {
+    let mut a = agreed.lock();
+    let r = reapply(&a, formed_off, new, rtt);
+    if let Reapply::Level(level, name) = r {
+        if let Some(sw) = sw {
+            sw.set_level(level);
+        }
+        *a = name;
+    }
+    r
+}
+
 /// The level `s2_auto` picks for round-trip time `rtt`: thresholds top
 /// uncompressed, fast, better and best in turn (a zero one skips its
 /// level); above the last, best with three or more thresholds, otherwise

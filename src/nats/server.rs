@@ -481,11 +481,7 @@ impl ServerInner {
     /// Sends an async INFO with the current `connect_urls` to every TCP
     /// client (after a route came or went), as nats-server does.
     pub(crate) fn send_connect_urls_to_clients(&self) {
-        if self
-            .routes
-            .as_ref()
-            .is_none_or(|r| r.options().no_advertise)
-        {
+        if self.routes.as_ref().is_none_or(|r| r.no_advertise()) {
             return;
         }
         // A client between its INFO and its CONNECT is skipped below; the

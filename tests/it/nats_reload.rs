@@ -1431,3 +1431,81 @@ async fn nats_reload_route_and_leaf_certificates_replaced() {
     );
     assert_eq!(routes().await, 2);
 }
+
+/// The first line (`INFO {...}`) a listener sends, as JSON.
+async fn first_info(port: u16) -> serde_json::Value {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut line = Vec::new();
+    let mut b = [0u8; 1];
+    while tokio::time::timeout(WAIT, s.read_exact(&mut b))
+        .await
+        .is_ok_and(|r| r.is_ok())
+        && b[0] != b'\n'
+    {
+        line.push(b[0]);
+    }
+    let text = String::from_utf8_lossy(&line).into_owned();
+    serde_json::from_str(text.trim().trim_start_matches("INFO ")).unwrap_or_else(|e| {
+        panic!("not an INFO line ({e}): {text:?}");
+    })
+}
+
+/// `cluster { no_advertise, advertise }` reload as nats-server's: new
+/// client INFOs stop (or start) carrying the cluster's client URLs, and
+/// new route INFOs carry the new advertised route address; a malformed
+/// `advertise` is refused with nats-server's text. The route stays up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_changes_cluster_advertising() {
+    let (a_cluster, a_http) = (free_port(), free_port());
+    let a_conf = |extra: &str| {
+        format!(
+            "http: 127.0.0.1:{a_http}\ncluster {{ name: c1, listen: 127.0.0.1:{a_cluster}\n{extra}\n}}\n"
+        )
+    };
+    let a = Server::start(&a_conf(""));
+    let b = Server::start(&format!(
+        "cluster {{ name: c1, listen: 127.0.0.1:-1, routes: [ \"nats-route://127.0.0.1:{a_cluster}\" ] }}\n"
+    ));
+    let b_url = format!("127.0.0.1:{}", b.port);
+    let urls = || async {
+        first_info(a.port).await["connect_urls"]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .filter_map(|u| u.as_str().map(str::to_string))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    wait_until(WAIT, "B's client URL in A's INFO", || async {
+        urls().await.contains(&b_url)
+    })
+    .await;
+    assert!(first_info(a_cluster).await["ip"].is_null());
+
+    let lines = a.reload(&a_conf("no_advertise: true")).await;
+    assert!(lines.contains("Reloaded: cluster"), "{lines}");
+    assert_eq!(urls().await, Vec::<String>::new());
+    assert!(first_info(a_cluster).await["connect_urls"]
+        .as_array()
+        .is_none_or(Vec::is_empty));
+
+    let lines = a.reload(&a_conf("advertise: \"10.9.8.7:4248\"")).await;
+    assert!(lines.contains("Reloaded: cluster"), "{lines}");
+    assert_eq!(
+        first_info(a_cluster).await["ip"],
+        "nats-route://10.9.8.7:4248/"
+    );
+    assert!(urls().await.contains(&b_url));
+
+    let lines = a.reload(&a_conf("advertise: \"10.9.8.7:port\"")).await;
+    assert!(
+        lines.contains("invalid Cluster.Advertise value of 10.9.8.7:port"),
+        "{lines}"
+    );
+    assert_eq!(
+        first_info(a_cluster).await["ip"],
+        "nats-route://10.9.8.7:4248/"
+    );
+    assert_eq!(link_modes(a_http, false).await.len(), 1, "the route stays");
+}
