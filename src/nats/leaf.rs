@@ -248,18 +248,15 @@ pub struct Leafnodes {
     max_pending: usize,
 }
 
+/// The leaf listener's TLS acceptor and each remote's TLS connector.
+pub(crate) type LeafTls = (
+    Option<tokio_rustls::TlsAcceptor>,
+    Vec<Option<tokio_rustls::TlsConnector>>,
+);
+
 /// The listener's acceptor and each remote's connector, from the TLS
 /// files of `lo`.
-#[allow(clippy::type_complexity)]
-pub(crate) fn leaf_tls(
-    lo: &LeafnodeOptions,
-) -> Result<
-    (
-        Option<tokio_rustls::TlsAcceptor>,
-        Vec<Option<tokio_rustls::TlsConnector>>,
-    ),
-    LeafError,
-> {
+pub(crate) fn leaf_tls(lo: &LeafnodeOptions) -> Result<LeafTls, LeafError> {
     let acceptor = match &lo.tls {
         Some(files) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(
             files,
@@ -872,14 +869,7 @@ impl Leafnodes {
 
     /// Leaf connections made from now on use `tls` (a reload re-read the
     /// files); connected ones keep their session.
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn set_tls(
-        &self,
-        tls: (
-            Option<tokio_rustls::TlsAcceptor>,
-            Vec<Option<tokio_rustls::TlsConnector>>,
-        ),
-    ) {
+    pub(crate) fn set_tls(&self, tls: LeafTls) {
         *self.tls_acceptor.write() = tls.0;
         *self.remote_tls.write() = tls.1;
     }
