@@ -1119,9 +1119,8 @@ async fn nats_reload_changes_route_compression() {
     drop(a);
 }
 
-/// Route settings other than `routes`, `connect_retries`, `pool_size` and
-/// `accounts` still cannot change at run time: the reload is refused and
-/// the route stays.
+/// Route users and the cluster name still cannot change at run time: the
+/// reload is refused and the route stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_reload_refuses_other_cluster_changes() {
     let (a_cluster, a_http) = (free_port(), free_port());
@@ -1135,12 +1134,17 @@ async fn nats_reload_refuses_other_cluster_changes() {
     };
     let b = Server::start(&b_conf(""));
     wait_remotes(a_http, 1).await;
-    let log = b.reload(&b_conf("\nno_advertise: true\n")).await;
-    assert!(
-        log.contains("Failed to reload server configuration")
-            && log.contains("config reload not supported for Cluster"),
-        "{log}"
-    );
+    for refused in [
+        "\nauthorization { user: ruser, password: rpass }\n",
+        "\nname: c2\n",
+    ] {
+        let log = b.reload(&b_conf(refused)).await;
+        assert!(
+            log.contains("Failed to reload server configuration")
+                && log.contains("config reload not supported for Cluster"),
+            "{refused}: {log}"
+        );
+    }
     let log = b.reload(&b_conf("\nconnect_retries: 5\n")).await;
     assert!(log.contains("Reloaded: cluster"), "{log}");
     assert!(!log.contains("Failed"), "{log}");
