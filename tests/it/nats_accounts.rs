@@ -369,8 +369,14 @@ async fn shared_body(server: Server, port: u16, http: u16) {
     sync_via(&c, "ok.sync").await;
     assert_eq!(next(&mut c_pub, "C ok.pub.x").await.payload, "c-self");
 
-    // Monitoring: /connz?auth=1 names each connection's account.
-    let connz = monitor(http, "/connz?auth=1").await;
+    // Monitoring: /connz?auth=1 names each connection's account (once
+    // the server has seen the raw session above close).
+    let mut connz = monitor(http, "/connz?auth=1").await;
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while connz["num_connections"].as_u64() != Some(4) && std::time::Instant::now() < end {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        connz = monitor(http, "/connz?auth=1").await;
+    }
     let conns = connz["connections"].as_array().expect("connections");
     let acc_of = |user: &str| -> Vec<String> {
         conns
