@@ -695,28 +695,32 @@ impl NatsServer {
             websocket: inner.ws.as_ref().map(|w| w.addr.port()),
         };
         let mut lines = diff(&cur.opts, &mut new, bound)?;
-        let ws_tls = match (&inner.ws, &new.websocket) {
-            (Some(_), Some(w)) => tls_acceptor(w.tls.as_ref())?,
-            _ => None,
-        };
-        // As for clients, the route and leaf TLS files are read again on
-        // every reload; unusable ones refuse the reload.
-        let route_tls = match (
-            &inner.routes,
-            new.cluster.as_ref().and_then(|c| c.tls.as_ref()),
-        ) {
-            (Some(_), Some(files)) => Some(super::route::route_tls(files)?),
-            _ => None,
-        };
-        let leaf_tls = match (&inner.leafs, &new.leafnodes) {
-            (Some(_), Some(lo)) => Some(super::leaf::leaf_tls(lo)?),
-            _ => None,
-        };
-        // Certificate reads and bcrypt parsing run off the I/O threads.
+        // Certificate reads and bcrypt parsing run off the I/O threads. As
+        // for clients, the WebSocket, route and leaf TLS files are read
+        // again on every reload; unusable ones refuse the reload.
         let template = cur.info.clone();
-        let live = tokio::task::spawn_blocking(move || Live::build(new, &template))
-            .await
-            .map_err(|e| ReloadError::Join(e.to_string()))??;
+        let (has_ws, has_routes, has_leafs) = (
+            inner.ws.is_some(),
+            inner.routes.is_some(),
+            inner.leafs.is_some(),
+        );
+        let (live, ws_tls, route_tls, leaf_tls) = tokio::task::spawn_blocking(move || {
+            let ws_tls = match &new.websocket {
+                Some(w) if has_ws => tls_acceptor(w.tls.as_ref())?,
+                _ => None,
+            };
+            let route_tls = match new.cluster.as_ref().and_then(|c| c.tls.as_ref()) {
+                Some(files) if has_routes => Some(super::route::route_tls(files)?),
+                _ => None,
+            };
+            let leaf_tls = match &new.leafnodes {
+                Some(lo) if has_leafs => Some(super::leaf::leaf_tls(lo)?),
+                _ => None,
+            };
+            Ok::<_, ReloadError>((Live::build(new, &template)?, ws_tls, route_tls, leaf_tls))
+        })
+        .await
+        .map_err(|e| ReloadError::Join(e.to_string()))??;
         let live = Arc::new(live);
         // New accounts exist before the new users can log into them;
         // removed ones lose their users below. `diff` validated the

@@ -211,7 +211,7 @@ pub struct Route {
     /// The compression this connection agreed on (`/routez`).
     compression: Mutex<&'static str>,
     /// Its compression switches (`None`: it formed while ours was off).
-    switches: Mutex<Option<s2::Switches>>,
+    switches: Option<s2::Switches>,
 }
 
 impl Route {
@@ -749,9 +749,9 @@ impl Routes {
         let conns: Vec<Arc<Route>> = self.every_connection();
         let (mut switched, mut closed) = (0, 0);
         for r in &conns {
-            let sw = r.switches.lock().clone();
+            let sw = r.switches.as_ref();
             let rtt = r.client.meta.lock().rtt.unwrap_or_default();
-            match s2::reapply_live(&r.compression, sw.as_ref(), sw.is_none(), new, rtt) {
+            match s2::reapply_live(&r.compression, sw, sw.is_none(), new, rtt) {
                 s2::Reapply::Keep => {}
                 s2::Reapply::Level(..) => switched += 1,
                 s2::Reapply::Reconnect => {
@@ -1308,6 +1308,15 @@ async fn run_route<S>(
     };
     let cid = server.next_client_id();
     let client = ClientShared::new(cid, ClientKind::Route, Some(addr), routes.max_pending);
+    // With compression configured both sides first agree on it (see
+    // `negotiate`): the accepting side's INFO names our mode, and the
+    // soliciting side holds its INFO back until it knows the peer's.
+    let compression = routes.compression.read().name();
+    let switches = compression.map(|_| {
+        let sw = s2::Switches::default();
+        sw.read_armed.store(true, Ordering::Release);
+        sw
+    });
     let route = Arc::new(Route {
         client: client.clone(),
         did_solicit: solicited.is_some(),
@@ -1319,7 +1328,7 @@ async fn run_route<S>(
         start_next: Mutex::new(None),
         pinned: Mutex::new(pinned),
         compression: Mutex::new("not supported"),
-        switches: Mutex::new(None),
+        switches: switches.clone(),
     });
     {
         let mut st = routes.state.lock();
@@ -1355,16 +1364,6 @@ async fn run_route<S>(
         hello.extend_from_slice(serde_json::to_string(&c).unwrap_or_default().as_bytes());
         hello.extend_from_slice(b"\r\n");
     }
-    // With compression configured both sides first agree on it (see
-    // `negotiate`): the accepting side's INFO names our mode, and the
-    // soliciting side holds its INFO back until it knows the peer's.
-    let compression = routes.compression.read().name();
-    let switches = compression.map(|_| {
-        let sw = s2::Switches::default();
-        sw.read_armed.store(true, Ordering::Release);
-        sw
-    });
-    *route.switches.lock() = switches.clone();
     // A soliciting pool member sends its INFO once it knows its slot
     // (`register`), as nats-server expects.
     let info_held = solicited.is_some() && (routes.pool_size() > 0 || compression.is_some());
@@ -1397,7 +1396,6 @@ async fn run_route<S>(
     };
     tokio::spawn(peer_ping_loop(client.clone(), server.clone()));
     let mut reader = RouteReader {
-        s2: switches,
         negotiated: false,
         info_held: info_held && routes.pool_size() == 0,
         started: Instant::now(),
@@ -1746,8 +1744,6 @@ struct RouteReader {
     in_bytes: u64,
     /// The account of a pinned connection, whose operations omit it.
     pinned: Option<Bytes>,
-    /// Compression configured: the transport's switches.
-    s2: Option<s2::Switches>,
     /// Compression agreed on (or found unavailable) with the peer.
     negotiated: bool,
     /// Our INFO is still to be sent (a soliciting side with compression).
@@ -2065,7 +2061,7 @@ impl RouteReader {
             self.reject(&text, &text);
             return Err(Stop::Close("duplicate server name".into()));
         }
-        if !self.negotiated && self.s2.is_some() {
+        if !self.negotiated && self.route.switches.is_some() {
             self.negotiated = true;
             if self.negotiate(&info)? {
                 // The peer's next INFO, compressed, is its real first one.
@@ -2152,7 +2148,7 @@ impl RouteReader {
     /// goes on with the peer's next INFO); without it the reader stops
     /// looking for a compressed stream.
     fn negotiate(&mut self, info: &PeerInfo) -> Result<bool, Stop> {
-        let Some(sw) = self.s2.clone() else {
+        let Some(sw) = self.route.switches.clone() else {
             return Ok(false);
         };
         let ours = self.routes().compression.read().clone();
@@ -2195,7 +2191,7 @@ impl RouteReader {
     /// round trip each PONG measures (nats-server's rule; purely local, as
     /// every write starts a new stream).
     fn repick_level(&self, rtt: Duration) {
-        let Some(sw) = &self.s2 else {
+        let Some(sw) = &self.route.switches else {
             return;
         };
         if !sw.write_on.load(Ordering::Acquire) {
