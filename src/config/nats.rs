@@ -675,6 +675,9 @@ pub struct LeafRemote {
     pub deny_exports: Vec<String>,
     /// `compression` towards the hub (agreed with it).
     pub compression: S2Compression,
+    /// `disabled`: configured but not solicited (a reload may turn it on
+    /// or off).
+    pub disabled: bool,
 }
 
 /// A remote's credentials (`credentials` or `nkey`/`seed`).

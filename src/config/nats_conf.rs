@@ -1601,6 +1601,7 @@ fn leaf_remote(key: &str, n: &Node, warnings: &mut Vec<String>) -> Result<LeafRe
             "hub" => return invalid(k, v, "hub: true (role reversal) is not supported"),
             "no_randomize" | "dont_randomize" if !want_bool(k, v)? => {}
             "compression" => r.compression = leaf_compression(k, v)?,
+            "disabled" => r.disabled = want_bool(k, v)?,
             other => {
                 return invalid(
                     key,

@@ -181,8 +181,8 @@ pub struct Leaf {
     pub client: Arc<ClientShared>,
     /// We solicited it (the peer is our hub).
     pub spoke: bool,
-    /// Index of the remote in the configuration (solicited connections).
-    remote: Option<usize>,
+    /// The remote it was solicited for (solicited connections).
+    remote: Option<Arc<Remote>>,
     /// The local account the connection is bound to (also set as the
     /// pseudo-client's account, so its interest lands in this account).
     pub account: Arc<Account>,
@@ -217,30 +217,98 @@ struct RemoteState {
     attempts: u64,
 }
 
+/// One configured remote (a hub we solicit). A reload keeps it while its
+/// name (URLs, account, credentials) stays in the configuration, and may
+/// change its compression, its TLS files and whether it is disabled.
+pub(crate) struct Remote {
+    /// The options it was configured with; of these only `compression`,
+    /// the TLS files and `disabled` can change, and they are kept current
+    /// below.
+    opts: LeafRemote,
+    /// nats-server's name of the remote, with passwords redacted (logs).
+    safe_name: String,
+    /// The local account its connections bind.
+    account: Arc<Account>,
+    /// `compression` in force.
+    compression: RwLock<S2Compression>,
+    /// TLS towards the hub, from the files in force.
+    tls: RwLock<Option<tokio_rustls::TlsConnector>>,
+    state: Mutex<RemoteState>,
+    /// While it is solicited: stops its solicit task. Cancelled when the
+    /// remote is removed or disabled (its connection closes then too).
+    run: Mutex<Option<CancellationToken>>,
+}
+
+impl Remote {
+    /// Whether its solicit task has been told to stop.
+    fn stopped(&self) -> bool {
+        self.run.lock().as_ref().is_none_or(|c| c.is_cancelled())
+    }
+}
+
+/// nats-server's name of a remote, its identity across reloads: the URLs,
+/// the local account and the credentials file or nkey. `redacted` hides
+/// URL passwords and the nkey (for logs).
+pub(crate) fn remote_name(r: &LeafRemote, redacted: bool) -> String {
+    let urls: Vec<String> = r
+        .urls
+        .iter()
+        .map(|u| {
+            let u = if redacted {
+                super::external::redact(u)
+            } else {
+                u.clone()
+            };
+            format!("{u:?}")
+        })
+        .collect();
+    let account = r
+        .account
+        .as_deref()
+        .unwrap_or(super::account::GLOBAL_ACCOUNT);
+    let extra = match &r.auth {
+        LeafRemoteAuth::None => String::new(),
+        LeafRemoteAuth::Credentials(p) => format!(", credentials={:?}", p.display().to_string()),
+        LeafRemoteAuth::Seed(_) if redacted => ", nkey=\"[REDACTED]\"".to_string(),
+        LeafRemoteAuth::Seed(k) => format!(", nkey={k:?}"),
+    };
+    format!("urls=[{}], account={account:?}{extra}", urls.join(" "))
+}
+
+/// Refuses two remotes with the same name (nats-server's text).
+pub(crate) fn check_remotes(remotes: &[LeafRemote]) -> Result<(), LeafError> {
+    let mut seen = std::collections::HashSet::new();
+    for r in remotes {
+        if !seen.insert(remote_name(r, false)) {
+            return Err(LeafError::Duplicate(remote_name(r, true)));
+        }
+    }
+    Ok(())
+}
+
 /// The leaf-node side of a server. Present when `leafnodes` is configured.
 pub struct Leafnodes {
+    /// The start-up options (the listener's part, which a reload does not
+    /// change except for `compression` and the TLS files).
     opts: LeafnodeOptions,
-    /// `compression` of the leaf listener and of each remote, in force
-    /// (a reload changes them; `opts` keeps the start-up values).
-    compression: RwLock<(S2Compression, Vec<S2Compression>)>,
+    /// `compression` of the leaf listener, in force.
+    compression: RwLock<S2Compression>,
     /// The bound leaf listener, if any.
     pub listen: Option<SocketAddr>,
     /// This server's random part of every account's loop-detection
     /// subject (see [`Leafnodes::loop_detection_subject`]).
     lds_seed: String,
-    /// Per remote: the local account it binds.
-    remote_accounts: Vec<Arc<Account>>,
     /// The account of accepted leaves when no authentication applies.
     default_account: Arc<Account>,
     state: Mutex<State>,
-    remotes: Vec<Mutex<RemoteState>>,
+    /// The remotes in force, in configuration order.
+    remotes: RwLock<Vec<Arc<Remote>>>,
     cancel: CancellationToken,
     /// Counters.
     pub stats: LeafStats,
-    /// TLS of the listener and of each remote; a reload replaces them
-    /// with the re-read files, TLS staying on or off.
+    /// TLS of the listener; a reload replaces it with the re-read files,
+    /// TLS staying on or off.
     tls_acceptor: RwLock<Option<tokio_rustls::TlsAcceptor>>,
-    remote_tls: RwLock<Vec<Option<tokio_rustls::TlsConnector>>>,
     /// Checks leaf credentials when `authorization` is set in the block.
     auth: Option<Authenticator>,
     /// `leafnode_urls` in our INFO.
@@ -298,6 +366,9 @@ pub enum LeafError {
     /// TLS toward a hub needs a CA to verify it.
     #[error("leafnodes remote {0}: tls needs ca_file to verify the hub")]
     TlsWithoutCa(usize),
+    /// Two remotes with the same URLs, account and credentials.
+    #[error("duplicate remote {0}")]
+    Duplicate(String),
     /// A remote URL is not usable.
     #[error("leafnodes remote {index}: bad url {url:?}")]
     BadUrl {
@@ -669,6 +740,66 @@ fn random_token() -> String {
         .collect()
 }
 
+/// Checks remote `i`: its URLs, the account key operator mode requires,
+/// its creds file (read again at each attempt; checked now so a typo is
+/// refused).
+pub(crate) fn check_remote(i: usize, r: &LeafRemote, operator: bool) -> Result<(), LeafError> {
+    if r.urls.is_empty() {
+        return Err(LeafError::NoUrl(i));
+    }
+    if let Some(u) = r.urls.iter().find(|u| parse_leaf_url(u).is_none()) {
+        return Err(LeafError::BadUrl {
+            index: i,
+            url: u.clone(),
+        });
+    }
+    if operator && !r.account.as_deref().is_some_and(is_account_key) {
+        return Err(LeafError::Operator(
+            "operator mode requires account nkeys in remotes. Please add an `account` key to each remote in your `leafnodes` section, to assign it to an account. Each account value should be a 56 character public key, starting with the letter 'A'",
+        ));
+    }
+    if let LeafRemoteAuth::Credentials(path) = &r.auth {
+        std::fs::read_to_string(path)
+            .map_err(CredsError::from)
+            .and_then(|t| parse_creds(&t))
+            .map_err(|source| LeafError::Credentials {
+                index: i,
+                path: path.clone(),
+                source,
+            })?;
+    }
+    Ok(())
+}
+
+/// The local account of `r` (`$G` when none is named).
+fn remote_account(r: &LeafRemote, accounts: &Accounts) -> Result<Arc<Account>, LeafError> {
+    match &r.account {
+        None => Ok(accounts.global().clone()),
+        Some(n) => accounts.get(n).ok_or_else(|| LeafError::UnknownAccount {
+            account: n.clone(),
+            what: "remote",
+        }),
+    }
+}
+
+impl Remote {
+    fn new(
+        r: &LeafRemote,
+        account: Arc<Account>,
+        tls: Option<tokio_rustls::TlsConnector>,
+    ) -> Arc<Remote> {
+        Arc::new(Remote {
+            opts: r.clone(),
+            safe_name: remote_name(r, true),
+            account,
+            compression: RwLock::new(r.compression.clone()),
+            tls: RwLock::new(tls),
+            state: Mutex::default(),
+            run: Mutex::new(None),
+        })
+    }
+}
+
 impl Leafnodes {
     /// Binds the leaf listener (so a bad address fails start-up) and checks
     /// the remotes: URLs, accounts, creds files.
@@ -689,37 +820,6 @@ impl Leafnodes {
             return Err(LeafError::Operator(
                 "operator mode does not allow specifying users in leafnode config",
             ));
-        }
-        let mut remote_accounts = Vec::with_capacity(lo.remotes.len());
-        for (i, r) in lo.remotes.iter().enumerate() {
-            if r.urls.is_empty() {
-                return Err(LeafError::NoUrl(i));
-            }
-            if let Some(u) = r.urls.iter().find(|u| parse_leaf_url(u).is_none()) {
-                return Err(LeafError::BadUrl {
-                    index: i,
-                    url: u.clone(),
-                });
-            }
-            if operator && !r.account.as_deref().is_some_and(is_account_key) {
-                return Err(LeafError::Operator(
-                    "operator mode requires account nkeys in remotes. Please add an `account` key to each remote in your `leafnodes` section, to assign it to an account. Each account value should be a 56 character public key, starting with the letter 'A'",
-                ));
-            }
-            remote_accounts.push(account(&r.account, "remote")?);
-            if let LeafRemoteAuth::Credentials(path) = &r.auth {
-                // Checked now so a typo fails start-up; read again at each
-                // attempt.
-                tokio::fs::read_to_string(path)
-                    .await
-                    .map_err(CredsError::from)
-                    .and_then(|t| parse_creds(&t))
-                    .map_err(|source| LeafError::Credentials {
-                        index: i,
-                        path: path.clone(),
-                        source,
-                    })?;
-            }
         }
         for u in &lo.users {
             account(&u.account, "authorization")?;
@@ -743,6 +843,12 @@ impl Leafnodes {
             }
         };
         let (tls_acceptor, remote_tls) = leaf_tls(lo)?;
+        check_remotes(&lo.remotes)?;
+        let mut remotes = Vec::with_capacity(lo.remotes.len());
+        for (i, (r, tls)) in lo.remotes.iter().zip(remote_tls).enumerate() {
+            check_remote(i, r, operator)?;
+            remotes.push(Remote::new(r, remote_account(r, accounts)?, tls));
+        }
         let auth = if lo.users.is_empty() {
             None
         } else {
@@ -776,20 +882,15 @@ impl Leafnodes {
         Ok((
             Leafnodes {
                 opts: lo.clone(),
-                compression: RwLock::new((
-                    lo.compression.clone(),
-                    lo.remotes.iter().map(|r| r.compression.clone()).collect(),
-                )),
+                compression: RwLock::new(lo.compression.clone()),
                 listen,
                 lds_seed: random_token(),
-                remote_accounts,
                 default_account,
                 state: Mutex::new(State::default()),
-                remotes: lo.remotes.iter().map(|_| Mutex::default()).collect(),
+                remotes: RwLock::new(remotes),
                 cancel: CancellationToken::new(),
                 stats: LeafStats::default(),
                 tls_acceptor: RwLock::new(tls_acceptor),
-                remote_tls: RwLock::new(remote_tls),
                 auth,
                 urls,
                 max_pending: opts.max_pending,
@@ -804,52 +905,136 @@ impl Leafnodes {
     }
 
     /// The compression mode in force for the leaf listener (`None`) or
-    /// remote `index`.
-    fn mode(&self, remote: Option<usize>) -> S2Compression {
-        let m = self.compression.read();
+    /// `remote`.
+    fn mode(&self, remote: Option<&Remote>) -> S2Compression {
         match remote {
-            None => m.0.clone(),
-            Some(i) => m.1.get(i).cloned().unwrap_or_default(),
+            None => self.compression.read().clone(),
+            Some(r) => r.compression.read().clone(),
         }
     }
 
-    /// Puts a reload's `compression` values (the listener's and each
-    /// remote's, in configuration order) in force, as nats-server does
-    /// (see [`s2::reapply`]): a new level applies from the next write;
-    /// links that must agree again (compression turned on or off, or
-    /// `accept`) close, and their leaf reconnects. Returns the notices.
-    pub(crate) fn recompress(&self, hub: &S2Compression, remotes: &[S2Compression]) -> Vec<String> {
+    /// The remotes in force.
+    fn remotes(&self) -> Vec<Arc<Remote>> {
+        self.remotes.read().clone()
+    }
+
+    /// Puts a reload's leaf configuration in force, as nats-server does:
+    /// - the listener's `compression`, and each kept remote's, apply to
+    ///   live connections (see [`s2::reapply`]): a new level from the next
+    ///   write; links that must agree again close, and their leaf
+    ///   reconnects;
+    /// - the re-read TLS files (`tls`, see [`leaf_tls`]) serve new
+    ///   handshakes;
+    /// - a remote no longer configured, or now `disabled`, stops being
+    ///   solicited and its connection closes; an added one, or one no
+    ///   longer disabled, is solicited.
+    ///
+    /// A remote is the same across reloads while its name (URLs, account,
+    /// credentials) is. The new remotes were checked with the rest of the
+    /// new configuration (see [`check_remote`]); their accounts exist.
+    /// Returns the notices.
+    pub(crate) fn reconfigure(
+        &self,
+        server: &Arc<ServerInner>,
+        lo: &LeafnodeOptions,
+        tls: LeafTls,
+    ) -> Vec<String> {
         let mut notes = Vec::new();
+        let (acceptor, mut connectors) = tls;
+        *self.tls_acceptor.write() = acceptor;
+        let mut recompress = false;
         {
             let mut m = self.compression.write();
-            if m.0 != *hub {
+            if *m != lo.compression {
                 notes.push(format!(
                     "Reloaded: LeafNode Compression value is: {}",
-                    hub.name().unwrap_or("off")
+                    lo.compression.name().unwrap_or("off")
                 ));
+                *m = lo.compression.clone();
+                recompress = true;
             }
-            for (i, (old, new)) in m.1.iter().zip(remotes).enumerate() {
-                if old != new {
-                    notes.push(format!(
-                        "Reloaded: LeafNode Remote {} Compression value is: {}",
-                        self.opts.remotes[i]
-                            .urls
-                            .first()
-                            .map(|u| super::external::redact(u))
-                            .unwrap_or_default(),
-                        new.name().unwrap_or("off")
-                    ));
-                }
-            }
-            *m = (hub.clone(), remotes.to_vec());
         }
-        if notes.is_empty() {
-            return notes;
+        let old = self.remotes();
+        let mut by_name: HashMap<String, Arc<Remote>> = old
+            .iter()
+            .map(|r| (remote_name(&r.opts, false), r.clone()))
+            .collect();
+        let (mut next, mut start, mut stop) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, r) in lo.remotes.iter().enumerate() {
+            let name = remote_name(r, false);
+            let tls = connectors.get_mut(i).and_then(Option::take);
+            if let Some(kept) = by_name.remove(&name) {
+                *kept.tls.write() = tls;
+                {
+                    let mut c = kept.compression.write();
+                    if *c != r.compression {
+                        notes.push(format!(
+                            "Reloaded: LeafNode Remote {} Compression value is: {}",
+                            kept.safe_name,
+                            r.compression.name().unwrap_or("off")
+                        ));
+                        *c = r.compression.clone();
+                        recompress = true;
+                    }
+                }
+                let was_disabled = kept.run.lock().is_none();
+                if was_disabled != r.disabled {
+                    notes.push(format!(
+                        "Reloaded: LeafNode Remote {} Disabled value is: {}",
+                        kept.safe_name, r.disabled
+                    ));
+                    if r.disabled {
+                        stop.push(kept.clone());
+                    } else {
+                        start.push(kept.clone());
+                    }
+                }
+                next.push(kept);
+            } else {
+                let new = match remote_account(r, &server.accounts) {
+                    Ok(account) => Remote::new(r, account, tls),
+                    Err(e) => {
+                        // The reload's checks make this unreachable.
+                        tracing::error!(remote = %remote_name(r, true), error = %e, "leafnode remote not added");
+                        continue;
+                    }
+                };
+                notes.push(format!("Reloaded: LeafNode Remote {} added", new.safe_name));
+                if !r.disabled {
+                    start.push(new.clone());
+                }
+                next.push(new);
+            }
+        }
+        for gone in by_name.into_values() {
+            notes.push(format!(
+                "Reloaded: LeafNode Remote {} removed",
+                gone.safe_name
+            ));
+            stop.push(gone);
+        }
+        *self.remotes.write() = next;
+        // A stopped remote's token is cancelled before the connections are
+        // collected: one that registers meanwhile sees it (`run_leaf`).
+        for r in &stop {
+            if let Some(c) = r.run.lock().take() {
+                c.cancel();
+            }
         }
         let conns: Vec<Arc<Leaf>> = self.state.lock().conns.values().cloned().collect();
-        let (mut switched, mut closed) = (0, 0);
+        let (mut switched, mut closed, mut ended) = (0, 0, 0);
         for l in conns {
-            let new = self.mode(l.remote);
+            if let Some(r) = &l.remote {
+                if stop.iter().any(|s| Arc::ptr_eq(s, r)) {
+                    l.client.close_with_err(None);
+                    ended += 1;
+                    continue;
+                }
+            }
+            if !recompress {
+                continue;
+            }
+            let new = self.mode(l.remote.as_deref());
             let rtt = l.client.meta.lock().rtt.unwrap_or_default();
             let sw = l.switches.lock().clone();
             match s2::reapply_live(&l.compression, sw.as_ref(), l.formed_off, &new, rtt) {
@@ -861,17 +1046,27 @@ impl Leafnodes {
                 }
             }
         }
-        notes.push(format!(
-            "Leafnode compression: {switched} connections switched level, {closed} closed to agree again"
-        ));
+        if recompress {
+            notes.push(format!(
+                "Leafnode compression: {switched} connections switched level, {closed} closed to agree again"
+            ));
+        }
+        if ended > 0 {
+            notes.push(format!(
+                "Leafnode remotes: {ended} connections of removed or disabled remotes closed"
+            ));
+        }
+        for r in start {
+            self.start(server, r);
+        }
         notes
     }
 
-    /// Leaf connections made from now on use `tls` (a reload re-read the
-    /// files); connected ones keep their session.
-    pub(crate) fn set_tls(&self, tls: LeafTls) {
-        *self.tls_acceptor.write() = tls.0;
-        *self.remote_tls.write() = tls.1;
+    /// Starts soliciting `remote` (unless the server is shutting down).
+    fn start(&self, server: &Arc<ServerInner>, remote: Arc<Remote>) {
+        let token = self.cancel.child_token();
+        *remote.run.lock() = Some(token.clone());
+        tokio::spawn(solicit(server.clone(), remote, token));
     }
 
     /// The loop-detection subject of `account`: this server's random seed
@@ -1070,8 +1265,8 @@ impl Leafnodes {
     }
 
     fn set_remote_delay(&self, leaf: &Leaf, d: Duration) {
-        if let Some(r) = leaf.remote.and_then(|i| self.remotes.get(i)) {
-            r.lock().delay = Some(d);
+        if let Some(r) = &leaf.remote {
+            r.state.lock().delay = Some(d);
         }
     }
 }
@@ -1085,8 +1280,10 @@ pub(crate) fn spawn(server: Arc<ServerInner>, listener: Option<TcpListener>) {
         tracing::info!(addr = ?leafs.listen, "listening for leafnode connections");
         tokio::spawn(accept_loop(server.clone(), l));
     }
-    for i in 0..leafs.opts.remotes.len() {
-        tokio::spawn(solicit(server.clone(), i));
+    for r in leafs.remotes() {
+        if !r.opts.disabled {
+            leafs.start(&server, r);
+        }
     }
 }
 
@@ -1620,24 +1817,28 @@ async fn check_connect(
 
 /// Solicits remote `index` forever (until shutdown): connect, run, wait
 /// `reconnect` plus jitter (or a longer delay the connection asked for).
-async fn solicit(server: Arc<ServerInner>, index: usize) {
+async fn solicit(server: Arc<ServerInner>, remote: Arc<Remote>, cancel: CancellationToken) {
     let Some(leafs) = server.leafs.as_ref() else {
         return;
     };
-    let remote = &leafs.opts.remotes[index];
-    let mut next_url = rand::random::<usize>() % remote.urls.len().max(1);
+    let urls = &remote.opts.urls;
+    let mut next_url = rand::random::<usize>() % urls.len().max(1);
     loop {
-        if leafs.cancel.is_cancelled() {
+        if cancel.is_cancelled() {
             return;
         }
-        let url = remote.urls[next_url % remote.urls.len()].clone();
+        let url = urls[next_url % urls.len()].clone();
         next_url = next_url.wrapping_add(1);
         let attempt = {
-            let mut st = leafs.remotes[index].lock();
+            let mut st = remote.state.lock();
             st.attempts += 1;
             st.attempts
         };
-        if let Err(e) = connect_remote(&server, index, &url).await {
+        let res = tokio::select! {
+            _ = cancel.cancelled() => return,
+            res = connect_remote(&server, &remote, &url) => res,
+        };
+        if let Err(e) = res {
             // The first failure and then one in 60 are logged as warnings.
             if attempt == 1 || attempt % 60 == 0 {
                 tracing::warn!(%url, attempt, error = %e, "error trying to connect as leafnode to remote server");
@@ -1645,7 +1846,7 @@ async fn solicit(server: Arc<ServerInner>, index: usize) {
                 tracing::debug!(%url, attempt, error = %e, "error trying to connect as leafnode to remote server");
             }
         }
-        let extra = leafs.remotes[index].lock().delay.take();
+        let extra = remote.state.lock().delay.take();
         let base = leafs.opts.reconnect;
         let jitter = base.mul_f64(rand::random::<f64>());
         let wait = extra.unwrap_or(base + jitter);
@@ -1653,7 +1854,7 @@ async fn solicit(server: Arc<ServerInner>, index: usize) {
             tracing::warn!(%url, delay = ?wait, "delaying leafnode reconnect");
         }
         tokio::select! {
-            _ = leafs.cancel.cancelled() => return,
+            _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
     }
@@ -1674,14 +1875,13 @@ enum ConnectError {
     Credentials(CredsError),
 }
 
-/// One attempt on remote `index` at `url`; returns when the connection
-/// ends (`Ok`) or could not be set up.
+/// One attempt on `remote` at `url`; returns when the connection ends
+/// (`Ok`) or could not be set up.
 async fn connect_remote(
     server: &Arc<ServerInner>,
-    index: usize,
+    remote: &Arc<Remote>,
     url: &str,
 ) -> Result<(), ConnectError> {
-    let leafs = server.leafs.as_ref().ok_or(ConnectError::Timeout)?;
     let Some(LeafUrl {
         creds,
         hostport,
@@ -1695,25 +1895,25 @@ async fn connect_remote(
         .map_err(|_| ConnectError::Timeout)??;
     let _ = stream.set_nodelay(true);
     let addr = stream.peer_addr()?;
-    let remote = &leafs.opts.remotes[index];
     let tls_first = remote
+        .opts
         .tls
         .as_ref()
         .is_some_and(|t| t.handshake_first.is_some());
     if !tls_first {
         return handshake_remote(
-            server, index, stream, addr, &hostport, creds, tls_scheme, false,
+            server, remote, stream, addr, &hostport, creds, tls_scheme, false,
         )
         .await;
     }
     // `handshake_first`: TLS before anything else, INFO inside it.
-    let Some(conn) = leafs.remote_tls.read()[index].clone() else {
+    let Some(conn) = remote.tls.read().clone() else {
         return Err(ConnectError::Tls(
             "handshake_first needs tls { ca_file } in this remote".into(),
         ));
     };
     let tls = tls_connect(&conn, &hostport, stream).await?;
-    handshake_remote(server, index, tls, addr, &hostport, creds, true, true).await
+    handshake_remote(server, remote, tls, addr, &hostport, creds, true, true).await
 }
 
 /// The TLS client handshake toward a hub at `hostport`.
@@ -1738,7 +1938,7 @@ where
 #[allow(clippy::too_many_arguments)]
 async fn handshake_remote<S>(
     server: &Arc<ServerInner>,
-    index: usize,
+    remote: &Arc<Remote>,
     mut stream: S,
     addr: SocketAddr,
     hostport: &str,
@@ -1780,13 +1980,12 @@ where
             "remote is this server itself".into(),
         ));
     }
-    let account = leafs.remote_accounts[index].clone();
-    let remote = &leafs.opts.remotes[index];
+    let account = remote.account.clone();
     // Our own deny lists apply from the start; the hub's permissions join
     // them when its INFO brings them.
-    let initial = spoke_view(remote, None, None)
+    let initial = spoke_view(&remote.opts, None, None)
         .map_err(|e| ConnectError::Handshake(format!("deny_imports/deny_exports: {e}")))?;
-    let (jwt, nkey, sig) = remote_signature(&remote.auth, &info.nonce).await?;
+    let (jwt, nkey, sig) = remote_signature(&remote.opts.auth, &info.nonce).await?;
     let cid = server.next_client_id();
     let client = ClientShared::new(
         cid,
@@ -1801,7 +2000,7 @@ where
     let leaf = Arc::new(Leaf {
         client: client.clone(),
         spoke: true,
-        remote: Some(index),
+        remote: Some(remote.clone()),
         account: account.clone(),
         peer: Mutex::new(LeafPeer {
             id: info.server_id.clone(),
@@ -1810,7 +2009,7 @@ where
         }),
         registered: AtomicBool::new(false),
         compression: Mutex::new("not supported"),
-        formed_off: leafs.mode(Some(index)) == S2Compression::Off,
+        formed_off: leafs.mode(Some(remote)) == S2Compression::Off,
         switches: Mutex::new(None),
     });
     let (user, pass, token) = match &creds {
@@ -1831,7 +2030,7 @@ where
         headers: true,
         cluster: server.routes.as_ref().map(|r| r.cluster_name()),
         remote_account: &account.name,
-        deny_pub: &remote.deny_imports,
+        deny_pub: &remote.opts.deny_imports,
     };
     let mut hello = BytesMut::new();
     hello.extend_from_slice(b"CONNECT ");
@@ -1841,14 +2040,12 @@ where
             .as_bytes(),
     );
     hello.extend_from_slice(b"\r\n");
-    let want_tls = tls_scheme || info.tls_required || leafs.remote_tls.read()[index].is_some();
+    let connector = remote.tls.read().clone();
+    let want_tls = tls_scheme || info.tls_required || connector.is_some();
     if tls_done || !want_tls {
-        return start_remote(
-            server, leaf, stream, hello, rest, parser, &info, index, started,
-        )
-        .await;
+        return start_remote(server, leaf, stream, hello, rest, parser, &info, started).await;
     }
-    let Some(conn) = leafs.remote_tls.read()[index].clone() else {
+    let Some(conn) = connector else {
         return Err(ConnectError::Tls(
             "the hub requires TLS: configure tls { ca_file } in this remote".into(),
         ));
@@ -1857,10 +2054,7 @@ where
         return Err(ConnectError::Tls("data before the TLS handshake".into()));
     }
     let tls = tls_connect(&conn, hostport, stream).await?;
-    start_remote(
-        server, leaf, tls, hello, rest, parser, &info, index, started,
-    )
-    .await
+    start_remote(server, leaf, tls, hello, rest, parser, &info, started).await
 }
 
 /// The leaf side once the link is up (TLS included): agrees on
@@ -1876,14 +2070,13 @@ async fn start_remote<T>(
     rest: BytesMut,
     mut parser: RouteParser,
     info: &HubInfo,
-    index: usize,
     started: Instant,
 ) -> Result<(), ConnectError>
 where
     T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let leafs = server.leafs.as_ref().ok_or(ConnectError::Timeout)?;
-    let ours = &leafs.mode(Some(index));
+    let ours = &leafs.mode(leaf.remote.as_deref());
     let (r, w) = tokio::io::split(stream);
     let level = match ours.name() {
         Some(_) => s2::select(ours, info.compression.as_deref(), started.elapsed())
@@ -2003,7 +2196,9 @@ async fn run_leaf<R, W>(
         .and_then(|op| op.max_leafnodes(&leaf.account.name));
     let over_limit = {
         let mut st = leafs.state.lock();
-        if leafs.cancel.is_cancelled() {
+        // A remote removed or disabled by a reload cancelled its token
+        // before collecting the connections to close.
+        if leafs.cancel.is_cancelled() || leaf.remote.as_ref().is_some_and(|r| r.stopped()) {
             return;
         }
         let bound = || {
@@ -2055,8 +2250,8 @@ async fn run_leaf<R, W>(
         let _wiring = server.wiring_gate.read();
         leafs.register(&leaf);
     }
-    if let Some(i) = leaf.remote {
-        leafs.remotes[i].lock().attempts = 0;
+    if let Some(r) = &leaf.remote {
+        r.state.lock().attempts = 0;
     }
     {
         let p = leaf.peer.lock();
@@ -2120,14 +2315,14 @@ fn refusal_delay(text: &str) -> Option<Duration> {
 /// Applies a hub's INFO on a connection we solicited: its `import` and
 /// `export`, merged with our deny lists, become the connection's
 /// permissions. Returns whether it answers our CONNECT (`connect_info`).
-fn apply_hub_info(leafs: &Leafnodes, leaf: &Leaf, json: &[u8]) -> Result<bool, String> {
+fn apply_hub_info(leaf: &Leaf, json: &[u8]) -> Result<bool, String> {
     let info: HubInfo = serde_json::from_slice(json).map_err(|e| format!("bad INFO: {e}"))?;
     if info.import.is_some() || info.export.is_some() {
         let remote = leaf
             .remote
-            .and_then(|i| leafs.opts.remotes.get(i))
+            .as_ref()
             .ok_or("INFO with permissions on a connection we did not solicit")?;
-        let view = spoke_view(remote, info.import.as_ref(), info.export.as_ref())
+        let view = spoke_view(&remote.opts, info.import.as_ref(), info.export.as_ref())
             .map_err(|e| format!("unusable permissions in the hub's INFO: {e}"))?;
         tracing::debug!(cid = leaf.client.id, perms = ?view, "leafnode permissions from the hub");
         *leaf.client.leaf_perms.write() = view.clone();
@@ -2152,7 +2347,7 @@ async fn await_connect_info<R: AsyncRead + Unpin>(
         buf = rest;
         match op {
             RouteOp::Info(json) => {
-                if apply_hub_info(leafs, leaf, &json)? {
+                if apply_hub_info(leaf, &json)? {
                     return Ok(buf);
                 }
             }
@@ -2324,7 +2519,7 @@ impl PeerReader for LeafReader {
             RouteOp::Pong => {
                 self.leaf.client.pings_out.store(0, Ordering::Relaxed);
                 if let Some(rtt) = self.leaf.client.note_pong() {
-                    if let S2Compression::Auto(t) = self.leafs().mode(self.leaf.remote) {
+                    if let S2Compression::Auto(t) = self.leafs().mode(self.leaf.remote.as_deref()) {
                         if let Some(sw) = &*self.leaf.switches.lock() {
                             sw.set_level(s2::auto_level(&t, rtt));
                         }
@@ -2335,7 +2530,7 @@ impl PeerReader for LeafReader {
             // A hub's INFO may bring (new) permissions; other INFO fields
             // (URL updates) and a repeated CONNECT change nothing we use.
             RouteOp::Info(json) if self.leaf.spoke => {
-                if let Err(why) = apply_hub_info(self.leafs(), &self.leaf, &json) {
+                if let Err(why) = apply_hub_info(&self.leaf, &json) {
                     tracing::warn!(cid = self.leaf.client.id, reason = %why, "leafnode INFO refused, closing");
                     self.leaf.client.close_now();
                     return Err(why);
@@ -2487,11 +2682,10 @@ pub(crate) fn varz_leaf(server: &ServerInner) -> serde_json::Value {
         return json!({});
     };
     let remotes: Vec<serde_json::Value> = leafs
-        .opts
-        .remotes
+        .remotes()
         .iter()
-        .zip(&leafs.remote_accounts)
-        .map(|(r, acc)| {
+        .map(|remote| {
+            let (r, acc) = (&remote.opts, &remote.account);
             let urls: Vec<String> = r
                 .urls
                 .iter()

@@ -612,10 +612,13 @@ fn files_only(t: &TlsFiles) -> TlsFiles {
     }
 }
 
-/// Of leaf nodes only `compression` (the listener's and each remote's,
-/// applied by `Leafnodes::recompress`) and the TLS files (see
-/// [`files_only`]) may change; the listener and the remotes are otherwise
-/// fixed.
+/// Of leaf nodes, the listener's `compression` and TLS files (see
+/// [`files_only`]) may change, and the remotes as nats-server allows
+/// (applied by `Leafnodes::reconfigure`): a remote is known by its name
+/// (URLs, account, credentials); one whose name is new is added, one whose
+/// name is gone is removed, and of a kept one only `compression`, the TLS
+/// files and `disabled` may change. An added remote's URLs, credentials
+/// and account are checked by [`check_added_remotes`].
 fn diff_leafnodes(
     old: &NatsOptions,
     new: &mut NatsOptions,
@@ -626,26 +629,88 @@ fn diff_leafnodes(
             n.port = o.port;
         }
     }
-    let fixed = |l: &Option<crate::config::nats::LeafnodeOptions>| {
+    let listener = |l: &Option<crate::config::nats::LeafnodeOptions>| {
         l.clone().map(|mut l| {
             l.compression = Default::default();
             l.tls = l.tls.as_ref().map(files_only);
-            for r in &mut l.remotes {
-                r.compression = Default::default();
-                r.tls = r.tls.as_ref().map(files_only);
-            }
+            l.remotes = Vec::new();
             l
         })
     };
-    if same(&fixed(&old.leafnodes), &fixed(&new.leafnodes)) {
-        Ok(())
-    } else {
-        Err(refuse(
+    if !same(&listener(&old.leafnodes), &listener(&new.leafnodes)) {
+        return Err(refuse(
             "LeafNode",
             format!("{:?}", old.leafnodes),
             format!("{:?}", new.leafnodes),
-        ))
+        ));
     }
+    let (Some(o), Some(n)) = (&old.leafnodes, &new.leafnodes) else {
+        return Ok(());
+    };
+    super::leaf::check_remotes(&n.remotes)?;
+    let fixed = |r: &crate::config::nats::LeafRemote| {
+        let mut r = r.clone();
+        r.compression = Default::default();
+        r.tls = r.tls.as_ref().map(files_only);
+        r.disabled = false;
+        r
+    };
+    for nr in &n.remotes {
+        let name = super::leaf::remote_name(nr, false);
+        let Some(or) = o
+            .remotes
+            .iter()
+            .find(|r| super::leaf::remote_name(r, false) == name)
+        else {
+            continue;
+        };
+        if !same(&fixed(or), &fixed(nr)) {
+            return Err(ReloadError::Invalid(format!(
+                "config reload not supported for LeafNode: remote {}: old={or:?}, new={nr:?}",
+                super::leaf::remote_name(nr, true)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the remotes `new` adds to `old` (see [`diff_leafnodes`]): their
+/// URLs and credentials files, and that their accounts exist — configured
+/// in `new` or, in operator mode, known to `accounts`. Reads files: call
+/// on the blocking pool.
+fn check_added_remotes(
+    old: &NatsOptions,
+    new: &NatsOptions,
+    accounts: &crate::nats::account::Accounts,
+) -> Result<(), ReloadError> {
+    let (Some(o), Some(n)) = (&old.leafnodes, &new.leafnodes) else {
+        return Ok(());
+    };
+    let operator = new.auth.operator.is_some();
+    let known: Vec<String> = o
+        .remotes
+        .iter()
+        .map(|r| super::leaf::remote_name(r, false))
+        .collect();
+    for (i, r) in n.remotes.iter().enumerate() {
+        if known.contains(&super::leaf::remote_name(r, false)) {
+            continue;
+        }
+        super::leaf::check_remote(i, r, operator)?;
+        let Some(a) = &r.account else { continue };
+        let defined = a == crate::nats::account::GLOBAL_ACCOUNT
+            || a == crate::nats::account::SYSTEM_ACCOUNT
+            || new.auth.accounts.iter().any(|c| &c.name == a)
+            || (operator && accounts.get(a).is_some());
+        if !defined {
+            return Err(super::leaf::LeafError::UnknownAccount {
+                account: a.clone(),
+                what: "remote",
+            }
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// WebSocket: only its certificate files may change (re-read for new
@@ -704,7 +769,10 @@ impl NatsServer {
             inner.routes.is_some(),
             inner.leafs.is_some(),
         );
+        let old = cur.opts.clone();
+        let server = inner.clone();
         let (live, ws_tls, route_tls, leaf_tls) = tokio::task::spawn_blocking(move || {
+            check_added_remotes(&old, &new, &server.accounts)?;
             let ws_tls = match &new.websocket {
                 Some(w) if has_ws => tls_acceptor(w.tls.as_ref())?,
                 _ => None,
@@ -740,15 +808,11 @@ impl NatsServer {
         if let (Some(r), Some(t)) = (&inner.routes, route_tls) {
             r.set_tls(t);
         }
-        if let (Some(l), Some(t)) = (&inner.leafs, leaf_tls) {
-            l.set_tls(t);
-        }
         if let (Some(r), Some(c)) = (&inner.routes, &live.opts.cluster) {
             lines.extend(r.reconfigure(&inner, c));
         }
-        if let (Some(l), Some(o)) = (&inner.leafs, &live.opts.leafnodes) {
-            let remotes: Vec<_> = o.remotes.iter().map(|r| r.compression.clone()).collect();
-            lines.extend(l.recompress(&o.compression, &remotes));
+        if let (Some(l), Some(o), Some(t)) = (&inner.leafs, &live.opts.leafnodes, leaf_tls) {
+            lines.extend(l.reconfigure(&inner, o, t));
         }
         inner.reload_gen.fetch_add(1, Ordering::SeqCst);
         let rechecked = {
@@ -1174,7 +1238,7 @@ mod tests {
     }
 
     #[test]
-    fn leaf_compression_may_change_the_rest_of_leafnodes_is_refused() {
+    fn leaf_compression_and_remotes_may_change_the_rest_of_leafnodes_is_refused() {
         use crate::config::nats::{LeafRemote, LeafnodeOptions, S2Compression};
         let old = NatsOptions {
             leafnodes: Some(LeafnodeOptions {
@@ -1193,23 +1257,48 @@ mod tests {
             }
             n
         };
-        let mut new = with(&|l| {
-            l.compression = S2Compression::Best;
-            l.remotes[0].compression = S2Compression::Auto(vec![]);
-        });
-        assert!(diff(&old, &mut new, bound()).is_ok());
-        for change in [
-            &(|l: &mut LeafnodeOptions| l.remotes[0].urls.push("nats-leaf://h:1".into()))
-                as &dyn Fn(&mut LeafnodeOptions),
-            &|l| l.remotes.push(LeafRemote::default()),
-            &|l| l.port = Some(7000),
-        ] {
+        type Change<'a> = &'a dyn Fn(&mut LeafnodeOptions);
+        let allowed: [Change; 5] = [
+            &|l| {
+                l.compression = S2Compression::Best;
+                l.remotes[0].compression = S2Compression::Auto(vec![]);
+            },
+            &|l| l.remotes[0].disabled = true,
+            // Another name: the old remote goes, the new one comes.
+            &|l| l.remotes[0].urls.push("nats-leaf://h:1".into()),
+            &|l| {
+                l.remotes.push(LeafRemote {
+                    urls: vec!["nats-leaf://h:2".into()],
+                    ..LeafRemote::default()
+                })
+            },
+            &|l| l.remotes.clear(),
+        ];
+        for change in allowed {
+            let mut new = with(change);
+            assert!(diff(&old, &mut new, bound()).is_ok(), "{:?}", new.leafnodes);
+        }
+        let refused: [(Change, &str); 3] = [
+            (
+                &|l| l.remotes[0].deny_imports = vec!["a".into()],
+                "config reload not supported for LeafNode: remote urls=[\"nats-leaf://127.0.0.1:7422\"], account=\"$G\": ",
+            ),
+            (
+                &|l| l.port = Some(7000),
+                "config reload not supported for LeafNode: ",
+            ),
+            (
+                &|l| {
+                    let r = l.remotes[0].clone();
+                    l.remotes.push(r)
+                },
+                "duplicate remote urls=[\"nats-leaf://127.0.0.1:7422\"], account=\"$G\"",
+            ),
+        ];
+        for (change, want) in refused {
             let mut new = with(change);
             let err = diff(&old, &mut new, bound()).unwrap_err().to_string();
-            assert!(
-                err.starts_with("config reload not supported for LeafNode: "),
-                "{err}"
-            );
+            assert!(err.starts_with(want), "{err}");
         }
     }
 

@@ -1320,7 +1320,7 @@ async fn nats_reload_changes_leaf_compression() {
     assert!(!log.contains("Failed"), "{log}");
     assert!(
         log.contains(&format!(
-            "Reloaded: LeafNode Remote {} Compression value is: s2_best",
+            "Reloaded: LeafNode Remote urls=[{:?}], account=\"$G\" Compression value is: s2_best",
             go_hub.leaf_url()
         )),
         "{log}"
@@ -1337,6 +1337,148 @@ async fn nats_reload_changes_leaf_compression() {
     assert_ne!(after, before);
     assert!(crosses(&l, &h, "lc.leaf.off.up").await);
     assert!(crosses(&h, &l, "lc.leaf.off.down").await);
+}
+
+/// The number of leaf connections `/leafz` of `http` lists.
+async fn leaf_count(http: u16) -> usize {
+    http_json(http, "/leafz").await.unwrap_or_default()["leafs"]
+        .as_array()
+        .map_or(0, Vec::len)
+}
+
+/// Leaf remotes reload as nats-server 2.12+ does: a remote added to the
+/// configuration is solicited at once, a removed one's connection closes
+/// and is not re-dialled, `disabled: true` closes it and `false` brings
+/// it back, all without disturbing the edge's own clients. Two Go
+/// nats-server 2.15.1 hubs; an added remote whose creds file is missing
+/// refuses the reload, naming the file, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_adds_removes_and_disables_leaf_remotes() {
+    use crate::support::procs::{go_nats_server_2_15, ConfNode, Impl};
+    let go = Impl::Go(go_nats_server_2_15());
+    let (one, two) = (
+        ConfNode::start(&go, "go-hub-1", true, None).await,
+        ConfNode::start(&go, "go-hub-2", true, None).await,
+    );
+    let http = free_port();
+    let conf = |remotes: &[(&ConfNode, &str)]| {
+        let list: Vec<String> = remotes
+            .iter()
+            .map(|(h, extra)| format!("{{ url: \"{}\" {extra} }}", h.leaf_url()))
+            .collect();
+        format!(
+            "http: 127.0.0.1:{http}\nleafnodes {{ remotes [ {} ] }}\n",
+            list.join(", ")
+        )
+    };
+    let edge = Server::start(&conf(&[(&one, "")]));
+    wait_until(WAIT, "the leaf on hub 1", || async {
+        leaf_count(one.http_port).await == 1
+    })
+    .await;
+    let disconnects = Arc::new(AtomicUsize::new(0));
+    let counted = disconnects.clone();
+    let local = async_nats::ConnectOptions::new()
+        .event_callback(move |e| {
+            let n = counted.clone();
+            async move {
+                if matches!(e, async_nats::Event::Disconnected) {
+                    n.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        })
+        .connect(edge.url())
+        .await
+        .unwrap();
+    let (c1, c2) = (
+        async_nats::connect(one.url()).await.unwrap(),
+        async_nats::connect(two.url()).await.unwrap(),
+    );
+    assert!(crosses(&local, &c1, "lr.one.up").await);
+    assert!(!crosses(&local, &c2, "lr.two.none").await);
+
+    // Hub 2 added: solicited at once, hub 1 kept (same connection).
+    let kept = http_json(one.http_port, "/leafz").await.unwrap()["leafs"][0]["id"].clone();
+    let log = edge.reload(&conf(&[(&one, ""), (&two, "")])).await;
+    assert!(!log.contains("Failed"), "{log}");
+    let name2 = format!("urls=[{:?}], account=\"$G\"", two.leaf_url());
+    assert!(
+        log.contains(&format!("Reloaded: LeafNode Remote {name2} added")),
+        "{log}"
+    );
+    wait_until(WAIT, "the leaf on hub 2", || async {
+        leaf_count(two.http_port).await == 1
+    })
+    .await;
+    assert!(crosses(&local, &c2, "lr.two.up").await);
+    assert!(crosses(&c2, &local, "lr.two.down").await);
+    assert_eq!(
+        http_json(one.http_port, "/leafz").await.unwrap()["leafs"][0]["id"],
+        kept
+    );
+
+    // Hub 1 removed: its connection closes and stays closed.
+    let log = edge.reload(&conf(&[(&two, "")])).await;
+    let name1 = format!("urls=[{:?}], account=\"$G\"", one.leaf_url());
+    assert!(
+        log.contains(&format!("Reloaded: LeafNode Remote {name1} removed")),
+        "{log}"
+    );
+    wait_until(WAIT, "the leaf gone from hub 1", || async {
+        leaf_count(one.http_port).await == 0
+    })
+    .await;
+    // Past several reconnect delays (1 s plus jitter).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(leaf_count(one.http_port).await, 0);
+    assert!(!crosses(&local, &c1, "lr.one.removed").await);
+    assert!(crosses(&local, &c2, "lr.two.still").await);
+
+    // Hub 2 disabled, then enabled again.
+    let log = edge.reload(&conf(&[(&two, ", disabled: true")])).await;
+    assert!(
+        log.contains(&format!(
+            "Reloaded: LeafNode Remote {name2} Disabled value is: true"
+        )),
+        "{log}"
+    );
+    wait_until(WAIT, "the leaf gone from hub 2", || async {
+        leaf_count(two.http_port).await == 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(leaf_count(two.http_port).await, 0);
+    let log = edge.reload(&conf(&[(&two, ", disabled: false")])).await;
+    assert!(
+        log.contains(&format!(
+            "Reloaded: LeafNode Remote {name2} Disabled value is: false"
+        )),
+        "{log}"
+    );
+    wait_until(WAIT, "the leaf back on hub 2", || async {
+        leaf_count(two.http_port).await == 1
+    })
+    .await;
+    assert!(crosses(&local, &c2, "lr.two.back").await);
+
+    // A remote whose creds file is missing is refused; nothing changes.
+    let missing = "/nonexistent/leaf.creds";
+    let log = edge
+        .reload(&conf(&[
+            (&two, ""),
+            (&one, &format!(", credentials: \"{missing}\"")),
+        ]))
+        .await;
+    assert!(
+        log.contains("Failed to reload server configuration"),
+        "{log}"
+    );
+    assert!(log.contains(missing), "{log}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(leaf_count(one.http_port).await, 0);
+    assert_eq!(leaf_count(two.http_port).await, 1);
+    // The edge's own client never lost its connection.
+    assert_eq!(disconnects.load(Ordering::SeqCst), 0);
 }
 
 /// Route and leaf listener certificates are read again on reload, as
