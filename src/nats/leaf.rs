@@ -1981,6 +1981,9 @@ where
         ));
     }
     let account = remote.account.clone();
+    // The mode this connection agrees with (a reload after this point
+    // re-applies its own to the registered connection).
+    let ours = leafs.mode(Some(remote));
     // Our own deny lists apply from the start; the hub's permissions join
     // them when its INFO brings them.
     let initial = spoke_view(&remote.opts, None, None)
@@ -2009,7 +2012,7 @@ where
         }),
         registered: AtomicBool::new(false),
         compression: Mutex::new("not supported"),
-        formed_off: leafs.mode(Some(remote)) == S2Compression::Off,
+        formed_off: ours == S2Compression::Off,
         switches: Mutex::new(None),
     });
     let (user, pass, token) = match &creds {
@@ -2043,7 +2046,10 @@ where
     let connector = remote.tls.read().clone();
     let want_tls = tls_scheme || info.tls_required || connector.is_some();
     if tls_done || !want_tls {
-        return start_remote(server, leaf, stream, hello, rest, parser, &info, started).await;
+        return start_remote(
+            server, leaf, stream, hello, rest, parser, &info, &ours, started,
+        )
+        .await;
     }
     let Some(conn) = connector else {
         return Err(ConnectError::Tls(
@@ -2054,7 +2060,10 @@ where
         return Err(ConnectError::Tls("data before the TLS handshake".into()));
     }
     let tls = tls_connect(&conn, hostport, stream).await?;
-    start_remote(server, leaf, tls, hello, rest, parser, &info, started).await
+    start_remote(
+        server, leaf, tls, hello, rest, parser, &info, &ours, started,
+    )
+    .await
 }
 
 /// The leaf side once the link is up (TLS included): agrees on
@@ -2070,13 +2079,13 @@ async fn start_remote<T>(
     rest: BytesMut,
     mut parser: RouteParser,
     info: &HubInfo,
+    ours: &S2Compression,
     started: Instant,
 ) -> Result<(), ConnectError>
 where
     T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let leafs = server.leafs.as_ref().ok_or(ConnectError::Timeout)?;
-    let ours = &leafs.mode(leaf.remote.as_deref());
     let (r, w) = tokio::io::split(stream);
     let level = match ours.name() {
         Some(_) => s2::select(ours, info.compression.as_deref(), started.elapsed())

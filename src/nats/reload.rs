@@ -526,7 +526,8 @@ pub(crate) fn diff(
 
 /// Of the cluster block, `routes` (dialled or dropped by `reload`),
 /// `connect_retries`, `advertise`, `no_advertise` (new route INFOs and
-/// client `connect_urls`), `pool_size` and `accounts` (the mesh re-forms),
+/// client `connect_urls`), `authorization` (the route users: see
+/// `Routes::reconfigure`), `pool_size` and `accounts` (the mesh re-forms),
 /// `compression` (see `Routes::recompress`) and the TLS files (see
 /// [`files_only`]) may change; the rest is refused, host and port with
 /// nats-server's own texts.
@@ -571,6 +572,7 @@ fn diff_cluster(
                 || o.compression != n.compression
                 || o.advertise != n.advertise
                 || o.no_advertise != n.no_advertise
+                || o.auth != n.auth
             {
                 lines.push("Reloaded: cluster".to_string());
             }
@@ -586,6 +588,7 @@ fn diff_cluster(
                 c.compression = Default::default();
                 c.advertise = None;
                 c.no_advertise = false;
+                c.auth = None;
                 // The files are read again on every reload; TLS itself
                 // cannot be turned on or off.
                 c.tls = c.tls.as_ref().map(files_only);
@@ -1208,6 +1211,12 @@ mod tests {
         for change in [
             &(|c: &mut ClusterOptions| c.no_advertise = true) as &dyn Fn(&mut ClusterOptions),
             &|c| c.advertise = Some("h:1".into()),
+            &|c| {
+                c.auth = Some(crate::config::nats::ClusterAuth {
+                    user: "r".into(),
+                    password: "p".into(),
+                })
+            },
         ] {
             let lines = diff(&old, &mut with(change), bound()).unwrap();
             assert!(lines.iter().any(|l| l == "Reloaded: cluster"), "{lines:?}");
@@ -1226,7 +1235,7 @@ mod tests {
         for change in [
             &(|c: &mut ClusterOptions| c.name = Some("other".into()))
                 as &dyn Fn(&mut ClusterOptions),
-            &|c| c.auth = Some(Default::default()),
+            &|c| c.auth_timeout = Duration::from_secs(9),
         ] {
             let mut new = with(change);
             let err = diff(&old, &mut new, bound()).unwrap_err().to_string();

@@ -126,7 +126,7 @@ use super::proto::route::{
 use super::proto::{self};
 use super::s2;
 use super::server::{ServerInner, SERVER_VERSION};
-use crate::config::nats::{ClusterOptions, NatsOptions, S2Compression};
+use crate::config::nats::{ClusterAuth, ClusterOptions, NatsOptions, S2Compression};
 
 /// The global account (every client when accounts are not configured).
 pub const GLOBAL_ACCOUNT: &str = "$G";
@@ -212,6 +212,9 @@ pub struct Route {
     compression: Mutex<&'static str>,
     /// Its compression switches (`None`: it formed while ours was off).
     switches: Option<s2::Switches>,
+    /// The user and password an accepted route's CONNECT presented (a
+    /// reload of the route users checks them again).
+    presented: Mutex<(Option<String>, Option<String>)>,
 }
 
 impl Route {
@@ -354,6 +357,10 @@ pub struct Routes {
     /// `advertise` and `no_advertise` in force (a reload changes them; new
     /// route INFOs and client `connect_urls` follow).
     advertise: parking_lot::RwLock<(Option<String>, bool)>,
+    /// `authorization { user, password }` in force (a reload changes it:
+    /// new routes present and are checked against it; accepted routes
+    /// that no longer pass are closed).
+    auth: parking_lot::RwLock<Option<ClusterAuth>>,
     max_pending: usize,
 }
 
@@ -375,6 +382,18 @@ pub enum RouteError {
     /// TLS on routes needs a CA to verify peers.
     #[error("cluster tls needs ca_file to verify peer servers")]
     TlsWithoutCa,
+}
+
+/// Whether the user and password a route's CONNECT presented pass `auth`
+/// (no `authorization` admits every route).
+fn route_authorized(
+    auth: Option<&ClusterAuth>,
+    presented: &(Option<String>, Option<String>),
+) -> bool {
+    auth.is_none_or(|a| {
+        presented.0.as_deref() == Some(a.user.as_str())
+            && presented.1.as_deref().unwrap_or("") == a.password
+    })
 }
 
 /// The acceptor and connector of routes with TLS files `files` (the same
@@ -587,6 +606,7 @@ impl Routes {
                     cluster.advertise.clone(),
                     cluster.no_advertise,
                 )),
+                auth: parking_lot::RwLock::new(cluster.auth.clone()),
                 max_pending: opts.max_pending,
             },
             listener,
@@ -652,6 +672,30 @@ impl Routes {
             .collect()
     }
 
+    /// After a reload of the route users, as nats-server: each connection a
+    /// peer dialled whose CONNECT no longer passes `auth` is closed with
+    /// `-ERR 'Authorization Violation'` (the peer is refused until its
+    /// configuration matches); connections we dialled stay, since the
+    /// peer checked them. Returns the notices.
+    fn recheck_accepted(&self, auth: &Option<ClusterAuth>) -> Vec<String> {
+        let mut closed = 0;
+        for r in self.every_connection() {
+            if r.did_solicit || route_authorized(auth.as_ref(), &r.presented.lock()) {
+                continue;
+            }
+            tracing::warn!(
+                rid = r.client.id,
+                "route no longer authorized after reload: closing"
+            );
+            self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            r.client.close_with_err(Some("Authorization Violation"));
+            closed += 1;
+        }
+        vec![format!(
+            "Reloaded: cluster authorization ({closed} accepted route connections no longer authorized closed)"
+        )]
+    }
+
     /// Routes connected from now on use `tls` (a reload re-read the
     /// files); connected ones keep their session.
     pub(crate) fn set_tls(&self, tls: (tokio_rustls::TlsAcceptor, tokio_rustls::TlsConnector)) {
@@ -669,6 +713,8 @@ impl Routes {
     /// - `advertise` and `no_advertise` apply to route INFOs sent from now
     ///   on and to client `connect_urls` (peers keep what they were told
     ///   until their route re-forms, as with nats-server);
+    /// - `authorization` (the route users): see
+    ///   [`Routes::recheck_accepted`];
     /// - `compression` alone: see [`Routes::recompress`];
     /// - `pool_size` or `accounts`: every route connection
     ///   closes and the mesh re-forms with the new pools, pinned
@@ -687,6 +733,10 @@ impl Routes {
             .store(cluster.connect_retries, Ordering::Relaxed);
         *self.advertise.write() = (cluster.advertise.clone(), cluster.no_advertise);
         let mut notes = Vec::new();
+        if *self.auth.read() != cluster.auth {
+            *self.auth.write() = cluster.auth.clone();
+            notes.extend(self.recheck_accepted(&cluster.auth));
+        }
         let old_pins = self.pinned_accounts();
         let compression_changed = *self.compression.read() != cluster.compression;
         if compression_changed {
@@ -1021,7 +1071,7 @@ impl Routes {
             host,
             port: self.listen.port(),
             headers: true,
-            auth_required: self.opts.auth.is_some(),
+            auth_required: self.auth.read().is_some(),
             tls_required: self.tls_acceptor.read().is_some(),
             tls_verify: self.tls_acceptor.read().is_some(),
             max_payload: server.opts.max_payload,
@@ -1329,6 +1379,7 @@ async fn run_route<S>(
         pinned: Mutex::new(pinned),
         compression: Mutex::new("not supported"),
         switches: switches.clone(),
+        presented: Mutex::new((None, None)),
     });
     {
         let mut st = routes.state.lock();
@@ -1342,8 +1393,8 @@ async fn run_route<S>(
         let (creds, _) = split_route_url(url);
         let creds = creds.or_else(|| {
             routes
-                .opts
                 .auth
+                .read()
                 .as_ref()
                 .map(|a| (a.user.clone(), a.password.clone()))
         });
@@ -1950,16 +2001,13 @@ impl RouteReader {
             return Err(Stop::Close("gateway on route port".into()));
         }
         let routes = self.routes();
-        if let Some(a) = &routes.opts.auth {
-            let ok = c.user.as_deref() == Some(a.user.as_str())
-                && c.pass.as_deref().unwrap_or("") == a.password;
-            if !ok {
-                self.reject(
-                    "Authorization Violation",
-                    "route authorization failed (bad user or password)",
-                );
-                return Err(Stop::Close("authorization violation".into()));
-            }
+        *self.route.presented.lock() = (c.user.clone(), c.pass.clone());
+        if !route_authorized(routes.auth.read().as_ref(), &self.route.presented.lock()) {
+            self.reject(
+                "Authorization Violation",
+                "route authorization failed (bad user or password)",
+            );
+            return Err(Stop::Close("authorization violation".into()));
         }
         if !self.cluster_name_ok(&c.cluster, c.cluster_dynamic) {
             let ours = routes.cluster_name();
@@ -2438,7 +2486,8 @@ impl RouteReader {
             }
         }
         tracing::debug!(remote_id = %info.server_id, url = %info.ip, "connecting to an implicit route");
-        let url = match &routes.opts.auth {
+        let auth = routes.auth.read().clone();
+        let url = match &auth {
             // Gossiped URLs carry no credentials: use ours.
             Some(a) => {
                 let (_, hp) = split_route_url(&info.ip);

@@ -1119,8 +1119,8 @@ async fn nats_reload_changes_route_compression() {
     drop(a);
 }
 
-/// Route users and the cluster name still cannot change at run time: the
-/// reload is refused and the route stays.
+/// The cluster name still cannot change at run time: the reload is
+/// refused and the route stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_reload_refuses_other_cluster_changes() {
     let (a_cluster, a_http) = (free_port(), free_port());
@@ -1134,23 +1134,107 @@ async fn nats_reload_refuses_other_cluster_changes() {
     };
     let b = Server::start(&b_conf(""));
     wait_remotes(a_http, 1).await;
-    for refused in [
-        "\nauthorization { user: ruser, password: rpass }\n",
-        "\nname: c2\n",
-    ] {
-        let log = b.reload(&b_conf(refused)).await;
-        assert!(
-            log.contains("Failed to reload server configuration")
-                && log.contains("config reload not supported for Cluster"),
-            "{refused}: {log}"
-        );
-    }
+    let log = b.reload(&b_conf("\nname: c2\n")).await;
+    assert!(
+        log.contains("Failed to reload server configuration")
+            && log.contains("config reload not supported for Cluster"),
+        "{log}"
+    );
     let log = b.reload(&b_conf("\nconnect_retries: 5\n")).await;
     assert!(log.contains("Reloaded: cluster"), "{log}");
     assert!(!log.contains("Failed"), "{log}");
     // Neither reload touched the route.
     assert_eq!(route_counts(a_http).await.1, 1);
     drop(a);
+}
+
+/// Route users reload as nats-server's: after `cluster { authorization }`
+/// changes, a route a peer dialled with the old user is closed with
+/// `-ERR 'Authorization Violation'` and refused until the peer presents
+/// the new one (a Go nats-server 2.15.1 peer, reloaded with the new user
+/// in its route URL); a route this server dialled stays; our clients stay
+/// connected. The Go peer does not pool: a pooled 2.15.1 peer re-dials
+/// refused pool connections at once and, racing its pinned `$SYS`
+/// connection against an unpooled server, may stop dialling altogether.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_changes_route_users() {
+    let (a_cluster, a_http, c_cluster, c_http, b_http) = (
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+        free_port(),
+    );
+    let c = Server::start(&format!(
+        "http: 127.0.0.1:{c_http}\ncluster {{ name: c1, listen: 127.0.0.1:{c_cluster} }}\n"
+    ));
+    let a_conf = |user: &str| {
+        format!(
+            "http: 127.0.0.1:{a_http}\ncluster {{ name: c1, listen: 127.0.0.1:{a_cluster}\nauthorization {{ user: {user}, password: secret-{user} }}\nroutes: [ \"nats-route://127.0.0.1:{c_cluster}\" ] }}\n"
+        )
+    };
+    let a = Server::start(&a_conf("r1"));
+    let b_conf = |user: &str| {
+        format!(
+            "http: 127.0.0.1:{b_http}\ncluster {{ name: c1, listen: 127.0.0.1:-1, pool_size: -1\nauthorization {{ user: {user}, password: secret-{user} }}\nroutes: [ \"nats-route://{user}:secret-{user}@127.0.0.1:{a_cluster}\" ] }}\n"
+        )
+    };
+    let b = Server::start_with(
+        super::support::procs::go_nats_server_2_15(),
+        &[],
+        &b_conf("r1"),
+    );
+    // A reaches B (which dialled it) and C (which it dialled).
+    wait_remotes(a_http, 2).await;
+    let disconnects = Arc::new(AtomicUsize::new(0));
+    let counted = disconnects.clone();
+    let client = async_nats::ConnectOptions::new()
+        .event_callback(move |e| {
+            let n = counted.clone();
+            async move {
+                if matches!(e, async_nats::Event::Disconnected) {
+                    n.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        })
+        .connect(a.url())
+        .await
+        .unwrap();
+    let (b_client, c_client) = (
+        async_nats::connect(b.url()).await.unwrap(),
+        async_nats::connect(c.url()).await.unwrap(),
+    );
+    assert!(crosses(&client, &b_client, "ru.b.before").await);
+    assert!(crosses(&client, &c_client, "ru.c.before").await);
+
+    let log = a.reload(&a_conf("r2")).await;
+    assert!(!log.contains("Failed"), "{log}");
+    assert!(
+        log.contains("Reloaded: cluster authorization") && !log.contains("(0 accepted"),
+        "{log}"
+    );
+    // B's routes are closed and its re-dials with the old user refused;
+    // the route A dialled to C stays.
+    wait_remotes(a_http, 1).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(route_counts(a_http).await.1, 1);
+    let routez = monitor(a_http, "/routez").await;
+    assert_eq!(
+        routez["routes"][0]["remote_id"],
+        monitor(c_http, "/varz").await["server_id"],
+        "{routez}"
+    );
+    assert!(crosses(&client, &c_client, "ru.c.after").await);
+    let b_log = std::fs::read_to_string(b.dir().join("server.log")).unwrap();
+    assert!(b_log.contains("Authorization Violation"), "{b_log}");
+
+    // B presents the new user: the route forms again.
+    let log = b.reload(&b_conf("r2")).await;
+    assert!(log.contains("Reloaded server configuration"), "{log}");
+    wait_remotes(a_http, 2).await;
+    assert!(crosses(&client, &b_client, "ru.b.after").await);
+    assert!(crosses(&b_client, &client, "ru.b.back").await);
+    assert_eq!(disconnects.load(Ordering::SeqCst), 0);
 }
 
 /// `(rid, compression)` of every route (or, with `leafs`, every leaf
@@ -1346,7 +1430,7 @@ async fn leaf_count(http: u16) -> usize {
         .map_or(0, Vec::len)
 }
 
-/// Leaf remotes reload as nats-server 2.12+ does: a remote added to the
+/// Leaf remotes reload as nats-server 2.15 does: a remote added to the
 /// configuration is solicited at once, a removed one's connection closes
 /// and is not re-dialled, `disabled: true` closes it and `false` brings
 /// it back, all without disturbing the edge's own clients. Two Go
