@@ -2955,6 +2955,16 @@ no_auth_user: bob
     }
 
     #[test]
+    fn leafnode_remote_disabled() {
+        let c = conf(
+            "leafnodes { remotes [ { url: \"nats://h:1\", disabled: true }, { url: \"nats://h:2\" } ] }",
+        );
+        let l = c.options.leafnodes.unwrap();
+        assert!(l.remotes[0].disabled);
+        assert!(!l.remotes[1].disabled);
+    }
+
+    #[test]
     fn leafnode_accounts_and_credentials() {
         use crate::config::nats::LeafRemoteAuth;
         let seed = nkeys::KeyPair::new_user().seed().unwrap();
