@@ -1255,6 +1255,23 @@ impl Leafnodes {
         sent
     }
 
+    /// Closes the connections we solicited (their remotes reconnect);
+    /// returns how many.
+    pub(crate) fn close_solicited(&self) -> usize {
+        let conns: Vec<Arc<Leaf>> = self
+            .state
+            .lock()
+            .conns
+            .values()
+            .filter(|l| l.spoke)
+            .cloned()
+            .collect();
+        for l in &conns {
+            l.client.close_with_err(None);
+        }
+        conns.len()
+    }
+
     /// Closes the listener, the solicit tasks and every leaf connection.
     pub(crate) fn shutdown(&self) {
         self.cancel.cancel();

@@ -672,6 +672,20 @@ impl Routes {
             .collect()
     }
 
+    /// A reload's new cluster name, as nats-server applies it: INFOs from
+    /// now on carry it and peers must match it from their next connection;
+    /// routes already up stay; the leaf connections we solicited close
+    /// and reconnect, so hubs see the new name. Returns the notices.
+    fn rename(&self, server: &Arc<ServerInner>, name: &str) -> Vec<String> {
+        *self.name.lock() = name.to_string();
+        self.dynamic.store(false, Ordering::Relaxed);
+        let closed = server.leafs.as_ref().map_or(0, |l| l.close_solicited());
+        vec![
+            format!("Cluster name updated to {name}"),
+            format!("{closed} solicited leafnode connections closed to reconnect with it"),
+        ]
+    }
+
     /// After a reload of the route users, as nats-server: each connection a
     /// peer dialled whose CONNECT no longer passes `auth` is closed with
     /// `-ERR 'Authorization Violation'` (the peer is refused until its
@@ -713,6 +727,7 @@ impl Routes {
     /// - `advertise` and `no_advertise` apply to route INFOs sent from now
     ///   on and to client `connect_urls` (peers keep what they were told
     ///   until their route re-forms, as with nats-server);
+    /// - `name`: see [`Routes::rename`];
     /// - `authorization` (the route users): see
     ///   [`Routes::recheck_accepted`];
     /// - `compression` alone: see [`Routes::recompress`];
@@ -733,6 +748,9 @@ impl Routes {
             .store(cluster.connect_retries, Ordering::Relaxed);
         *self.advertise.write() = (cluster.advertise.clone(), cluster.no_advertise);
         let mut notes = Vec::new();
+        if let Some(name) = cluster.name.as_ref().filter(|n| **n != self.cluster_name()) {
+            notes.extend(self.rename(server, name));
+        }
         if *self.auth.read() != cluster.auth {
             *self.auth.write() = cluster.auth.clone();
             notes.extend(self.recheck_accepted(&cluster.auth));

@@ -1119,33 +1119,73 @@ async fn nats_reload_changes_route_compression() {
     drop(a);
 }
 
-/// The cluster name still cannot change at run time: the reload is
-/// refused and the route stays.
+/// A new cluster name applies as nats-server applies it: routes already
+/// up stay and carry messages, INFOs carry the new name (a joining server
+/// must match it), and our solicited leaf connection reconnects so its
+/// hub sees the new name. A cluster `authorization { timeout }` change is
+/// still refused and touches nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nats_reload_refuses_other_cluster_changes() {
-    let (a_cluster, a_http) = (free_port(), free_port());
-    let a = Server::start(&format!(
-        "http: 127.0.0.1:{a_http}\ncluster {{ name: c1, listen: 127.0.0.1:{a_cluster} }}\n"
+async fn nats_reload_renames_the_cluster() {
+    let (a_cluster, a_http, hub_leaf, hub_http) =
+        (free_port(), free_port(), free_port(), free_port());
+    let hub = Server::start(&format!(
+        "http: 127.0.0.1:{hub_http}\nleafnodes {{ listen: 127.0.0.1:{hub_leaf} }}\n"
     ));
-    let b_conf = |extra: &str| {
+    let a_conf = |extra: &str| {
         format!(
-            "cluster {{ name: c1, listen: 127.0.0.1:-1, routes: [ \"nats-route://127.0.0.1:{a_cluster}\" ] {extra} }}\n"
+            "http: 127.0.0.1:{a_http}\ncluster {{ listen: 127.0.0.1:{a_cluster} {extra} }}\nleafnodes {{ remotes [ {{ url: \"nats-leaf://127.0.0.1:{hub_leaf}\" }} ] }}\n"
         )
     };
-    let b = Server::start(&b_conf(""));
+    let joiner = |name: &str| {
+        Server::start(&format!(
+            "cluster {{ name: {name}, listen: 127.0.0.1:-1, routes: [ \"nats-route://127.0.0.1:{a_cluster}\" ] }}\n"
+        ))
+    };
+    let a = Server::start(&a_conf("\nname: c1\n"));
+    let b = joiner("c1");
     wait_remotes(a_http, 1).await;
-    let log = b.reload(&b_conf("\nname: c2\n")).await;
+    let leaf_ids = || async { link_modes(hub_http, true).await };
+    wait_until(WAIT, "the leaf on the hub", || async {
+        leaf_ids().await.len() == 1
+    })
+    .await;
+    let before = leaf_ids().await;
+    let (ca, cb) = (
+        async_nats::connect(a.url()).await.unwrap(),
+        async_nats::connect(b.url()).await.unwrap(),
+    );
+    assert!(crosses(&ca, &cb, "rn.before").await);
+
+    let log = a.reload(&a_conf("\nname: c2\n")).await;
+    assert!(!log.contains("Failed"), "{log}");
+    assert!(log.contains("Cluster name updated to c2"), "{log}");
+    assert_eq!(monitor(a_http, "/varz").await["cluster"]["name"], "c2");
+    // The route stays; the leaf reconnects.
+    assert_eq!(route_counts(a_http).await.1, 1);
+    assert!(crosses(&ca, &cb, "rn.after").await);
+    assert!(crosses(&cb, &ca, "rn.back").await);
+    wait_until(WAIT, "the leaf back with a new connection", || async {
+        let now = leaf_ids().await;
+        now.len() == 1 && now != before
+    })
+    .await;
+    // Joining servers must match the new name.
+    let stale = joiner("c1");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(route_counts(a_http).await.1, 1);
+    drop(stale);
+    let _fresh = joiner("c2");
+    wait_remotes(a_http, 2).await;
+
+    let log = a
+        .reload(&a_conf("\nname: c2\nauthorization { timeout: 9 }\n"))
+        .await;
     assert!(
         log.contains("Failed to reload server configuration")
             && log.contains("config reload not supported for Cluster"),
         "{log}"
     );
-    let log = b.reload(&b_conf("\nconnect_retries: 5\n")).await;
-    assert!(log.contains("Reloaded: cluster"), "{log}");
-    assert!(!log.contains("Failed"), "{log}");
-    // Neither reload touched the route.
-    assert_eq!(route_counts(a_http).await.1, 1);
-    drop(a);
+    assert_eq!(route_counts(a_http).await.1, 2);
 }
 
 /// Route users reload as nats-server's: after `cluster { authorization }`
