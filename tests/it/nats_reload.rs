@@ -1128,7 +1128,7 @@ async fn nats_reload_changes_route_compression() {
 async fn nats_reload_renames_the_cluster() {
     let (a_cluster, a_http, hub_leaf, hub_http) =
         (free_port(), free_port(), free_port(), free_port());
-    let hub = Server::start(&format!(
+    let _hub = Server::start(&format!(
         "http: 127.0.0.1:{hub_http}\nleafnodes {{ listen: 127.0.0.1:{hub_leaf} }}\n"
     ));
     let a_conf = |extra: &str| {
