@@ -1851,11 +1851,10 @@ async fn solicit(server: Arc<ServerInner>, remote: Arc<Remote>, cancel: Cancella
             st.attempts += 1;
             st.attempts
         };
-        let res = tokio::select! {
-            _ = cancel.cancelled() => return,
-            res = connect_remote(&server, &remote, &url) => res,
-        };
-        if let Err(e) = res {
+        // Not raced against `cancel`: a connection ends through its own
+        // close (so its cleanup runs); one still in its handshake when the
+        // remote stops is refused at registration (`run_leaf`).
+        if let Err(e) = connect_remote(&server, &remote, &url).await {
             // The first failure and then one in 60 are logged as warnings.
             if attempt == 1 || attempt % 60 == 0 {
                 tracing::warn!(%url, attempt, error = %e, "error trying to connect as leafnode to remote server");
