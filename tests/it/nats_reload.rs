@@ -211,24 +211,36 @@ async fn raw(port: u16, creds: &str) -> Raw<TcpStream> {
     r
 }
 
-/// An async-nats client that counts its disconnections.
-async fn client(url: &str, user: &str, pass: &str) -> (async_nats::Client, Arc<AtomicUsize>) {
+/// `opts` with a callback that counts the client's disconnections.
+fn counting(opts: async_nats::ConnectOptions) -> (async_nats::ConnectOptions, Arc<AtomicUsize>) {
     let drops = Arc::new(AtomicUsize::new(0));
     let d = drops.clone();
-    let c = async_nats::ConnectOptions::with_user_and_password(user.into(), pass.into())
-        .event_callback(move |e| {
-            let d = d.clone();
-            async move {
-                if matches!(e, async_nats::Event::Disconnected) {
-                    d.fetch_add(1, Ordering::SeqCst);
-                }
+    let opts = opts.event_callback(move |e| {
+        let d = d.clone();
+        async move {
+            if matches!(e, async_nats::Event::Disconnected) {
+                d.fetch_add(1, Ordering::SeqCst);
             }
-        })
-        .connect(url)
-        .await
-        .unwrap();
+        }
+    });
+    (opts, drops)
+}
+
+/// An async-nats client that counts its disconnections.
+async fn client(url: &str, user: &str, pass: &str) -> (async_nats::Client, Arc<AtomicUsize>) {
+    let (opts, drops) = counting(async_nats::ConnectOptions::with_user_and_password(
+        user.into(),
+        pass.into(),
+    ));
+    let c = opts.connect(url).await.unwrap();
     c.flush().await.unwrap();
     (c, drops)
+}
+
+/// An anonymous async-nats client that counts its disconnections.
+async fn anonymous(url: &str) -> (async_nats::Client, Arc<AtomicUsize>) {
+    let (opts, drops) = counting(async_nats::ConnectOptions::new());
+    (opts.connect(url).await.unwrap(), drops)
 }
 
 /// Whether `user` can connect now (a fresh connection, no retries).
@@ -821,20 +833,8 @@ async fn nats_reload_nkey_users() {
         format!("authorization {{ users = [ {} ] }}\n", list.join(", "))
     };
     let srv = Server::start(&conf(&[&keep, &gone]));
-    let connect = |k: &nkeys::KeyPair| {
-        let drops = Arc::new(AtomicUsize::new(0));
-        let d = drops.clone();
-        let opts =
-            async_nats::ConnectOptions::with_nkey(k.seed().unwrap()).event_callback(move |e| {
-                let d = d.clone();
-                async move {
-                    if matches!(e, async_nats::Event::Disconnected) {
-                        d.fetch_add(1, Ordering::SeqCst);
-                    }
-                }
-            });
-        (opts, drops)
-    };
+    let connect =
+        |k: &nkeys::KeyPair| counting(async_nats::ConnectOptions::with_nkey(k.seed().unwrap()));
     let (o, keep_drops) = connect(&keep);
     let kept = o.connect(srv.url()).await.unwrap();
     let mut inbox = kept.subscribe("n").await.unwrap();
@@ -1021,23 +1021,7 @@ async fn nats_reload_adds_and_removes_routes() {
         let seed_client = async_nats::connect(format!("nats://127.0.0.1:{seed_port}"))
             .await
             .unwrap();
-        let (client, reconnects) = {
-            let n = Arc::new(AtomicUsize::new(0));
-            let n2 = n.clone();
-            let c = async_nats::ConnectOptions::new()
-                .event_callback(move |e| {
-                    let n = n2.clone();
-                    async move {
-                        if matches!(e, async_nats::Event::Disconnected) {
-                            n.fetch_add(1, Ordering::SeqCst);
-                        }
-                    }
-                })
-                .connect(ours.url())
-                .await
-                .unwrap();
-            (c, n)
-        };
+        let (client, reconnects) = anonymous(&ours.url()).await;
         assert_eq!(route_counts(http).await, (0, 0));
         assert!(!crosses(&client, &seed_client, "before").await);
 
@@ -1226,20 +1210,7 @@ async fn nats_reload_changes_route_users() {
     );
     // A reaches B (which dialled it) and C (which it dialled).
     wait_remotes(a_http, 2).await;
-    let disconnects = Arc::new(AtomicUsize::new(0));
-    let counted = disconnects.clone();
-    let client = async_nats::ConnectOptions::new()
-        .event_callback(move |e| {
-            let n = counted.clone();
-            async move {
-                if matches!(e, async_nats::Event::Disconnected) {
-                    n.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        })
-        .connect(a.url())
-        .await
-        .unwrap();
+    let (client, disconnects) = anonymous(&a.url()).await;
     let (b_client, c_client) = (
         async_nats::connect(b.url()).await.unwrap(),
         async_nats::connect(c.url()).await.unwrap(),
@@ -1470,6 +1441,11 @@ async fn leaf_count(http: u16) -> usize {
         .map_or(0, Vec::len)
 }
 
+/// Waits until `/leafz` of `http` lists `n` leaf connections.
+async fn wait_leafs(http: u16, n: usize, what: &str) {
+    wait_until(WAIT, what, || async { leaf_count(http).await == n }).await;
+}
+
 /// Leaf remotes reload as nats-server 2.15 does: a remote added to the
 /// configuration is solicited at once, a removed one's connection closes
 /// and is not re-dialled, `disabled: true` closes it and `false` brings
@@ -1496,24 +1472,8 @@ async fn nats_reload_adds_removes_and_disables_leaf_remotes() {
         )
     };
     let edge = Server::start(&conf(&[(&one, "")]));
-    wait_until(WAIT, "the leaf on hub 1", || async {
-        leaf_count(one.http_port).await == 1
-    })
-    .await;
-    let disconnects = Arc::new(AtomicUsize::new(0));
-    let counted = disconnects.clone();
-    let local = async_nats::ConnectOptions::new()
-        .event_callback(move |e| {
-            let n = counted.clone();
-            async move {
-                if matches!(e, async_nats::Event::Disconnected) {
-                    n.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        })
-        .connect(edge.url())
-        .await
-        .unwrap();
+    wait_leafs(one.http_port, 1, "the leaf on hub 1").await;
+    let (local, disconnects) = anonymous(&edge.url()).await;
     let (c1, c2) = (
         async_nats::connect(one.url()).await.unwrap(),
         async_nats::connect(two.url()).await.unwrap(),
@@ -1530,10 +1490,7 @@ async fn nats_reload_adds_removes_and_disables_leaf_remotes() {
         log.contains(&format!("Reloaded: LeafNode Remote {name2} added")),
         "{log}"
     );
-    wait_until(WAIT, "the leaf on hub 2", || async {
-        leaf_count(two.http_port).await == 1
-    })
-    .await;
+    wait_leafs(two.http_port, 1, "the leaf on hub 2").await;
     assert!(crosses(&local, &c2, "lr.two.up").await);
     assert!(crosses(&c2, &local, "lr.two.down").await);
     assert_eq!(
@@ -1548,10 +1505,7 @@ async fn nats_reload_adds_removes_and_disables_leaf_remotes() {
         log.contains(&format!("Reloaded: LeafNode Remote {name1} removed")),
         "{log}"
     );
-    wait_until(WAIT, "the leaf gone from hub 1", || async {
-        leaf_count(one.http_port).await == 0
-    })
-    .await;
+    wait_leafs(one.http_port, 0, "the leaf gone from hub 1").await;
     // Past several reconnect delays (1 s plus jitter).
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(leaf_count(one.http_port).await, 0);
@@ -1566,10 +1520,7 @@ async fn nats_reload_adds_removes_and_disables_leaf_remotes() {
         )),
         "{log}"
     );
-    wait_until(WAIT, "the leaf gone from hub 2", || async {
-        leaf_count(two.http_port).await == 0
-    })
-    .await;
+    wait_leafs(two.http_port, 0, "the leaf gone from hub 2").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(leaf_count(two.http_port).await, 0);
     let log = edge.reload(&conf(&[(&two, ", disabled: false")])).await;
@@ -1579,10 +1530,7 @@ async fn nats_reload_adds_removes_and_disables_leaf_remotes() {
         )),
         "{log}"
     );
-    wait_until(WAIT, "the leaf back on hub 2", || async {
-        leaf_count(two.http_port).await == 1
-    })
-    .await;
+    wait_leafs(two.http_port, 1, "the leaf back on hub 2").await;
     assert!(crosses(&local, &c2, "lr.two.back").await);
 
     // A remote whose creds file is missing is refused; nothing changes.
