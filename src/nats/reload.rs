@@ -34,7 +34,8 @@
 //! nats-server does ([`Routes::reconfigure`](super::route::Routes)): new
 //! ones are dialled, removed ones have the connections we dialled to them
 //! closed and not re-dialled; a new `pool_size` or pinned account list
-//! re-forms the mesh. A new `compression` (of the cluster, the leaf
+//! re-forms the pool connections and the pinned ones of the accounts it
+//! changes (other pinned connections stay). A new `compression` (of the cluster, the leaf
 //! listener or a leaf remote) applies as nats-server's reload does: a new
 //! level from the next write on, and only the connections that must agree
 //! again (compression turned on or off, or `accept`) close and re-form.
@@ -527,7 +528,7 @@ pub(crate) fn diff(
 /// Of the cluster block, `routes` (dialled or dropped by `reload`),
 /// `connect_retries`, `advertise`, `no_advertise` (new route INFOs and
 /// client `connect_urls`), `name` and `authorization` (the route users;
-/// see `Routes::reconfigure`), `pool_size` and `accounts` (the mesh re-forms),
+/// see `Routes::reconfigure`), `pool_size` and `accounts` (see `Routes::reset_pools`),
 /// `compression` (see `Routes::recompress`) and the TLS files (see
 /// [`files_only`]) may change; the rest is refused, host and port with
 /// nats-server's own texts.

@@ -51,7 +51,8 @@
 //!
 //! **Reload.** `routes`, `connect_retries`, `pool_size` and `accounts` may
 //! change at run time ([`Routes::reconfigure`]); a new pool size or pinned
-//! list closes every route connection and the mesh re-forms.
+//! list closes the pool connections and those pinned to an account it
+//! pinned or unpinned, which re-form; other pinned connections stay.
 //!
 //! **Accounts.** Every account but the system account (`$SYS`, or the
 //! operator's) is carried, by name (the public key in operator mode), in
@@ -222,6 +223,16 @@ impl Route {
     pub fn is_configured(&self) -> bool {
         self.reconnect.lock().as_ref().is_some_and(|(_, c)| *c)
     }
+
+    /// The URL to dial the peer's server at: the one we dialled, or the
+    /// one it announced.
+    fn peer_url(&self) -> Option<String> {
+        if self.did_solicit {
+            self.reconnect.lock().clone().map(|(u, _)| u)
+        } else {
+            Some(self.remote.lock().url.clone()).filter(|u| !u.is_empty())
+        }
+    }
 }
 
 /// (account, subject, queue) of local interest.
@@ -235,6 +246,14 @@ struct Peer {
     pooled: bool,
     /// Connections the peer dedicated to one account each, by account.
     pinned: HashMap<String, Arc<Route>>,
+    /// Accounts the peer announced it pins from now on (nats-server's
+    /// reload protocol) that we do not pin: our interest in them goes to
+    /// its connection pinned to them, as it expects.
+    moved: std::collections::HashSet<String>,
+    /// The INFO we forwarded to the other peers when this one joined
+    /// (when we announce it, see `register`), to name it again per newly
+    /// pinned account after a reload.
+    gossip: Option<serde_json::Value>,
 }
 
 impl Peer {
@@ -243,6 +262,8 @@ impl Peer {
             conns: vec![None; size],
             pooled,
             pinned: HashMap::new(),
+            moved: std::collections::HashSet::new(),
+            gossip: None,
         }
     }
 
@@ -250,14 +271,23 @@ impl Peer {
         self.conns.iter().flatten().chain(self.pinned.values())
     }
 
+    /// Every pool slot is taken (a peer whose pool a reload closed, its
+    /// pinned connections kept, has no slots until the pool re-forms).
     fn is_full(&self) -> bool {
-        self.conns.iter().all(Option::is_some)
+        !self.conns.is_empty() && self.conns.iter().all(Option::is_some)
+    }
+
+    /// Our interest in `account` travels on its pinned connection to
+    /// this peer (we pin it, or the peer moved it there).
+    fn pins(&self, account: &str, pins: &[String]) -> bool {
+        self.pooled && (pins.iter().any(|a| a == account) || self.moved.contains(account))
     }
 
     /// The connection that carries `account` from us (with our pool of
-    /// `pool_size`; only its own connection when we pin it), when it is up.
+    /// `pool_size`; only its own connection when it is pinned, see
+    /// [`Peer::pins`]), when it is up.
     fn conn_for(&self, account: &str, pool_size: usize, pins: &[String]) -> Option<&Arc<Route>> {
-        if self.pooled && pins.iter().any(|a| a == account) {
+        if self.pins(account, pins) {
             return self.pinned.get(account);
         }
         let idx = if self.pooled {
@@ -282,6 +312,41 @@ pub(crate) fn pool_index(pool_size: usize, account: &str) -> usize {
         h = h.wrapping_mul(0x0100_0193);
     }
     (h % pool_size as u32) as usize
+}
+
+/// A peer's `gossip` INFO once per account of `accounts`, naming it
+/// (`route_account`).
+fn encode_pinned_gossip<'a>(
+    b: &mut BytesMut,
+    gossip: &serde_json::Value,
+    accounts: impl Iterator<Item = &'a String>,
+) {
+    for a in accounts {
+        let mut g = gossip.clone();
+        if let serde_json::Value::Object(m) = &mut g {
+            m.insert("route_account".into(), serde_json::Value::String(a.clone()));
+        }
+        proto::encode_info(b, &g.to_string());
+    }
+}
+
+/// The interest in `account` that `peer`'s pool connections carried, to
+/// drop (with [`ServerInner::remove_subscription`], outside the state
+/// lock) when it arrives again on the peer's connection pinned to it.
+fn pool_interest(peer: &Peer, account: &str) -> Vec<Arc<Subscription>> {
+    let prefix = format!("{account} ");
+    let mut v = Vec::new();
+    for r in peer.conns.iter().flatten() {
+        v.extend(
+            r.client
+                .subs
+                .lock()
+                .iter()
+                .filter(|(k, _)| k.starts_with(prefix.as_bytes()))
+                .map(|(_, s)| s.clone()),
+        );
+    }
+    v
 }
 
 /// Why a route connection was not added to the table.
@@ -731,13 +796,12 @@ impl Routes {
     /// - `authorization` (the route users): see
     ///   [`Routes::recheck_accepted`];
     /// - `compression` alone: see [`Routes::recompress`];
-    /// - `pool_size` or `accounts`: every route connection
-    ///   closes and the mesh re-forms with the new pools, pinned
-    ///   connections and compression (routes
-    ///   we dialled re-dial, peers re-dial theirs, pinned connections of
-    ///   an account no longer pinned are not re-dialled). Core messages
-    ///   crossing the cluster in that moment may be lost, as at any route
-    ///   reconnect.
+    /// - `pool_size` or `accounts`: the pool connections and the ones
+    ///   pinned to an account the reload pinned or unpinned close and
+    ///   re-form with the new pools, pins and compression; other pinned
+    ///   connections stay (see [`Routes::reset_pools`]). Core messages
+    ///   crossing a closing connection in that moment may be lost, as at
+    ///   any route reconnect.
     pub(crate) fn reconfigure(
         &self,
         server: &Arc<ServerInner>,
@@ -760,8 +824,21 @@ impl Routes {
         if compression_changed {
             *self.compression.write() = cluster.compression.clone();
         }
-        if self.pool_size() != cluster.pool_size || *old_pins != cluster.pinned_accounts {
+        if self.pool_size() != cluster.pool_size {
             notes.extend(self.reset_pools(server, cluster, &old_pins));
+            // The pinned connections that stay switch level in place.
+            if compression_changed {
+                notes.extend(self.recompress(&cluster.compression));
+            }
+        } else if *old_pins != cluster.pinned_accounts {
+            if self.pool_size() > 0 {
+                notes.extend(self.repin(server, cluster, &old_pins));
+            } else {
+                *self.pins.write() = Arc::new(cluster.pinned_accounts.clone());
+            }
+            if compression_changed {
+                notes.extend(self.recompress(&cluster.compression));
+            }
         } else if compression_changed {
             notes.extend(self.recompress(&cluster.compression));
         }
@@ -834,11 +911,16 @@ impl Routes {
         )]
     }
 
-    /// Puts a new `pool_size` and pinned account list in force: every
-    /// route connection (pools, pinned, not yet registered) is closed, the
-    /// peers forgotten, and the mesh re-forms (see [`Routes::reconfigure`]).
-    /// Pinned connections to configured routes are dialled for accounts
-    /// newly pinned.
+    /// Puts a new `pool_size` and pinned account list in force. With pools
+    /// on before and after, as nats-server: the pool connections close and
+    /// re-form at the new size (each carrying the interest of its slot
+    /// under the new pins), connections pinned to an account the reload
+    /// pinned or unpinned close, and the other pinned connections (a peer's
+    /// `$SYS`, accounts pinned before and after) stay up with their
+    /// interest. Pools turned on or off re-form every connection. Pinned
+    /// connections to configured routes are dialled for accounts newly
+    /// pinned; a pinned connection we dialled for an account no longer
+    /// pinned is not re-dialled.
     fn reset_pools(
         &self,
         server: &Arc<ServerInner>,
@@ -847,22 +929,14 @@ impl Routes {
     ) -> Vec<String> {
         let new_pins = Arc::new(cluster.pinned_accounts.clone());
         let added: Vec<&String> = new_pins.iter().filter(|a| !old_pins.contains(a)).collect();
-        // Newly pinned accounts are announced to each pooling peer first,
-        // as nats-server announces an account a reload pinned: a peer that
-        // does not pin it itself then accepts its pinned connection (else
-        // it answers `-ERR 'No route for account'`).
-        let mut announce = BytesMut::new();
-        for a in &added {
-            let info = serde_json::json!({
-                "route_pool_size": self.pool_size(),
-                "route_account": a,
-                "route_acc_add_reqid": &server.server_id,
-            });
-            proto::encode_info(&mut announce, &info.to_string());
-        }
+        let changed = |a: &String| old_pins.contains(a) != new_pins.contains(a);
+        let pooled_both = self.pool_size() > 0 && cluster.pool_size > 0;
+        let announce = self.announcement(server, &added);
         self.pool_size.store(cluster.pool_size, Ordering::Release);
         *self.pins.write() = new_pins.clone();
-        let conns: Vec<Arc<Route>> = {
+        let kept =
+            |r: &Arc<Route>| pooled_both && r.pinned.lock().as_ref().is_some_and(|a| !changed(a));
+        let (conns, stayed) = {
             let mut st = self.state.lock();
             if !announce.is_empty() {
                 for p in st.routes.values().filter(|p| p.pooled) {
@@ -871,12 +945,18 @@ impl Routes {
                     }
                 }
             }
-            let peers = std::mem::take(&mut st.routes);
-            let mut v: Vec<Arc<Route>> = st.pending.values().cloned().collect();
-            for p in peers.values() {
-                v.extend(p.live().cloned());
-            }
-            v
+            let mut v: Vec<Arc<Route>> =
+                st.pending.values().filter(|r| !kept(r)).cloned().collect();
+            st.routes.retain(|_, p| {
+                v.extend(p.conns.drain(..).flatten());
+                let (stay, go): (HashMap<_, _>, HashMap<_, _>) =
+                    p.pinned.drain().partition(|(_, r)| kept(r));
+                v.extend(go.into_values());
+                p.pinned = stay;
+                !p.pinned.is_empty()
+            });
+            let stayed = st.routes.values().map(|p| p.pinned.len()).sum::<usize>();
+            (v, stayed)
         };
         for r in &conns {
             // Our pinned connection of an account no longer pinned (or
@@ -898,11 +978,153 @@ impl Routes {
             solicit_pinned(server, &url, true, None, added.iter().copied());
         }
         vec![format!(
-            "Route pool size {}, pinned accounts {:?} and compression {} in force: {} route connections closed to re-form",
+            "Route pool size {}, pinned accounts {:?} and compression {} in force: {} route connections closed to re-form, {stayed} pinned connections kept",
             cluster.pool_size,
             new_pins.as_slice(),
             cluster.compression.name().unwrap_or("off"),
             conns.len()
+        )]
+    }
+
+    /// nats-server's announcement of accounts a reload pinned, sent to
+    /// each pooling peer before their pinned connections are dialled: a
+    /// peer that does not pin one itself then accepts its pinned
+    /// connection (else it answers `-ERR 'No route for account'`) and
+    /// moves its interest there.
+    fn announcement(&self, server: &ServerInner, added: &[&String]) -> BytesMut {
+        let mut announce = BytesMut::new();
+        for a in added {
+            let info = serde_json::json!({
+                "route_pool_size": self.pool_size(),
+                "route_account": a,
+                "route_acc_add_reqid": &server.server_id,
+            });
+            proto::encode_info(&mut announce, &info.to_string());
+        }
+        announce
+    }
+
+    /// Puts a new pinned account list in force with the pool size
+    /// unchanged, as nats-server: no pool connection closes. An account
+    /// newly pinned is announced to each pooling peer, the interest in it
+    /// that their pool connections carried is dropped (it comes again on
+    /// the pinned connections), ours goes to a connection already pinned
+    /// to it or to the ones dialled now; an account unpinned has its
+    /// pinned connections closed (ours not re-dialled) and our interest in
+    /// it sent on the pool connection of its slot.
+    fn repin(
+        &self,
+        server: &Arc<ServerInner>,
+        cluster: &ClusterOptions,
+        old_pins: &[String],
+    ) -> Vec<String> {
+        let new_pins = Arc::new(cluster.pinned_accounts.clone());
+        let added: Vec<&String> = new_pins.iter().filter(|a| !old_pins.contains(a)).collect();
+        let removed: Vec<&String> = old_pins.iter().filter(|a| !new_pins.contains(a)).collect();
+        let announce = self.announcement(server, &added);
+        *self.pins.write() = new_pins.clone();
+        let pool = self.pool_size();
+        let (mut drop, mut close, mut dial) = (Vec::new(), Vec::new(), Vec::new());
+        {
+            let mut guard = self.state.lock();
+            let st = &mut *guard;
+            close.extend(
+                st.pending
+                    .values()
+                    .filter(|r| {
+                        r.pinned
+                            .lock()
+                            .as_ref()
+                            .is_some_and(|a| removed.contains(&a))
+                    })
+                    .cloned(),
+            );
+            for (id, p) in st.routes.iter_mut().filter(|(_, p)| p.pooled) {
+                let first = p.conns.iter().flatten().next().cloned();
+                if let Some(r) = &first {
+                    r.client.send_now(&announce);
+                }
+                for a in &added {
+                    drop.extend(pool_interest(p, a));
+                    let sent = p.moved.remove(*a);
+                    if let Some(r) = p.pinned.get(*a).filter(|_| !sent) {
+                        let mut b = BytesMut::new();
+                        for ((acc, subject, queue), n) in &st.interest {
+                            if acc == *a {
+                                encode_pinned_plus(
+                                    &mut b,
+                                    subject,
+                                    queue.as_deref().map(|q| (q, *n)),
+                                );
+                            }
+                        }
+                        r.client.send_now(&b);
+                    }
+                }
+                for a in &removed {
+                    close.extend(p.pinned.remove(*a));
+                    p.moved.remove(*a);
+                    if let Some(r) = p.conn_for(a, pool, &new_pins) {
+                        let mut b = BytesMut::new();
+                        for ((acc, subject, queue), n) in &st.interest {
+                            if acc == *a {
+                                encode_rs_plus(
+                                    &mut b,
+                                    acc,
+                                    subject,
+                                    queue.as_deref().map(|q| (q, *n)),
+                                );
+                            }
+                        }
+                        r.client.send_now(&b);
+                    }
+                }
+                // Configured routes dial below; peers learned by gossip here.
+                if let Some(url) = first
+                    .filter(|r| !r.is_configured())
+                    .and_then(|r| r.peer_url())
+                {
+                    dial.push((url, id.clone()));
+                }
+            }
+            // The peers we announced to the others are named again per
+            // newly pinned account, as when they joined: nats-server peers
+            // dial their pinned connections between each other only when
+            // told so.
+            if !added.is_empty() {
+                for (id, p) in st.routes.iter().filter(|(_, p)| p.pooled) {
+                    let Some(g) = &p.gossip else { continue };
+                    let mut b = BytesMut::new();
+                    encode_pinned_gossip(&mut b, g, added.iter().copied());
+                    for (_, other) in st.routes.iter().filter(|(k, o)| *k != id && o.pooled) {
+                        if let Some(r) = other.conns.iter().flatten().next() {
+                            r.client.send_now(&b);
+                        }
+                    }
+                }
+            }
+        }
+        for sub in drop {
+            server.remove_subscription(&sub);
+        }
+        for r in &close {
+            if r.did_solicit {
+                *r.reconnect.lock() = None;
+            }
+            r.client.close_with_err(None);
+        }
+        for url in self.configured.lock().clone() {
+            solicit_pinned(server, &url, true, None, added.iter().copied());
+        }
+        for (url, id) in dial {
+            solicit_pinned(server, &url, false, Some(&id), added.iter().copied());
+        }
+        vec![format!(
+            "Route pinned accounts {:?} in force: {} accounts pinned, {} unpinned ({} pinned connections closed), pool connections kept",
+            new_pins.as_slice(),
+            added.len(),
+            removed.len(),
+            close.len()
         )]
     }
 
@@ -1009,16 +1231,13 @@ impl Routes {
         } else {
             encode_rs_plus(&mut b, account, subject, queue.map(|q| (q, after)));
         }
-        // Only an account we pin can go to a pinned connection, whose
-        // lines omit the account.
+        // A pinned connection's lines omit the account.
         let (pool, pins) = (self.pool_size(), self.pinned_accounts());
         let mut pinned = BytesMut::new();
-        if pins.iter().any(|a| a == account) {
-            if after == 0 {
-                encode_pinned_minus(&mut pinned, subject, queue);
-            } else {
-                encode_pinned_plus(&mut pinned, subject, queue.map(|q| (q, after)));
-            }
+        if after == 0 {
+            encode_pinned_minus(&mut pinned, subject, queue);
+        } else {
+            encode_pinned_plus(&mut pinned, subject, queue.map(|q| (q, after)));
         }
         // A slot not connected yet gets the whole table when it is.
         for r in st
@@ -1498,7 +1717,8 @@ fn cleanup(server: &Arc<ServerInner>, route: &Arc<Route>, reason: &str) {
     let remote = route.remote.lock().clone();
     let mut urls_changed = false;
     {
-        let mut st = routes.state.lock();
+        let mut guard = routes.state.lock();
+        let st = &mut *guard;
         st.pending.remove(&route.client.id);
         let mine =
             route.registered.load(Ordering::Acquire) && !route.replaced.load(Ordering::Acquire);
@@ -1511,6 +1731,21 @@ fn cleanup(server: &Arc<ServerInner>, route: &Arc<Route>, reason: &str) {
                 *slot = None;
             }
             peer.pinned.retain(|_, r| !Arc::ptr_eq(r, route));
+            // An account the peer moved to this connection: our interest
+            // in it goes back to the pool.
+            let moved = route.pinned.lock().clone().filter(|a| peer.moved.remove(a));
+            if let Some(account) = moved {
+                let pool = routes.pool_size();
+                if let Some(r) = peer.conn_for(&account, pool, &routes.pinned_accounts()) {
+                    let mut b = BytesMut::new();
+                    for ((acc, subject, queue), n) in &st.interest {
+                        if *acc == account {
+                            encode_rs_plus(&mut b, acc, subject, queue.as_deref().map(|q| (q, *n)));
+                        }
+                    }
+                    r.client.send_now(&b);
+                }
+            }
             if peer.live().next().is_none() {
                 st.routes.remove(&remote.id);
                 urls_changed = !remote.connect_urls.is_empty();
@@ -2353,6 +2588,7 @@ impl RouteReader {
         // Pinned connections aside: the peer's first pool connection
         // announces it.
         let first = peer.conns.iter().all(Option::is_none);
+        let moved = peer.moved.clone();
         let mut b = BytesMut::new();
         if route.did_solicit && routes.pool_size() > 0 {
             proto::encode_info(&mut b, &routes.route_info_json(&server, slot, None));
@@ -2362,7 +2598,11 @@ impl RouteReader {
         super::claims::encode_sync(&server, &mut b);
         let (pool, pins) = (routes.pool_size(), routes.pinned_accounts());
         for ((account, subject, queue), n) in &st.interest {
-            if !pooled || (pool_index(pool, account) == slot && !pins.contains(account)) {
+            if !pooled
+                || (pool_index(pool, account) == slot
+                    && !pins.contains(account)
+                    && !moved.contains(account))
+            {
                 encode_rs_plus(&mut b, account, subject, queue.as_deref().map(|q| (q, *n)));
             }
         }
@@ -2381,12 +2621,7 @@ impl RouteReader {
         // us (configured routes dial theirs from the start); the duplicate
         // rule settles a pinned connection both sides dial.
         if pooled && first && !route.is_configured() {
-            let url = if route.did_solicit {
-                route.reconnect.lock().clone().map(|(u, _)| u)
-            } else {
-                Some(route.remote.lock().url.clone()).filter(|u| !u.is_empty())
-            };
-            if let Some(url) = url {
+            if let Some(url) = route.peer_url() {
                 let missing = pins.iter().filter(|a| !peer.pinned.contains_key(*a));
                 solicit_pinned(&server, &url, false, Some(&id), missing);
             }
@@ -2404,12 +2639,9 @@ impl RouteReader {
             // (nats-server) dials its pinned connection to the newcomer
             // only when told so.
             if pooled {
-                for a in pins.iter() {
-                    let mut g = gossip.clone();
-                    if let serde_json::Value::Object(m) = &mut g {
-                        m.insert("route_account".into(), serde_json::Value::String(a.clone()));
-                    }
-                    proto::encode_info(&mut frame, &g.to_string());
+                encode_pinned_gossip(&mut frame, gossip, pins.iter());
+                if let Some(p) = st.routes.get_mut(&id) {
+                    p.gossip = Some(gossip.clone());
                 }
             }
             for (_, p) in st.routes.iter().filter(|(k, _)| **k != id) {
@@ -2463,8 +2695,9 @@ impl RouteReader {
             if route.did_solicit {
                 proto::encode_info(&mut b, &routes.route_info_json(&server, 0, Some(&account)));
             }
-            // The interest of an account we pin travels only here.
-            if routes.pinned_accounts().contains(&account) {
+            // The interest of an account pinned (by us, or moved here by
+            // the peer) travels only here.
+            if peer.pins(&account, &routes.pinned_accounts()) {
                 for ((acc, subject, queue), n) in &st.interest {
                     if *acc == account {
                         encode_pinned_plus(&mut b, subject, queue.as_deref().map(|q| (q, *n)));
@@ -2556,7 +2789,8 @@ impl RouteReader {
     /// The peer pins `info.route_account` from now on (nats-server's
     /// reload protocol): its interest in that account arrives again on the
     /// pinned connection it dials next, so what its pool connections
-    /// carried is dropped (or messages would reach it twice); the answer
+    /// carried is dropped (or messages would reach it twice), and ours
+    /// goes to that connection from now on ([`Peer::moved`]); the answer
     /// carries the request id back. An answer to our own announcement
     /// needs nothing.
     fn account_moves_to_pinned(&mut self, info: &PeerInfo) {
@@ -2565,26 +2799,16 @@ impl RouteReader {
             return;
         }
         let remote_id = self.route.remote.lock().id.clone();
-        let pool: Vec<Arc<Route>> = {
-            let st = self.routes().state.lock();
-            st.routes
-                .get(&remote_id)
-                .map(|p| p.conns.iter().flatten().cloned().collect())
-                .unwrap_or_default()
-        };
-        let prefix = format!("{account} ");
-        for r in pool {
-            let subs: Vec<Arc<Subscription>> = r
-                .client
-                .subs
-                .lock()
-                .iter()
-                .filter(|(k, _)| k.starts_with(prefix.as_bytes()))
-                .map(|(_, s)| s.clone())
-                .collect();
-            for sub in subs {
-                self.server.remove_subscription(&sub);
+        let routes = self.routes();
+        let mut drop = Vec::new();
+        if let Some(p) = routes.state.lock().routes.get_mut(&remote_id) {
+            drop = pool_interest(p, account);
+            if !routes.pinned_accounts().iter().any(|a| a == account) {
+                p.moved.insert(account.to_string());
             }
+        }
+        for sub in drop {
+            self.server.remove_subscription(&sub);
         }
         let answer = serde_json::json!({
             "route_pool_size": info.route_pool_size,

@@ -500,6 +500,36 @@ async fn reload_all(all: &[&NatsNode; 3]) {
     hup(&all[..1]);
 }
 
+/// `(rid, account)` of every connection of `n` pinned to an account.
+async fn all_pinned(n: &NatsNode) -> Vec<(u64, String)> {
+    let rz = n.routez().await;
+    let mut v: Vec<(u64, String)> = rz["routes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            let acc = r["account"].as_str().filter(|a| !a.is_empty())?;
+            Some((r["rid"].as_u64()?, acc.to_string()))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The rids of `n`'s pool connections (not pinned to an account).
+async fn pool_rids(n: &NatsNode) -> Vec<u64> {
+    let rz = n.routez().await;
+    let mut v: Vec<u64> = rz["routes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["account"].as_str().unwrap_or("").is_empty())
+        .filter_map(|r| r["rid"].as_u64())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
 /// Connections per peer that are not pinned to an account.
 async fn pool_conns(n: &NatsNode) -> HashMap<String, usize> {
     let rz = n.routez().await;
@@ -544,8 +574,10 @@ async fn flows(from: &NatsNode, to: &NatsNode, account: &str, subject: &str) {
 /// A reload of `pool_size` and `accounts` on our seed and two `others`
 /// (which reload the same file): the pools re-form at the new size, a
 /// newly pinned account gets its connection (and its interest moves
-/// there), an unpinned one goes back to the pool, and messages of every
-/// account keep reaching their subscribers once.
+/// there) with the pool connections kept, a new pool size keeps the
+/// pinned connections up, an unpinned account goes back to the pool (the
+/// pool connections kept), and messages of every account keep reaching
+/// their subscribers once.
 async fn pools_change_on_reload(others: &Impl, tag: &str) {
     let dir = tempfile::tempdir().unwrap();
     let flags = pool_conf(&dir);
@@ -589,6 +621,8 @@ async fn pools_change_on_reload(others: &Impl, tag: &str) {
         flows(&b, &a, acc, "r.3").await;
     }
 
+    // Pinning alone keeps the pool connections.
+    let pool_before = pool_rids(&a).await;
     rewrite(4, &["C"]);
     reload_all(&all).await;
     wait_until(WAIT, "a connection pinned to C from A to B", || async {
@@ -618,6 +652,37 @@ async fn pools_change_on_reload(others: &Impl, tag: &str) {
     })
     .await;
     flows(&a, &b, "A", "r.7").await;
+    assert_eq!(pool_rids(&a).await, pool_before);
+
+    // A new pool size alone: the pools re-form at 5 and every pinned
+    // connection (C's, and a nats-server peer's `$SYS`) stays up.
+    let pinned_before = all_pinned(&a).await;
+    assert!(pinned_before.len() >= 2, "{pinned_before:?}");
+    rewrite(5, &["C"]);
+    reload_all(&all).await;
+    pools_of(5).await;
+    assert_eq!(all_pinned(&a).await, pinned_before);
+    for acc in ACCOUNTS {
+        flows(&a, &b, acc, "r.p5").await;
+        flows(&b, &a, acc, "r.p5b").await;
+    }
+    assert_eq!(all_pinned(&a).await, pinned_before);
+
+    // Unpinning alone keeps the pool connections too; C's interest and
+    // messages go back to the pool.
+    let pool_before = pool_rids(&a).await;
+    rewrite(5, &[]);
+    reload_all(&all).await;
+    wait_until(WAIT, "no connection pinned to C", || async {
+        pinned_conns(&a, &b_id, "C").await.is_empty()
+            && pinned_conns(&b, &a_id, "C").await.is_empty()
+    })
+    .await;
+    for acc in ACCOUNTS {
+        flows(&a, &b, acc, "r.u").await;
+        flows(&b, &a, acc, "r.ub").await;
+    }
+    assert_eq!(pool_rids(&a).await, pool_before);
 
     rewrite(3, &[]);
     reload_all(&all).await;
