@@ -1041,7 +1041,7 @@ impl Routes {
             );
             for (id, p) in st.routes.iter_mut().filter(|(_, p)| p.pooled) {
                 let first = p.conns.iter().flatten().next().cloned();
-                if let Some(r) = &first {
+                if let Some(r) = first.as_ref().filter(|_| !announce.is_empty()) {
                     r.client.send_now(&announce);
                 }
                 for a in &added {
