@@ -1177,11 +1177,21 @@ async fn nats_reload_renames_the_cluster() {
 /// `-ERR 'Authorization Violation'` and refused until the peer presents
 /// the new one (a Go nats-server 2.15.1 peer, reloaded with the new user
 /// in its route URL); a route this server dialled stays; our clients stay
-/// connected. The Go peer does not pool: a pooled 2.15.1 peer re-dials
-/// refused pool connections at once and, racing its pinned `$SYS`
-/// connection against an unpooled server, may stop dialling altogether.
+/// connected. Every server without pools.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_reload_changes_route_users() {
+    route_users_rotate("pool_size: -1", 2).await;
+}
+
+/// The same with pools of three on every server (the Go peer's default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_changes_route_users_pooled() {
+    route_users_rotate("pool_size: 3", 6).await;
+}
+
+/// `pool` is the cluster block's pool line for all three servers, `conns`
+/// how many route connections A has once its two peers' pools are full.
+async fn route_users_rotate(pool: &str, conns: u64) {
     let (a_cluster, a_http, c_cluster, c_http, b_http) = (
         free_port(),
         free_port(),
@@ -1190,17 +1200,17 @@ async fn nats_reload_changes_route_users() {
         free_port(),
     );
     let c = Server::start(&format!(
-        "http: 127.0.0.1:{c_http}\ncluster {{ name: c1, listen: 127.0.0.1:{c_cluster} }}\n"
+        "http: 127.0.0.1:{c_http}\ncluster {{ name: c1, listen: 127.0.0.1:{c_cluster}, {pool} }}\n"
     ));
     let a_conf = |user: &str| {
         format!(
-            "http: 127.0.0.1:{a_http}\ncluster {{ name: c1, listen: 127.0.0.1:{a_cluster}\nauthorization {{ user: {user}, password: secret-{user} }}\nroutes: [ \"nats-route://127.0.0.1:{c_cluster}\" ] }}\n"
+            "http: 127.0.0.1:{a_http}\ncluster {{ name: c1, listen: 127.0.0.1:{a_cluster}, {pool}\nauthorization {{ user: {user}, password: secret-{user} }}\nroutes: [ \"nats-route://127.0.0.1:{c_cluster}\" ] }}\n"
         )
     };
     let a = Server::start(&a_conf("r1"));
     let b_conf = |user: &str| {
         format!(
-            "http: 127.0.0.1:{b_http}\ncluster {{ name: c1, listen: 127.0.0.1:-1, pool_size: -1\nauthorization {{ user: {user}, password: secret-{user} }}\nroutes: [ \"nats-route://{user}:secret-{user}@127.0.0.1:{a_cluster}\" ] }}\n"
+            "http: 127.0.0.1:{b_http}\ncluster {{ name: c1, listen: 127.0.0.1:-1, {pool}\nauthorization {{ user: {user}, password: secret-{user} }}\nroutes: [ \"nats-route://{user}:secret-{user}@127.0.0.1:{a_cluster}\" ] }}\n"
         )
     };
     let b = Server::start_with(
@@ -1210,6 +1220,10 @@ async fn nats_reload_changes_route_users() {
     );
     // A reaches B (which dialled it) and C (which it dialled).
     wait_remotes(a_http, 2).await;
+    wait_until(WAIT, "A's route connections", || async {
+        route_counts(a_http).await.0 >= conns
+    })
+    .await;
     let (client, disconnects) = anonymous(&a.url()).await;
     let (b_client, c_client) = (
         async_nats::connect(b.url()).await.unwrap(),
