@@ -330,6 +330,24 @@ fn encode_pinned_gossip<'a>(
     }
 }
 
+/// Our whole interest in `account` as `RS+` lines: in the pinned form
+/// (the account omitted) with `pinned`, else naming the account.
+fn encode_account_interest(
+    b: &mut BytesMut,
+    interest: &HashMap<InterestKey, u32>,
+    account: &str,
+    pinned: bool,
+) {
+    for ((acc, subject, queue), n) in interest.iter().filter(|((a, _, _), _)| a == account) {
+        let queue = queue.as_deref().map(|q| (q, *n));
+        if pinned {
+            encode_pinned_plus(b, subject, queue);
+        } else {
+            encode_rs_plus(b, acc, subject, queue);
+        }
+    }
+}
+
 /// The interest in `account` that `peer`'s pool connections carried, to
 /// drop (with [`ServerInner::remove_subscription`], outside the state
 /// lock) when it arrives again on the peer's connection pinned to it.
@@ -826,20 +844,16 @@ impl Routes {
         }
         if self.pool_size() != cluster.pool_size {
             notes.extend(self.reset_pools(server, cluster, &old_pins));
-            // The pinned connections that stay switch level in place.
-            if compression_changed {
-                notes.extend(self.recompress(&cluster.compression));
-            }
         } else if *old_pins != cluster.pinned_accounts {
             if self.pool_size() > 0 {
                 notes.extend(self.repin(server, cluster, &old_pins));
             } else {
                 *self.pins.write() = Arc::new(cluster.pinned_accounts.clone());
             }
-            if compression_changed {
-                notes.extend(self.recompress(&cluster.compression));
-            }
-        } else if compression_changed {
+        }
+        // Connections that stay (all, or the pinned ones a new pool size
+        // kept) switch level in place.
+        if compression_changed {
             notes.extend(self.recompress(&cluster.compression));
         }
         let (added, removed) = {
@@ -1049,15 +1063,7 @@ impl Routes {
                     let sent = p.moved.remove(*a);
                     if let Some(r) = p.pinned.get(*a).filter(|_| !sent) {
                         let mut b = BytesMut::new();
-                        for ((acc, subject, queue), n) in &st.interest {
-                            if acc == *a {
-                                encode_pinned_plus(
-                                    &mut b,
-                                    subject,
-                                    queue.as_deref().map(|q| (q, *n)),
-                                );
-                            }
-                        }
+                        encode_account_interest(&mut b, &st.interest, a, true);
                         r.client.send_now(&b);
                     }
                 }
@@ -1066,16 +1072,7 @@ impl Routes {
                     p.moved.remove(*a);
                     if let Some(r) = p.conn_for(a, pool, &new_pins) {
                         let mut b = BytesMut::new();
-                        for ((acc, subject, queue), n) in &st.interest {
-                            if acc == *a {
-                                encode_rs_plus(
-                                    &mut b,
-                                    acc,
-                                    subject,
-                                    queue.as_deref().map(|q| (q, *n)),
-                                );
-                            }
-                        }
+                        encode_account_interest(&mut b, &st.interest, a, false);
                         r.client.send_now(&b);
                     }
                 }
@@ -1738,11 +1735,7 @@ fn cleanup(server: &Arc<ServerInner>, route: &Arc<Route>, reason: &str) {
                 let pool = routes.pool_size();
                 if let Some(r) = peer.conn_for(&account, pool, &routes.pinned_accounts()) {
                     let mut b = BytesMut::new();
-                    for ((acc, subject, queue), n) in &st.interest {
-                        if *acc == account {
-                            encode_rs_plus(&mut b, acc, subject, queue.as_deref().map(|q| (q, *n)));
-                        }
-                    }
+                    encode_account_interest(&mut b, &st.interest, &account, false);
                     r.client.send_now(&b);
                 }
             }
@@ -2698,11 +2691,7 @@ impl RouteReader {
             // The interest of an account pinned (by us, or moved here by
             // the peer) travels only here.
             if peer.pins(&account, &routes.pinned_accounts()) {
-                for ((acc, subject, queue), n) in &st.interest {
-                    if *acc == account {
-                        encode_pinned_plus(&mut b, subject, queue.as_deref().map(|q| (q, *n)));
-                    }
-                }
+                encode_account_interest(&mut b, &st.interest, &account, true);
             }
             route.client.pinned_route.store(true, Ordering::Release);
             if !b.is_empty() {
