@@ -678,6 +678,12 @@ pub struct LeafRemote {
     /// `disabled`: configured but not solicited (a reload may turn it on
     /// or off).
     pub disabled: bool,
+    /// `no_randomize`: the URLs are tried in the configured order (else
+    /// from a random one).
+    pub no_randomize: bool,
+    /// `ignore_discovered_servers`: the `leafnode_urls` a hub announces
+    /// (its cluster's other leaf listeners) are not added to `urls`.
+    pub ignore_discovered_servers: bool,
 }
 
 /// A remote's credentials (`credentials` or `nkey`/`seed`).

@@ -1599,7 +1599,8 @@ fn leaf_remote(key: &str, n: &Node, warnings: &mut Vec<String>) -> Result<LeafRe
             "deny_exports" | "deny_export" => r.deny_exports = deny_subjects(k, v)?,
             "hub" if !want_bool(k, v)? => {}
             "hub" => return invalid(k, v, "hub: true (role reversal) is not supported"),
-            "no_randomize" | "dont_randomize" if !want_bool(k, v)? => {}
+            "no_randomize" | "dont_randomize" => r.no_randomize = want_bool(k, v)?,
+            "ignore_discovered_servers" => r.ignore_discovered_servers = want_bool(k, v)?,
             "compression" => r.compression = leaf_compression(k, v)?,
             "disabled" => r.disabled = want_bool(k, v)?,
             other => {
@@ -2962,6 +2963,24 @@ no_auth_user: bob
         let l = c.options.leafnodes.unwrap();
         assert!(l.remotes[0].disabled);
         assert!(!l.remotes[1].disabled);
+    }
+
+    #[test]
+    fn leafnode_remote_url_order_and_discovery() {
+        let c = conf(
+            "leafnodes { remotes [ { urls: [\"nats://h:1\", \"nats://h:2\"], no_randomize: true,
+               ignore_discovered_servers: true }, { url: \"nats://h:3\", dont_randomize: false } ] }",
+        );
+        let l = c.options.leafnodes.unwrap();
+        assert!(l.remotes[0].no_randomize && l.remotes[0].ignore_discovered_servers);
+        assert!(!l.remotes[1].no_randomize && !l.remotes[1].ignore_discovered_servers);
+        let e = from_str(
+            "leafnodes { remotes [ { url: \"nats://h:1\", no_randomize: 3 } ] }",
+            Path::new("c.conf"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("no_randomize"), "{e}");
     }
 
     #[test]

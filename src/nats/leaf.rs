@@ -83,7 +83,10 @@
 //!
 //! **Tasks.** Per server: the accept loop (with a listener) and one solicit
 //! task per remote, which connects, runs the connection to its end and
-//! reconnects after `reconnect` plus jitter, forever. Per connection: the
+//! reconnects after `reconnect` plus jitter, forever, to the next of its
+//! URLs: those its hub announced in `leafnode_urls` (the hub's cluster's
+//! leaf listeners, learned from route INFOs and re-sent to accepted leaves
+//! when the routed peers change), then its configured ones. Per connection: the
 //! reader (it also owns cleanup), the writer (`client::write_loop`) and a
 //! ping timer.
 //!
@@ -215,6 +218,11 @@ struct RemoteState {
     delay: Option<Duration>,
     /// Attempts since the last successful handshake.
     attempts: u64,
+    /// The URLs to try, the next first: those the hub last announced
+    /// (`leafnode_urls`, not configured ones), then the configured ones.
+    urls: Vec<String>,
+    /// The URL of the last attempt.
+    current: Option<String>,
 }
 
 /// One configured remote (a hub we solicit). A reload keeps it while its
@@ -225,6 +233,9 @@ pub(crate) struct Remote {
     /// the TLS files and `disabled` can change, and they are kept current
     /// below.
     opts: LeafRemote,
+    /// The configured URLs, in the order they are tried (from a random one
+    /// unless `no_randomize`).
+    configured_urls: Vec<String>,
     /// nats-server's name of the remote, with passwords redacted (logs).
     safe_name: String,
     /// The local account its connections bind.
@@ -243,6 +254,93 @@ impl Remote {
     /// Whether its solicit task has been told to stop.
     fn stopped(&self) -> bool {
         self.run.lock().as_ref().is_none_or(|c| c.is_cancelled())
+    }
+
+    /// The URL to dial next, as nats-server picks it: the first of the
+    /// list, after moving the one dialled last to the end when it is
+    /// first (so a dead hub is not dialled twice in a row while others
+    /// are known).
+    fn next_url(&self) -> Option<String> {
+        let mut st = self.state.lock();
+        if st.urls.is_empty() {
+            st.urls = self.configured_urls.clone();
+        }
+        if st.urls.len() > 1 && st.current.as_ref() == st.urls.first() {
+            st.urls.rotate_left(1);
+        }
+        st.current = st.urls.first().cloned();
+        st.current.clone()
+    }
+
+    /// A hub announced `leafnode_urls` (its cluster's leaf listeners, as
+    /// `host:port`): unless `ignore_discovered_servers`, the list to try
+    /// becomes those not configured, then the configured ones. They are
+    /// dialled with the scheme and the user and password of the first
+    /// configured URL.
+    fn discovered(&self, announced: &[String]) {
+        if self.opts.ignore_discovered_servers || announced.is_empty() {
+            return;
+        }
+        let configured: Vec<LeafUrl> = self
+            .configured_urls
+            .iter()
+            .filter_map(|u| parse_leaf_url(u))
+            .collect();
+        let scheme = match configured.first() {
+            Some(u) if u.tls => "tls",
+            _ => "nats-leaf",
+        };
+        let userinfo = configured
+            .iter()
+            .find_map(|u| u.creds.as_ref())
+            .map(|(u, p)| {
+                if p.is_empty() {
+                    format!("{u}@")
+                } else {
+                    format!("{u}:{p}@")
+                }
+            })
+            .unwrap_or_default();
+        let mut urls: Vec<String> = Vec::with_capacity(announced.len() + configured.len());
+        for hp in announced {
+            let Some(found) = parse_leaf_url(hp) else {
+                tracing::debug!(url = %hp, "unusable leafnode URL announced by the hub");
+                continue;
+            };
+            if configured.iter().any(|u| u.hostport == found.hostport) {
+                continue;
+            }
+            let url = format!("{scheme}://{userinfo}{}", found.hostport);
+            if !urls.contains(&url) {
+                urls.push(url);
+            }
+        }
+        urls.extend(self.configured_urls.iter().cloned());
+        let mut st = self.state.lock();
+        if st.urls != urls {
+            tracing::debug!(remote = %self.safe_name, count = urls.len(), "leafnode URLs updated from the hub");
+            st.urls = urls;
+        }
+    }
+
+    /// The `host:port` whose host a TLS handshake toward `hostport`
+    /// verifies: a discovered hub is announced by IP address, while its
+    /// certificate names the host of the configured URL; that name is used
+    /// then.
+    fn tls_hostport(&self, hostport: &str) -> String {
+        let is_ip = |hp: &str| host_of(hp).parse::<std::net::IpAddr>().is_ok();
+        if !is_ip(hostport) {
+            return hostport.to_string();
+        }
+        let named = self
+            .configured_urls
+            .iter()
+            .filter_map(|u| parse_leaf_url(u))
+            .find(|u| !is_ip(&u.hostport));
+        match (named, hostport.rsplit_once(':')) {
+            (Some(u), Some((_, port))) => format!("{}:{port}", host_of(&u.hostport)),
+            _ => hostport.to_string(),
+        }
     }
 }
 
@@ -311,8 +409,12 @@ pub struct Leafnodes {
     tls_acceptor: RwLock<Option<tokio_rustls::TlsAcceptor>>,
     /// Checks leaf credentials when `authorization` is set in the block.
     auth: Option<Authenticator>,
-    /// `leafnode_urls` in our INFO.
+    /// Our leaf listener's advertised URL (`host:port`; none with
+    /// `no_advertise` or without a listener).
     urls: Vec<String>,
+    /// `leafnode_urls` as last sent to the leaves we accepted: ours, then
+    /// those our routed peers advertise.
+    sent_urls: Mutex<Vec<String>>,
     max_pending: usize,
 }
 
@@ -788,8 +890,14 @@ impl Remote {
         account: Arc<Account>,
         tls: Option<tokio_rustls::TlsConnector>,
     ) -> Arc<Remote> {
+        let mut configured_urls = r.urls.clone();
+        if !r.no_randomize && configured_urls.len() > 1 {
+            let start = rand::random::<usize>() % configured_urls.len();
+            configured_urls.rotate_left(start);
+        }
         Arc::new(Remote {
             opts: r.clone(),
+            configured_urls,
             safe_name: remote_name(r, true),
             account,
             compression: RwLock::new(r.compression.clone()),
@@ -892,6 +1000,7 @@ impl Leafnodes {
                 stats: LeafStats::default(),
                 tls_acceptor: RwLock::new(tls_acceptor),
                 auth,
+                sent_urls: Mutex::new(urls.clone()),
                 urls,
                 max_pending: opts.max_pending,
             },
@@ -902,6 +1011,52 @@ impl Leafnodes {
     /// The options.
     pub fn options(&self) -> &LeafnodeOptions {
         &self.opts
+    }
+
+    /// Our leaf listener's advertised URL, for route INFOs (empty with
+    /// `no_advertise` or without a listener).
+    pub(crate) fn advertised_url(&self) -> &[String] {
+        &self.urls
+    }
+
+    /// `leafnode_urls` for the leaves we accept: ours, then the routed
+    /// peers' (a leaf may reconnect to any server of the cluster).
+    fn hub_urls(&self, server: &ServerInner) -> Vec<String> {
+        let mut urls = self.urls.clone();
+        if let Some(routes) = server.routes.as_ref() {
+            for u in routes.peer_leaf_urls() {
+                if !urls.contains(&u) {
+                    urls.push(u);
+                }
+            }
+        }
+        urls
+    }
+
+    /// Sends the leaves we accepted an INFO with the new `leafnode_urls`
+    /// when the routed peers' changed the list (as nats-server).
+    pub(crate) fn send_urls_if_changed(&self, server: &ServerInner) {
+        let urls = self.hub_urls(server);
+        {
+            let mut sent = self.sent_urls.lock();
+            if *sent == urls {
+                return;
+            }
+            sent.clone_from(&urls);
+        }
+        let accepted: Vec<Arc<Leaf>> = self
+            .state
+            .lock()
+            .conns
+            .values()
+            .filter(|l| !l.spoke && l.registered.load(Ordering::Acquire))
+            .cloned()
+            .collect();
+        for leaf in accepted {
+            let mut b = BytesMut::new();
+            encode_hub_info(server, self, leaf.client.id, "", None, None, &mut b);
+            leaf.client.send_now(&b);
+        }
     }
 
     /// The compression mode in force for the leaf listener (`None`) or
@@ -1372,6 +1527,7 @@ fn encode_hub_info(
     out: &mut BytesMut,
 ) {
     let lists = answer.and_then(|(_, p)| p).map(PermissionSet::lists);
+    let urls = leafs.hub_urls(server);
     let info = LeafInfoOut {
         server_id: &server.server_id,
         server_name: &server.server_name,
@@ -1388,7 +1544,7 @@ fn encode_hub_info(
         client_id: cid,
         nonce,
         cluster: server.routes.as_ref().map(|r| r.cluster_name()),
-        leafnode_urls: &leafs.urls,
+        leafnode_urls: &urls,
         info_on_connect: true,
         connect_info: answer.is_some(),
         remote_account: answer.map(|(a, _)| a.name.as_str()),
@@ -1838,14 +1994,13 @@ async fn solicit(server: Arc<ServerInner>, remote: Arc<Remote>, cancel: Cancella
     let Some(leafs) = server.leafs.as_ref() else {
         return;
     };
-    let urls = &remote.opts.urls;
-    let mut next_url = rand::random::<usize>() % urls.len().max(1);
     loop {
         if cancel.is_cancelled() {
             return;
         }
-        let url = urls[next_url % urls.len()].clone();
-        next_url = next_url.wrapping_add(1);
+        let Some(url) = remote.next_url() else {
+            return;
+        };
         let attempt = {
             let mut st = remote.state.lock();
             st.attempts += 1;
@@ -1911,6 +2066,7 @@ async fn connect_remote(
         .map_err(|_| ConnectError::Timeout)??;
     let _ = stream.set_nodelay(true);
     let addr = stream.peer_addr()?;
+    let hostport = remote.tls_hostport(&hostport);
     let tls_first = remote
         .opts
         .tls
@@ -1996,6 +2152,7 @@ where
             "remote is this server itself".into(),
         ));
     }
+    remote.discovered(info.leafnode_urls.as_deref().unwrap_or_default());
     let account = remote.account.clone();
     // The mode this connection agrees with (a reload after this point
     // re-applies its own to the registered connection).
@@ -2342,6 +2499,9 @@ fn refusal_delay(text: &str) -> Option<Duration> {
 /// permissions. Returns whether it answers our CONNECT (`connect_info`).
 fn apply_hub_info(leaf: &Leaf, json: &[u8]) -> Result<bool, String> {
     let info: HubInfo = serde_json::from_slice(json).map_err(|e| format!("bad INFO: {e}"))?;
+    if let (Some(remote), Some(urls)) = (&leaf.remote, &info.leafnode_urls) {
+        remote.discovered(urls);
+    }
     if info.import.is_some() || info.export.is_some() {
         let remote = leaf
             .remote
@@ -2746,6 +2906,46 @@ pub(crate) fn varz_leaf(server: &ServerInner) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remote_urls_rotate_and_take_announced_ones_first() {
+        let accounts = Accounts::new(&AuthConfig::default()).unwrap();
+        let opts = LeafRemote {
+            urls: vec![
+                "tls://u:p@hub.example:7422".into(),
+                "tls://10.0.0.2:7422".into(),
+            ],
+            no_randomize: true,
+            ..LeafRemote::default()
+        };
+        let r = Remote::new(&opts, accounts.global().clone(), None);
+        let first = r.next_url().unwrap();
+        assert_eq!(first, "tls://u:p@hub.example:7422");
+        // The last one dialled moves to the end.
+        assert_eq!(r.next_url().unwrap(), "tls://10.0.0.2:7422");
+        assert_eq!(r.next_url().unwrap(), first);
+        // Announced: one configured (skipped), one new, one unusable.
+        r.discovered(&["10.0.0.2:7422".into(), "10.0.0.3:7422".into(), "a b".into()]);
+        assert_eq!(r.next_url().unwrap(), "tls://u:p@10.0.0.3:7422");
+        assert_eq!(r.next_url().unwrap(), first);
+        assert_eq!(r.next_url().unwrap(), "tls://10.0.0.2:7422");
+        // A hub announced by address is verified as the configured host.
+        assert_eq!(r.tls_hostport("10.0.0.3:7422"), "hub.example:7422");
+        assert_eq!(r.tls_hostport("other.example:1"), "other.example:1");
+
+        let ignoring = Remote::new(
+            &LeafRemote {
+                ignore_discovered_servers: true,
+                ..opts
+            },
+            accounts.global().clone(),
+            None,
+        );
+        ignoring.discovered(&["10.0.0.3:7422".into()]);
+        for _ in 0..4 {
+            assert_ne!(ignoring.next_url().unwrap(), "tls://u:p@10.0.0.3:7422");
+        }
+    }
 
     #[test]
     fn smap_counts_plain_and_queue_interest() {

@@ -185,6 +185,8 @@ pub struct Remote {
     pub url: String,
     /// Its client URLs (`host:port`).
     pub connect_urls: Vec<String>,
+    /// Its leaf listener's URL (`host:port`), when it advertises one.
+    pub leaf_urls: Vec<String>,
 }
 
 /// One route connection.
@@ -519,6 +521,10 @@ struct RouteInfoOut<'a> {
     cluster_dynamic: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     connect_urls: Vec<String>,
+    /// Our leaf listener's advertised URL, which the peer passes on to the
+    /// leaves it accepts (as nats-server).
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    leafnode_urls: &'a [String],
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     ldm: bool,
     #[serde(skip_serializing_if = "is_zero")]
@@ -548,6 +554,7 @@ struct PeerInfo {
     cluster: String,
     cluster_dynamic: bool,
     connect_urls: Vec<String>,
+    leafnode_urls: Vec<String>,
     ldm: bool,
     route_pool_size: i64,
     route_pool_idx: i64,
@@ -1153,9 +1160,21 @@ impl Routes {
         urls
     }
 
-    /// Counts one more (`delta` = 1) or one fewer (-1) local subscription
-    /// of `account` and tells every route when the interest it knows
-    /// changes.
+    /// The leaf URLs the routed peers advertise (deduplicated, sorted):
+    /// leaves we accept may reconnect to any of them.
+    pub fn peer_leaf_urls(&self) -> Vec<String> {
+        let st = self.state.lock();
+        let mut urls: Vec<String> = st
+            .routes
+            .values()
+            .filter_map(|p| p.live().next())
+            .flat_map(|r| r.remote.lock().leaf_urls.clone())
+            .collect();
+        urls.sort();
+        urls.dedup();
+        urls
+    }
+
     /// Passes a message of the claims service (an update pushed here, a
     /// lookup, a pack request) to every route peer, in the system account
     /// `account`, for the queue groups `queues` too (see `claims`).
@@ -1317,6 +1336,10 @@ impl Routes {
             } else {
                 vec![self.own_client_url.clone()]
             },
+            leafnode_urls: server
+                .leafs
+                .as_ref()
+                .map_or(&[][..], |l| l.advertised_url()),
             ldm,
             route_pool_size: self.pool_size(),
             route_pool_idx: pool_idx,
@@ -1741,7 +1764,7 @@ fn cleanup(server: &Arc<ServerInner>, route: &Arc<Route>, reason: &str) {
             }
             if peer.live().next().is_none() {
                 st.routes.remove(&remote.id);
-                urls_changed = !remote.connect_urls.is_empty();
+                urls_changed = !remote.connect_urls.is_empty() || !remote.leaf_urls.is_empty();
             }
         }
     }
@@ -1753,7 +1776,7 @@ fn cleanup(server: &Arc<ServerInner>, route: &Arc<Route>, reason: &str) {
         "route connection closed"
     );
     if urls_changed {
-        server.send_connect_urls_to_clients();
+        server.peer_urls_changed();
     }
     if routes.cancel.is_cancelled() || route.replaced.load(Ordering::Acquire) {
         return;
@@ -2322,12 +2345,13 @@ impl RouteReader {
             };
             let changed = {
                 let mut r = self.route.remote.lock();
-                let changed = r.connect_urls != urls;
+                let changed = r.connect_urls != urls || r.leaf_urls != info.leafnode_urls;
                 r.connect_urls = urls;
+                r.leaf_urls = info.leafnode_urls;
                 changed
             };
             if changed {
-                server.send_connect_urls_to_clients();
+                server.peer_urls_changed();
             }
             return Ok(());
         }
@@ -2390,6 +2414,7 @@ impl RouteReader {
             } else {
                 info.connect_urls.clone()
             };
+            r.leaf_urls = info.leafnode_urls.clone();
         }
         // Forwarded INFO for gossip: the peer's own, with its route URL.
         let mut gossip: serde_json::Value =
@@ -2416,7 +2441,7 @@ impl RouteReader {
                     pool_idx = slot,
                     "route registered"
                 );
-                server.send_connect_urls_to_clients();
+                server.peer_urls_changed();
                 Ok(())
             }
             Err(NotAdded::Duplicate) => {

@@ -478,6 +478,15 @@ impl ServerInner {
         frame
     }
 
+    /// A routed peer came, went or changed its URLs: clients get the new
+    /// `connect_urls` and accepted leaves the new `leafnode_urls`.
+    pub(crate) fn peer_urls_changed(&self) {
+        self.send_connect_urls_to_clients();
+        if let Some(leafs) = self.leafs.as_ref() {
+            leafs.send_urls_if_changed(self);
+        }
+    }
+
     /// Sends an async INFO with the current `connect_urls` to every TCP
     /// client (after a route came or went), as nats-server does.
     pub(crate) fn send_connect_urls_to_clients(&self) {
