@@ -122,6 +122,29 @@ pub struct AuthConfig {
     /// A user's `allowed_connection_types` (upper case), by user name or
     /// nkey; a user not listed may connect in any way.
     pub connection_types: std::collections::HashMap<String, Vec<String>>,
+    /// Top-level `mappings`: the global account's subject mappings.
+    pub mappings: Vec<MappingConfig>,
+}
+
+/// One subject mapping (`mappings { src: dest }` or with weighted
+/// destinations).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MappingConfig {
+    /// The subject (or pattern) published to.
+    pub src: String,
+    /// Where it goes instead.
+    pub dests: Vec<MapDest>,
+}
+
+/// One destination of a mapping.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MapDest {
+    /// The destination subject, with its functions (`$1`, `{{…}}`).
+    pub subject: String,
+    /// Percent of the messages (100 for a plain `src: dest`).
+    pub weight: u8,
+    /// Only in this cluster (`cluster`).
+    pub cluster: Option<String>,
 }
 
 /// The connection types a user may be limited to (nats-server's names).
@@ -205,6 +228,8 @@ pub struct AccountConfig {
     pub exports: Vec<ExportConfig>,
     /// What this account takes from others.
     pub imports: Vec<ImportConfig>,
+    /// Its subject mappings (`mappings`).
+    pub mappings: Vec<MappingConfig>,
 }
 
 /// Whether an export or import is a stream (messages flow to the

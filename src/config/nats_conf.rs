@@ -39,8 +39,8 @@ use std::time::Duration;
 
 use crate::config::nats::{
     AuthConfig, ClusterAuth, ClusterOptions, LeafRemote, LeafRemoteAuth, LeafUser, LeafnodeOptions,
-    NatsOptions, NkeyUser, OperatorConfig, PermissionRules, Permissions, ResolverConfig,
-    ResponsePermission, S2Compression, TlsFiles, User, WebsocketOptions,
+    MapDest, MappingConfig, NatsOptions, NkeyUser, OperatorConfig, PermissionRules, Permissions,
+    ResolverConfig, ResponsePermission, S2Compression, TlsFiles, User, WebsocketOptions,
 };
 
 /// Errors of reading, parsing or interpreting a config file.
@@ -834,6 +834,7 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
                 op.system_account = Some((key.clone(), n.clone()));
             }
             "accounts" => accounts_block(key, n, &mut o.auth, &mut c.warnings)?,
+            "mappings" | "maps" => o.auth.mappings.extend(mappings_block(key, n)?),
             "cluster" => o.cluster = Some(cluster_block(key, n, &mut c.warnings)?),
             "websocket" | "ws" => o.websocket = websocket_block(key, n, &mut c.warnings)?,
             "leafnodes" | "leaf" => o.leafnodes = Some(leafnodes_block(key, n, &mut c.warnings)?),
@@ -1961,6 +1962,7 @@ fn accounts_block(
                         acc.imports.push(import_entry(item)?);
                     }
                 }
+                "mappings" | "maps" => acc.mappings.extend(mappings_block(k, v)?),
                 "jetstream" => warnings.push(format!(
                     "{}:{}: JetStream is not provided by this server; account {name:?} \"jetstream\" ignored",
                     v.file, v.line
@@ -1969,7 +1971,7 @@ fn accounts_block(
                     return invalid(
                         k,
                         v,
-                        format!("account field {other:?} is not supported (users, exports, imports and default_permissions are)"),
+                        format!("account field {other:?} is not supported (users, exports, imports, mappings and default_permissions are)"),
                     )
                 }
             }
@@ -1980,6 +1982,84 @@ fn accounts_block(
         auth.accounts.push(acc);
     }
     Ok(())
+}
+
+/// `mappings { src: dest | {destination, weight, cluster} | [ … ] }`, as
+/// nats-server reads it (the destinations are checked when the accounts
+/// are built).
+fn mappings_block(key: &str, n: &Node) -> Result<Vec<MappingConfig>, ConfError> {
+    let mut out = Vec::new();
+    for (src, v) in want_map(key, n)? {
+        if !crate::nats::subject::is_valid_subject(src) {
+            return invalid(key, v, format!("Subject {src:?} is not a valid subject"));
+        }
+        let dests = match &v.value {
+            Value::Str(s) => vec![MapDest {
+                subject: s.clone(),
+                weight: 100,
+                cluster: None,
+            }],
+            Value::Array(items) => items
+                .iter()
+                .map(|i| map_dest(src, i))
+                .collect::<Result<_, _>>()?,
+            Value::Map(_) => vec![map_dest(src, v)?],
+            other => {
+                return invalid(
+                    src,
+                    v,
+                    format!("Unknown type {} for mapping destination", other.kind()),
+                )
+            }
+        };
+        out.push(MappingConfig {
+            src: src.clone(),
+            dests,
+        });
+    }
+    Ok(out)
+}
+
+/// One weighted destination `{ destination, weight, cluster }`.
+fn map_dest(src: &str, n: &Node) -> Result<MapDest, ConfError> {
+    let mut d = MapDest::default();
+    let mut weighted = false;
+    for (k, v) in want_map(src, n)? {
+        match k.to_ascii_lowercase().as_str() {
+            "dest" | "destination" => d.subject = want_str(k, v)?.to_string(),
+            "weight" => {
+                let w = match &v.value {
+                    Value::Int(i) => Some(*i),
+                    Value::Str(s) => s.trim_end_matches('%').parse::<i64>().ok(),
+                    _ => None,
+                };
+                match w {
+                    Some(w @ 0..=100) => d.weight = w as u8,
+                    Some(w) => {
+                        return invalid(k, v, format!("Invalid weight {w} for mapping destination"))
+                    }
+                    None => return invalid(k, v, "Invalid weight for mapping destination"),
+                }
+                weighted = true;
+            }
+            "cluster" => d.cluster = Some(want_str(k, v)?.to_string()),
+            other => {
+                return invalid(
+                    k,
+                    v,
+                    format!("Unknown field {other:?} for mapping destination"),
+                )
+            }
+        }
+    }
+    if !weighted {
+        return invalid(
+            src,
+            n,
+            format!("Missing weight for mapping destination {:?}", d.subject),
+        );
+    }
+    Ok(d)
 }
 
 fn want_array<'n>(key: &str, n: &'n Node) -> Result<&'n [Node], ConfError> {
@@ -2812,7 +2892,6 @@ no_auth_user: bob
     #[test]
     fn account_features_we_do_not_provide_are_refused_by_name() {
         for (text, want) in [
-            ("accounts { A { mappings: { a: b } } }", "\"mappings\""),
             ("accounts { A { limits: { max_conn: 1 } } }", "\"limits\""),
             ("accounts { A { exports: [ {stream: x, response_type: stream} ] } }", "Detected response directive on non-service"),
             ("accounts { A { exports: [ {service: x, response_type: lots} ] } }", "Unknown response type: \"lots\""),

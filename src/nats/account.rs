@@ -57,6 +57,7 @@
 //! to (see `leaf`).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -68,11 +69,12 @@ use serde_json::{json, Value};
 use super::client::{
     self, ClientKind, ClientShared, FlushList, MsgRef, Origin, Shadow, Subscription,
 };
+use super::mapping::{Mapped, Mappings};
 use super::server::ServerInner;
 use super::subject::{intersects, is_subset, is_valid_literal_subject, is_valid_subject, matches};
 use super::sublist::MatchResult;
 use super::sublist::Sublist;
-use crate::config::nats::{AccountConfig, AuthConfig, ExportKind, ResponseType};
+use crate::config::nats::{AccountConfig, AuthConfig, ExportKind, MappingConfig, ResponseType};
 
 /// The global account: every client when no accounts are configured, and
 /// every user not declared inside an account.
@@ -145,6 +147,13 @@ pub enum AccountError {
     /// The in-process clients' account (`nats.account`) is not configured.
     #[error("nats.account: account {0:?} is not configured")]
     UnknownLocalAccount(String),
+    /// A subject mapping that cannot be built.
+    #[error("account {account:?}: {error}")]
+    Mapping {
+        /// The account (`$G` for the top-level `mappings`).
+        account: String,
+        error: super::mapping::MappingError,
+    },
 }
 
 /// How an imported subject becomes the local one (or back).
@@ -384,6 +393,10 @@ pub struct Account {
     /// The account's subscriptions.
     pub(crate) sublist: Sublist<Subscription>,
     wiring: ArcSwap<Wiring>,
+    /// Its subject mappings; `mapped` says whether there are any (checked
+    /// on every publish before the mappings are loaded).
+    mappings: ArcSwap<Mappings>,
+    mapped: AtomicBool,
     /// `_R_.<6 base62>.`: this account's reply prefix for service requests
     /// it answers.
     resp_prefix: String,
@@ -403,6 +416,8 @@ impl Account {
             idx,
             sublist: Sublist::new(),
             wiring: ArcSwap::from_pointee(Wiring::empty(name)),
+            mappings: ArcSwap::from_pointee(Mappings::default()),
+            mapped: AtomicBool::new(false),
             resp_prefix: format!("{RESPONSE_PREFIX}{}.", base62(6)),
             responses: Mutex::new(Responses::default()),
         }
@@ -411,6 +426,32 @@ impl Account {
     /// Whether this is the global account.
     pub fn is_global(&self) -> bool {
         self.idx == 0
+    }
+
+    /// What this account's mappings do to a publish on `subject` (a
+    /// client's or a leaf's) on `server`; `None` when none applies.
+    pub(crate) fn map_subject(&self, server: &ServerInner, subject: &[u8]) -> Option<Mapped> {
+        if !self.mapped.load(Ordering::Relaxed) {
+            return None;
+        }
+        let subject = std::str::from_utf8(subject).ok()?;
+        self.mappings
+            .load()
+            .select(subject, || server.routes.as_ref().map(|r| r.cluster_name()))
+    }
+
+    /// The sources of its mappings (announced to its leaves, which then
+    /// send us what is published on them).
+    pub(crate) fn mapping_sources(&self) -> Vec<String> {
+        if !self.mapped.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        self.mappings.load().sources()
+    }
+
+    fn set_mappings(&self, m: Mappings) {
+        self.mapped.store(!m.is_empty(), Ordering::Relaxed);
+        self.mappings.store(Arc::new(m));
     }
 
     /// The interest a subscription of this account on `subject` implies
@@ -576,6 +617,12 @@ impl Accounts {
         for (acc, w) in table.list.iter().zip(wire(&table, &auth.accounts)) {
             acc.wiring.store(Arc::new(w));
         }
+        table.list[0].set_mappings(compile_mappings(GLOBAL_ACCOUNT, &auth.mappings)?);
+        for (name, m) in account_mappings(&auth.accounts)? {
+            if let Some(&i) = table.by_name.get(&name) {
+                table.list[i].set_mappings(m);
+            }
+        }
         Ok(Accounts {
             global: table.list[0].clone(),
             table: ArcSwap::from_pointee(table),
@@ -601,6 +648,7 @@ impl Accounts {
         remove_missing: bool,
     ) -> Result<Vec<Rewired>, AccountError> {
         check(accounts)?;
+        let mut mappings = account_mappings(accounts)?;
         let _one = self.update.lock();
         let old = self.table.load_full();
         let mut table = Table {
@@ -631,6 +679,9 @@ impl Accounts {
         self.table.store(Arc::new(table));
         let mut out = Vec::new();
         for (acc, w) in list.into_iter().zip(wirings) {
+            if !acc.is_global() {
+                acc.set_mappings(mappings.remove(&acc.name).unwrap_or_default());
+            }
             let new = Arc::new(w);
             let old = acc.wiring.swap(new.clone());
             if old.streams_in != new.streams_in
@@ -650,6 +701,13 @@ impl Accounts {
     /// The global account.
     pub fn global(&self) -> &Arc<Account> {
         &self.global
+    }
+
+    /// Replaces the global account's mappings (the top-level `mappings`).
+    pub(crate) fn set_global_mappings(&self, m: &[MappingConfig]) -> Result<(), AccountError> {
+        self.global
+            .set_mappings(compile_mappings(GLOBAL_ACCOUNT, m)?);
+        Ok(())
     }
 
     /// The account called `name`.
@@ -689,6 +747,21 @@ impl Accounts {
 /// fans out from there) and on the importer (for the interest its
 /// subscriptions announce), a service import on the importer. `configs`
 /// passed [`check`].
+fn compile_mappings(account: &str, m: &[MappingConfig]) -> Result<Mappings, AccountError> {
+    Mappings::new(m).map_err(|error| AccountError::Mapping {
+        account: account.to_string(),
+        error,
+    })
+}
+
+/// Each account's compiled mappings, by name.
+fn account_mappings(configs: &[AccountConfig]) -> Result<HashMap<String, Mappings>, AccountError> {
+    configs
+        .iter()
+        .map(|c| Ok((c.name.clone(), compile_mappings(&c.name, &c.mappings)?)))
+        .collect()
+}
+
 fn wire(table: &Table, configs: &[AccountConfig]) -> Vec<Wiring> {
     let mut out: Vec<Wiring> = table
         .list
@@ -1285,6 +1358,7 @@ mod tests {
             name: name.into(),
             exports,
             imports,
+            mappings: Vec::new(),
         }
     }
 

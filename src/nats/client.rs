@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth::{Credentials, PermissionSet};
 use super::handle::LocalMsg;
+use super::mapping::Mapped;
 use super::proto::{self, ClientOp, ConnectOptions, Parsed, Parser};
 use super::reload::{ConnAuth, Live};
 use super::server::ServerInner;
@@ -2236,6 +2237,13 @@ impl Reader {
             self.send_err("Invalid Publish Subject");
         }
         self.ok();
+        // As nats-server: the mapped subject is the one published (and
+        // checked against the permissions).
+        let subject = match self.account.map_subject(&self.server, &subject) {
+            None => subject,
+            Some(Mapped::To(s)) => Bytes::from(s),
+            Some(Mapped::Dropped) => return Flow::Continue,
+        };
         if !self.can_publish(&subject) {
             let text = format!(
                 "Permissions Violation for Publish to \"{}\"",

@@ -345,10 +345,23 @@ pub struct AccountNats {
     pub revocations: HashMap<String, i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_permissions: Option<DefaultPermissions>,
+    /// Subject mappings: source → weighted destinations.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub mappings: std::collections::BTreeMap<String, Vec<JwtMapDest>>,
     #[serde(rename = "type", default)]
     pub kind: String,
     #[serde(default)]
     pub version: u32,
+}
+
+/// One destination of an account JWT's mapping.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JwtMapDest {
+    pub subject: String,
+    #[serde(default)]
+    pub weight: u8,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster: String,
 }
 
 /// Account `default_permissions`.

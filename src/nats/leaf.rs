@@ -117,6 +117,7 @@ use base64::Engine;
 use super::account::{Account, Accounts};
 use super::auth::{AuthError, Authenticator, Credentials, PermissionSet};
 use super::client::{self, ClientKind, ClientShared, FlushList, MsgRef, Origin, Subscription};
+use super::mapping::Mapped;
 use super::proto::route::{
     encode_ls_minus, encode_ls_plus, Dialect, RouteOp, RouteParsed, RouteParser,
 };
@@ -1363,8 +1364,11 @@ impl Leafnodes {
             let key = (subject, queue);
             *smap.entry(key).or_insert(0u32) += 1;
         }
-        // Requests on the account's imported services are served here.
-        for subject in leaf.account.service_import_subjects() {
+        // Requests on the account's imported services are served here,
+        // and its mappings' sources are delivered from here.
+        let mut served = leaf.account.service_import_subjects();
+        served.extend(leaf.account.mapping_sources());
+        for subject in served {
             if may_announce(leaf, &subject) {
                 *smap.entry((subject, None)).or_insert(0u32) += 1;
             }
@@ -2771,6 +2775,13 @@ impl PeerReader for LeafReader {
                 // A message the connection's permissions do not let in: a
                 // leaf of ours is refused (nats-server's text), one from our
                 // hub is dropped.
+                // As nats-server, the leaf's account's mappings apply
+                // before the permissions.
+                let subject = match self.leaf.account.map_subject(&self.server, &subject) {
+                    None => subject,
+                    Some(Mapped::To(s)) => Bytes::from(s),
+                    Some(Mapped::Dropped) => return Ok(()),
+                };
                 if !self.may_receive(&subject) {
                     if self.leaf.spoke {
                         tracing::debug!(cid = self.leaf.client.id, subject = %String::from_utf8_lossy(&subject), "message from the hub not permitted here, dropped");

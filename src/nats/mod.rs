@@ -11,6 +11,7 @@
 //! - [`route`]: the cluster mesh (routes to our nodes and Go nats-server);
 //! - [`ws`]: NATS clients over WebSocket (a second client listener);
 //! - [`leaf`]: leaf nodes, both roles (hub and leaf of a hub);
+//! - [`mapping`]: subject mappings (a publish delivered on another subject);
 //! - [`external`]: the bridge to an external NATS system (external mode);
 //! - [`handle`]: the in-process client used by the log layer ([`LocalClient`]);
 //! - [`monitor`]: `/varz`, `/connz`, `/subsz`, `/healthz` bodies;
@@ -25,6 +26,7 @@ pub mod external;
 pub mod handle;
 pub mod jwt;
 pub mod leaf;
+pub mod mapping;
 pub mod monitor;
 pub mod proto;
 pub mod reload;

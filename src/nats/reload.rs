@@ -413,7 +413,11 @@ pub(crate) fn diff(
             opt_str(&new.local_account),
         ));
     }
+    // Builds the accounts (and their mappings) to check them.
     crate::nats::account::Accounts::new(&new.auth)?;
+    if old.auth.mappings != new.auth.mappings {
+        lines.push("Reloaded: mappings".into());
+    }
     // nats-server reports users and accounts on every reload (it cannot
     // compare them), and re-checks every client each time.
     lines.push("Reloaded: authorization users".into());
@@ -804,6 +808,11 @@ impl NatsServer {
         // has changed yet.
         if !same(&cur.opts.auth.accounts, &live.opts.auth.accounts) {
             inner.update_accounts(&live.opts.auth.accounts, true)?;
+        }
+        if cur.opts.auth.mappings != live.opts.auth.mappings {
+            inner
+                .accounts
+                .set_global_mappings(&live.opts.auth.mappings)?;
         }
         // Nothing can fail from here on: swap, then bring clients in line.
         *inner.live.write() = live.clone();

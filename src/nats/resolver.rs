@@ -486,10 +486,28 @@ impl OperatorState {
                     tracing::warn!(account = %key, subject = %i.subject, exporter = %i.account, "operator mode: import not covered by a public export; ignored");
                 }
             }
+            let mappings = a
+                .claims
+                .nats
+                .mappings
+                .iter()
+                .map(|(src, dests)| crate::config::nats::MappingConfig {
+                    src: src.clone(),
+                    dests: dests
+                        .iter()
+                        .map(|d| crate::config::nats::MapDest {
+                            subject: d.subject.clone(),
+                            weight: d.weight,
+                            cluster: (!d.cluster.is_empty()).then(|| d.cluster.clone()),
+                        })
+                        .collect(),
+                })
+                .collect();
             out.push(AccountConfig {
                 name: key.clone(),
                 exports: exports_of(key),
                 imports,
+                mappings,
             });
         }
         if let Some(sys) = &self.system_account {

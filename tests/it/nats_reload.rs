@@ -1741,3 +1741,39 @@ async fn nats_reload_changes_cluster_advertising() {
     );
     assert_eq!(link_modes(a_http, false).await.len(), 1, "the route stays");
 }
+
+/// A publish on `m.x` from `c` reaches `sub` on `want`.
+async fn mapped_to(c: &async_nats::Client, sub: &mut async_nats::Subscriber, want: &str) {
+    c.publish("m.x", "x".into()).await.unwrap();
+    c.flush().await.unwrap();
+    let m = tokio::time::timeout(WAIT, sub.next())
+        .await
+        .expect("message in time")
+        .expect("subscription open");
+    assert_eq!(m.subject.as_str(), want);
+}
+
+/// Subject mappings change on reload: a publish on the source goes to the
+/// new destination on the same connection; a bad mapping is refused and
+/// the old one stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_changes_mappings() {
+    let s = Server::start("mappings { \"m.*\": \"first.$1\" }\n");
+    let (c, drops) = anonymous(&s.url()).await;
+    let mut sub = c.subscribe(">").await.unwrap();
+    c.flush().await.unwrap();
+    mapped_to(&c, &mut sub, "first.x").await;
+    let lines = s
+        .reload("mappings { \"m.*\": \"second.{{wildcard(1)}}\" }\n")
+        .await;
+    assert!(lines.contains("Reloaded: mappings"), "{lines}");
+    mapped_to(&c, &mut sub, "second.x").await;
+    let lines = s.reload("mappings { \"m.*\": \"bad.*\" }\n").await;
+    assert!(
+        lines.contains("Failed to reload server configuration")
+            && lines.contains("invalid mapping destination"),
+        "{lines}"
+    );
+    mapped_to(&c, &mut sub, "second.x").await;
+    assert_eq!(drops.load(Ordering::SeqCst), 0);
+}
