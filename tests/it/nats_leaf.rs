@@ -634,20 +634,9 @@ async fn nats_leaf_tls_first_both_roles() {
 /// the client listener has) is refused, naming the field.
 #[test]
 fn nats_leaf_tls_first_takes_no_delay() {
-    let dir = tempfile::tempdir().unwrap();
-    let conf = dir.path().join("leaf.conf");
-    std::fs::write(
-        &conf,
+    let err = crate::support::nats_config_refused(
         "leafnodes { port: -1, tls { cert_file: a.pem, key_file: b.pem, handshake_first: 300ms } }\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_liftbridge"))
-        .args(["nats-server", "-c"])
-        .arg(&conf)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    );
     assert!(
         err.contains("handshake_first") && err.contains("true or false"),
         "{err}"

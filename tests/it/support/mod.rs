@@ -129,3 +129,18 @@ pub async fn drain(sub: &mut async_nats::Subscriber) {
     use futures::StreamExt;
     while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(200), sub.next()).await {}
 }
+
+/// Runs `liftbridge nats-server -c` on a file holding `text`, which must
+/// be refused at start-up; returns its output (stderr, then stdout).
+pub fn nats_config_refused(text: &str) -> String {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("refused.conf");
+    std::fs::write(&path, text).expect("write config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_liftbridge"))
+        .args(["nats-server", "-c"])
+        .arg(&path)
+        .output()
+        .expect("run liftbridge");
+    assert!(!out.status.success(), "{text}: started");
+    String::from_utf8_lossy(&out.stderr).into_owned() + &*String::from_utf8_lossy(&out.stdout)
+}
