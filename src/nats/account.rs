@@ -449,9 +449,12 @@ impl Account {
         self.mappings.load().sources()
     }
 
-    fn set_mappings(&self, m: Mappings) {
+    /// Puts `m` in force; returns the sources before and after.
+    fn set_mappings(&self, m: Mappings) -> (Vec<String>, Vec<String>) {
+        let new = m.sources();
         self.mapped.store(!m.is_empty(), Ordering::Relaxed);
-        self.mappings.store(Arc::new(m));
+        let old = self.mappings.swap(Arc::new(m));
+        (old.sources(), new)
     }
 
     /// The interest a subscription of this account on `subject` implies
@@ -549,6 +552,10 @@ impl Table {
 /// stream import: (exporter index, exporter-side subject).
 pub(crate) type ImportInterest = (usize, String);
 
+/// An account whose mappings changed in [`Accounts::update`], with their
+/// sources before and after.
+pub(crate) type Remapped = (Arc<Account>, Vec<String>, Vec<String>);
+
 /// An account whose imports changed in [`Accounts::update`], with its
 /// wiring before and after (to move the interest it announces).
 pub(crate) struct Rewired {
@@ -640,13 +647,14 @@ impl Accounts {
     /// listed. Its slot stays, empty of exports and imports, so indexes
     /// held elsewhere stay valid; a later account of the same name gets a
     /// new slot. `$G` and `$SYS` are never removed. Returns the accounts
-    /// whose imports or served exports changed; the caller moves the
-    /// interest they announce over routes and leaves.
+    /// whose imports or served exports changed, and those whose mappings'
+    /// sources changed; the caller moves the interest they announce over
+    /// routes and leaves.
     pub(crate) fn update(
         &self,
         accounts: &[AccountConfig],
         remove_missing: bool,
-    ) -> Result<Vec<Rewired>, AccountError> {
+    ) -> Result<(Vec<Rewired>, Vec<Remapped>), AccountError> {
         check(accounts)?;
         let mut mappings = account_mappings(accounts)?;
         let _one = self.update.lock();
@@ -678,9 +686,13 @@ impl Accounts {
         // names them.
         self.table.store(Arc::new(table));
         let mut out = Vec::new();
+        let mut remapped = Vec::new();
         for (acc, w) in list.into_iter().zip(wirings) {
             if !acc.is_global() {
-                acc.set_mappings(mappings.remove(&acc.name).unwrap_or_default());
+                let (old, new) = acc.set_mappings(mappings.remove(&acc.name).unwrap_or_default());
+                if old != new {
+                    remapped.push((acc.clone(), old, new));
+                }
             }
             let new = Arc::new(w);
             let old = acc.wiring.swap(new.clone());
@@ -695,7 +707,7 @@ impl Accounts {
                 });
             }
         }
-        Ok(out)
+        Ok((out, remapped))
     }
 
     /// The global account.
@@ -704,10 +716,14 @@ impl Accounts {
     }
 
     /// Replaces the global account's mappings (the top-level `mappings`).
-    pub(crate) fn set_global_mappings(&self, m: &[MappingConfig]) -> Result<(), AccountError> {
-        self.global
-            .set_mappings(compile_mappings(GLOBAL_ACCOUNT, m)?);
-        Ok(())
+    /// Returns the mappings' sources before and after.
+    pub(crate) fn set_global_mappings(
+        &self,
+        m: &[MappingConfig],
+    ) -> Result<(Vec<String>, Vec<String>), AccountError> {
+        Ok(self
+            .global
+            .set_mappings(compile_mappings(GLOBAL_ACCOUNT, m)?))
     }
 
     /// The account called `name`.
@@ -1085,6 +1101,13 @@ fn deliver_imports(
     {
         if let Some(target) = server.accounts.at(s.target) {
             let mapped = s.map.apply(subject);
+            // As nats-server, the exporter's own mappings apply to the
+            // request's subject in its account.
+            let mapped = match target.map_subject(server, mapped.as_bytes()) {
+                None => mapped,
+                Some(Mapped::To(m)) => m,
+                Some(Mapped::Dropped) => return n,
+            };
             let result = target.sublist.match_subject(&mapped);
             let mapped = Bytes::from(mapped);
             let reply = msg.reply.map(|r| {

@@ -1310,9 +1310,11 @@ impl Leafnodes {
         Ok(true)
     }
 
-    /// The service imports of `account` changed from `old` to `new`
-    /// (local subjects): its leaf connections are told (see `register`).
-    pub(crate) fn service_imports_changed(
+    /// Subjects `account` serves to its leaves beyond its subscriptions
+    /// (its service imports' local subjects, its mappings' sources)
+    /// changed from `old` to `new`: its leaf connections are told (see
+    /// `register`).
+    pub(crate) fn served_subjects_changed(
         &self,
         account: &Account,
         old: &[String],

@@ -810,9 +810,7 @@ impl NatsServer {
             inner.update_accounts(&live.opts.auth.accounts, true)?;
         }
         if cur.opts.auth.mappings != live.opts.auth.mappings {
-            inner
-                .accounts
-                .set_global_mappings(&live.opts.auth.mappings)?;
+            inner.set_global_mappings(&live.opts.auth.mappings)?;
         }
         // Nothing can fail from here on: swap, then bring clients in line.
         *inner.live.write() = live.clone();

@@ -257,6 +257,19 @@ impl ServerInner {
         }
     }
 
+    /// Replaces the global account's mappings (the top-level `mappings`);
+    /// its leaves learn the new sources.
+    pub(crate) fn set_global_mappings(
+        &self,
+        m: &[crate::config::nats::MappingConfig],
+    ) -> Result<(), AccountError> {
+        let (old, new) = self.accounts.set_global_mappings(m)?;
+        if let Some(l) = &self.leafs {
+            l.served_subjects_changed(self.accounts.global(), &old, &new);
+        }
+        Ok(())
+    }
+
     /// Rewires the accounts to `accounts` (operator mode, after an
     /// account JWT was added or changed): new accounts become usable, the
     /// leaves of an account learn its new service imports, and the
@@ -272,11 +285,14 @@ impl ServerInner {
         remove_missing: bool,
     ) -> Result<(), AccountError> {
         let _gate = self.wiring_gate.write();
-        let rewired = self.accounts.update(accounts, remove_missing)?;
+        let (rewired, remapped) = self.accounts.update(accounts, remove_missing)?;
         if let Some(l) = &self.leafs {
             for rw in &rewired {
                 let (old, new) = rw.service_subjects();
-                l.service_imports_changed(&rw.account, &old, &new);
+                l.served_subjects_changed(&rw.account, &old, &new);
+            }
+            for (account, old, new) in remapped {
+                l.served_subjects_changed(&account, &old, &new);
             }
         }
         let Some(r) = &self.routes else {

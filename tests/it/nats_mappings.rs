@@ -5,7 +5,8 @@
 //! `split`, `sliceFromLeft`, `partition` (the same partition numbers as Go
 //! computes), weighted destinations (the shares roughly kept, and the
 //! unassigned share dropped when the source is listed), an account's
-//! mappings applying only in that account. A mapping reaches through a
+//! mappings applying only in that account, and an exporting account's
+//! mappings applying to requests that come through a service import. A mapping reaches through a
 //! leaf: a Go leaf publishing on a source of our hub's mapping has it
 //! delivered on the destination. Bad mappings are refused at start-up with
 //! nats-server's texts, and a reload changes the mappings without
@@ -35,6 +36,12 @@ accounts {
   A {
     users = [ { user: a, password: a } ]
     mappings { "acc.*": "acc.mapped.$1" }
+    imports = [ { service: { account: B, subject: "svc.*" } } ]
+  }
+  B {
+    users = [ { user: b, password: b } ]
+    exports = [ { service: "svc.*" } ]
+    mappings { "svc.*": "svc.internal.$1" }
   }
 }
 "#;
@@ -72,8 +79,10 @@ async fn received(
 }
 
 /// The subjects of one run against `imp`: the deterministic publishes in
-/// order, the counts of the weighted ones, and what account A saw.
-async fn run(imp: &Impl, tag: &str) -> (Vec<String>, HashMap<String, usize>, Vec<String>) {
+/// order, the counts of the weighted ones, what account A saw, and the
+/// answer to A's request through its service import (B's mapping applies
+/// to it: B's responder listens on the mapped subject).
+async fn run(imp: &Impl, tag: &str) -> (Vec<String>, HashMap<String, usize>, Vec<String>, String) {
     let n = ConfNode::start_with(imp, &format!("map-{tag}"), false, None, MAPPINGS).await;
     let g = connect(&n, "g").await;
     let mut all = g.subscribe(">").await.unwrap();
@@ -106,13 +115,34 @@ async fn run(imp: &Impl, tag: &str) -> (Vec<String>, HashMap<String, usize>, Vec
         &["acc.y".to_string(), "orders.1.east".to_string()],
     )
     .await;
-    (direct, counts, acc)
+    let b = connect(&n, "b").await;
+    let mut svc = b.subscribe("svc.internal.*").await.unwrap();
+    b.flush().await.unwrap();
+    let responder = b.clone();
+    tokio::spawn(async move {
+        while let Some(m) = svc.next().await {
+            if let Some(r) = m.reply {
+                let _ = responder
+                    .publish(r, format!("answer from {}", m.subject).into())
+                    .await;
+                let _ = responder.flush().await;
+            }
+        }
+    });
+    let answer = tokio::time::timeout(WAIT, a.request("svc.q", "?".into()))
+        .await
+        .expect("answer in time")
+        .expect("request answered");
+    let answer = String::from_utf8_lossy(&answer.payload).into_owned();
+    (direct, counts, acc, answer)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_mappings_deliver_on_the_same_subjects_as_nats_server() {
-    let (ours, ours_w, ours_a) = run(&Impl::Liftbridge, "lb").await;
-    let (go, go_w, go_a) = run(&Impl::Go(go_nats_server_2_15()), "go").await;
+    let (ours, ours_w, ours_a, ours_svc) = run(&Impl::Liftbridge, "lb").await;
+    let (go, go_w, go_a, go_svc) = run(&Impl::Go(go_nats_server_2_15()), "go").await;
+    assert_eq!(ours_svc, "answer from svc.internal.q");
+    assert_eq!(ours_svc, go_svc);
     assert_eq!(
         &ours[..6],
         [

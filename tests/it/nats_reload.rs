@@ -1754,21 +1754,47 @@ async fn mapped_to(c: &async_nats::Client, sub: &mut async_nats::Subscriber, wan
 }
 
 /// Subject mappings change on reload: a publish on the source goes to the
-/// new destination on the same connection; a bad mapping is refused and
-/// the old one stays.
+/// new destination on the same connection; a Go 2.15.1 leaf connected
+/// before the reload learns the new source and what it publishes there is
+/// mapped; a bad mapping is refused and the old one stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_reload_changes_mappings() {
-    let s = Server::start("mappings { \"m.*\": \"first.$1\" }\n");
+    use crate::support::procs::{go_nats_server_2_15, ConfNode, Impl};
+    let leaf_port = free_port();
+    let conf =
+        |m: &str| format!("leafnodes {{ listen: 127.0.0.1:{leaf_port} }}\nmappings {{ {m} }}\n");
+    let s = Server::start(&conf("\"m.*\": \"first.$1\""));
     let (c, drops) = anonymous(&s.url()).await;
     let mut sub = c.subscribe(">").await.unwrap();
     c.flush().await.unwrap();
     mapped_to(&c, &mut sub, "first.x").await;
+    let leaf = ConfNode::start(
+        &Impl::Go(go_nats_server_2_15()),
+        "map-reload-leaf",
+        false,
+        Some(&format!(
+            "remotes [ {{ url: \"nats-leaf://127.0.0.1:{leaf_port}\" }} ]"
+        )),
+    )
+    .await;
+    leaf.wait_leaf_interest("m.*").await;
     let lines = s
-        .reload("mappings { \"m.*\": \"second.{{wildcard(1)}}\" }\n")
+        .reload(&conf(
+            "\"m.*\": \"second.{{wildcard(1)}}\", \"edge.*\": \"from.edge.$1\"",
+        ))
         .await;
     assert!(lines.contains("Reloaded: mappings"), "{lines}");
     mapped_to(&c, &mut sub, "second.x").await;
-    let lines = s.reload("mappings { \"m.*\": \"bad.*\" }\n").await;
+    leaf.wait_leaf_interest("edge.*").await;
+    let l = async_nats::connect(leaf.url()).await.unwrap();
+    l.publish("edge.y", "y".into()).await.unwrap();
+    l.flush().await.unwrap();
+    let m = tokio::time::timeout(WAIT, sub.next())
+        .await
+        .expect("message in time")
+        .expect("subscription open");
+    assert_eq!(m.subject.as_str(), "from.edge.y");
+    let lines = s.reload(&conf("\"m.*\": \"bad.*\"")).await;
     assert!(
         lines.contains("Failed to reload server configuration")
             && lines.contains("invalid mapping destination"),
