@@ -230,6 +230,23 @@ pub struct AccountConfig {
     pub imports: Vec<ImportConfig>,
     /// Its subject mappings (`mappings`).
     pub mappings: Vec<MappingConfig>,
+    /// Its `limits`.
+    pub limits: AccountLimitsConfig,
+}
+
+/// An account's `limits { max_connections, max_subscriptions,
+/// max_payload, max_leafnodes }` (`None` = unlimited, as a negative
+/// value).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AccountLimitsConfig {
+    /// Client connections bound to the account at once.
+    pub max_connections: Option<usize>,
+    /// Subscriptions per connection.
+    pub max_subscriptions: Option<usize>,
+    /// Payload (with headers) per message.
+    pub max_payload: Option<usize>,
+    /// Leaf connections bound to the account at once.
+    pub max_leafnodes: Option<usize>,
 }
 
 /// Whether an export or import is a stream (messages flow to the

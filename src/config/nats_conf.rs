@@ -1963,6 +1963,7 @@ fn accounts_block(
                     }
                 }
                 "mappings" | "maps" => acc.mappings.extend(mappings_block(k, v)?),
+                "limits" => acc.limits = account_limits(k, v)?,
                 "jetstream" => warnings.push(format!(
                     "{}:{}: JetStream is not provided by this server; account {name:?} \"jetstream\" ignored",
                     v.file, v.line
@@ -1971,7 +1972,7 @@ fn accounts_block(
                     return invalid(
                         k,
                         v,
-                        format!("account field {other:?} is not supported (users, exports, imports, mappings and default_permissions are)"),
+                        format!("account field {other:?} is not supported (users, exports, imports, mappings, limits and default_permissions are)"),
                     )
                 }
             }
@@ -2018,6 +2019,26 @@ fn mappings_block(key: &str, n: &Node) -> Result<Vec<MappingConfig>, ConfError> 
         });
     }
     Ok(out)
+}
+
+/// An account's `limits {}` (nats-server's keys; a negative value is
+/// unlimited).
+fn account_limits(
+    key: &str,
+    n: &Node,
+) -> Result<crate::config::nats::AccountLimitsConfig, ConfError> {
+    let mut l = crate::config::nats::AccountLimitsConfig::default();
+    for (k, v) in want_map(key, n)? {
+        let value = usize::try_from(want_int(k, v)?).ok();
+        match k.to_ascii_lowercase().as_str() {
+            "max_connections" | "max_conn" => l.max_connections = value,
+            "max_subscriptions" | "max_subs" => l.max_subscriptions = value,
+            "max_payload" | "max_pay" => l.max_payload = value,
+            "max_leafnodes" | "max_leafs" => l.max_leafnodes = value,
+            _ => return invalid(k, v, format!("Unknown field {k:?} parsing account limits")),
+        }
+    }
+    Ok(l)
 }
 
 /// One weighted destination `{ destination, weight, cluster }`.
@@ -2892,7 +2913,8 @@ no_auth_user: bob
     #[test]
     fn account_features_we_do_not_provide_are_refused_by_name() {
         for (text, want) in [
-            ("accounts { A { limits: { max_conn: 1 } } }", "\"limits\""),
+            ("accounts { A { limits: { max_conns: 1 } } }", "Unknown field \"max_conns\" parsing account limits"),
+            ("accounts { A { limits: { max_conn: many } } }", "max_conn"),
             ("accounts { A { exports: [ {stream: x, response_type: stream} ] } }", "Detected response directive on non-service"),
             ("accounts { A { exports: [ {service: x, response_type: lots} ] } }", "Unknown response type: \"lots\""),
             ("accounts { A { imports: [ {stream: {account: B}} ] } }", "Expect an account name and a subject"),
@@ -3042,6 +3064,16 @@ no_auth_user: bob
         let l = c.options.leafnodes.unwrap();
         assert!(l.remotes[0].disabled);
         assert!(!l.remotes[1].disabled);
+    }
+
+    #[test]
+    fn account_limits() {
+        let c = conf("accounts { A { limits { max_conn: 2, max_subscriptions: -1, max_pay: 64, max_leafs: 0 } } }");
+        let l = c.options.auth.accounts[0].limits;
+        assert_eq!(l.max_connections, Some(2));
+        assert_eq!(l.max_subscriptions, None);
+        assert_eq!(l.max_payload, Some(64));
+        assert_eq!(l.max_leafnodes, Some(0));
     }
 
     #[test]

@@ -74,7 +74,9 @@ use super::server::ServerInner;
 use super::subject::{intersects, is_subset, is_valid_literal_subject, is_valid_subject, matches};
 use super::sublist::MatchResult;
 use super::sublist::Sublist;
-use crate::config::nats::{AccountConfig, AuthConfig, ExportKind, MappingConfig, ResponseType};
+use crate::config::nats::{
+    AccountConfig, AccountLimitsConfig, AuthConfig, ExportKind, MappingConfig, ResponseType,
+};
 
 /// The global account: every client when no accounts are configured, and
 /// every user not declared inside an account.
@@ -397,6 +399,8 @@ pub struct Account {
     /// on every publish before the mappings are loaded).
     mappings: ArcSwap<Mappings>,
     mapped: AtomicBool,
+    /// Its configured `limits` (operator mode takes them from the JWT).
+    limits: Mutex<AccountLimitsConfig>,
     /// `_R_.<6 base62>.`: this account's reply prefix for service requests
     /// it answers.
     resp_prefix: String,
@@ -418,6 +422,7 @@ impl Account {
             wiring: ArcSwap::from_pointee(Wiring::empty(name)),
             mappings: ArcSwap::from_pointee(Mappings::default()),
             mapped: AtomicBool::new(false),
+            limits: Mutex::new(AccountLimitsConfig::default()),
             resp_prefix: format!("{RESPONSE_PREFIX}{}.", base62(6)),
             responses: Mutex::new(Responses::default()),
         }
@@ -438,6 +443,11 @@ impl Account {
         self.mappings
             .load()
             .select(subject, || server.routes.as_ref().map(|r| r.cluster_name()))
+    }
+
+    /// Its configured limits.
+    pub(crate) fn limits(&self) -> AccountLimitsConfig {
+        *self.limits.lock()
     }
 
     /// The sources of its mappings (announced to its leaves, which then
@@ -630,6 +640,11 @@ impl Accounts {
                 table.list[i].set_mappings(m);
             }
         }
+        for c in &auth.accounts {
+            if let Some(&i) = table.by_name.get(&c.name) {
+                *table.list[i].limits.lock() = c.limits;
+            }
+        }
         Ok(Accounts {
             global: table.list[0].clone(),
             table: ArcSwap::from_pointee(table),
@@ -689,6 +704,11 @@ impl Accounts {
         let mut remapped = Vec::new();
         for (acc, w) in list.into_iter().zip(wirings) {
             if !acc.is_global() {
+                *acc.limits.lock() = accounts
+                    .iter()
+                    .find(|c| c.name == acc.name)
+                    .map(|c| c.limits)
+                    .unwrap_or_default();
                 let (old, new) = acc.set_mappings(mappings.remove(&acc.name).unwrap_or_default());
                 if old != new {
                     remapped.push((acc.clone(), old, new));
@@ -1382,6 +1402,7 @@ mod tests {
             exports,
             imports,
             mappings: Vec::new(),
+            limits: Default::default(),
         }
     }
 

@@ -1658,10 +1658,11 @@ pub(crate) struct Reader {
     live_gen: u64,
     /// The connection's account (`$G` until CONNECT binds another).
     account: Arc<super::account::Account>,
-    /// Operator mode: the user JWT's subscription and payload limits
-    /// (lowered by the account's); `None` = unlimited.
-    jwt_max_subs: Option<usize>,
-    jwt_max_payload: Option<usize>,
+    /// The subscription and payload limits of this connection's user or
+    /// account: in operator mode the user JWT's (lowered by the
+    /// account's), else its account's `limits`; `None` = unlimited.
+    own_max_subs: Option<usize>,
+    own_max_payload: Option<usize>,
 }
 
 /// What to do after an operation.
@@ -1709,8 +1710,8 @@ impl Reader {
             in_bytes: 0,
             live,
             live_gen,
-            jwt_max_subs: None,
-            jwt_max_payload: None,
+            own_max_subs: None,
+            own_max_payload: None,
         }
     }
 
@@ -1719,7 +1720,7 @@ impl Reader {
     fn apply_payload_limit(&mut self) {
         let o = &self.live.opts;
         let max = self
-            .jwt_max_payload
+            .own_max_payload
             .map_or(o.max_payload, |p| p.min(o.max_payload));
         self.parser.set_limits(o.max_control_line, max);
     }
@@ -2038,6 +2039,15 @@ impl Reader {
                         }
                     },
                 };
+                if let Some(a) = &account {
+                    let limits = a.limits();
+                    if self.account_full(a, limits.max_connections) {
+                        return Flow::Close;
+                    }
+                    self.own_max_subs = limits.max_subscriptions;
+                    self.own_max_payload = limits.max_payload;
+                    self.apply_payload_limit();
+                }
                 self.finish_connect(*co, outcome.permissions, who, account);
                 if self.server.reload_gen.load(Ordering::SeqCst) != gen {
                     // Rare (a reload between the check and now): checked
@@ -2056,6 +2066,29 @@ impl Reader {
                 Flow::Close
             }
         }
+    }
+
+    /// Whether `account` already has `max` client connections besides
+    /// this one; if so, this one is refused with nats-server's error.
+    fn account_full(&self, account: &Arc<super::account::Account>, max: Option<usize>) -> bool {
+        let Some(max) = max else {
+            return false;
+        };
+        let n = self
+            .server
+            .clients
+            .lock()
+            .values()
+            .filter(|c| c.id != self.client.id && c.kind == ClientKind::Tcp)
+            .filter(|c| c.connected.load(Ordering::Acquire) && !c.is_closed())
+            .filter(|c| c.account.get().is_some_and(|a| Arc::ptr_eq(a, account)))
+            .count();
+        if n < max {
+            return false;
+        }
+        self.client
+            .close_with_err(Some("maximum account active connections exceeded"));
+        true
     }
 
     /// Operator mode: verifies the user JWT and nonce signature, binds the
@@ -2103,24 +2136,11 @@ impl Reader {
                 return Flow::Close;
             }
         };
-        if let Some(max) = op.max_connections(&user.account) {
-            let n = self
-                .server
-                .clients
-                .lock()
-                .values()
-                .filter(|c| c.id != self.client.id && c.kind == ClientKind::Tcp)
-                .filter(|c| c.connected.load(Ordering::Acquire) && !c.is_closed())
-                .filter(|c| c.account.get().is_some_and(|a| Arc::ptr_eq(a, &account)))
-                .count();
-            if n >= max {
-                self.client
-                    .close_with_err(Some("maximum account active connections exceeded"));
-                return Flow::Close;
-            }
+        if self.account_full(&account, op.max_connections(&user.account)) {
+            return Flow::Close;
         }
-        self.jwt_max_subs = user.max_subs;
-        self.jwt_max_payload = user.max_payload;
+        self.own_max_subs = user.max_subs;
+        self.own_max_payload = user.max_payload;
         self.apply_payload_limit();
         let jwt = co.jwt.clone();
         self.finish_connect(
@@ -2322,7 +2342,7 @@ impl Reader {
             self.ok();
             return;
         }
-        let max_subs = match (self.live.opts.max_subscriptions, self.jwt_max_subs) {
+        let max_subs = match (self.live.opts.max_subscriptions, self.own_max_subs) {
             (0, None) => None,
             (0, Some(j)) => Some(j),
             (m, None) => Some(m),

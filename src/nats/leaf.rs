@@ -2378,10 +2378,10 @@ async fn run_leaf<R, W>(
     // (`limits.leaf`, both directions, as nats-server counts them); the
     // count and the insertion are one step, so two leaves connecting at
     // once cannot both take the last place.
-    let max_leafs = server
-        .operator
-        .as_ref()
-        .and_then(|op| op.max_leafnodes(&leaf.account.name));
+    let max_leafs = match server.operator.as_ref() {
+        Some(op) => op.max_leafnodes(&leaf.account.name),
+        None => leaf.account.limits().max_leafnodes,
+    };
     let over_limit = {
         let mut st = leafs.state.lock();
         // A remote removed or disabled by a reload cancelled its token
@@ -2414,7 +2414,13 @@ async fn run_leaf<R, W>(
             limit = max_leafs.unwrap_or_default(),
             "leafnode connection refused: the account's leafnode connection limit is reached"
         );
-        client.close_with_err(Some("maximum account active connections exceeded"));
+        // nats-server's texts: an account JWT's limit is named, a
+        // configured account's fails the authorization.
+        client.close_with_err(Some(if server.operator.is_some() {
+            "maximum account active connections exceeded"
+        } else {
+            "Authorization Violation"
+        }));
         server.remove_client(&client);
         return;
     }

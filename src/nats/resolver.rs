@@ -508,6 +508,8 @@ impl OperatorState {
                 exports: exports_of(key),
                 imports,
                 mappings,
+                // Operator mode's limits come from the account JWT.
+                limits: Default::default(),
             });
         }
         if let Some(sys) = &self.system_account {

@@ -468,6 +468,153 @@ async fn nats_accounts_go_2_15_same_body() {
     run_shared(Server::Go).await;
 }
 
+/// An account's `limits` (config mode), the same body against both
+/// servers: one connection at a time (the second gets nats-server's
+/// `-ERR`), two subscriptions per connection, 100-byte payloads; another
+/// account is not limited.
+async fn limits_body(server: Server) {
+    let (port, http) = (free_port(), free_port());
+    let conf = format!(
+        r#"
+listen: 127.0.0.1:{port}
+http: 127.0.0.1:{http}
+accounts {{
+  L {{
+    users: [ {{user: l, password: l}}, {{user: l2, password: l2}} ]
+    limits {{ max_connections: 1, max_subscriptions: 2, max_payload: 100, max_leafnodes: -1 }}
+  }}
+  F {{ users: [ {{user: f, password: f}} ] }}
+}}
+"#
+    );
+    let _p = start(server, &conf, &[port, http]).await;
+    let url = format!("nats://127.0.0.1:{port}");
+    let first = connect_as(&url, "l", "l").await;
+    sync(&first).await;
+    let out = raw_session(port, "l2", "l2", "").await;
+    assert!(
+        out.contains("-ERR 'maximum account active connections exceeded'"),
+        "{server:?}: {out:?}"
+    );
+    drop(first);
+    // Once the first is gone the account has room again (the server sees
+    // the close a moment later).
+    let mut out = String::new();
+    for _ in 0..50 {
+        out = raw_session(
+            port,
+            "l",
+            "l",
+            &format!(
+                "SUB s.1 1\r\nSUB s.2 2\r\nSUB s.3 3\r\nPUB s.1 200\r\n{}\r\n",
+                "x".repeat(200)
+            ),
+        )
+        .await;
+        if !out.contains("connections exceeded") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        out.contains("-ERR 'maximum subscriptions exceeded'"),
+        "{server:?}: {out:?}"
+    );
+    assert!(
+        out.contains("-ERR 'Maximum Payload Violation'"),
+        "{server:?}: {out:?}"
+    );
+    // Another account: no limits.
+    let f1 = connect_as(&url, "f", "f").await;
+    let f2 = connect_as(&url, "f", "f").await;
+    let out = raw_session(port, "f", "f", "SUB s.1 1\r\nSUB s.2 2\r\nSUB s.3 3\r\n").await;
+    assert!(!out.contains("-ERR"), "{server:?}: {out:?}");
+    sync(&f1).await;
+    sync(&f2).await;
+}
+
+/// A raw leaf connection to `port` as `user`: CONNECT and PING, then
+/// the first answer line (`PONG`, or an `-ERR`), and the connection to
+/// keep it open.
+async fn raw_leaf(port: u16, user: &str) -> (String, tokio::net::TcpStream) {
+    use tokio::io::AsyncBufReadExt;
+    let s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut r = tokio::io::BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).await.unwrap();
+    assert!(line.starts_with("INFO "), "{line}");
+    let connect = format!(
+        "CONNECT {{\"user\":\"{user}\",\"pass\":\"{user}\",\"name\":\"{user}-raw\",\"headers\":true}}\r\nPING\r\n"
+    );
+    r.get_mut().write_all(connect.as_bytes()).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            line.clear();
+            if r.read_line(&mut line).await.unwrap() == 0 {
+                return "EOF".to_string();
+            }
+            let l = line.trim_end();
+            if l == "PONG" || l.starts_with("-ERR") {
+                return l.to_string();
+            }
+        }
+    })
+    .await
+    .expect("an answer within 5s");
+    (answer, r.into_inner())
+}
+
+/// An account's `max_leafnodes` caps the leaf connections bound to it:
+/// the second gets nats-server's `-ERR` (in config mode an authorization
+/// failure; an account JWT's limit is named, see nats_leaf_jwt_limits);
+/// the same body on both servers.
+async fn leaf_limit_body(server: Server) {
+    let (port, http, leaf) = (free_port(), free_port(), free_port());
+    let conf = format!(
+        r#"
+listen: 127.0.0.1:{port}
+http: 127.0.0.1:{http}
+accounts {{
+  L {{ users: [ {{user: u, password: u}} ], limits {{ max_leafnodes: 1 }} }}
+  F {{ users: [ {{user: f, password: f}} ] }}
+}}
+leafnodes {{
+  listen: 127.0.0.1:{leaf}
+  authorization {{ users: [ {{user: e, password: e, account: L}}, {{user: o, password: o, account: F}} ] }}
+}}
+"#
+    );
+    let _p = start(server, &conf, &[port, http, leaf]).await;
+    let (first, _keep) = raw_leaf(leaf, "e").await;
+    assert_eq!(first, "PONG", "{server:?}");
+    let (second, _gone) = raw_leaf(leaf, "e").await;
+    assert_eq!(second, "-ERR 'Authorization Violation'", "{server:?}");
+    let (other, _keep_other) = raw_leaf(leaf, "o").await;
+    assert_eq!(other, "PONG", "{server:?}: another account's leaf");
+}
+
+#[tokio::test]
+async fn nats_accounts_leaf_limit_ours() {
+    leaf_limit_body(Server::Ours).await;
+}
+
+#[tokio::test]
+async fn nats_accounts_leaf_limit_go_2_15_same_body() {
+    leaf_limit_body(Server::Go).await;
+}
+
+#[tokio::test]
+async fn nats_accounts_limits_ours() {
+    limits_body(Server::Ours).await;
+}
+
+#[tokio::test]
+async fn nats_accounts_limits_go_2_15_same_body() {
+    limits_body(Server::Go).await;
+}
+
 /// Starts `server` on `conf` and returns its combined output once it has
 /// exited (it must refuse the config within 20 s).
 async fn refused(server: Server, conf: &str) -> String {
