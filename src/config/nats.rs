@@ -124,6 +124,9 @@ pub struct AuthConfig {
     pub connection_types: std::collections::HashMap<String, Vec<String>>,
     /// Top-level `mappings`: the global account's subject mappings.
     pub mappings: Vec<MappingConfig>,
+    /// `system_account` without operator mode: the configured account
+    /// that serves the `$SYS` requests (`None` = `$SYS`).
+    pub system_account: Option<String>,
 }
 
 /// One subject mapping (`mappings { src: dest }` or with weighted

@@ -936,11 +936,14 @@ fn operator_mode(op: OperatorKeys, c: &mut NatsConf) -> Result<(), ConfError> {
         }
         if let Some((k, n)) = &op.system_account {
             // Without operators the system account is a configured account
-            // name; we publish no system events, as before.
-            c.warnings.push(format!(
-                "{}:{}: {k:?} is not supported without operator mode; ignored",
-                n.file, n.line
-            ));
+            // (`$SYS` when none is named).
+            let name = want_str(k, n)?;
+            let declared = name == crate::nats::account::SYSTEM_ACCOUNT
+                || c.options.auth.accounts.iter().any(|a| a.name == name);
+            if !declared {
+                return invalid(k, n, format!("system account {name:?} not found"));
+            }
+            c.options.auth.system_account = Some(name.to_string());
         }
         return Ok(());
     };
@@ -3064,6 +3067,16 @@ no_auth_user: bob
         let l = c.options.leafnodes.unwrap();
         assert!(l.remotes[0].disabled);
         assert!(!l.remotes[1].disabled);
+    }
+
+    #[test]
+    fn system_account_without_operators() {
+        let c = conf("accounts { S { } }\nsystem_account: S\n");
+        assert_eq!(c.options.auth.system_account.as_deref(), Some("S"));
+        let e = from_str("system_account: NOPE\n", Path::new("c.conf"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("system account \"NOPE\" not found"), "{e}");
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //! - [`handle`]: the in-process client used by the log layer ([`LocalClient`]);
 //! - [`monitor`]: `/varz`, `/connz`, `/subsz`, `/healthz` bodies;
 //! - [`reload`]: applying a new configuration to the running server;
-//! - [`jwt`], [`resolver`], `claims`: operator (decentralized JWT) mode.
+//! - [`jwt`], [`resolver`], `claims`: operator (decentralized JWT) mode;
+//! - `sysreq`: the system account's `$SYS.REQ.SERVER…` requests.
 
 pub mod account;
 pub mod auth;
@@ -38,6 +39,7 @@ pub mod s2;
 pub mod server;
 pub mod subject;
 pub mod sublist;
+mod sysreq;
 pub mod ws;
 
 pub use handle::{LocalClient, LocalMsg, LocalSubscription};

@@ -210,8 +210,31 @@ impl ServerInner {
             .unwrap_or_else(|| self.account_of(&sub.client))
     }
 
-    /// Whether routes carry `account`: every account but the system
-    /// account (`$SYS`, or the operator's), whose events stay local.
+    /// The name of the system account: the operator's, else the
+    /// configured `system_account`, else `$SYS`.
+    pub(crate) fn system_account_name(&self) -> String {
+        match &self.operator {
+            Some(op) => op
+                .system_account()
+                .unwrap_or(super::account::SYSTEM_ACCOUNT)
+                .to_string(),
+            None => self
+                .opts
+                .auth
+                .system_account
+                .clone()
+                .unwrap_or_else(|| super::account::SYSTEM_ACCOUNT.to_string()),
+        }
+    }
+
+    /// The system account, when it exists.
+    pub(crate) fn system_account(&self) -> Option<Arc<Account>> {
+        self.accounts.get(&self.system_account_name())
+    }
+
+    /// Whether routes carry `account`: every account but `$SYS` and the
+    /// operator's system account, whose events stay local (a configured
+    /// `system_account` is carried like any account).
     pub(crate) fn routes_carry(&self, account: &Account) -> bool {
         account.name != super::account::SYSTEM_ACCOUNT
             && self
@@ -740,6 +763,7 @@ impl NatsServer {
         super::leaf::spawn(inner.clone(), leaf_listener);
         super::claims::spawn(&inner)?;
         super::claims::spawn_expiry(&inner);
+        super::sysreq::spawn(&inner)?;
         Ok(NatsServer { inner })
     }
 

@@ -65,6 +65,7 @@ mod nats_responses;
 mod nats_route_accounts;
 mod nats_route_compression;
 mod nats_support;
+mod nats_sysreq;
 mod nats_ws;
 mod packaging;
 mod partitions_many;

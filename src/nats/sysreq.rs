@@ -1,0 +1,214 @@
+//! The system account's server requests, as nats-server answers them (the
+//! `nats` CLI's `server list`, `server info`, `server report …`): clients
+//! of the system account (`system_account`, `$SYS` by default, or the
+//! operator's) request
+//!
+//! - `$SYS.REQ.SERVER.PING` (and `.PING.STATSZ`): every server answers
+//!   `{"server": {…}, "statsz": {…}}` (connections, subscriptions,
+//!   messages and bytes in and out, memory, routes, leaves);
+//! - `$SYS.REQ.SERVER.PING.<KIND>` and `$SYS.REQ.SERVER.<id>.<KIND>` for
+//!   `VARZ`, `CONNZ`, `SUBSZ`, `ROUTEZ`, `LEAFZ`, `ACCOUNTZ`, `HEALTHZ`,
+//!   `STATSZ`, `IDZ`: `{"server": {…}, "data": <the monitoring body>}`,
+//!   or `{"server": {…}, "error": {"code": 400, "description": …}}`.
+//!
+//! A request body may hold nats-server's filter (`server_name`/`name`,
+//! `cluster`, `host`: a server that does not match stays silent) and the
+//! monitoring options the CLI sends (`offset`, `limit`, `subscriptions`,
+//! `account`). Only the system account's clients reach these subjects:
+//! the subscriptions live in its subject space.
+//!
+//! Bounded: each subscription is an in-process queue with the byte limit
+//! and drop policy of internal request subjects (`nats::handle`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use super::handle::{LocalClient, LocalSubscription};
+use super::server::{NatsError, NatsServer, ServerInner, SERVER_VERSION};
+
+/// The monitoring bodies a request may ask for.
+const KINDS: [&str; 9] = [
+    "STATSZ", "VARZ", "CONNZ", "SUBSZ", "ROUTEZ", "LEAFZ", "ACCOUNTZ", "HEALTHZ", "IDZ",
+];
+
+/// Starts the service in the system account.
+pub(crate) fn spawn(inner: &Arc<ServerInner>) -> Result<(), NatsError> {
+    let Some(account) = inner.system_account() else {
+        return Ok(());
+    };
+    let client = LocalClient::new_in(inner.clone(), "$SYS server requests", account);
+    let seq = Arc::new(AtomicU64::new(0));
+    let ping = "$SYS.REQ.SERVER.PING";
+    let all = "$SYS.REQ.SERVER.PING.*";
+    let ours = format!("$SYS.REQ.SERVER.{}.*", inner.server_id);
+    for s in [ping, all, ours.as_str()] {
+        let sub = client.subscribe(s, None)?;
+        tokio::spawn(serve(
+            sub,
+            client.clone(),
+            Arc::downgrade(inner),
+            seq.clone(),
+        ));
+    }
+    Ok(())
+}
+
+async fn serve(
+    mut sub: LocalSubscription,
+    client: LocalClient,
+    inner: Weak<ServerInner>,
+    seq: Arc<AtomicU64>,
+) {
+    while let Some(m) = sub.next().await {
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let Some(reply) = m.reply.as_ref() else {
+            continue;
+        };
+        let subject = String::from_utf8_lossy(&m.subject);
+        let kind = match subject.rsplit('.').next() {
+            Some("PING") => "STATSZ",
+            Some(k) => k,
+            None => continue,
+        };
+        let opts: Value = if m.payload.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&m.payload).unwrap_or(Value::Null)
+        };
+        if !selected(&inner, &opts) {
+            continue;
+        }
+        let body = answer(&inner, kind, &opts, &seq);
+        let reply = String::from_utf8_lossy(reply);
+        let _ = client.publish(&reply, None, None, Bytes::from(body.to_string()));
+    }
+}
+
+/// Whether nats-server's event filter in the request selects this server.
+fn selected(inner: &ServerInner, opts: &Value) -> bool {
+    let want = |keys: &[&str]| {
+        keys.iter()
+            .find_map(|k| opts.get(*k).and_then(Value::as_str))
+            .filter(|v| !v.is_empty())
+    };
+    let cluster = inner
+        .routes
+        .as_ref()
+        .map(|r| r.cluster_name())
+        .unwrap_or_default();
+    want(&["server_name", "name"]).is_none_or(|n| n == inner.server_name)
+        && want(&["cluster"]).is_none_or(|c| c == cluster)
+        && want(&["host"]).is_none_or(|h| h == inner.opts.host)
+}
+
+/// The `server` block of an answer.
+fn server_block(inner: &ServerInner, seq: &AtomicU64) -> Value {
+    let mut v = json!({
+        "name": inner.server_name,
+        "host": inner.opts.host,
+        "id": inner.server_id,
+        "ver": SERVER_VERSION,
+        "jetstream": false,
+        "seq": seq.fetch_add(1, Ordering::Relaxed) + 1,
+        "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+    });
+    if let Some(r) = inner.routes.as_ref() {
+        v["cluster"] = json!(r.cluster_name());
+    }
+    v
+}
+
+/// The monitoring query string the request's options stand for.
+fn query(opts: &Value) -> String {
+    let mut q: Vec<String> = Vec::new();
+    for (key, name) in [("offset", "offset"), ("limit", "limit")] {
+        if let Some(n) = opts.get(key).and_then(Value::as_u64) {
+            q.push(format!("{name}={n}"));
+        }
+    }
+    if opts.get("subscriptions").and_then(Value::as_bool) == Some(true) {
+        q.push("subs=1".into());
+    }
+    if let Some(a) = opts.get("account").and_then(Value::as_str) {
+        q.push(format!("acc={a}"));
+    }
+    q.join("&")
+}
+
+/// The answer to a request for `kind`.
+fn answer(inner: &Arc<ServerInner>, kind: &str, opts: &Value, seq: &AtomicU64) -> Value {
+    let server = NatsServer {
+        inner: inner.clone(),
+    };
+    let q = query(opts);
+    let data: Result<Value, String> = match kind {
+        "STATSZ" => {
+            return json!({
+                "server": server_block(inner, seq),
+                "statsz": statsz(&server),
+            })
+        }
+        "VARZ" => Ok(server.varz_json()),
+        "CONNZ" => server.connz_json(&q),
+        "SUBSZ" => server.subsz_json(&q),
+        "ROUTEZ" => Ok(server.routez_json(&q)),
+        "LEAFZ" => Ok(server.leafz_json(&q)),
+        "ACCOUNTZ" => server.accountz_json(&q),
+        "HEALTHZ" => Ok(server.healthz_json()),
+        "IDZ" => Ok(json!({"server_id": inner.server_id, "server_name": inner.server_name})),
+        other => Err(format!(
+            "unknown request {other:?} (one of {})",
+            KINDS.join(", ")
+        )),
+    };
+    match data {
+        Ok(d) => json!({"server": server_block(inner, seq), "data": d}),
+        Err(e) => json!({
+            "server": server_block(inner, seq),
+            "error": {"code": 400, "description": e},
+        }),
+    }
+}
+
+/// nats-server's `statsz` body, from `/varz`.
+fn statsz(server: &NatsServer) -> Value {
+    let v = server.varz_json();
+    let routes: Vec<Value> = server
+        .routez_json("")
+        .get("routes")
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .map(|r| {
+                    json!({
+                        "rid": r["rid"],
+                        "name": r["remote_name"],
+                        "sent": {"msgs": r["out_msgs"], "bytes": r["out_bytes"]},
+                        "received": {"msgs": r["in_msgs"], "bytes": r["in_bytes"]},
+                        "pending": r["pending_size"],
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({
+        "start": v["start"],
+        "mem": v["mem"],
+        "cores": v["cores"],
+        "cpu": v["cpu"],
+        "connections": v["connections"],
+        "total_connections": v["total_connections"],
+        "active_accounts": server.inner.accounts.all().len(),
+        "subscriptions": v["subscriptions"],
+        "sent": {"msgs": v["out_msgs"], "bytes": v["out_bytes"]},
+        "received": {"msgs": v["in_msgs"], "bytes": v["in_bytes"]},
+        "slow_consumers": v["slow_consumers"],
+        "routes": routes,
+        "active_servers": 1 + server.inner.routes.as_ref().map_or(0, |r| r.remote_ids().len()),
+    })
+}

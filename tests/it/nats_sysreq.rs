@@ -1,0 +1,178 @@
+//! Contract: the system account's server requests answer as nats-server's
+//! (what the `nats` CLI's `server list`/`server info`/`server report` ask).
+//! One config — accounts `SYS` (named by `system_account`) and `A` — runs
+//! on our binary and on Go nats-server 2.15.1, and the same body passes on
+//! both: `$SYS.REQ.SERVER.PING` answers `server` and `statsz`;
+//! `$SYS.REQ.SERVER.PING.VARZ` and `$SYS.REQ.SERVER.<id>.CONNZ` answer
+//! `server` and `data` (with the CLI's options: `subscriptions`); `HEALTHZ`
+//! says ok; a filter naming another server gets no answer; and a client of
+//! another account cannot reach these subjects. In a cluster of two of
+//! ours and a Go server, one ping is answered by all three.
+
+use std::time::Duration;
+
+use crate::support::procs::{go_nats_server_2_15, ConfNode, Impl};
+
+const CONF: &str = r#"
+accounts {
+  SYS { users = [ { user: sys, password: sys } ] }
+  A { users = [ { user: a, password: a } ] }
+}
+system_account: SYS
+"#;
+
+async fn connect(n: &ConfNode, user: &str) -> async_nats::Client {
+    async_nats::ConnectOptions::with_user_and_password(user.into(), user.into())
+        .connect(n.url())
+        .await
+        .unwrap_or_else(|e| panic!("connect {}: {e}", n.url()))
+}
+
+/// The JSON answer to `subject` with `body`, or the request's error.
+async fn ask(
+    c: &async_nats::Client,
+    subject: &str,
+    body: &str,
+) -> Result<serde_json::Value, String> {
+    let r = tokio::time::timeout(
+        Duration::from_secs(2),
+        c.request(subject.to_string(), body.to_string().into()),
+    )
+    .await
+    .map_err(|_| "timed out".to_string())?
+    .map_err(|e| e.to_string())?;
+    serde_json::from_slice(&r.payload).map_err(|e| format!("not JSON: {e}"))
+}
+
+async fn body(imp: Impl, tag: &str) {
+    let name = format!("sysreq-{tag}");
+    let n = ConfNode::start_with(&imp, &name, false, None, CONF).await;
+    let sys = connect(&n, "sys").await;
+    let a = connect(&n, "a").await;
+    a.flush().await.unwrap();
+
+    let ping = ask(&sys, "$SYS.REQ.SERVER.PING", "").await.unwrap();
+    assert_eq!(ping["server"]["name"], name.as_str(), "{tag}: {ping}");
+    let id = ping["server"]["id"]
+        .as_str()
+        .expect("server id")
+        .to_string();
+    assert!(id.starts_with('N') && id.len() == 56, "{tag}: {ping}");
+    assert!(ping["server"]["ver"].is_string(), "{tag}: {ping}");
+    let st = &ping["statsz"];
+    assert!(
+        st["connections"].as_u64().unwrap_or(0) >= 2,
+        "{tag}: {ping}"
+    );
+    for k in [
+        "start",
+        "mem",
+        "subscriptions",
+        "sent",
+        "received",
+        "total_connections",
+    ] {
+        assert!(!st[k].is_null(), "{tag}: statsz lacks {k}: {ping}");
+    }
+
+    let varz = ask(&sys, "$SYS.REQ.SERVER.PING.VARZ", "").await.unwrap();
+    assert_eq!(varz["data"]["server_name"], name.as_str(), "{tag}: {varz}");
+    assert_eq!(varz["data"]["server_id"], id.as_str(), "{tag}: {varz}");
+
+    let connz = ask(
+        &sys,
+        &format!("$SYS.REQ.SERVER.{id}.CONNZ"),
+        r#"{"subscriptions": true}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(connz["server"]["id"], id.as_str(), "{tag}: {connz}");
+    assert!(
+        connz["data"]["num_connections"].as_u64().unwrap_or(0) >= 2,
+        "{tag}: {connz}"
+    );
+    let health = ask(&sys, "$SYS.REQ.SERVER.PING.HEALTHZ", "").await.unwrap();
+    assert_eq!(health["data"]["status"], "ok", "{tag}: {health}");
+
+    // A filter for another server: nobody answers.
+    let other = ask(
+        &sys,
+        "$SYS.REQ.SERVER.PING",
+        r#"{"server_name": "elsewhere"}"#,
+    )
+    .await;
+    assert!(other.is_err(), "{tag}: {other:?}");
+    // Account A's `$SYS.REQ…` is its own subject: no responders there.
+    let from_a = ask(&a, "$SYS.REQ.SERVER.PING", "").await;
+    assert!(from_a.is_err(), "{tag}: {from_a:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_sysreq_ours() {
+    body(Impl::Liftbridge, "lb").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_sysreq_go_2_15_same_body() {
+    body(Impl::Go(go_nats_server_2_15()), "go").await;
+}
+
+/// A configured system account is carried over routes: a ping on one
+/// server is answered by every server of the cluster — two of ours and a
+/// Go 2.15.1 server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_sysreq_ping_reaches_the_cluster() {
+    use futures::StreamExt;
+    let (c1, c2, c3) = (
+        crate::support::free_port(),
+        crate::support::free_port(),
+        crate::support::free_port(),
+    );
+    let cluster = |own: u16, seed: Option<u16>| {
+        let routes = seed.map_or(String::new(), |p| {
+            format!(", routes: [\"nats-route://127.0.0.1:{p}\"]")
+        });
+        format!("{CONF}\ncluster {{ name: sysc, listen: 127.0.0.1:{own}{routes} }}\n")
+    };
+    let a = ConfNode::start_with(&Impl::Liftbridge, "sys-a", false, None, &cluster(c1, None)).await;
+    let _b = ConfNode::start_with(
+        &Impl::Liftbridge,
+        "sys-b",
+        false,
+        None,
+        &cluster(c2, Some(c1)),
+    )
+    .await;
+    let _c = ConfNode::start_with(
+        &Impl::Go(go_nats_server_2_15()),
+        "sys-c",
+        false,
+        None,
+        &cluster(c3, Some(c1)),
+    )
+    .await;
+    let sys = connect(&a, "sys").await;
+    let inbox = sys.new_inbox();
+    let mut answers = sys.subscribe(inbox.clone()).await.unwrap();
+    let mut names = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while names.len() < 3 && tokio::time::Instant::now() < deadline {
+        sys.publish_with_reply("$SYS.REQ.SERVER.PING", inbox.clone(), "".into())
+            .await
+            .unwrap();
+        sys.flush().await.unwrap();
+        while let Ok(Some(m)) =
+            tokio::time::timeout(Duration::from_millis(500), answers.next()).await
+        {
+            let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+            if let Some(n) = v["server"]["name"].as_str() {
+                names.insert(n.to_string());
+            }
+        }
+    }
+    let want: std::collections::BTreeSet<String> = ["sys-a", "sys-b", "sys-c"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(names, want);
+}
