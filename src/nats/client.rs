@@ -153,6 +153,8 @@ pub struct ConnMeta {
     pub rtt: Option<Duration>,
     /// The client came in over WebSocket.
     pub websocket: bool,
+    /// The error the server closed it with (empty: the client closed).
+    pub close_reason: String,
 }
 
 /// Outbound state guarded by the connection's mutex.
@@ -453,6 +455,9 @@ impl ClientShared {
             }
             o.closed = true;
             o.close_after_flush = true;
+        }
+        if let Some(t) = text {
+            self.meta.lock().close_reason = t.to_string();
         }
         self.notify.notify_one();
     }
@@ -1810,6 +1815,9 @@ impl Reader {
                 wait_drained(&c).await;
             }
         }
+        if self.st.connected {
+            super::sysreq::client_event(&self.server, &self.client, false);
+        }
         self.server.remove_client(&self.client);
     }
 
@@ -2216,6 +2224,7 @@ impl Reader {
             m.authorized_user = who;
         }
         self.ok();
+        super::sysreq::client_event(&self.server, &self.client, true);
         // Routes came or went between our INFO and this CONNECT: the
         // broadcast skipped this client, so it gets the update now.
         if self.server.connect_urls_gen.load(Ordering::SeqCst) != self.urls_gen

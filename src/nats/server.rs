@@ -181,6 +181,9 @@ pub(crate) struct ServerInner {
     pub(crate) ws: Option<super::ws::WsListener>,
     /// The bridge to an external NATS system (external mode), set once.
     pub(crate) external: std::sync::OnceLock<Arc<super::external::Bridge>>,
+    /// Client connect and disconnect events for the system account
+    /// (see `sysreq`), set once its publisher runs.
+    pub(crate) events: std::sync::OnceLock<tokio::sync::mpsc::Sender<(String, String)>>,
 }
 
 /// Outcome of admitting a new client connection.
@@ -738,6 +741,7 @@ impl NatsServer {
             connect_urls_gen: AtomicU64::new(0),
             ws,
             external: std::sync::OnceLock::new(),
+            events: std::sync::OnceLock::new(),
         });
         if let Some(listener) = listener {
             tokio::spawn(accept_loop(inner.clone(), listener));

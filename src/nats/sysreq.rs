@@ -17,8 +17,17 @@
 //! `account`). Only the system account's clients reach these subjects:
 //! the subscriptions live in its subject space.
 //!
+//! Events: when a client connection completes its CONNECT, and when it
+//! ends, `$SYS.ACCOUNT.<account>.CONNECT` / `.DISCONNECT` is published in
+//! the system account with nats-server's advisory
+//! (`io.nats.server.advisory.v1.client_connect` / `client_disconnect`:
+//! `server`, `client` with its account, user, name, language and version;
+//! a disconnect adds what was sent and received and the `reason`).
+//!
 //! Bounded: each subscription is an in-process queue with the byte limit
-//! and drop policy of internal request subjects (`nats::handle`).
+//! and drop policy of internal request subjects (`nats::handle`); events
+//! wait in a queue of [`EVENT_QUEUE`] for their publisher, and an event that
+//! finds it full is dropped (logged at debug).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -26,6 +35,7 @@ use std::sync::{Arc, Weak};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use super::client::{ClientKind, ClientShared};
 use super::handle::{LocalClient, LocalSubscription};
 use super::server::{NatsError, NatsServer, ServerInner, SERVER_VERSION};
 
@@ -34,6 +44,9 @@ const KINDS: [&str; 9] = [
     "STATSZ", "VARZ", "CONNZ", "SUBSZ", "ROUTEZ", "LEAFZ", "ACCOUNTZ", "HEALTHZ", "IDZ",
 ];
 
+/// Events waiting for their publisher, at most.
+const EVENT_QUEUE: usize = 1024;
+
 /// Starts the service in the system account.
 pub(crate) fn spawn(inner: &Arc<ServerInner>) -> Result<(), NatsError> {
     let Some(account) = inner.system_account() else {
@@ -41,6 +54,22 @@ pub(crate) fn spawn(inner: &Arc<ServerInner>) -> Result<(), NatsError> {
     };
     let client = LocalClient::new_in(inner.clone(), "$SYS server requests", account);
     let seq = Arc::new(AtomicU64::new(0));
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(String, String)>(EVENT_QUEUE);
+    if inner.events.set(tx).is_ok() {
+        let publisher = client.clone();
+        let stop = inner.listener_cancel();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    ev = rx.recv() => {
+                        let Some((subject, body)) = ev else { return };
+                        let _ = publisher.publish(&subject, None, None, Bytes::from(body));
+                    }
+                }
+            }
+        });
+    }
     let ping = "$SYS.REQ.SERVER.PING";
     let all = "$SYS.REQ.SERVER.PING.*";
     let ours = format!("$SYS.REQ.SERVER.{}.*", inner.server_id);
@@ -211,4 +240,74 @@ fn statsz(server: &NatsServer) -> Value {
         "routes": routes,
         "active_servers": 1 + server.inner.routes.as_ref().map_or(0, |r| r.remote_ids().len()),
     })
+}
+
+/// Queues the connect (`connected`) or disconnect event of client `c`.
+pub(crate) fn client_event(inner: &ServerInner, c: &ClientShared, connected: bool) {
+    let Some(tx) = inner.events.get() else {
+        return;
+    };
+    if c.kind != ClientKind::Tcp {
+        return;
+    }
+    let account = inner.account_of(c).name.clone();
+    let what = if connected { "CONNECT" } else { "DISCONNECT" };
+    let subject = format!("$SYS.ACCOUNT.{account}.{what}");
+    // Nothing is built when nobody listens.
+    if inner
+        .system_account()
+        .is_none_or(|sys| sys.sublist.match_subject(&subject).is_empty())
+    {
+        return;
+    }
+    let meta = c.meta.lock().clone();
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+    let mut client = json!({
+        "start": c.start.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+        "host": c.addr.map(|a| a.ip().to_string()).unwrap_or_default(),
+        "id": c.id,
+        "acc": account,
+        "user": meta.authorized_user,
+        "name": meta.name,
+        "lang": meta.lang,
+        "ver": meta.version,
+        "server": inner.server_name,
+        "kind": "Client",
+        "client_type": if meta.websocket { "websocket" } else { "nats" },
+    });
+    let kind = if connected {
+        "client_connect"
+    } else {
+        client["stop"] = json!(now);
+        "client_disconnect"
+    };
+    let mut ev = json!({
+        "type": format!("io.nats.server.advisory.v1.{kind}"),
+        "id": super::server::new_nonce(),
+        "timestamp": now,
+        "server": {
+            "name": inner.server_name,
+            "host": inner.opts.host,
+            "id": inner.server_id,
+            "ver": SERVER_VERSION,
+            "time": now,
+        },
+        "client": client,
+    });
+    if !connected {
+        let (out_msgs, out_bytes) = c.out_counts();
+        ev["sent"] = json!({"msgs": out_msgs, "bytes": out_bytes});
+        ev["received"] = json!({
+            "msgs": c.stats.in_msgs.load(Ordering::Relaxed),
+            "bytes": c.stats.in_bytes.load(Ordering::Relaxed),
+        });
+        ev["reason"] = json!(if meta.close_reason.is_empty() {
+            "Client Closed".to_string()
+        } else {
+            meta.close_reason
+        });
+    }
+    if tx.try_send((subject, ev.to_string())).is_err() {
+        tracing::debug!(cid = c.id, "system event queue full; {what} event dropped");
+    }
 }

@@ -5,8 +5,10 @@
 //! both: `$SYS.REQ.SERVER.PING` answers `server` and `statsz`;
 //! `$SYS.REQ.SERVER.PING.VARZ` and `$SYS.REQ.SERVER.<id>.CONNZ` answer
 //! `server` and `data` (with the CLI's options: `subscriptions`); `HEALTHZ`
-//! says ok; a filter naming another server gets no answer; and a client of
-//! another account cannot reach these subjects. In a cluster of two of
+//! says ok; a filter naming another server gets no answer; a client of
+//! another account cannot reach these subjects; and a client of account A
+//! connecting and leaving publishes `$SYS.ACCOUNT.A.CONNECT` and
+//! `.DISCONNECT` advisories (type, server, account, user, name, reason). In a cluster of two of
 //! ours and a Go server, one ping is answered by all three.
 
 use std::time::Duration;
@@ -105,6 +107,39 @@ async fn body(imp: Impl, tag: &str) {
     // Account A's `$SYS.REQ…` is its own subject: no responders there.
     let from_a = ask(&a, "$SYS.REQ.SERVER.PING", "").await;
     assert!(from_a.is_err(), "{tag}: {from_a:?}");
+
+    // Connect and disconnect events of account A's clients.
+    let mut events = sys.subscribe("$SYS.ACCOUNT.A.*").await.unwrap();
+    sys.flush().await.unwrap();
+    let evt = async_nats::ConnectOptions::with_user_and_password("a".into(), "a".into())
+        .name("evt")
+        .connect(n.url())
+        .await
+        .unwrap();
+    evt.flush().await.unwrap();
+    let (subject, v) = next_event(&mut events).await;
+    assert_eq!(subject, "$SYS.ACCOUNT.A.CONNECT", "{tag}: {v}");
+    assert_eq!(
+        v["type"], "io.nats.server.advisory.v1.client_connect",
+        "{tag}: {v}"
+    );
+    assert_eq!(v["server"]["id"], id.as_str(), "{tag}: {v}");
+    assert_eq!(v["client"]["acc"], "A", "{tag}: {v}");
+    assert_eq!(v["client"]["user"], "a", "{tag}: {v}");
+    assert_eq!(v["client"]["name"], "evt", "{tag}: {v}");
+    drop(evt);
+    let (subject, v) = next_event(&mut events).await;
+    assert_eq!(subject, "$SYS.ACCOUNT.A.DISCONNECT", "{tag}: {v}");
+    assert_eq!(
+        v["type"], "io.nats.server.advisory.v1.client_disconnect",
+        "{tag}: {v}"
+    );
+    assert_eq!(v["client"]["name"], "evt", "{tag}: {v}");
+    assert_eq!(v["reason"], "Client Closed", "{tag}: {v}");
+    assert!(
+        v["sent"]["msgs"].is_u64() && v["received"]["bytes"].is_u64(),
+        "{tag}: {v}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,4 +210,14 @@ async fn nats_sysreq_ping_reaches_the_cluster() {
         .map(|s| s.to_string())
         .collect();
     assert_eq!(names, want);
+}
+
+/// The next system event: its subject and JSON.
+async fn next_event(events: &mut async_nats::Subscriber) -> (String, serde_json::Value) {
+    let m = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(events))
+        .await
+        .expect("event in time")
+        .expect("subscription open");
+    let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+    (m.subject.to_string(), v)
 }
