@@ -1,7 +1,7 @@
 //! The system account's server requests, as nats-server answers them (the
 //! `nats` CLI's `server list`, `server info`, `server report …`): clients
-//! of the system account (`system_account`, `$SYS` by default, or the
-//! operator's) request
+//! of the system account (`system_account`, a declared `$SYS` account, or
+//! the operator's; without one the service does not run) request
 //!
 //! - `$SYS.REQ.SERVER.PING` (and `.PING.STATSZ`): every server answers
 //!   `{"server": {…}, "statsz": {…}}` (connections, subscriptions,
@@ -47,8 +47,24 @@ const KINDS: [&str; 9] = [
 /// Events waiting for their publisher, at most.
 const EVENT_QUEUE: usize = 1024;
 
-/// Starts the service in the system account.
+/// Starts the service in the system account, when one is configured
+/// (`system_account`, an operator's, or a declared `$SYS` account): a
+/// server without one has nobody who could ask.
 pub(crate) fn spawn(inner: &Arc<ServerInner>) -> Result<(), NatsError> {
+    let configured = inner.opts.auth.system_account.is_some()
+        || inner
+            .operator
+            .as_ref()
+            .is_some_and(|op| op.system_account().is_some())
+        || inner
+            .opts
+            .auth
+            .accounts
+            .iter()
+            .any(|a| a.name == super::account::SYSTEM_ACCOUNT);
+    if !configured {
+        return Ok(());
+    }
     let Some(account) = inner.system_account() else {
         return Ok(());
     };
@@ -152,19 +168,42 @@ fn server_block(inner: &ServerInner, seq: &AtomicU64) -> Value {
     v
 }
 
-/// The monitoring query string the request's options stand for.
+/// The monitoring query string the request's options stand for
+/// (nats-server's option names, as the `nats` CLI sends them).
 fn query(opts: &Value) -> String {
     let mut q: Vec<String> = Vec::new();
-    for (key, name) in [("offset", "offset"), ("limit", "limit")] {
+    for (key, name) in [("offset", "offset"), ("limit", "limit"), ("cid", "cid")] {
         if let Some(n) = opts.get(key).and_then(Value::as_u64) {
             q.push(format!("{name}={n}"));
         }
     }
-    if opts.get("subscriptions").and_then(Value::as_bool) == Some(true) {
-        q.push("subs=1".into());
+    for (key, name) in [
+        ("subscriptions", "subs"),
+        ("auth", "auth"),
+        ("subscriptions_detail", "subs"),
+    ] {
+        if opts.get(key).and_then(Value::as_bool) == Some(true) {
+            let v = if key == "subscriptions_detail" {
+                "detail"
+            } else {
+                "1"
+            };
+            q.push(format!("{name}={v}"));
+        }
     }
-    if let Some(a) = opts.get("account").and_then(Value::as_str) {
-        q.push(format!("acc={a}"));
+    for (key, name) in [
+        ("account", "acc"),
+        ("acc", "acc"),
+        ("sort", "sort"),
+        ("test", "test"),
+    ] {
+        if let Some(v) = opts
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|v| !v.is_empty())
+        {
+            q.push(format!("{name}={v}"));
+        }
     }
     q.join("&")
 }
@@ -309,5 +348,23 @@ pub(crate) fn client_event(inner: &ServerInner, c: &ClientShared, connected: boo
     }
     if tx.try_send((subject, ev.to_string())).is_err() {
         tracing::debug!(cid = c.id, "system event queue full; {what} event dropped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_options_become_monitoring_queries() {
+        let q = query(
+            &json!({"offset": 2, "limit": 5, "subscriptions": true, "account": "A", "sort": "bytes_to"}),
+        );
+        assert_eq!(q, "offset=2&limit=5&subs=1&acc=A&sort=bytes_to");
+        assert_eq!(
+            query(&json!({"subscriptions_detail": true, "cid": 7})),
+            "cid=7&subs=detail"
+        );
+        assert_eq!(query(&Value::Null), "");
     }
 }
