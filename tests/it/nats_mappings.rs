@@ -46,13 +46,6 @@ accounts {
 }
 "#;
 
-async fn connect(n: &ConfNode, user: &str) -> async_nats::Client {
-    async_nats::ConnectOptions::with_user_and_password(user.into(), user.into())
-        .connect(n.url())
-        .await
-        .unwrap_or_else(|e| panic!("connect {}: {e}", n.url()))
-}
-
 /// Publishes each of `subjects` (then an `end` marker) from `c` and
 /// returns the subjects `sub` received them on, up to the marker.
 async fn received(
@@ -84,7 +77,7 @@ async fn received(
 /// to it: B's responder listens on the mapped subject).
 async fn run(imp: &Impl, tag: &str) -> (Vec<String>, HashMap<String, usize>, Vec<String>, String) {
     let n = ConfNode::start_with(imp, &format!("map-{tag}"), false, None, MAPPINGS).await;
-    let g = connect(&n, "g").await;
+    let g = n.connect_as("g").await;
     let mut all = g.subscribe(">").await.unwrap();
     g.flush().await.unwrap();
     let fixed: Vec<String> = [
@@ -106,7 +99,7 @@ async fn run(imp: &Impl, tag: &str) -> (Vec<String>, HashMap<String, usize>, Vec
     for s in received(&g, &mut all, &weighted).await {
         *counts.entry(s).or_insert(0usize) += 1;
     }
-    let a = connect(&n, "a").await;
+    let a = n.connect_as("a").await;
     let mut in_a = a.subscribe(">").await.unwrap();
     a.flush().await.unwrap();
     let acc = received(
@@ -115,7 +108,7 @@ async fn run(imp: &Impl, tag: &str) -> (Vec<String>, HashMap<String, usize>, Vec
         &["acc.y".to_string(), "orders.1.east".to_string()],
     )
     .await;
-    let b = connect(&n, "b").await;
+    let b = n.connect_as("b").await;
     let mut svc = b.subscribe("svc.internal.*").await.unwrap();
     b.flush().await.unwrap();
     let responder = b.clone();

@@ -23,13 +23,6 @@ accounts {
 system_account: SYS
 "#;
 
-async fn connect(n: &ConfNode, user: &str) -> async_nats::Client {
-    async_nats::ConnectOptions::with_user_and_password(user.into(), user.into())
-        .connect(n.url())
-        .await
-        .unwrap_or_else(|e| panic!("connect {}: {e}", n.url()))
-}
-
 /// The JSON answer to `subject` with `body`, or the request's error.
 async fn ask(
     c: &async_nats::Client,
@@ -49,8 +42,8 @@ async fn ask(
 async fn body(imp: Impl, tag: &str) {
     let name = format!("sysreq-{tag}");
     let n = ConfNode::start_with(&imp, &name, false, None, CONF).await;
-    let sys = connect(&n, "sys").await;
-    let a = connect(&n, "a").await;
+    let sys = n.connect_as("sys").await;
+    let a = n.connect_as("a").await;
     a.flush().await.unwrap();
 
     let ping = ask(&sys, "$SYS.REQ.SERVER.PING", "").await.unwrap();
@@ -186,7 +179,7 @@ async fn nats_sysreq_ping_reaches_the_cluster() {
         &cluster(c3, Some(c1)),
     )
     .await;
-    let sys = connect(&a, "sys").await;
+    let sys = a.connect_as("sys").await;
     let inbox = sys.new_inbox();
     let mut answers = sys.subscribe(inbox.clone()).await.unwrap();
     let mut names = std::collections::BTreeSet::new();

@@ -589,6 +589,14 @@ impl ConfNode {
         format!("nats://127.0.0.1:{}", self.client_port)
     }
 
+    /// A client of user `user` whose password is its name.
+    pub async fn connect_as(&self, user: &str) -> async_nats::Client {
+        async_nats::ConnectOptions::with_user_and_password(user.into(), user.into())
+            .connect(self.url())
+            .await
+            .unwrap_or_else(|e| panic!("connect {} as {user}: {e}", self.url()))
+    }
+
     /// `nats-leaf://127.0.0.1:<leaf port>` (panics when not a hub).
     pub fn leaf_url(&self) -> String {
         format!(
