@@ -16,9 +16,10 @@
 //!
 //! Authentication order follows nats-server's (user JWT valid and in its
 //! time window → account known and trusted → issuer is the account or one
-//! of its signing keys → bearer or nonce signature → not revoked →
-//! connection type allowed). Every failure is one typed [`JwtAuthError`];
-//! the client only ever sees `Authorization Violation`.
+//! of its signing keys (a scoped key's user may set no permissions or
+//! limits: it gets the key's template) → bearer or nonce signature → not
+//! revoked → connection type allowed). Every failure is one typed
+//! [`JwtAuthError`]; the client only ever sees `Authorization Violation`.
 //!
 //! Bounded memory: the account map holds at most the stored accounts
 //! (`limit` for a directory resolver, the preload list for MEMORY).
@@ -99,6 +100,11 @@ pub enum JwtAuthError {
     /// The user's issuer is neither the account nor one of its signing keys.
     #[error("user issuer {0} is not the account or one of its signing keys")]
     Issuer(String),
+    /// A user of a scoped signing key that sets permissions or limits of
+    /// its own (nats-io/jwt's "scoped users require no permissions or
+    /// limits set": the template is the only source of them).
+    #[error("scoped user {0} must not set permissions or limits")]
+    ScopedUserLimits(String),
     /// A bearer token in an account with `disallow_bearer`.
     #[error("bearer tokens are not allowed in account {0}")]
     BearerDisallowed(String),
@@ -572,8 +578,15 @@ impl OperatorState {
         if uc.iss != account_key {
             match acc.claims.nats.signing_key(&uc.iss) {
                 None => return Err(JwtAuthError::Issuer(uc.iss.clone())),
-                // A scoped key imposes its template over the user's own.
-                Some(SigningKey::Scoped(s)) => limits = &s.template,
+                // A scoped key's template is the user's permissions and
+                // limits; a user that brings its own is refused, as
+                // nats-server does, rather than silently overridden.
+                Some(SigningKey::Scoped(s)) => {
+                    if *limits != jwt::UserPermissionLimits::default() {
+                        return Err(JwtAuthError::ScopedUserLimits(uc.sub.clone()));
+                    }
+                    limits = &s.template
+                }
                 Some(SigningKey::Plain(_)) => {}
             }
         }
@@ -1463,6 +1476,54 @@ mod tests {
         assert!(st
             .authenticate(&tok, Some(&sign(&user, "n")), Some("n"), true, None, now)
             .is_ok());
+    }
+
+    #[test]
+    fn scoped_signing_key_template() {
+        let k = keys();
+        let scoped = nkeys::KeyPair::new_account();
+        let mut template = jwt::UserPermissionLimits {
+            subs: 3,
+            payload: -1,
+            data: -1,
+            ..Default::default()
+        };
+        template.publish.allow = vec!["scoped.>".into()];
+        let st = state(
+            &k,
+            account_jwt(&k, |n| {
+                n.signing_keys
+                    .push(SigningKey::Scoped(Box::new(jwt::ScopedSigningKey {
+                        kind: "user_scope".into(),
+                        key: scoped.public_key(),
+                        role: "r".into(),
+                        template,
+                    })));
+            }),
+        );
+        let now = jwt::unix_now();
+        let user = nkeys::KeyPair::new_user();
+        let auth =
+            |tok: &str| st.authenticate(tok, Some(&sign(&user, "n")), Some("n"), false, None, now);
+        // No permissions or limits of its own: the template applies.
+        let tok = user_jwt(&scoped, &user, |n| {
+            n.issuer_account = k.acc.public_key();
+            n.limits = Default::default();
+        });
+        let u = auth(&tok).unwrap();
+        assert_eq!(u.max_subs, Some(3));
+        let p = u.permissions.expect("template permissions");
+        assert!(p.can_publish("scoped.x"));
+        assert!(!p.can_publish("other"));
+        // Its own permissions, or its own limits (even unlimited): refused.
+        let tok = user_jwt(&scoped, &user, |n| {
+            n.issuer_account = k.acc.public_key();
+            n.limits = Default::default();
+            n.limits.publish.allow = vec![">".into()];
+        });
+        assert!(matches!(auth(&tok), Err(JwtAuthError::ScopedUserLimits(_))));
+        let tok = user_jwt(&scoped, &user, |n| n.issuer_account = k.acc.public_key());
+        assert!(matches!(auth(&tok), Err(JwtAuthError::ScopedUserLimits(_))));
     }
 
     #[test]

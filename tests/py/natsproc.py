@@ -2,7 +2,8 @@
 test_nats_reload, test_nats_accounts): free ports, the server command
 (our binary in nats-server mode, or the reference `$NATS_SERVER_BIN`),
 the monitoring port's JSON, waiting until a server serves, and stopping it;
-and the account isolation check the account and JWT tests share.
+a nats-py barrier (`sync`) and the account isolation check the account and
+JWT tests share.
 """
 
 import json
@@ -90,18 +91,29 @@ def stop(proc, timeout=5):
             proc.wait()
 
 
+async def sync(nc):
+    """Returns once the server has processed everything nats-py client `nc`
+    sent before, and `nc` has handled the server's answers to it (`-ERR`s
+    reach the error callback). One `flush()` is not enough: nats-py 2.16
+    writes its PING straight to the socket, ahead of commands still in its
+    pending buffer; by the first PONG its flusher task (woken by that flush)
+    has written them, so the second PING follows them."""
+    await nc.flush()
+    await nc.flush()
+
+
 async def assert_isolated(a, b, subject="iso.x"):
     """Clients `a` and `b` (nats-py, in two accounts) both subscribe to
-    `subject`; A publishes, then B. A's message is processed (flush is a
-    PING/PONG in nats-py) before B's, so a leak between the accounts would
-    reach B's subscriber first: each must see its own message first."""
+    `subject`; A publishes, then B. A's message is processed (`sync`)
+    before B's, so a leak between the accounts would reach B's subscriber
+    first: each must see its own message first."""
     sa = await a.subscribe(subject)
     sb = await b.subscribe(subject)
-    await a.flush()
-    await b.flush()
+    await sync(a)
+    await sync(b)
     await a.publish(subject, b"fromA")
-    await a.flush()
+    await sync(a)
     await b.publish(subject, b"fromB")
-    await b.flush()
+    await sync(b)
     assert (await sb.next_msg(5)).data == b"fromB"
     assert (await sa.next_msg(5)).data == b"fromA"
