@@ -441,6 +441,55 @@ pub struct WebsocketOptions {
     /// default; we bound it (10 s) so a socket that never sends its request
     /// cannot be held open forever.
     pub handshake_timeout: Duration,
+    /// WebSocket clients' own authorization (`authorization { user,
+    /// password | token }` and `no_auth_user` in the block), in place of
+    /// the server's single user, token and `no_auth_user`.
+    pub auth: Option<WsAuth>,
+}
+
+/// The `websocket` block's authorization override.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct WsAuth {
+    pub username: Option<String>,
+    pub password: String,
+    pub token: Option<String>,
+    pub no_auth_user: Option<String>,
+}
+
+impl std::fmt::Debug for WsAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Secrets stay out of logs.
+        f.debug_struct("WsAuth")
+            .field("username", &self.username)
+            .field("token", &self.token.as_ref().map(|_| "<hidden>"))
+            .field("no_auth_user", &self.no_auth_user)
+            .finish()
+    }
+}
+
+impl WsAuth {
+    /// The authorization WebSocket clients meet, from the server's
+    /// `auth`: with a user or token here, only that one; with only
+    /// `no_auth_user` here, the server's users with that default user.
+    pub fn apply(&self, auth: &AuthConfig) -> AuthConfig {
+        let mut a = auth.clone();
+        if self.username.is_some() || self.token.is_some() {
+            a.users = self
+                .username
+                .iter()
+                .map(|u| User {
+                    username: u.clone(),
+                    password: self.password.clone(),
+                    permissions: None,
+                    account: None,
+                })
+                .collect();
+            a.token = self.token.clone();
+            a.nkeys = Vec::new();
+        }
+        a.no_auth_user = self.no_auth_user.clone();
+        a
+    }
 }
 
 /// Default bound on the WebSocket HTTP upgrade.
@@ -457,6 +506,7 @@ impl Default for WebsocketOptions {
             same_origin: false,
             allowed_origins: Vec::new(),
             handshake_timeout: DEFAULT_WS_HANDSHAKE_TIMEOUT,
+            auth: None,
         }
     }
 }

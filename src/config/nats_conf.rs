@@ -40,7 +40,7 @@ use std::time::Duration;
 use crate::config::nats::{
     AuthConfig, ClusterAuth, ClusterOptions, LeafRemote, LeafRemoteAuth, LeafUser, LeafnodeOptions,
     MapDest, MappingConfig, NatsOptions, NkeyUser, OperatorConfig, PermissionRules, Permissions,
-    ResolverConfig, ResponsePermission, S2Compression, TlsFiles, User, WebsocketOptions,
+    ResolverConfig, ResponsePermission, S2Compression, TlsFiles, User, WebsocketOptions, WsAuth,
 };
 
 /// Errors of reading, parsing or interpreting a config file.
@@ -857,11 +857,59 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
             }))
         });
     check_accounts(entries, &c.options.auth, single_user)?;
+    check_websocket_auth(entries, &c.options, single_user)?;
     operator_mode(op, c)?;
     if http_port.is_some() || http_host.is_some() {
         c.http_host_explicit = http_host.is_some();
         let host = http_host.unwrap_or_else(|| c.options.host.clone());
         c.options.http = Some((host, http_port.unwrap_or(0)));
+    }
+    Ok(())
+}
+
+/// The `websocket` block's authorization against the server's, as
+/// nats-server checks it: a user or token there cannot stand beside a
+/// users array or nkeys, and its `no_auth_user` must be a user.
+fn check_websocket_auth(
+    entries: &[(String, Node)],
+    o: &NatsOptions,
+    single_user: bool,
+) -> Result<(), ConfError> {
+    let Some(a) = o.websocket.as_ref().and_then(|w| w.auth.as_ref()) else {
+        return Ok(());
+    };
+    let Some((k, n)) = entries
+        .iter()
+        .rev()
+        .find(|(k, _)| k.eq_ignore_ascii_case("websocket") || k.eq_ignore_ascii_case("ws"))
+    else {
+        return Ok(());
+    };
+    let listed = !o.auth.nkeys.is_empty() || (!o.auth.users.is_empty() && !single_user);
+    if listed && a.username.is_some() {
+        return invalid(
+            k,
+            n,
+            "websocket authentication username not compatible with presence of users/nkeys",
+        );
+    }
+    if listed && a.token.is_some() {
+        return invalid(
+            k,
+            n,
+            "websocket authentication token not compatible with presence of users/nkeys",
+        );
+    }
+    if let Some(u) = &a.no_auth_user {
+        let known = o.auth.users.iter().any(|x| &x.username == u)
+            || o.auth.nkeys.iter().any(|x| &x.nkey == u);
+        if !known {
+            return invalid(
+                k,
+                n,
+                format!("no_auth_user: \"{u}\" not present as user or nkey in authorization block or account configuration"),
+            );
+        }
     }
     Ok(())
 }
@@ -1230,7 +1278,10 @@ fn websocket_block(
                 }
                 let text = match &v.value {
                     Value::Int(p) => p.to_string(),
-                    _ => want_str(k, v)?.rsplit_once(':').map_or("", |(_, p)| p).to_string(),
+                    _ => want_str(k, v)?
+                        .rsplit_once(':')
+                        .map_or("", |(_, p)| p)
+                        .to_string(),
                 };
                 match text.parse::<i64>() {
                     Ok(p) if port_value(p).is_some() => port = Some(p),
@@ -1259,8 +1310,8 @@ fn websocket_block(
             }
             "compression" | "compress" => w.compression = want_bool(k, v)?,
             "same_origin" => w.same_origin = want_bool(k, v)?,
-            "allowed_origins" | "allowed_origin" | "allow_origins" | "allow_origin"
-            | "origins" | "origin" => {
+            "allowed_origins" | "allowed_origin" | "allow_origins" | "allow_origin" | "origins"
+            | "origin" => {
                 let items: Vec<&Node> = match &v.value {
                     Value::Array(items) => items.iter().collect(),
                     _ => vec![v],
@@ -1285,15 +1336,36 @@ fn websocket_block(
                     w.handshake_timeout = d;
                 }
             }
-            "authorization" | "authentication" | "no_auth_user" | "jwt_cookie" | "user_cookie"
-            | "pass_cookie" | "token_cookie" | "headers" | "ping_interval" => {
-                return invalid(
-                    key,
-                    v,
-                    format!(
-                        "websocket {k:?} is not supported (WebSocket clients use the server's own authorization)"
-                    ),
-                )
+            "authorization" | "authentication" => {
+                let a = w.auth.get_or_insert_with(WsAuth::default);
+                for (ak, av) in want_map(k, v)? {
+                    match ak.to_ascii_lowercase().as_str() {
+                        "user" | "username" => a.username = Some(want_str(ak, av)?.to_string()),
+                        "password" | "pass" => a.password = want_str(ak, av)?.to_string(),
+                        "token" => a.token = Some(want_str(ak, av)?.to_string()),
+                        "timeout" => {
+                            want_duration(ak, av)?;
+                        }
+                        other => {
+                            return invalid(
+                                k,
+                                av,
+                                format!("unknown websocket authorization field {other:?} (user, password, token and timeout are)"),
+                            )
+                        }
+                    }
+                }
+                if a.username.is_some() && a.token.is_some() {
+                    return invalid(k, v, "cannot have a user and a token");
+                }
+            }
+            "no_auth_user" => {
+                w.auth.get_or_insert_with(WsAuth::default).no_auth_user =
+                    Some(want_str(k, v)?.to_string());
+            }
+            "jwt_cookie" | "user_cookie" | "pass_cookie" | "token_cookie" | "headers"
+            | "ping_interval" => {
+                return invalid(key, v, format!("websocket {k:?} is not supported"))
             }
             other => return invalid(key, v, format!("unsupported websocket field {other:?}")),
         }
@@ -2980,8 +3052,10 @@ no_auth_user: bob
         for (text, want) in [
             ("websocket { port: 1 }", "requires TLS"),
             ("websocket { port: 1, no_tls: true, tls { cert_file: a, key_file: b } }", "both"),
-            ("websocket { port: 1, no_tls: true, authorization { token: x } }", "authorization"),
-            ("websocket { port: 1, no_tls: true, no_auth_user: u }", "no_auth_user"),
+            ("websocket { port: 1, no_tls: true, authorization { users: [] } }", "unknown websocket authorization field \"users\""),
+            ("websocket { port: 1, no_tls: true, no_auth_user: u }", "no_auth_user: \"u\" not present"),
+            ("authorization { users: [ {user: a, password: b}, {user: c, password: d} ] }\nwebsocket { port: 1, no_tls: true, authorization { token: t } }", "websocket authentication token not compatible with presence of users/nkeys"),
+            ("websocket { port: 1, no_tls: true, authorization { user: u, token: t } }", "cannot have a user and a token"),
             ("websocket { port: 1, no_tls: true, jwt_cookie: j }", "jwt_cookie"),
             ("websocket { port: 1, no_tls: true, headers { a: b } }", "headers"),
             ("websocket { port: 1, no_tls: true, bogus: 1 }", "bogus"),

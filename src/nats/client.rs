@@ -1984,7 +1984,8 @@ impl Reader {
         let mut co = co;
         let (result, gen) = loop {
             let gen = self.server.reload_gen.load(Ordering::SeqCst);
-            let auth = self.server.live().authenticator.clone();
+            let websocket = self.client.meta.lock().websocket;
+            let auth = self.server.live().client_authenticator(websocket).cloned();
             let Some(auth) = auth.filter(|a| a.required()) else {
                 self.finish_connect(*co, None, String::new(), None);
                 if self.server.reload_gen.load(Ordering::SeqCst) != gen {

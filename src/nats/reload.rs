@@ -119,6 +119,9 @@ pub(crate) struct Live {
     pub opts: NatsOptions,
     /// `None` when no authentication is configured.
     pub authenticator: Option<Arc<Authenticator>>,
+    /// WebSocket clients' authenticator when the `websocket` block has its
+    /// own authorization (see `WsAuth`); else they use `authenticator`.
+    pub ws_authenticator: Option<Arc<Authenticator>>,
     /// The client listener's TLS; `None` = plain TCP.
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// INFO template (per-connection fields are filled in per client).
@@ -131,6 +134,7 @@ impl Live {
     /// fields fixed at start-up (ids, host, port).
     pub(crate) fn build(opts: NatsOptions, template: &Info) -> Result<Live, ReloadError> {
         let authenticator = authenticator_for(&opts)?;
+        let ws_authenticator = ws_authenticator_for(&opts)?;
         let tls = tls_acceptor(opts.tls.as_ref())?;
         let mut info = template.clone();
         info.auth_required = authenticator.as_ref().is_some_and(|a| a.required());
@@ -140,9 +144,19 @@ impl Live {
         Ok(Live {
             opts,
             authenticator,
+            ws_authenticator,
             tls,
             info,
         })
+    }
+
+    /// The authenticator of a client connection (`websocket`: it came in
+    /// over WebSocket).
+    pub(crate) fn client_authenticator(&self, websocket: bool) -> Option<&Arc<Authenticator>> {
+        match (&self.ws_authenticator, websocket) {
+            (Some(ws), true) => Some(ws),
+            _ => self.authenticator.as_ref(),
+        }
     }
 }
 
@@ -154,6 +168,17 @@ pub(crate) fn authenticator_for(
         Ok(Some(Arc::new(Authenticator::new(&opts.auth)?)))
     } else {
         Ok(None)
+    }
+}
+
+/// WebSocket clients' own authenticator, when the `websocket` block has
+/// its own authorization.
+pub(crate) fn ws_authenticator_for(
+    opts: &NatsOptions,
+) -> Result<Option<Arc<Authenticator>>, AuthError> {
+    match opts.websocket.as_ref().and_then(|w| w.auth.as_ref()) {
+        Some(a) => Ok(Some(Arc::new(Authenticator::new(&a.apply(&opts.auth))?))),
+        None => Ok(None),
     }
 }
 
@@ -908,7 +933,11 @@ pub(crate) fn recheck_client(
         // Governed by account claims, which a reload does not change.
         return notes;
     }
-    let auth = live.authenticator.as_deref().filter(|a| a.required());
+    let websocket = c.meta.lock().websocket;
+    let auth = live
+        .client_authenticator(websocket)
+        .map(|a| a.as_ref())
+        .filter(|a| a.required());
     let outcome = match auth {
         None => Ok((None, None)),
         Some(a) => {

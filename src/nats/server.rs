@@ -374,12 +374,12 @@ impl ServerInner {
         let cid = self.next_client_id();
         let urls_gen = self.connect_urls_gen.load(Ordering::SeqCst);
         let live = self.live();
-        let nonce = match &live.authenticator {
+        let nonce = match live.client_authenticator(websocket) {
             Some(a) if a.needs_nonce() => Some(new_nonce()),
             _ => None,
         };
         let ip = Some(addr.ip().to_string());
-        let json = self.info_json_for(Some(cid), ip, nonce.clone(), false, !websocket);
+        let json = self.info_json_for(Some(cid), ip, nonce.clone(), false, websocket);
         let mut info = BytesMut::new();
         proto::encode_info(&mut info, &json);
         let over_limit = self
@@ -557,7 +557,7 @@ impl ServerInner {
         nonce: Option<String>,
         ldm: bool,
     ) -> String {
-        self.info_json_for(cid, ip, nonce, ldm, true)
+        self.info_json_for(cid, ip, nonce, ldm, false)
     }
 
     /// INFO as [`Self::info_json`]; without the cluster's (TCP) client
@@ -568,15 +568,21 @@ impl ServerInner {
         ip: Option<String>,
         nonce: Option<String>,
         ldm: bool,
-        with_urls: bool,
+        websocket: bool,
     ) -> String {
-        let mut info = self.live().info.clone();
+        let live = self.live();
+        let mut info = live.info.clone();
         info.client_id = cid;
         info.client_ip = ip;
         info.nonce = nonce;
         info.ldm = ldm;
         info.cluster = self.routes.as_ref().map(Routes::cluster_name);
-        if with_urls {
+        if websocket {
+            // The cluster's client URLs are TCP addresses.
+            if let Some(a) = &live.ws_authenticator {
+                info.auth_required = a.required();
+            }
+        } else {
             info.connect_urls = self.connect_urls();
         }
         // Serializing a struct of strings and numbers cannot fail.
@@ -640,6 +646,7 @@ impl NatsServer {
                 .ok_or_else(|| AccountError::UnknownLocalAccount(name.to_string()))?,
         };
         let authenticator = super::reload::authenticator_for(&opts)?;
+        let ws_authenticator = super::reload::ws_authenticator_for(&opts)?;
         let tls = super::reload::tls_acceptor(opts.tls.as_ref())?;
         let bind = format!("{}:{}", opts.host, opts.port);
         let (listener, addr) = if listen {
@@ -708,6 +715,7 @@ impl NatsServer {
         let live = Live {
             opts: opts.clone(),
             authenticator,
+            ws_authenticator,
             tls,
             info,
         };

@@ -956,3 +956,60 @@ async fn nats_ws_allowed_connection_types_per_user() {
         .unwrap();
     assert_eq!(&m.payload[..], b"hello");
 }
+
+/// Whether `user`/`pass` (or no credentials) can connect to `url` now.
+async fn ws_auth_ok(url: &str, creds: Option<(&str, &str)>) -> bool {
+    let opts = match creds {
+        Some((u, p)) => async_nats::ConnectOptions::with_user_and_password(u.into(), p.into()),
+        None => async_nats::ConnectOptions::new(),
+    };
+    match tokio::time::timeout(WAIT, opts.connect(url)).await {
+        Ok(Ok(c)) => c.flush().await.is_ok(),
+        _ => false,
+    }
+}
+
+/// The `websocket` block's own authorization, the same body against our
+/// server and Go 2.15.1: with `authorization { user, password }` there,
+/// WebSocket clients use that user and the server's user is refused over
+/// WebSocket (and the reverse over TCP); with only `no_auth_user` there,
+/// a WebSocket client without credentials is that user while a TCP one
+/// is refused.
+async fn ws_authorization_body(imp: &super::support::procs::Impl, tag: &str) {
+    use super::support::procs::ConfNode;
+    let ws_port = super::support::free_port();
+    let top = format!(
+        "authorization {{ user: tcp, password: tcpw }}\nwebsocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true, authorization {{ user: ws, password: wsw }} }}\n"
+    );
+    let mut n = ConfNode::start_with(imp, &format!("wsauth-{tag}"), false, None, &top).await;
+    n.proc.try_wait_port(ws_port).await.unwrap();
+    let ws = format!("ws://127.0.0.1:{ws_port}");
+    assert!(ws_auth_ok(&n.url(), Some(("tcp", "tcpw"))).await, "{tag}");
+    assert!(ws_auth_ok(&ws, Some(("ws", "wsw"))).await, "{tag}");
+    assert!(!ws_auth_ok(&ws, Some(("tcp", "tcpw"))).await, "{tag}");
+    assert!(!ws_auth_ok(&n.url(), Some(("ws", "wsw"))).await, "{tag}");
+    assert!(!ws_auth_ok(&ws, None).await, "{tag}");
+    drop(n);
+
+    let ws_port = super::support::free_port();
+    let top = format!(
+        "authorization {{ users: [ {{user: a, password: apw}}, {{user: anon, password: x}} ] }}\nwebsocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true, no_auth_user: anon }}\n"
+    );
+    let mut n = ConfNode::start_with(imp, &format!("wsanon-{tag}"), false, None, &top).await;
+    n.proc.try_wait_port(ws_port).await.unwrap();
+    let ws = format!("ws://127.0.0.1:{ws_port}");
+    assert!(ws_auth_ok(&ws, None).await, "{tag}");
+    assert!(ws_auth_ok(&ws, Some(("a", "apw"))).await, "{tag}");
+    assert!(!ws_auth_ok(&n.url(), None).await, "{tag}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_ws_own_authorization_ours() {
+    ws_authorization_body(&super::support::procs::Impl::Liftbridge, "lb").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_ws_own_authorization_go_2_15() {
+    let go = super::support::procs::Impl::Go(super::support::procs::go_nats_server_2_15());
+    ws_authorization_body(&go, "go").await;
+}
