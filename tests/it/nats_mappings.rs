@@ -110,7 +110,9 @@ async fn run(imp: &Impl, tag: &str) -> (Vec<String>, HashMap<String, usize>, Vec
     .await;
     let b = n.connect_as("b").await;
     let mut svc = b.subscribe("svc.internal.*").await.unwrap();
-    b.flush().await.unwrap();
+    // A round trip (a flush only empties the client's buffer): the server
+    // has B's subscription before A's request comes on another connection.
+    b.request("nobody.here", "".into()).await.unwrap_err();
     let responder = b.clone();
     tokio::spawn(async move {
         while let Some(m) = svc.next().await {
@@ -188,7 +190,8 @@ async fn nats_mappings_apply_to_messages_from_a_leaf() {
     leaf.wait_leaf_interest("from.leaf.*").await;
     let h = async_nats::connect(hub.url()).await.unwrap();
     let mut sub = h.subscribe("to.hub.>").await.unwrap();
-    h.flush().await.unwrap();
+    // A round trip: the hub has the subscription before the leaf publishes.
+    h.request("nobody.here", "".into()).await.unwrap_err();
     let l = async_nats::connect(leaf.url()).await.unwrap();
     l.publish("from.leaf.x", "hi".into()).await.unwrap();
     l.flush().await.unwrap();
