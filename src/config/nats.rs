@@ -454,6 +454,9 @@ pub struct WsAuth {
     pub password: String,
     pub token: Option<String>,
     pub no_auth_user: Option<String>,
+    /// `timeout`: how long a WebSocket client has to authenticate (else
+    /// the server's `authorization { timeout }`).
+    pub timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for WsAuth {
@@ -463,6 +466,7 @@ impl std::fmt::Debug for WsAuth {
             .field("username", &self.username)
             .field("token", &self.token.as_ref().map(|_| "<hidden>"))
             .field("no_auth_user", &self.no_auth_user)
+            .field("timeout", &self.timeout)
             .finish()
     }
 }

@@ -1343,9 +1343,7 @@ fn websocket_block(
                         "user" | "username" => a.username = Some(want_str(ak, av)?.to_string()),
                         "password" | "pass" => a.password = want_str(ak, av)?.to_string(),
                         "token" => a.token = Some(want_str(ak, av)?.to_string()),
-                        "timeout" => {
-                            want_duration(ak, av)?;
-                        }
+                        "timeout" => a.timeout = Some(want_duration(ak, av)?),
                         other => {
                             return invalid(
                                 k,

@@ -1863,7 +1863,11 @@ impl Reader {
     }
 
     fn apply(&mut self, op: ClientOp) -> Flow {
-        if !self.st.connected && self.server.auth_required() && !matches!(op, ClientOp::Connect(_))
+        if !self.st.connected
+            && !matches!(op, ClientOp::Connect(_))
+            && self
+                .server
+                .client_auth_required(self.client.meta.lock().websocket)
         {
             self.client.close_with_err(Some("Authorization Violation"));
             self.server.auth_failures.fetch_add(1, Ordering::Relaxed);
@@ -1941,7 +1945,10 @@ impl Reader {
             return Flow::Close;
         }
         let gen = self.server.reload_gen.load(Ordering::SeqCst);
-        if self.server.auth_required() {
+        if self
+            .server
+            .client_auth_required(self.client.meta.lock().websocket)
+        {
             return Flow::Authenticate(Box::new(co));
         }
         self.finish_connect(co, None, String::new(), None);
@@ -2392,8 +2399,21 @@ impl Reader {
 /// Periodic server PINGs, stale detection and the auth timeout.
 pub(crate) async fn ping_loop(client: Arc<ClientShared>, server: Arc<ServerInner>) {
     let cancel = client.cancel.clone();
-    if server.auth_required() {
-        let timeout = server.live().opts.auth_timeout;
+    let live = server.live();
+    let websocket = client.meta.lock().websocket;
+    if live
+        .client_authenticator(websocket)
+        .is_some_and(|a| a.required())
+    {
+        let ws_timeout = live
+            .opts
+            .websocket
+            .as_ref()
+            .and_then(|w| w.auth.as_ref())
+            .and_then(|a| a.timeout)
+            .filter(|_| websocket);
+        let timeout = ws_timeout.unwrap_or(live.opts.auth_timeout);
+        drop(live);
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(timeout) => {}

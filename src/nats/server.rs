@@ -356,6 +356,16 @@ impl ServerInner {
             .is_some_and(|a| a.required())
     }
 
+    /// Whether a client connection must authenticate (`websocket`: it
+    /// came in over WebSocket, whose block may have its own
+    /// authorization).
+    pub(crate) fn client_auth_required(&self, websocket: bool) -> bool {
+        self.live
+            .read()
+            .client_authenticator(websocket)
+            .is_some_and(|a| a.required())
+    }
+
     /// The current reloadable state (options, authenticator, TLS, INFO).
     pub(crate) fn live(&self) -> Arc<Live> {
         self.live.read().clone()

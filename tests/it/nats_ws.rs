@@ -1001,6 +1001,22 @@ async fn ws_authorization_body(imp: &super::support::procs::Impl, tag: &str) {
     assert!(ws_auth_ok(&ws, None).await, "{tag}");
     assert!(ws_auth_ok(&ws, Some(("a", "apw"))).await, "{tag}");
     assert!(!ws_auth_ok(&n.url(), None).await, "{tag}");
+    drop(n);
+
+    // Only WebSocket clients must authenticate.
+    let ws_port = super::support::free_port();
+    let top = format!(
+        "websocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true, authorization {{ token: wstok, timeout: 1 }} }}\n"
+    );
+    let mut n = ConfNode::start_with(imp, &format!("wsonly-{tag}"), false, None, &top).await;
+    n.proc.try_wait_port(ws_port).await.unwrap();
+    let ws = format!("ws://127.0.0.1:{ws_port}");
+    assert!(ws_auth_ok(&n.url(), None).await, "{tag}");
+    assert!(!ws_auth_ok(&ws, None).await, "{tag}");
+    let with_token = async_nats::ConnectOptions::with_token("wstok".into())
+        .connect(&ws)
+        .await;
+    assert!(with_token.is_ok(), "{tag}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1012,4 +1028,33 @@ async fn nats_ws_own_authorization_ours() {
 async fn nats_ws_own_authorization_go_2_15() {
     let go = super::support::procs::Impl::Go(super::support::procs::go_nats_server_2_15());
     ws_authorization_body(&go, "go").await;
+}
+
+/// The `websocket` block's authorization `timeout`: a WebSocket client
+/// that sends no CONNECT is closed with `Authentication Timeout` after it,
+/// even when TCP clients need no authentication.
+#[tokio::test]
+async fn nats_ws_own_authorization_timeout() {
+    let mut o = ws_opts();
+    o.auth = Some(liftbridge::config::nats::WsAuth {
+        token: Some("t".into()),
+        timeout: Some(Duration::from_millis(300)),
+        ..Default::default()
+    });
+    let srv = start(opts_with(o)).await;
+    let (mut c, _) = RawWs::connect(&srv, "").await;
+    let info = c.read_data_until(b"\r\n").await;
+    assert!(
+        String::from_utf8_lossy(&info).contains("\"auth_required\":true"),
+        "{}",
+        String::from_utf8_lossy(&info)
+    );
+    let started = std::time::Instant::now();
+    let err = c.read_data_until(b"\r\n").await;
+    assert_eq!(err, b"-ERR 'Authentication Timeout'\r\n");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
 }
