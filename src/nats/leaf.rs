@@ -2780,9 +2780,6 @@ impl PeerReader for LeafReader {
                 payload,
                 ..
             } => {
-                // A message the connection's permissions do not let in: a
-                // leaf of ours is refused (nats-server's text), one from our
-                // hub is dropped.
                 // As nats-server, the leaf's account's mappings apply
                 // before the permissions.
                 let subject = match self.leaf.account.map_subject(&self.server, &subject) {
@@ -2790,6 +2787,9 @@ impl PeerReader for LeafReader {
                     Some(Mapped::To(s)) => Bytes::from(s),
                     Some(Mapped::Dropped) => return Ok(()),
                 };
+                // A message the connection's permissions do not let in: a
+                // leaf of ours is refused (nats-server's text), one from our
+                // hub is dropped.
                 if !self.may_receive(&subject) {
                     if self.leaf.spoke {
                         tracing::debug!(cid = self.leaf.client.id, subject = %String::from_utf8_lossy(&subject), "message from the hub not permitted here, dropped");

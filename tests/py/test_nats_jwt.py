@@ -161,11 +161,6 @@ class Server:
         self.dir.cleanup()
 
 
-@pytest.fixture(params=["ours", "go"])
-def which(request):
-    return request.param
-
-
 @pytest.fixture
 def srv(which):
     s = Server(which)

@@ -152,11 +152,6 @@ async def serve_echo(nc):
     await nc.flush()
 
 
-@pytest.fixture(params=["ours", "go"])
-def which(request):
-    return request.param
-
-
 async def test_reload_adds_and_removes_accounts(tmp_path, which):
     """Accounts change on reload: B (with its user) goes, C comes with
     imports of A's stream and service. A's client is never disconnected
