@@ -566,7 +566,7 @@ async fn serve(
 }
 
 /// The `server` block of a reply.
-fn server_block(inner: &ServerInner, seq: &AtomicU64) -> serde_json::Value {
+pub(crate) fn server_block(inner: &ServerInner, seq: &AtomicU64) -> serde_json::Value {
     serde_json::json!({
         "name": inner.server_name,
         "host": inner.opts.host,

@@ -151,17 +151,11 @@ fn selected(inner: &ServerInner, opts: &Value) -> bool {
         && want(&["host"]).is_none_or(|h| h == inner.opts.host)
 }
 
-/// The `server` block of an answer.
+/// The `server` block of an answer: the claims service's, with
+/// `jetstream` and `cluster`.
 fn server_block(inner: &ServerInner, seq: &AtomicU64) -> Value {
-    let mut v = json!({
-        "name": inner.server_name,
-        "host": inner.opts.host,
-        "id": inner.server_id,
-        "ver": SERVER_VERSION,
-        "jetstream": false,
-        "seq": seq.fetch_add(1, Ordering::Relaxed) + 1,
-        "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
-    });
+    let mut v = super::claims::server_block(inner, seq);
+    v["jetstream"] = json!(false);
     if let Some(r) = inner.routes.as_ref() {
         v["cluster"] = json!(r.cluster_name());
     }
