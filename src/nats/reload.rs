@@ -443,6 +443,10 @@ pub(crate) fn diff(
     if old.auth.mappings != new.auth.mappings {
         lines.push("Reloaded: mappings".into());
     }
+    let ws_auth = |o: &NatsOptions| o.websocket.as_ref().and_then(|w| w.auth.clone());
+    if ws_auth(old) != ws_auth(new) {
+        lines.push("Reloaded: websocket authorization".into());
+    }
     // nats-server reports users and accounts on every reload (it cannot
     // compare them), and re-checks every client each time.
     lines.push("Reloaded: authorization users".into());
@@ -757,9 +761,12 @@ fn diff_websocket(
     new: &mut NatsOptions,
     bound: BoundPorts,
 ) -> Result<(), ReloadError> {
+    // TLS files and the block's own authorization reload (the latter
+    // with the server's users: see `diff`).
     let comparable = |w: &crate::config::nats::WebsocketOptions| {
         let mut w = w.clone();
         w.tls = w.tls.map(|_| TlsFiles::default());
+        w.auth = None;
         w
     };
     match (&old.websocket, &mut new.websocket) {

@@ -1803,3 +1803,38 @@ async fn nats_reload_changes_mappings() {
     mapped_to(&c, &mut sub, "second.x").await;
     assert_eq!(drops.load(Ordering::SeqCst), 0);
 }
+
+/// The `websocket` block's own authorization reloads: a new token admits
+/// new WebSocket clients and the old one no longer does; TCP clients (no
+/// authorization) are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_reload_changes_websocket_authorization() {
+    let ws_port = free_port();
+    let conf = |tok: &str| {
+        format!(
+            "websocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true, authorization {{ token: {tok} }} }}\n"
+        )
+    };
+    let s = Server::start(&conf("first"));
+    let ws = format!("ws://127.0.0.1:{ws_port}");
+    let with_token = |t: &'static str| {
+        let ws = ws.clone();
+        async move {
+            async_nats::ConnectOptions::with_token(t.into())
+                .connect(ws)
+                .await
+                .is_ok()
+        }
+    };
+    let (tcp, drops) = anonymous(&s.url()).await;
+    assert!(with_token("first").await);
+    let lines = s.reload(&conf("second")).await;
+    assert!(
+        lines.contains("Reloaded: websocket authorization"),
+        "{lines}"
+    );
+    assert!(with_token("second").await);
+    assert!(!with_token("first").await);
+    tcp.flush().await.unwrap();
+    assert_eq!(drops.load(Ordering::SeqCst), 0);
+}
