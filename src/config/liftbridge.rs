@@ -419,7 +419,8 @@ pub struct NatsLeafConfig {
     pub listen: Option<String>,
     /// `nats.leafnodes.advertise`: `host:port` leaves should use for us.
     pub advertise: Option<String>,
-    /// `nats.leafnodes.remotes`: hub URLs (`nats-leaf://[user:pass@]host:port`).
+    /// `nats.leafnodes.remotes`: hub URLs (`nats-leaf://[user:pass@]host:port`,
+    /// or `ws://`/`wss://` for a hub's WebSocket listener).
     pub remotes: Vec<String>,
     /// `nats.leafnodes.reconnect`: delay before reconnecting to a hub (1s).
     pub reconnect: Option<Duration>,
@@ -1233,7 +1234,7 @@ impl Builder {
                     .find(|r| crate::config::nats::parse_leaf_url(r).is_none())
                 {
                     return Err(format!(
-                        "not a leafnode URL (nats-leaf://, nats://, tls://): {bad:?}"
+                        "not a leafnode URL (nats-leaf://, nats://, tls://, ws://, wss://): {bad:?}"
                     ));
                 }
                 c.nats.leafnodes.remotes = remotes;

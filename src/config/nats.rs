@@ -754,7 +754,8 @@ impl Default for LeafnodeOptions {
 #[derive(Debug, Clone, Default)]
 pub struct LeafRemote {
     /// `nats-leaf://[user:pass@]host[:port]` URLs (also `nats://`,
-    /// `tls://`), tried in turn.
+    /// `tls://`; or all `ws://`/`wss://` for a hub's WebSocket listener),
+    /// tried in turn.
     pub urls: Vec<String>,
     /// TLS towards the hub: the CA that verifies it (`ca`), and an optional
     /// client certificate (`cert`/`key`). Also used when the hub's INFO
@@ -783,6 +784,12 @@ pub struct LeafRemote {
     /// `ignore_discovered_servers`: the `leafnode_urls` a hub announces
     /// (its cluster's other leaf listeners) are not added to `urls`.
     pub ignore_discovered_servers: bool,
+    /// `ws_compression` (`ws://`/`wss://` URLs): ask the hub for
+    /// permessage-deflate.
+    pub ws_compression: bool,
+    /// `ws_no_masking` (`ws://`/`wss://` URLs): ask the hub to accept
+    /// unmasked frames from us (`Nats-No-Masking`).
+    pub ws_no_masking: bool,
 }
 
 /// A remote's credentials (`credentials` or `nkey`/`seed`).
@@ -837,24 +844,34 @@ pub struct LeafUrl {
     pub creds: Option<(String, String)>,
     /// `host:port` to dial.
     pub hostport: String,
-    /// The scheme asks for TLS (`tls://`).
+    /// The scheme asks for TLS (`tls://`, `wss://`).
     pub tls: bool,
+    /// The hub is reached over WebSocket (`ws://`, `wss://`).
+    pub ws: bool,
+    /// The URL's path (WebSocket only; `/leafnode` is appended to it).
+    pub path: String,
 }
 
 /// Parses a leaf remote URL. Accepted schemes: `nats-leaf`, `nats`, `tls`
-/// (or none); a missing port is 7422.
+/// (or none), where a missing port is 7422, and `ws`/`wss` (a hub's
+/// WebSocket listener), where it is 80/443 and a path may follow.
 pub fn parse_leaf_url(url: &str) -> Option<LeafUrl> {
     let url = url.trim();
     let (scheme, rest) = match url.split_once("://") {
         Some((s, r)) => (s.to_ascii_lowercase(), r),
         None => (String::new(), url),
     };
-    let tls = match scheme.as_str() {
-        "" | "nats-leaf" | "nats" => false,
-        "tls" => true,
+    let (tls, ws, default_port) = match scheme.as_str() {
+        "" | "nats-leaf" | "nats" => (false, false, DEFAULT_LEAFNODE_PORT),
+        "tls" => (true, false, DEFAULT_LEAFNODE_PORT),
+        "ws" => (false, true, 80),
+        "wss" => (true, true, 443),
         _ => return None,
     };
-    let rest = rest.trim_end_matches('/');
+    let (rest, path) = match rest.find('/') {
+        Some(i) if ws => (&rest[..i], rest[i..].trim_end_matches('/').to_string()),
+        _ => (rest.trim_end_matches('/'), String::new()),
+    };
     let (creds, hp) = match rest.rsplit_once('@') {
         Some((ui, hp)) => {
             let (u, p) = ui.split_once(':').unwrap_or((ui, ""));
@@ -875,12 +892,14 @@ pub fn parse_leaf_url(url: &str) -> Option<LeafUrl> {
     let hostport = if has_port {
         hp.to_string()
     } else {
-        format!("{hp}:{DEFAULT_LEAFNODE_PORT}")
+        format!("{hp}:{default_port}")
     };
     Some(LeafUrl {
         creds,
         hostport,
         tls,
+        ws,
+        path,
     })
 }
 
@@ -936,6 +955,17 @@ mod cluster_tests {
                 creds: creds.map(|(a, b)| (a.to_string(), b.to_string())),
                 hostport: hp.to_string(),
                 tls,
+                ws: false,
+                path: String::new(),
+            })
+        };
+        let ws = |hp: &str, tls: bool, path: &str| {
+            Some(super::LeafUrl {
+                creds: None,
+                hostport: hp.to_string(),
+                tls,
+                ws: true,
+                path: path.to_string(),
             })
         };
         assert_eq!(
@@ -947,7 +977,14 @@ mod cluster_tests {
             u(None, "hub.example.com:7422", true)
         );
         assert_eq!(parse_leaf_url("h:1/"), u(None, "h:1", false));
-        assert_eq!(parse_leaf_url("ws://h:1"), None);
+        assert_eq!(parse_leaf_url("ws://h:1"), ws("h:1", false, ""));
+        assert_eq!(
+            parse_leaf_url("wss://hub.example.com"),
+            ws("hub.example.com:443", true, "")
+        );
+        assert_eq!(parse_leaf_url("ws://h/edge/"), ws("h:80", false, "/edge"));
+        assert_eq!(parse_leaf_url("nats://h:1/x"), None, "a path only with ws");
+        assert_eq!(parse_leaf_url("http://h:1"), None);
         assert_eq!(parse_leaf_url("nats://h:notaport"), None);
         assert_eq!(parse_leaf_url("nats://"), None);
     }

@@ -1625,11 +1625,25 @@ fn leaf_remote(key: &str, n: &Node, warnings: &mut Vec<String>) -> Result<LeafRe
                 };
                 for item in items {
                     let url = want_str(k, item)?;
-                    if crate::config::nats::parse_leaf_url(url).is_none() {
+                    let Some(parsed) = crate::config::nats::parse_leaf_url(url) else {
                         return invalid(
                             k,
                             item,
-                            format!("not a leafnode URL (nats-leaf://, nats://, tls://): {url:?}"),
+                            format!(
+                                "not a leafnode URL (nats-leaf://, nats://, tls://, ws://, wss://): {url:?}"
+                            ),
+                        );
+                    };
+                    let first_ws = r
+                        .urls
+                        .first()
+                        .and_then(|u| crate::config::nats::parse_leaf_url(u))
+                        .map(|u| u.ws);
+                    if first_ws.is_some_and(|ws| ws != parsed.ws) {
+                        return invalid(
+                            k,
+                            item,
+                            "remote leaf node configuration cannot have a mix of websocket and non-websocket urls",
                         );
                     }
                     r.urls.push(url.to_string());
@@ -1676,6 +1690,10 @@ fn leaf_remote(key: &str, n: &Node, warnings: &mut Vec<String>) -> Result<LeafRe
             "no_randomize" | "dont_randomize" => r.no_randomize = want_bool(k, v)?,
             "ignore_discovered_servers" => r.ignore_discovered_servers = want_bool(k, v)?,
             "compression" => r.compression = leaf_compression(k, v)?,
+            "ws_compress" | "ws_compression" | "websocket_compress" | "websocket_compression" => {
+                r.ws_compression = want_bool(k, v)?
+            }
+            "ws_no_masking" | "websocket_no_masking" => r.ws_no_masking = want_bool(k, v)?,
             "disabled" => r.disabled = want_bool(k, v)?,
             other => {
                 return invalid(
@@ -3180,6 +3198,18 @@ no_auth_user: bob
     }
 
     #[test]
+    fn leafnode_websocket_remotes() {
+        let c = conf(
+            "leafnodes { remotes [ { urls: [\"ws://h:1\", \"wss://h:2/edge\"], ws_compression: true,
+               websocket_no_masking: true }, { url: \"ws://h:3\" } ] }",
+        );
+        let l = c.options.leafnodes.unwrap();
+        assert!(l.remotes[0].ws_compression && l.remotes[0].ws_no_masking);
+        assert!(!l.remotes[1].ws_compression && !l.remotes[1].ws_no_masking);
+        assert_eq!(l.remotes[0].urls, ["ws://h:1", "wss://h:2/edge"]);
+    }
+
+    #[test]
     fn leafnode_accounts_and_credentials() {
         use crate::config::nats::LeafRemoteAuth;
         let seed = nkeys::KeyPair::new_user().seed().unwrap();
@@ -3248,7 +3278,15 @@ no_auth_user: bob
                 "leafnodes { remotes [ { url: \"nats://h:1\", deny_imports: [\"a..b\"] } ] }",
                 "deny_imports",
             ),
-            ("leafnodes { remotes [ { url: \"ws://h:1\" } ] }", "url"),
+            ("leafnodes { remotes [ { url: \"http://h:1\" } ] }", "url"),
+            (
+                "leafnodes { remotes [ { urls: [\"ws://h:1\", \"nats://h:2\"] } ] }",
+                "mix of websocket",
+            ),
+            (
+                "leafnodes { remotes [ { url: \"ws://h:1\", ws_no_masking: maybe } ] }",
+                "ws_no_masking",
+            ),
             (
                 "leafnodes { remotes [ { tls { ca_file: x } } ] }",
                 "remotes",

@@ -129,6 +129,7 @@ use super::route::{
 use super::s2;
 use super::server::{new_nonce, ServerInner, SERVER_VERSION};
 use super::subject::{is_valid_literal_subject, is_valid_subject};
+use super::ws::{self, WsShared};
 use crate::config::nats::{
     parse_leaf_url, AuthConfig, LeafRemote, LeafRemoteAuth, LeafUrl, LeafnodeOptions, NatsOptions,
     PermissionRules, Permissions, S2Compression, User,
@@ -274,7 +275,8 @@ impl Remote {
     }
 
     /// A hub announced `leafnode_urls` (its cluster's leaf listeners, as
-    /// `host:port`): unless `ignore_discovered_servers`, the list to try
+    /// `host:port`; `ws_connect_urls` for a remote that dials WebSocket
+    /// listeners): unless `ignore_discovered_servers`, the list to try
     /// becomes those not configured, then the configured ones. They are
     /// dialled with the scheme and the user and password of the first
     /// configured URL.
@@ -288,6 +290,8 @@ impl Remote {
             .filter_map(|u| parse_leaf_url(u))
             .collect();
         let scheme = match configured.first() {
+            Some(u) if u.ws && u.tls => "wss",
+            Some(u) if u.ws => "ws",
             Some(u) if u.tls => "tls",
             _ => "nats-leaf",
         };
@@ -483,6 +487,9 @@ pub enum LeafError {
     /// A remote has no URL.
     #[error("leafnodes remote {0}: needs url or urls")]
     NoUrl(usize),
+    /// A remote mixes WebSocket and other URLs (nats-server's text).
+    #[error("remote leaf node configuration cannot have a mix of websocket and non-websocket urls: {0:?}")]
+    MixedUrls(Vec<String>),
     /// Leaf users are invalid.
     #[error("leafnodes authorization: {0}")]
     Auth(#[from] super::auth::AuthError),
@@ -594,6 +601,9 @@ struct LeafInfoOut<'a> {
     /// Always present (possibly empty): Go leaves take an INFO without it
     /// for a wrong port.
     leafnode_urls: &'a [String],
+    /// Our WebSocket listener, for leaves that come that way.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    ws_connect_urls: &'a [String],
     /// We answer CONNECT with a `connect_info` INFO: Go leaves (2.10+)
     /// wait for it, and so for their permissions, before sending interest.
     info_on_connect: bool,
@@ -645,6 +655,8 @@ struct HubInfo {
     server_name: String,
     client_id: u64,
     leafnode_urls: Option<Vec<String>>,
+    /// The hub cluster's WebSocket listeners (for leaves that dial them).
+    ws_connect_urls: Option<Vec<String>>,
     tls_required: bool,
     cluster: String,
     nonce: String,
@@ -855,6 +867,17 @@ pub(crate) fn check_remote(i: usize, r: &LeafRemote, operator: bool) -> Result<(
             index: i,
             url: u.clone(),
         });
+    }
+    let ws: Vec<bool> = r
+        .urls
+        .iter()
+        .filter_map(|u| parse_leaf_url(u))
+        .map(|u| u.ws)
+        .collect();
+    if ws.iter().any(|w| *w) && ws.iter().any(|w| !*w) {
+        return Err(LeafError::MixedUrls(
+            r.urls.iter().map(|u| super::external::redact(u)).collect(),
+        ));
     }
     if operator && !r.account.as_deref().is_some_and(is_account_key) {
         return Err(LeafError::Operator(
@@ -1519,6 +1542,23 @@ async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, text: &str) {
     .await;
 }
 
+/// Our WebSocket listener's `host:port` (advertised, or the listener's
+/// with a wildcard host replaced by our address), when it runs.
+fn ws_urls(server: &ServerInner) -> Vec<String> {
+    let Some(ws) = server.ws.as_ref() else {
+        return Vec::new();
+    };
+    if let Some(a) = &ws.opts.advertise {
+        return vec![a.clone()];
+    }
+    let host = if is_wildcard_host(&ws.opts.host) {
+        primary_ip()
+    } else {
+        ws.opts.host.clone()
+    };
+    vec![format!("{host}:{}", ws.addr.port())]
+}
+
 /// Appends the INFO we send a leaf: the first one (with `nonce`), or,
 /// with `answer` (its account and its user's permissions), the one that
 /// answers its CONNECT (`connect_info`, `remote_account`, `import`,
@@ -1534,6 +1574,7 @@ fn encode_hub_info(
 ) {
     let lists = answer.and_then(|(_, p)| p).map(PermissionSet::lists);
     let urls = leafs.hub_urls(server);
+    let ws_urls = ws_urls(server);
     let info = LeafInfoOut {
         server_id: &server.server_id,
         server_name: &server.server_name,
@@ -1551,6 +1592,7 @@ fn encode_hub_info(
         nonce,
         cluster: server.routes.as_ref().map(|r| r.cluster_name()),
         leafnode_urls: &urls,
+        ws_connect_urls: &ws_urls,
         info_on_connect: true,
         connect_info: answer.is_some(),
         remote_account: answer.map(|(a, _)| a.name.as_str()),
@@ -1622,19 +1664,49 @@ async fn run_accepted<S>(
     };
     let (r, w) = tokio::io::split(stream);
     if leafs.mode(None).name().is_none() {
-        return admit(server, r, w, addr, cid, nonce, None).await;
+        return admit(server, r, w, addr, cid, nonce, None, None).await;
     }
     // A leaf that wants compression says so in an INFO before its CONNECT
     // (see `hub_compression`); until then a compressed stream may start.
     let sw = s2::Switches::default();
     sw.read_armed.store(true, Ordering::Release);
     let (r, w) = (s2::S2Read::new(r, &sw), s2::S2Write::new(w, &sw));
-    admit(server, r, w, addr, cid, nonce, Some(sw)).await
+    admit(server, r, w, addr, cid, nonce, Some(sw), None).await
+}
+
+/// The hub side of a leaf that came in on the WebSocket listener (path
+/// `/leafnode`), as nats-server: only with a leaf listener configured;
+/// then as a TCP leaf, except that TLS is the WebSocket listener's and
+/// there is no S2 compression (the frames may be deflated instead).
+pub(crate) async fn accept_websocket<R, W>(
+    server: Arc<ServerInner>,
+    r: R,
+    mut w: W,
+    addr: SocketAddr,
+    ws: Arc<WsShared>,
+) where
+    R: AsyncRead + Send + Unpin + 'static,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    let Some(leafs) = server.leafs.as_ref().filter(|l| l.listen.is_some()) else {
+        tracing::error!(%addr, "Not configured to accept leaf node connections");
+        let _ = w.shutdown().await;
+        return;
+    };
+    let cid = server.next_client_id();
+    let nonce = new_nonce();
+    let mut frame = BytesMut::new();
+    encode_hub_info(&server, leafs, cid, &nonce, None, None, &mut frame);
+    if w.write_all(&frame).await.is_err() || w.flush().await.is_err() {
+        return;
+    }
+    admit(server, r, w, addr, cid, nonce, None, Some(ws)).await
 }
 
 /// The hub side after the first INFO: agrees on compression if the leaf
 /// asks (`sw`: ours is configured), waits for CONNECT, checks it, then
-/// runs the connection.
+/// runs the connection. `ws`: it came over the WebSocket listener.
+#[allow(clippy::too_many_arguments)]
 async fn admit<R, W>(
     server: Arc<ServerInner>,
     mut r: R,
@@ -1643,6 +1715,7 @@ async fn admit<R, W>(
     cid: u64,
     nonce: String,
     sw: Option<s2::Switches>,
+    ws: Option<Arc<WsShared>>,
 ) where
     R: AsyncRead + Send + Unpin + 'static,
     W: AsyncWrite + Send + Unpin + 'static,
@@ -1753,6 +1826,9 @@ async fn admit<R, W>(
         Some(addr),
         leafs.max_pending,
     );
+    if let Some(ws) = &ws {
+        ws.set_client(&client);
+    }
     // A fresh client: the account cannot be set yet.
     let _ = client.account.set(account.clone());
     *client.leaf_perms.write() = view.clone();
@@ -2063,6 +2139,8 @@ async fn connect_remote(
         creds,
         hostport,
         tls: tls_scheme,
+        ws,
+        path,
     }) = parse_leaf_url(url)
     else {
         return Err(ConnectError::Handshake(format!("bad url {url:?}")));
@@ -2072,7 +2150,47 @@ async fn connect_remote(
         .map_err(|_| ConnectError::Timeout)??;
     let _ = stream.set_nodelay(true);
     let addr = stream.peer_addr()?;
+    let host = hostport.clone();
     let hostport = remote.tls_hostport(&hostport);
+    if ws {
+        // TLS (`wss://`, or a `tls` block) comes before the upgrade; the
+        // leaf protocol inside needs none of its own.
+        let connector = remote.tls.read().clone();
+        if !tls_scheme && connector.is_none() {
+            let (link, shared) = ws_upgrade(server, remote, stream, &host, &path).await?;
+            return handshake_remote(
+                server,
+                remote,
+                link,
+                addr,
+                &hostport,
+                creds,
+                false,
+                true,
+                Some(shared),
+            )
+            .await;
+        }
+        let Some(conn) = connector else {
+            return Err(ConnectError::Tls(
+                "wss:// needs tls { ca_file } in this remote".into(),
+            ));
+        };
+        let tls = tls_connect(&conn, &hostport, stream).await?;
+        let (link, shared) = ws_upgrade(server, remote, tls, &host, &path).await?;
+        return handshake_remote(
+            server,
+            remote,
+            link,
+            addr,
+            &hostport,
+            creds,
+            false,
+            true,
+            Some(shared),
+        )
+        .await;
+    }
     let tls_first = remote
         .opts
         .tls
@@ -2080,7 +2198,7 @@ async fn connect_remote(
         .is_some_and(|t| t.handshake_first.is_some());
     if !tls_first {
         return handshake_remote(
-            server, remote, stream, addr, &hostport, creds, tls_scheme, false,
+            server, remote, stream, addr, &hostport, creds, tls_scheme, false, None,
         )
         .await;
     }
@@ -2091,7 +2209,40 @@ async fn connect_remote(
         ));
     };
     let tls = tls_connect(&conn, &hostport, stream).await?;
-    handshake_remote(server, remote, tls, addr, &hostport, creds, true, true).await
+    handshake_remote(
+        server, remote, tls, addr, &hostport, creds, true, true, None,
+    )
+    .await
+}
+
+/// The WebSocket upgrade toward a hub's WebSocket listener at `host`
+/// (`path`: the URL's, `/leafnode` is appended), with the remote's
+/// `ws_compression` and `ws_no_masking`.
+async fn ws_upgrade<S>(
+    server: &ServerInner,
+    remote: &Remote,
+    stream: S,
+    host: &str,
+    path: &str,
+) -> Result<(ws::LeafLink<S>, Arc<WsShared>), ConnectError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let max_payload = server.live().opts.max_payload as u64;
+    tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        ws::connect_leaf(
+            stream,
+            host,
+            path,
+            remote.opts.ws_compression,
+            remote.opts.ws_no_masking,
+            max_payload,
+        ),
+    )
+    .await
+    .map_err(|_| ConnectError::Timeout)?
+    .map_err(ConnectError::Handshake)
 }
 
 /// The TLS client handshake toward a hub at `hostport`.
@@ -2112,7 +2263,8 @@ where
 }
 
 /// The rest of a connection to a hub, from its INFO on; `tls_done`: the
-/// stream is already TLS (`handshake_first`).
+/// stream is already TLS (`handshake_first`) or needs none (WebSocket);
+/// `ws`: the stream is a WebSocket link.
 #[allow(clippy::too_many_arguments)]
 async fn handshake_remote<S>(
     server: &Arc<ServerInner>,
@@ -2123,6 +2275,7 @@ async fn handshake_remote<S>(
     creds: Option<(String, String)>,
     tls_scheme: bool,
     tls_done: bool,
+    ws: Option<Arc<WsShared>>,
 ) -> Result<(), ConnectError>
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
@@ -2148,7 +2301,8 @@ where
     };
     let info: HubInfo = serde_json::from_slice(&json)
         .map_err(|e| ConnectError::Handshake(format!("bad INFO: {e}")))?;
-    if info.client_id == 0 || info.leafnode_urls.is_none() {
+    // Over WebSocket the `/leafnode` path already chose the port's role.
+    if info.client_id == 0 || (ws.is_none() && info.leafnode_urls.is_none()) {
         return Err(ConnectError::Handshake(
             "attempted to connect to wrong port (not a leafnode port)".into(),
         ));
@@ -2158,11 +2312,21 @@ where
             "remote is this server itself".into(),
         ));
     }
-    remote.discovered(info.leafnode_urls.as_deref().unwrap_or_default());
+    let announced = if ws.is_some() {
+        &info.ws_connect_urls
+    } else {
+        &info.leafnode_urls
+    };
+    remote.discovered(announced.as_deref().unwrap_or_default());
     let account = remote.account.clone();
     // The mode this connection agrees with (a reload after this point
-    // re-applies its own to the registered connection).
-    let ours = leafs.mode(Some(remote));
+    // re-applies its own to the registered connection). No S2 inside
+    // WebSocket frames.
+    let ours = if ws.is_some() {
+        S2Compression::Off
+    } else {
+        leafs.mode(Some(remote))
+    };
     // Our own deny lists apply from the start; the hub's permissions join
     // them when its INFO brings them.
     let initial = spoke_view(&remote.opts, None, None)
@@ -2175,6 +2339,9 @@ where
         Some(addr),
         leafs.max_pending,
     );
+    if let Some(ws) = &ws {
+        ws.set_client(&client);
+    }
     // A fresh client: the account cannot be set yet.
     let _ = client.account.set(account.clone());
     *client.leaf_perms.write() = initial.clone();

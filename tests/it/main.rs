@@ -58,6 +58,7 @@ mod nats_leaf_imports;
 mod nats_leaf_jwt_limits;
 mod nats_leaf_perms;
 mod nats_leaf_urls;
+mod nats_leaf_ws;
 mod nats_mappings;
 mod nats_raw;
 mod nats_reload;

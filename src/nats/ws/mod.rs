@@ -319,6 +319,12 @@ async fn run<R, W>(
     };
     let shared = Arc::new(WsShared::default());
     let mut writer = WsWrite::new(w, shared.clone(), up.compress);
+    if proto::is_leaf_path(&up.path) {
+        let max_payload = inner.live().opts.max_payload as u64;
+        let read = WsRead::new(r, shared.clone(), up.compress, !up.no_masking, max_payload);
+        super::leaf::accept_websocket(inner, read, writer, addr, shared).await;
+        return;
+    }
     match inner.start_client(addr, true) {
         ClientStart::Refused(frames) => {
             let _ = writer.write_all(&frames).await;
@@ -354,14 +360,68 @@ async fn run<R, W>(
     }
 }
 
+/// A leaf's framed connection to a hub's WebSocket listener.
+pub(crate) type LeafLink<S> =
+    tokio::io::Join<WsRead<tokio::io::ReadHalf<S>>, WsWrite<tokio::io::WriteHalf<S>>>;
+
+/// The leaf side of the upgrade, on `s` (TCP, or TLS already set up):
+/// asks `host` for `<path>/leafnode`, checks the `101`, and returns the
+/// framed stream and its shared state (through which a queued pong wakes
+/// the connection's writer). The caller bounds it with a timeout.
+pub(crate) async fn connect_leaf<S>(
+    mut s: S,
+    host: &str,
+    path: &str,
+    compress: bool,
+    no_masking: bool,
+    max_payload: u64,
+) -> Result<(LeafLink<S>, Arc<WsShared>), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    use base64::Engine;
+    let key = base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 16]>());
+    let req = proto::leaf_request(host, path, &key, compress, no_masking);
+    let io = |e: io::Error| format!("websocket handshake: {e}");
+    s.write_all(req.as_bytes()).await.map_err(io)?;
+    s.flush().await.map_err(io)?;
+    let mut head = BytesMut::with_capacity(1024);
+    let len = loop {
+        if let Some(n) = proto::head_len(&head) {
+            break n;
+        }
+        if head.len() >= MAX_REQUEST_HEAD {
+            return Err("websocket handshake: response head too large".into());
+        }
+        if s.read_buf(&mut head).await.map_err(io)? == 0 {
+            return Err("websocket handshake: connection closed by the hub".into());
+        }
+    };
+    let agreed = proto::check_leaf_response(&head[..len], &key, compress, no_masking)?;
+    // Frames the hub sent right behind its answer (its INFO).
+    let early = head.split_off(len);
+    let shared = Arc::new(WsShared {
+        mask: !agreed.no_masking,
+        ..WsShared::default()
+    });
+    let (r, w) = tokio::io::split(s);
+    let mut read = WsRead::new(r, shared.clone(), agreed.compress, false, max_payload);
+    read.raw.extend_from_slice(&early);
+    let write = WsWrite::new(w, shared.clone(), agreed.compress);
+    Ok((tokio::io::join(read, write), shared))
+}
+
 /// State shared by the two halves of one WebSocket connection.
 #[derive(Default)]
-struct WsShared {
+pub(crate) struct WsShared {
     /// Encoded control frames waiting for the writer (bounded by
     /// `MAX_CTL_QUEUE`).
     ctl: Mutex<CtlQueue>,
     /// The connection, to wake its writer for a queued control frame.
     client: Mutex<Option<std::sync::Weak<ClientShared>>>,
+    /// We are the client side (a leaf dialling a hub) and mask every
+    /// frame we send.
+    mask: bool,
 }
 
 #[derive(Default)]
@@ -372,7 +432,8 @@ struct CtlQueue {
 }
 
 impl WsShared {
-    fn set_client(&self, c: &Arc<ClientShared>) {
+    /// The connection whose writer a queued control frame wakes.
+    pub(crate) fn set_client(&self, c: &Arc<ClientShared>) {
         *self.client.lock() = Some(Arc::downgrade(c));
     }
 
@@ -716,7 +777,12 @@ impl<W: AsyncWrite + Unpin> WsWrite<W> {
     fn take_ctl(&mut self) {
         let mut q = self.shared.ctl.lock();
         if !q.frames.is_empty() {
-            self.pending.extend_from_slice(&q.frames);
+            if self.shared.mask {
+                self.pending
+                    .extend_from_slice(&proto::mask_frames(&q.frames, rand::random()));
+            } else {
+                self.pending.extend_from_slice(&q.frames);
+            }
             q.frames.clear();
             if q.close_queued {
                 self.close_sent = true;
@@ -767,11 +833,32 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for WsWrite<W> {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
         }
         me.remember_tail(buf);
+        let mask = me.shared.mask;
         match &mut me.deflate {
             Some((c, z)) if buf.len() > COMPRESS_MIN => {
                 proto::deflate_message(c, buf, z);
-                proto::encode_header(&mut me.pending, proto::OP_BINARY, true, z.len());
-                me.pending.extend_from_slice(z);
+                if mask {
+                    proto::encode_masked(
+                        &mut me.pending,
+                        proto::OP_BINARY,
+                        true,
+                        z,
+                        rand::random(),
+                    );
+                } else {
+                    proto::encode_header(&mut me.pending, proto::OP_BINARY, true, z.len());
+                    me.pending.extend_from_slice(z);
+                }
+            }
+            _ if mask => {
+                // A client frame's payload is masked: always a copy.
+                proto::encode_masked(
+                    &mut me.pending,
+                    proto::OP_BINARY,
+                    false,
+                    buf,
+                    rand::random(),
+                );
             }
             _ => {
                 // Header and payload in one vectored write, without copying
@@ -934,5 +1021,35 @@ mod tests {
         let (out, shared) = read_once(input).await;
         assert!(out.is_err());
         assert_eq!(&shared.ctl.lock().frames[2..4], &1009u16.to_be_bytes());
+    }
+
+    /// A leaf's writer masks (and deflates) what a hub's reader, which
+    /// requires masks, reads back intact.
+    #[tokio::test]
+    async fn client_writer_frames_read_back_on_the_server_side() {
+        for compress in [false, true] {
+            let (a, b) = tokio::io::duplex(1 << 20);
+            let client = Arc::new(WsShared {
+                mask: true,
+                ..WsShared::default()
+            });
+            let mut w = WsWrite::new(a, client.clone(), compress);
+            client.queue_pong(b"p");
+            let msgs: Vec<Vec<u8>> = vec![
+                b"CONNECT {}\r\n".to_vec(),
+                b"LMSG a 5\r\nhello\r\n".repeat(300),
+                (0..70_000u32).map(|i| (i % 251) as u8).collect(),
+            ];
+            for m in &msgs {
+                w.write_all(m).await.unwrap();
+            }
+            w.flush().await.unwrap();
+            drop(w);
+            let server = Arc::new(WsShared::default());
+            let mut r = WsRead::new(b, server, compress, true, 1 << 20);
+            let mut got = Vec::new();
+            r.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got, msgs.concat(), "compress={compress}");
+        }
     }
 }

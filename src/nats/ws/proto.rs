@@ -235,6 +235,132 @@ pub fn switching_response(up: &Upgrade) -> String {
     s
 }
 
+/// The path a leaf asks a hub's WebSocket listener for: a leaf
+/// connection, not a client (`<url path>/leafnode`).
+pub const LEAF_PATH: &str = "/leafnode";
+
+/// Whether an upgrade request's path asks for a leaf connection.
+pub fn is_leaf_path(path: &str) -> bool {
+    let path = path.split('?').next().unwrap_or(path);
+    path.ends_with(LEAF_PATH)
+}
+
+/// The upgrade request a leaf sends a hub: `GET <path>/leafnode` with the
+/// base64 `key`, asking for permessage-deflate and for unmasked frames
+/// when configured to.
+pub fn leaf_request(host: &str, path: &str, key: &str, compress: bool, no_masking: bool) -> String {
+    let path = path.trim_end_matches('/');
+    let mut s = format!(
+        "GET {path}{LEAF_PATH} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+    );
+    if compress {
+        s.push_str("Sec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover; client_no_context_takeover\r\n");
+    }
+    if no_masking {
+        s.push_str("Nats-No-Masking: true\r\n");
+    }
+    s.push_str("\r\n");
+    s
+}
+
+/// What a hub agreed to in its `101` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Agreed {
+    /// Messages may be compressed both ways.
+    pub compress: bool,
+    /// Our frames need no mask.
+    pub no_masking: bool,
+}
+
+/// Checks a hub's answer (`head` = up to and including the blank line) to
+/// [`leaf_request`] with `key`, as nats-server's leaf does: a `101` with
+/// the upgrade headers and the matching accept key; compression only when
+/// the hub agreed to it without context takeover, no masking only when
+/// the hub said so.
+pub fn check_leaf_response(
+    head: &[u8],
+    key: &str,
+    compress: bool,
+    no_masking: bool,
+) -> Result<Agreed, String> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut headers);
+    match resp.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err("incomplete response".into()),
+        Err(e) => return Err(format!("malformed response: {e}")),
+    }
+    let get = |name: &str| -> Option<&str> {
+        resp.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .and_then(|h| std::str::from_utf8(h.value).ok())
+            .map(str::trim)
+    };
+    if resp.code != Some(101)
+        || !get("Upgrade").is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+        || !get("Connection").is_some_and(|v| v.eq_ignore_ascii_case("upgrade"))
+        || get("Sec-WebSocket-Accept") != Some(accept_key(key.as_bytes()).as_str())
+    {
+        return Err(format!(
+            "invalid websocket connection (status {})",
+            resp.code.unwrap_or(0)
+        ));
+    }
+    let mut agreed = Agreed {
+        compress: false,
+        no_masking: no_masking
+            && get("Nats-No-Masking").is_some_and(|v| v.eq_ignore_ascii_case("true")),
+    };
+    if compress {
+        let ext: Vec<String> = resp
+            .headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("Sec-WebSocket-Extensions"))
+            .filter_map(|h| std::str::from_utf8(h.value).ok())
+            .flat_map(|v| v.split(';'))
+            .map(|t| t.trim().to_ascii_lowercase())
+            .collect();
+        if ext.iter().any(|t| t == "permessage-deflate") {
+            if !ext.iter().any(|t| t == "server_no_context_takeover")
+                || !ext.iter().any(|t| t == "client_no_context_takeover")
+            {
+                return Err("compression negotiation error".into());
+            }
+            agreed.compress = true;
+        }
+    }
+    Ok(agreed)
+}
+
+/// Appends a whole client frame (FIN set, masked with `key`): header, key
+/// and the masked `payload`.
+pub fn encode_masked(out: &mut BytesMut, opcode: u8, rsv1: bool, payload: &[u8], key: [u8; 4]) {
+    let start = out.len();
+    encode_header_into(out, opcode, rsv1, payload.len());
+    out[start + 1] |= 0x80;
+    out.put_slice(&key);
+    let from = out.len();
+    out.put_slice(payload);
+    unmask(&mut out[from..], key, 0);
+}
+
+/// Re-encodes the unmasked frames in `frames` (as [`encode_header`] and
+/// [`encode_close`] write them) as client frames masked with `key`.
+pub fn mask_frames(frames: &[u8], key: [u8; 4]) -> BytesMut {
+    let mut out = BytesMut::with_capacity(frames.len() + 16);
+    let mut rest = frames;
+    while let Ok(Some(h)) = parse_header(rest, true, false) {
+        let end = h.header_len + h.len as usize;
+        if rest.len() < end {
+            break;
+        }
+        encode_masked(&mut out, h.opcode, h.rsv1, &rest[h.header_len..end], key);
+        rest = &rest[end..];
+    }
+    out
+}
+
 /// The answer to a refused upgrade: the status line and text body, with
 /// `Sec-Websocket-Version: 13`, as Go's `http.Error` writes it.
 pub fn error_response(status: u16) -> String {
@@ -794,5 +920,87 @@ mod tests {
         );
         let mut out = BytesMut::new();
         assert!(inflate_message(b"\xff\xff\xff garbage", 1000, &mut out).is_err());
+    }
+
+    #[test]
+    fn leaf_upgrade_request_and_answer() {
+        let key = "dGhlIHNhbXBsZSBub25jZQ==";
+        let req = leaf_request("hub:443", "/edge/", key, true, true);
+        assert!(req.starts_with("GET /edge/leafnode HTTP/1.1\r\nHost: hub:443\r\n"));
+        assert!(req.contains("Nats-No-Masking: true\r\n") && req.ends_with("\r\n\r\n"));
+        assert!(leaf_request("h", "", key, false, false).starts_with("GET /leafnode "));
+        // Our own server accepts it as a leaf request and answers it.
+        let mut o = opts();
+        o.compression = true;
+        let up = check_upgrade(req.as_bytes(), &o, false).unwrap();
+        assert!(is_leaf_path(&up.path) && up.compress && up.no_masking);
+        assert!(!is_leaf_path("/") && !is_leaf_path("/leafnodes"));
+        let answer = switching_response(&up);
+        let agreed = check_leaf_response(answer.as_bytes(), key, true, true).unwrap();
+        assert_eq!(
+            agreed,
+            Agreed {
+                compress: true,
+                no_masking: true
+            }
+        );
+        // Not asked for: not agreed, whatever the hub says.
+        let agreed = check_leaf_response(answer.as_bytes(), key, false, false).unwrap();
+        assert!(!agreed.compress && !agreed.no_masking);
+        // A hub that does not agree leaves both off.
+        o.compression = false;
+        let plain = check_upgrade(
+            leaf_request("h", "", key, true, false).as_bytes(),
+            &o,
+            false,
+        )
+        .unwrap();
+        let agreed =
+            check_leaf_response(switching_response(&plain).as_bytes(), key, true, true).unwrap();
+        assert!(!agreed.compress && !agreed.no_masking);
+        // Wrong key, wrong status, context takeover, not HTTP at all.
+        assert!(
+            check_leaf_response(answer.as_bytes(), "b3RoZXIga2V5IHZhbHVlIQ==", false, false)
+                .is_err()
+        );
+        assert!(check_leaf_response(error_response(403).as_bytes(), key, false, false).is_err());
+        let takeover = answer.replace("; server_no_context_takeover", "");
+        assert_eq!(
+            check_leaf_response(takeover.as_bytes(), key, true, false).unwrap_err(),
+            "compression negotiation error"
+        );
+        assert!(check_leaf_response(
+            b"-ERR 'Unknown Protocol Operation'\r\n\r\n",
+            key,
+            false,
+            false
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn client_frames_are_masked_and_parse_back() {
+        let key = [1, 2, 3, 4];
+        let mut b = BytesMut::new();
+        encode_masked(&mut b, OP_BINARY, false, b"PING\r\n", key);
+        let h = parse_header(&b, false, true).unwrap().unwrap();
+        assert_eq!((h.mask, h.len, h.header_len), (Some(key), 6, 6));
+        let mut payload = b[h.header_len..].to_vec();
+        assert_ne!(&payload[..], b"PING\r\n");
+        unmask(&mut payload, key, 0);
+        assert_eq!(&payload[..], b"PING\r\n");
+        // Queued control frames become masked ones, in order.
+        let mut ctl = BytesMut::new();
+        encode_header(&mut ctl, OP_PONG, false, 2);
+        ctl.extend_from_slice(b"hi");
+        encode_close(&mut ctl, 1001, "bye");
+        let masked = mask_frames(&ctl, key);
+        let pong = parse_header(&masked, false, true).unwrap().unwrap();
+        assert_eq!((pong.opcode, pong.len), (OP_PONG, 2));
+        let close = parse_header(&masked[pong.header_len + 2..], false, true)
+            .unwrap()
+            .unwrap();
+        assert_eq!((close.opcode, close.len), (OP_CLOSE, 5));
+        assert_eq!(masked.len(), ctl.len() + 8);
     }
 }
