@@ -445,6 +445,24 @@ pub struct WebsocketOptions {
     /// password | token }` and `no_auth_user` in the block), in place of
     /// the server's single user, token and `no_auth_user`.
     pub auth: Option<WsAuth>,
+    /// `jwt_cookie`, `user_cookie`, `pass_cookie`, `token_cookie`: names
+    /// of cookies of the upgrade request whose values stand in for a
+    /// CONNECT's `jwt`, `user`, `pass` and `auth_token` when it has none.
+    pub cookies: WsCookieNames,
+    /// `headers`: extra headers of the `101` answer, sorted by name.
+    pub headers: Vec<(String, String)>,
+    /// `ping_interval`: the PING interval of WebSocket clients (else the
+    /// server's).
+    pub ping_interval: Option<Duration>,
+}
+
+/// Names of the cookies that carry credentials (empty: not read).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WsCookieNames {
+    pub jwt: String,
+    pub user: String,
+    pub pass: String,
+    pub token: String,
 }
 
 /// The `websocket` block's authorization override.
@@ -511,6 +529,9 @@ impl Default for WebsocketOptions {
             allowed_origins: Vec::new(),
             handshake_timeout: DEFAULT_WS_HANDSHAKE_TIMEOUT,
             auth: None,
+            cookies: WsCookieNames::default(),
+            headers: Vec::new(),
+            ping_interval: None,
         }
     }
 }

@@ -858,6 +858,21 @@ fn apply(entries: &[(String, Node)], c: &mut NatsConf) -> Result<(), ConfError> 
         });
     check_accounts(entries, &c.options.auth, single_user)?;
     check_websocket_auth(entries, &c.options, single_user)?;
+    if let Some(w) = &c.options.websocket {
+        if !w.cookies.jwt.is_empty() && op.operators.is_empty() && op.trusted.is_empty() {
+            let msg = format!(
+                "trusted operators or trusted keys configuration is required for JWT authentication via cookie {:?}",
+                w.cookies.jwt
+            );
+            if let Some((k, n)) = entries
+                .iter()
+                .rev()
+                .find(|(k, _)| k.eq_ignore_ascii_case("websocket") || k.eq_ignore_ascii_case("ws"))
+            {
+                return invalid(k, n, msg);
+            }
+        }
+    }
     operator_mode(op, c)?;
     if http_port.is_some() || http_host.is_some() {
         c.http_host_explicit = http_host.is_some();
@@ -1256,11 +1271,11 @@ fn cluster_block(
 }
 
 /// `websocket { listen | host/port, advertise, no_tls, tls, compression,
-/// same_origin, allowed_origins, handshake_timeout }`. Without a port the
-/// block enables nothing (as in nats-server: there is no default port);
-/// port `-1` picks a free one. Keys for features we do not provide (a
-/// separate WebSocket authorization, cookies, custom headers) are refused
-/// by name: each changes who may connect or what they see.
+/// same_origin, allowed_origins, handshake_timeout, authorization,
+/// no_auth_user, jwt_cookie, user_cookie, pass_cookie, token_cookie,
+/// headers, ping_interval }`. Without a port the block enables nothing (as
+/// in nats-server: there is no default port); port `-1` picks a free one.
+/// Other keys are refused by name.
 fn websocket_block(
     key: &str,
     n: &Node,
@@ -1361,9 +1376,59 @@ fn websocket_block(
                 w.auth.get_or_insert_with(WsAuth::default).no_auth_user =
                     Some(want_str(k, v)?.to_string());
             }
-            "jwt_cookie" | "user_cookie" | "pass_cookie" | "token_cookie" | "headers"
-            | "ping_interval" => {
-                return invalid(key, v, format!("websocket {k:?} is not supported"))
+            "jwt_cookie" => w.cookies.jwt = want_str(k, v)?.to_string(),
+            "user_cookie" => w.cookies.user = want_str(k, v)?.to_string(),
+            "pass_cookie" => w.cookies.pass = want_str(k, v)?.to_string(),
+            "token_cookie" => w.cookies.token = want_str(k, v)?.to_string(),
+            "headers" => {
+                for (hk, hv) in want_map(k, v)? {
+                    let lower = hk.to_ascii_lowercase();
+                    if matches!(
+                        lower.as_str(),
+                        "host" | "content-length" | "connection" | "upgrade" | "nats-no-masking"
+                    ) {
+                        return invalid(
+                            k,
+                            hv,
+                            format!("websocket: invalid header {hk:?} not allowed"),
+                        );
+                    }
+                    if lower.starts_with("sec-websocket-") {
+                        return invalid(
+                            k,
+                            hv,
+                            format!("websocket: invalid header {hk:?}, \"Sec-WebSocket-\" prefix not allowed"),
+                        );
+                    }
+                    let value = match &hv.value {
+                        Value::Str(t) => t.clone(),
+                        _ => {
+                            return invalid(
+                                k,
+                                hv,
+                                format!("error parsing header key {hk}: not a string"),
+                            )
+                        }
+                    };
+                    let bad =
+                        |t: &str| !t.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
+                    if hk.is_empty()
+                        || hk.bytes().any(|b| !b.is_ascii_graphic() || b == b':')
+                        || bad(&value)
+                    {
+                        return invalid(
+                            k,
+                            hv,
+                            format!("websocket: header {hk:?} is not a valid HTTP header"),
+                        );
+                    }
+                    w.headers.push((hk.to_string(), value));
+                }
+                w.headers.sort();
+            }
+            "ping_interval" => {
+                let d = want_duration(k, v)?;
+                w.ping_interval = (!d.is_zero()).then_some(d);
             }
             other => return invalid(key, v, format!("unsupported websocket field {other:?}")),
         }
@@ -3058,6 +3123,26 @@ no_auth_user: bob
             .unwrap();
         assert_eq!(w.port, 8080);
         assert_eq!(w.tls.unwrap().cert, PathBuf::from("a"));
+        let w = conf(
+            "websocket { port: 1, no_tls: true, user_cookie: u, pass_cookie: p, token_cookie: t,\n headers { X-B: \"2\", X-A: \"one two\" }, ping_interval: \"30s\" }\n",
+        )
+        .options
+        .websocket
+        .unwrap();
+        assert_eq!(
+            (
+                w.cookies.user.as_str(),
+                w.cookies.pass.as_str(),
+                w.cookies.token.as_str()
+            ),
+            ("u", "p", "t")
+        );
+        assert!(w.cookies.jwt.is_empty());
+        assert_eq!(
+            w.headers,
+            [("X-A".into(), "one two".into()), ("X-B".into(), "2".into())]
+        );
+        assert_eq!(w.ping_interval, Some(Duration::from_secs(30)));
         // No port: nothing is served (nats-server has no default port).
         let c = conf("websocket { no_tls: true }\n");
         assert!(c.options.websocket.is_none() && c.warnings.len() == 1);
@@ -3072,8 +3157,11 @@ no_auth_user: bob
             ("websocket { port: 1, no_tls: true, no_auth_user: u }", "no_auth_user: \"u\" not present"),
             ("authorization { users: [ {user: a, password: b}, {user: c, password: d} ] }\nwebsocket { port: 1, no_tls: true, authorization { token: t } }", "websocket authentication token not compatible with presence of users/nkeys"),
             ("websocket { port: 1, no_tls: true, authorization { user: u, token: t } }", "cannot have a user and a token"),
-            ("websocket { port: 1, no_tls: true, jwt_cookie: j }", "jwt_cookie"),
-            ("websocket { port: 1, no_tls: true, headers { a: b } }", "headers"),
+            ("websocket { port: 1, no_tls: true, jwt_cookie: j }", "trusted operators or trusted keys configuration is required for JWT authentication via cookie \"j\""),
+            ("websocket { port: 1, no_tls: true, headers { Upgrade: x } }", "websocket: invalid header \"Upgrade\" not allowed"),
+            ("websocket { port: 1, no_tls: true, headers { Sec-WebSocket-Protocol: x } }", "\"Sec-WebSocket-\" prefix not allowed"),
+            ("websocket { port: 1, no_tls: true, headers { X-A: 1 } }", "error parsing header key X-A"),
+            ("websocket { port: 1, no_tls: true, ping_interval: often }", "ping_interval"),
             ("websocket { port: 1, no_tls: true, bogus: 1 }", "bogus"),
             ("websocket { port: 99999, no_tls: true }", "not a port"),
             (

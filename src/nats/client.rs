@@ -1668,6 +1668,9 @@ pub(crate) struct Reader {
     /// account's), else its account's `limits`; `None` = unlimited.
     own_max_subs: Option<usize>,
     own_max_payload: Option<usize>,
+    /// Credentials a WebSocket client brought in cookies, for a CONNECT
+    /// without its own.
+    cookies: Option<Box<super::ws::proto::WsCookies>>,
 }
 
 /// What to do after an operation.
@@ -1717,7 +1720,14 @@ impl Reader {
             live_gen,
             own_max_subs: None,
             own_max_payload: None,
+            cookies: None,
         }
+    }
+
+    /// Credentials from the WebSocket upgrade's cookies: a CONNECT field
+    /// left out takes the cookie's value, as in nats-server.
+    pub(crate) fn set_cookies(&mut self, cookies: super::ws::proto::WsCookies) {
+        self.cookies = (!cookies.is_empty()).then(|| Box::new(cookies));
     }
 
     /// The parser's payload limit: the server's, or a JWT user's when
@@ -1923,7 +1933,7 @@ impl Reader {
     }
 
     fn connect(&mut self, json: &[u8]) -> Flow {
-        let co: ConnectOptions = match serde_json::from_slice(json) {
+        let mut co: ConnectOptions = match serde_json::from_slice(json) {
             Ok(c) => c,
             Err(e) => {
                 tracing::debug!(cid = self.client.id, error = %e, "bad CONNECT json");
@@ -1943,6 +1953,17 @@ impl Reader {
         if co.account.is_some() || co.new_account.is_some() {
             self.client.close_with_err(Some("Authorization Violation"));
             return Flow::Close;
+        }
+        if let Some(c) = &self.cookies {
+            let fill = |field: &mut Option<String>, cookie: &Option<String>| {
+                if field.as_deref().is_none_or(str::is_empty) && cookie.is_some() {
+                    field.clone_from(cookie);
+                }
+            };
+            fill(&mut co.jwt, &c.jwt);
+            fill(&mut co.user, &c.user);
+            fill(&mut co.pass, &c.pass);
+            fill(&mut co.auth_token, &c.token);
         }
         let gen = self.server.reload_gen.load(Ordering::SeqCst);
         if self
@@ -2435,7 +2456,17 @@ pub(crate) async fn ping_loop(client: Arc<ClientShared>, server: Arc<ServerInner
     }
     // Interval and limit are read at each tick, so a reload applies to
     // the next one.
-    let first = server.live().opts.ping_interval.min(Duration::from_secs(2));
+    let first = {
+        let live = server.live();
+        let ws = live
+            .opts
+            .websocket
+            .as_ref()
+            .and_then(|w| w.ping_interval)
+            .filter(|_| websocket);
+        ws.unwrap_or(live.opts.ping_interval)
+            .min(Duration::from_secs(2))
+    };
     let mut wait = first;
     loop {
         tokio::select! {
@@ -2444,7 +2475,13 @@ pub(crate) async fn ping_loop(client: Arc<ClientShared>, server: Arc<ServerInner
         }
         let (interval, ping_max) = {
             let live = server.live();
-            (live.opts.ping_interval, live.opts.ping_max)
+            let ws = live
+                .opts
+                .websocket
+                .as_ref()
+                .and_then(|w| w.ping_interval)
+                .filter(|_| websocket);
+            (ws.unwrap_or(live.opts.ping_interval), live.opts.ping_max)
         };
         wait = interval;
         if !client.connected.load(Ordering::Acquire) {

@@ -1058,3 +1058,191 @@ async fn nats_ws_own_authorization_timeout() {
         started.elapsed()
     );
 }
+
+/// A tungstenite client on `port` with `Cookie: <cookie>`: the upgrade
+/// answer's headers, and what the server answers `CONNECT <connect>` and
+/// `PING` with after its INFO (`PONG` or an `-ERR`).
+async fn ws_cookie_attempt(
+    port: u16,
+    cookie: Option<&str>,
+    connect: &str,
+) -> (tokio_tungstenite::tungstenite::http::HeaderMap, String) {
+    let mut req = tokio_tungstenite::tungstenite::http::Request::builder()
+        .uri(format!("ws://127.0.0.1:{port}/"))
+        .header("Host", format!("127.0.0.1:{port}"))
+        .header("Connection", "Upgrade")
+        .header("Upgrade", "websocket")
+        .header("Sec-WebSocket-Version", "13")
+        .header("Sec-WebSocket-Key", KEY);
+    if let Some(c) = cookie {
+        req = req.header("Cookie", c);
+    }
+    let (mut ws, resp) = tokio_tungstenite::connect_async(req.body(()).unwrap())
+        .await
+        .expect("upgrade");
+    let mut text = String::new();
+    let mut sent = false;
+    while let Ok(Some(Ok(m))) = tokio::time::timeout(WAIT, ws.next()).await {
+        let Message::Binary(b) = m else { break };
+        text.push_str(&String::from_utf8_lossy(&b));
+        if !sent && text.contains("INFO ") && text.ends_with("\r\n") {
+            sent = true;
+            ws.send(Message::Binary(
+                format!("CONNECT {connect}\r\nPING\r\n").into_bytes(),
+            ))
+            .await
+            .unwrap();
+        }
+        if text.contains("PONG\r\n") || text.contains("-ERR") {
+            break;
+        }
+    }
+    let after_info = text
+        .split_once("\r\n")
+        .map_or(text.clone(), |(_, rest)| rest.trim_end().to_string());
+    (resp.headers().clone(), after_info)
+}
+
+/// The `websocket` block's `user_cookie`/`pass_cookie`/`token_cookie`
+/// (credentials from the upgrade request's cookies stand in for those a
+/// CONNECT leaves out) and `headers` (added to the 101 answer), the same
+/// body against our server and Go 2.15.1.
+async fn ws_cookies_body(imp: &super::support::procs::Impl, tag: &str) {
+    use super::support::procs::ConfNode;
+    let ws_port = super::support::free_port();
+    let top = format!(
+        "authorization {{ users: [ {{user: cu, password: cpw}} ] }}\nwebsocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true, user_cookie: nuser, pass_cookie: npass, headers {{ X-Edge: \"one\" }} }}\n"
+    );
+    let mut n = ConfNode::start_with(imp, &format!("wscookie-{tag}"), false, None, &top).await;
+    n.proc.try_wait_port(ws_port).await.unwrap();
+    let plain = r#"{"verbose":false}"#;
+    let (headers, answer) =
+        ws_cookie_attempt(ws_port, Some("other=1; nuser=cu; npass=\"cpw\""), plain).await;
+    assert_eq!(answer, "PONG", "{tag}");
+    assert_eq!(
+        headers.get("X-Edge").map(|v| v.as_bytes()),
+        Some(&b"one"[..]),
+        "{tag}"
+    );
+    let (_, answer) = ws_cookie_attempt(ws_port, Some("nuser=cu; npass=wrong"), plain).await;
+    assert_eq!(answer, "-ERR 'Authorization Violation'", "{tag}");
+    let (_, answer) = ws_cookie_attempt(ws_port, None, plain).await;
+    assert_eq!(answer, "-ERR 'Authorization Violation'", "{tag}");
+    // CONNECT's own credentials win over the cookies.
+    let own = r#"{"verbose":false,"user":"cu","pass":"cpw"}"#;
+    let (_, answer) = ws_cookie_attempt(ws_port, Some("nuser=cu; npass=wrong"), own).await;
+    assert_eq!(answer, "PONG", "{tag}");
+    // TCP clients have no cookies.
+    assert!(async_nats::connect(n.url()).await.is_err(), "{tag}");
+    drop(n);
+
+    let ws_port = super::support::free_port();
+    let top = format!(
+        "authorization {{ token: tk }}\nwebsocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true, token_cookie: ntok }}\n"
+    );
+    let mut n = ConfNode::start_with(imp, &format!("wstok-{tag}"), false, None, &top).await;
+    n.proc.try_wait_port(ws_port).await.unwrap();
+    let (_, answer) = ws_cookie_attempt(ws_port, Some("ntok=tk"), plain).await;
+    assert_eq!(answer, "PONG", "{tag}");
+    let (_, answer) = ws_cookie_attempt(ws_port, Some("ntok=nope"), plain).await;
+    assert_eq!(answer, "-ERR 'Authorization Violation'", "{tag}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_ws_cookies_and_headers_ours() {
+    ws_cookies_body(&super::support::procs::Impl::Liftbridge, "lb").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_ws_cookies_and_headers_go_2_15() {
+    let go = super::support::procs::Impl::Go(super::support::procs::go_nats_server_2_15());
+    ws_cookies_body(&go, "go").await;
+}
+
+/// The `websocket` block's `ping_interval` applies to WebSocket clients
+/// only: a WebSocket client is pinged within a second, a TCP client (the
+/// server's 2 minutes) is not.
+#[tokio::test]
+async fn nats_ws_own_ping_interval() {
+    let mut o = ws_opts();
+    o.ping_interval = Some(Duration::from_millis(300));
+    let srv = start(opts_with(o)).await;
+    let (mut c, _) = RawWs::connect(&srv, "").await;
+    let _info = c.read_data_until(b"\r\n").await;
+    c.send_frame(true, 2, b"CONNECT {\"verbose\":false}\r\n", true)
+        .await;
+    let ping = tokio::time::timeout(Duration::from_secs(2), c.read_data_until(b"\r\n"))
+        .await
+        .expect("a PING within the WebSocket ping interval");
+    assert_eq!(ping, b"PING\r\n");
+    let mut tcp = TcpStream::connect(url(&srv).trim_start_matches("nats://"))
+        .await
+        .unwrap();
+    tcp.write_all(b"CONNECT {\"verbose\":false}\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_millis(1500), async {
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    let got = String::from_utf8_lossy(&got);
+    assert!(got.starts_with("INFO ") && !got.contains("PING"), "{got}");
+}
+
+/// `jwt_cookie` in operator mode: a bearer user JWT in the cookie
+/// authenticates a WebSocket client whose CONNECT has no JWT; one that
+/// needs a nonce signature does not; the same body against our server and
+/// Go 2.15.1.
+async fn ws_jwt_cookie_body(imp: &super::support::procs::Impl, tag: &str) {
+    use super::support::jwt::{account_jwt, operator_jwt, user_jwt};
+    use super::support::procs::ConfNode;
+    let op = nkeys::KeyPair::new_operator();
+    let (acc, sys, user) = (
+        nkeys::KeyPair::new_account(),
+        nkeys::KeyPair::new_account(),
+        nkeys::KeyPair::new_user(),
+    );
+    let ws_port = super::support::free_port();
+    let top = format!(
+        "operator: {}\nsystem_account: {}\nresolver: MEMORY\nresolver_preload: {{\n {}: {}\n {}: {}\n}}\nwebsocket {{ listen: 127.0.0.1:{ws_port}, no_tls: true, jwt_cookie: njwt }}\n",
+        operator_jwt(&op, &sys.public_key()),
+        sys.public_key(),
+        acc.public_key(),
+        account_jwt(&op, &acc.public_key(), "a", |_| {}),
+        sys.public_key(),
+        account_jwt(&op, &sys.public_key(), "sys", |_| {}),
+    );
+    let mut n = ConfNode::start_with(imp, &format!("wsjwt-{tag}"), false, None, &top).await;
+    n.proc.try_wait_port(ws_port).await.unwrap();
+    let plain = r#"{"verbose":false}"#;
+    let bearer = user_jwt(&acc, &user, |c| c.nats.limits.bearer_token = true);
+    let (_, answer) = ws_cookie_attempt(ws_port, Some(&format!("njwt={bearer}")), plain).await;
+    assert_eq!(answer, "PONG", "{tag}");
+    let signed = user_jwt(&acc, &user, |_| {});
+    let (_, answer) = ws_cookie_attempt(ws_port, Some(&format!("njwt={signed}")), plain).await;
+    assert_eq!(answer, "-ERR 'Authorization Violation'", "{tag}");
+    let (_, answer) = ws_cookie_attempt(ws_port, None, plain).await;
+    assert_eq!(answer, "-ERR 'Authorization Violation'", "{tag}");
+    let varz = super::support::http_json(n.http_port, "/varz")
+        .await
+        .unwrap();
+    assert_eq!(varz["websocket"]["jwt_cookie"], "njwt", "{tag}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_ws_jwt_cookie_ours() {
+    ws_jwt_cookie_body(&super::support::procs::Impl::Liftbridge, "lb").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_ws_jwt_cookie_go_2_15() {
+    let go = super::support::procs::Impl::Go(super::support::procs::go_nats_server_2_15());
+    ws_jwt_cookie_body(&go, "go").await;
+}

@@ -98,6 +98,9 @@ pub(crate) fn varz_websocket(inner: &ServerInner) -> serde_json::Value {
         if let Some(a) = &o.advertise {
             m.insert("advertise".into(), a.clone().into());
         }
+        if !o.cookies.jwt.is_empty() {
+            m.insert("jwt_cookie".into(), o.cookies.jwt.clone().into());
+        }
         if o.handshake_timeout != crate::config::nats::DEFAULT_WS_HANDSHAKE_TIMEOUT {
             m.insert(
                 "handshake_timeout".into(),
@@ -344,7 +347,8 @@ async fn run<R, W>(
             }
             client.send_now(&info);
             shared.set_client(&client);
-            let reader = Reader::new(client.clone(), inner.clone(), nonce, urls_gen);
+            let mut reader = Reader::new(client.clone(), inner.clone(), nonce, urls_gen);
+            reader.set_cookies(up.cookies);
             let live = inner.live();
             let max_payload = live.opts.max_payload as u64;
             let read = WsRead::new(r, shared, up.compress, !up.no_masking, max_payload);

@@ -89,6 +89,53 @@ pub struct Upgrade {
     pub forwarded_ip: Option<std::net::IpAddr>,
     /// The request path (any path is accepted).
     pub path: String,
+    /// Credentials from the cookies the options name.
+    pub cookies: WsCookies,
+    /// The configured extra headers of the answer.
+    pub headers: Vec<(String, String)>,
+}
+
+/// Credentials a WebSocket client brought in cookies (`jwt_cookie`,
+/// `user_cookie`, `pass_cookie`, `token_cookie`), for a CONNECT that
+/// carries none of its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WsCookies {
+    pub jwt: Option<String>,
+    pub user: Option<String>,
+    pub pass: Option<String>,
+    pub token: Option<String>,
+}
+
+impl WsCookies {
+    /// Whether no credential came in a cookie.
+    pub fn is_empty(&self) -> bool {
+        self.jwt.is_none() && self.user.is_none() && self.pass.is_none() && self.token.is_none()
+    }
+}
+
+/// The cookies of `Cookie` header values (`a=1; b="2"`), as Go's
+/// `Request.Cookies` reads them: pairs split on `;`, values unquoted;
+/// pairs without `=` skipped.
+pub fn parse_cookies<'a>(values: impl Iterator<Item = &'a str>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for v in values {
+        for part in v.split(';') {
+            let Some((name, value)) = part.trim().split_once('=') else {
+                continue;
+            };
+            let name = name.trim();
+            if name.is_empty() {
+                continue;
+            }
+            let value = value.trim();
+            let value = value
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .unwrap_or(value);
+            out.push((name.to_string(), value.to_string()));
+        }
+    }
+    out
 }
 
 /// Whether `head` (bytes read so far) holds a complete request head;
@@ -166,12 +213,39 @@ pub fn check_upgrade(
     let forwarded_ip = get("X-Forwarded-For")
         .and_then(|v| v.split(',').next())
         .and_then(|v| v.trim().parse().ok());
+    let path = req.path.unwrap_or("/").to_string();
+    let mut cookies = WsCookies::default();
+    // Leaves authenticate in CONNECT only.
+    if !is_leaf_path(&path) {
+        let names = &opts.cookies;
+        let values = req
+            .headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("Cookie"))
+            .filter_map(|h| std::str::from_utf8(h.value).ok());
+        for (name, value) in parse_cookies(values) {
+            let slot = if name == names.jwt {
+                &mut cookies.jwt
+            } else if name == names.user {
+                &mut cookies.user
+            } else if name == names.pass {
+                &mut cookies.pass
+            } else if name == names.token {
+                &mut cookies.token
+            } else {
+                continue;
+            };
+            *slot = Some(value);
+        }
+    }
     Ok(Upgrade {
         accept: accept_key(key.as_bytes()),
         compress,
         no_masking,
         forwarded_ip,
-        path: req.path.unwrap_or("/").to_string(),
+        path,
+        cookies,
+        headers: opts.headers.clone(),
     })
 }
 
@@ -230,6 +304,12 @@ pub fn switching_response(up: &Upgrade) -> String {
     }
     if up.no_masking {
         s.push_str("Nats-No-Masking: true\r\n");
+    }
+    for (k, v) in &up.headers {
+        s.push_str(k);
+        s.push_str(": ");
+        s.push_str(v);
+        s.push_str("\r\n");
     }
     s.push_str("\r\n");
     s
