@@ -811,6 +811,40 @@ pub struct LeafRemote {
     /// `ws_no_masking` (`ws://`/`wss://` URLs): ask the hub to accept
     /// unmasked frames from us (`Nats-No-Masking`).
     pub ws_no_masking: bool,
+    /// `first_info_timeout`: how long the hub has to send its first INFO
+    /// (else 5 s).
+    pub first_info_timeout: Option<Duration>,
+    /// `dial_timeout`: how long a TCP connect may take (else 5 s).
+    pub dial_timeout: Option<Duration>,
+    /// `proxy`: an HTTP proxy the `ws://`/`wss://` URLs are reached
+    /// through (an HTTP `CONNECT` tunnel).
+    pub proxy: Option<LeafProxy>,
+}
+
+/// A remote's HTTP proxy (`proxy { url, username, password, timeout }`).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct LeafProxy {
+    /// `host:port` of the proxy (from an `http://` or `https://` URL;
+    /// spoken to in plain HTTP, as nats-server does).
+    pub hostport: String,
+    /// The URL as configured (for messages).
+    pub url: String,
+    /// Basic credentials (both or neither).
+    pub username: String,
+    pub password: String,
+    /// Bound on the tunnel's setup (else 5 s).
+    pub timeout: Option<Duration>,
+}
+
+impl std::fmt::Debug for LeafProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The password stays out of logs.
+        f.debug_struct("LeafProxy")
+            .field("url", &self.url)
+            .field("username", &self.username)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 /// A remote's credentials (`credentials` or `nkey`/`seed`).

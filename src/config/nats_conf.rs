@@ -1759,6 +1759,9 @@ fn leaf_remote(key: &str, n: &Node, warnings: &mut Vec<String>) -> Result<LeafRe
                 r.ws_compression = want_bool(k, v)?
             }
             "ws_no_masking" | "websocket_no_masking" => r.ws_no_masking = want_bool(k, v)?,
+            "first_info_timeout" => r.first_info_timeout = Some(want_duration(k, v)?),
+            "dial_timeout" => r.dial_timeout = Some(want_duration(k, v)?),
+            "proxy" => r.proxy = Some(leaf_proxy(k, v)?),
             "disabled" => r.disabled = want_bool(k, v)?,
             other => {
                 return invalid(
@@ -1772,7 +1775,87 @@ fn leaf_remote(key: &str, n: &Node, warnings: &mut Vec<String>) -> Result<LeafRe
     if r.urls.is_empty() {
         return invalid(key, n, "a leafnode remote needs url or urls");
     }
+    if r.proxy.is_some() {
+        let urls: Vec<_> = r
+            .urls
+            .iter()
+            .filter_map(|u| crate::config::nats::parse_leaf_url(u))
+            .collect();
+        if urls.iter().all(|u| !u.ws) {
+            // nats-server only warns; a proxy that is never used is refused
+            // here rather than ignored.
+            return invalid(
+                "proxy",
+                n,
+                "proxy settings only apply to WebSocket connections (ws:// or wss://), but all configured URLs use TCP connections (nats://)",
+            );
+        }
+        if urls.iter().any(|u| u.ws && u.tls) && r.tls.is_none() {
+            return invalid(
+                "proxy",
+                n,
+                "proxy is configured but a remote URL requires TLS and no TLS configuration is provided. When using proxy with TLS endpoints, ensure TLS is properly configured for the leafnode remote",
+            );
+        }
+    }
     Ok(r)
+}
+
+/// A remote's `proxy { url, username, password, timeout }`, checked as
+/// nats-server checks it.
+fn leaf_proxy(key: &str, n: &Node) -> Result<crate::config::nats::LeafProxy, ConfError> {
+    let mut p = crate::config::nats::LeafProxy::default();
+    for (k, v) in want_map(key, n)? {
+        match k.to_ascii_lowercase().as_str() {
+            "url" => p.url = want_str(k, v)?.to_string(),
+            "username" => p.username = want_str(k, v)?.to_string(),
+            "password" => p.password = want_str(k, v)?.to_string(),
+            "timeout" => p.timeout = Some(want_duration(k, v)?),
+            other => return invalid(key, v, format!("unknown proxy field {other:?}")),
+        }
+    }
+    let Some((scheme, rest)) = p.url.split_once("://") else {
+        return invalid(key, n, format!("invalid proxy URL {:?}", p.url));
+    };
+    if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") {
+        return invalid(
+            key,
+            n,
+            format!("proxy URL scheme must be http or https, got: {scheme}"),
+        );
+    }
+    let host = rest.split('/').next().unwrap_or("");
+    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+    if host.is_empty() {
+        return invalid(key, n, "proxy URL must specify a host");
+    }
+    let has_port = match host.rsplit_once(':') {
+        Some((h, port)) if !h.is_empty() && (!h.contains(':') || h.ends_with(']')) => {
+            if port.parse::<u16>().is_err() {
+                return invalid(key, n, format!("invalid proxy URL {:?}", p.url));
+            }
+            true
+        }
+        _ => false,
+    };
+    p.hostport = if has_port {
+        host.to_string()
+    } else {
+        let port = if scheme.eq_ignore_ascii_case("https") {
+            443
+        } else {
+            80
+        };
+        format!("{host}:{port}")
+    };
+    if p.username.is_empty() != p.password.is_empty() {
+        return invalid(
+            key,
+            n,
+            "proxy username and password must both be specified or both be empty",
+        );
+    }
+    Ok(p)
 }
 
 /// A remote's `deny_imports`/`deny_exports`: a subject or a list of
@@ -3283,6 +3366,68 @@ no_auth_user: bob
         .unwrap_err()
         .to_string();
         assert!(e.contains("no_randomize"), "{e}");
+    }
+
+    #[test]
+    fn leafnode_remote_timeouts_and_proxy() {
+        let c = conf(
+            "leafnodes { remotes [ { url: \"ws://h:1\", first_info_timeout: 3s, dial_timeout: \"250ms\",
+               proxy { url: \"http://proxy.example:3128\", username: u, password: p, timeout: 2s } },
+               { url: \"ws://h:2\", proxy { url: \"https://proxy.example\" } } ] }",
+        );
+        let l = c.options.leafnodes.unwrap();
+        let r = &l.remotes[0];
+        assert_eq!(r.first_info_timeout, Some(Duration::from_secs(3)));
+        assert_eq!(r.dial_timeout, Some(Duration::from_millis(250)));
+        let p = r.proxy.as_ref().unwrap();
+        assert_eq!(
+            (
+                p.hostport.as_str(),
+                p.username.as_str(),
+                p.password.as_str(),
+                p.timeout
+            ),
+            ("proxy.example:3128", "u", "p", Some(Duration::from_secs(2)))
+        );
+        assert_eq!(
+            l.remotes[1].proxy.as_ref().unwrap().hostport,
+            "proxy.example:443"
+        );
+        for (text, want) in [
+            (
+                "{ url: \"nats://h:1\", proxy { url: \"http://p:1\" } }",
+                "only apply to WebSocket",
+            ),
+            (
+                "{ url: \"wss://h:1\", proxy { url: \"http://p:1\" } }",
+                "requires TLS",
+            ),
+            (
+                "{ url: \"ws://h:1\", proxy { url: \"socks5://p:1\" } }",
+                "must be http or https, got: socks5",
+            ),
+            (
+                "{ url: \"ws://h:1\", proxy { url: \"http://\" } }",
+                "must specify a host",
+            ),
+            (
+                "{ url: \"ws://h:1\", proxy { url: \"http://p:1\", username: u } }",
+                "both be specified",
+            ),
+            (
+                "{ url: \"ws://h:1\", proxy { url: \"http://p:1\", type: x } }",
+                "unknown proxy field",
+            ),
+            ("{ url: \"ws://h:1\", dial_timeout: soon }", "dial_timeout"),
+        ] {
+            let e = from_str(
+                &format!("leafnodes {{ remotes [ {text} ] }}"),
+                Path::new("c.conf"),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -2145,11 +2145,20 @@ async fn connect_remote(
     else {
         return Err(ConnectError::Handshake(format!("bad url {url:?}")));
     };
-    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&hostport))
+    let dial = remote.opts.dial_timeout.unwrap_or(CONNECT_TIMEOUT);
+    let proxy = remote.opts.proxy.as_ref().filter(|_| ws);
+    let target = proxy.map_or(&hostport, |p| &p.hostport);
+    let mut stream = tokio::time::timeout(dial, TcpStream::connect(target))
         .await
         .map_err(|_| ConnectError::Timeout)??;
     let _ = stream.set_nodelay(true);
     let addr = stream.peer_addr()?;
+    if let Some(p) = proxy {
+        let within = p.timeout.unwrap_or(CONNECT_TIMEOUT);
+        tokio::time::timeout(within, proxy_tunnel(&mut stream, p, &hostport))
+            .await
+            .map_err(|_| ConnectError::Handshake("proxy CONNECT timed out".into()))??;
+    }
     let host = hostport.clone();
     let hostport = remote.tls_hostport(&hostport);
     if ws {
@@ -2213,6 +2222,54 @@ async fn connect_remote(
         server, remote, tls, addr, &hostport, creds, true, true, None,
     )
     .await
+}
+
+/// Opens an HTTP `CONNECT` tunnel to `target` through the proxy `stream`
+/// is connected to (Basic credentials when configured), as nats-server
+/// does; anything but a `200` answer is an error naming the status.
+async fn proxy_tunnel(
+    stream: &mut TcpStream,
+    p: &crate::config::nats::LeafProxy,
+    target: &str,
+) -> Result<(), ConnectError> {
+    let mut req = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
+    if !p.username.is_empty() {
+        let basic = base64::engine::general_purpose::STANDARD
+            .encode(format!("{}:{}", p.username, p.password));
+        req.push_str(&format!("Proxy-Authorization: Basic {basic}\r\n"));
+    }
+    req.push_str("\r\n");
+    stream.write_all(req.as_bytes()).await?;
+    // The answer head, read byte by byte so nothing of the tunnel behind
+    // it is consumed (it is short, and this happens once per attempt).
+    let mut head = Vec::with_capacity(256);
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() >= 16 * 1024 {
+            return Err(ConnectError::Handshake(
+                "failed to read proxy response: head too large".into(),
+            ));
+        }
+        let mut b = [0u8; 1];
+        if stream.read(&mut b).await? == 0 {
+            return Err(ConnectError::Handshake(
+                "failed to read proxy response: connection closed".into(),
+            ));
+        }
+        head.push(b[0]);
+    }
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut resp = httparse::Response::new(&mut headers);
+    match resp.parse(&head) {
+        Ok(httparse::Status::Complete(_)) if resp.code == Some(200) => Ok(()),
+        Ok(httparse::Status::Complete(_)) => Err(ConnectError::Handshake(format!(
+            "proxy CONNECT failed: {} {}",
+            resp.code.unwrap_or(0),
+            resp.reason.unwrap_or("")
+        ))),
+        _ => Err(ConnectError::Handshake(
+            "failed to read proxy response: not HTTP".into(),
+        )),
+    }
 }
 
 /// The WebSocket upgrade toward a hub's WebSocket listener at `host`
@@ -2288,7 +2345,7 @@ where
     let (op, rest) = read_first_op(
         &mut stream,
         &mut parser,
-        CONNECT_TIMEOUT,
+        remote.opts.first_info_timeout.unwrap_or(CONNECT_TIMEOUT),
         BytesMut::with_capacity(4096),
         &leafs.cancel,
     )

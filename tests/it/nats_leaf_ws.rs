@@ -213,3 +213,104 @@ async fn nats_leaf_wss_both_implementations() {
     gc.flush().await.unwrap();
     crosses(&hub, &hub, &mut at_go, "wssgo.down").await;
 }
+
+/// A minimal HTTP `CONNECT` proxy on 127.0.0.1: requires `Basic
+/// <base64(user:pass)>`, answers 407 otherwise, and counts the tunnels it
+/// opened. Returns its port and the counter.
+async fn connect_proxy(
+    user: &'static str,
+    pass: &'static str,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use base64::Engine;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let tunnels = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = tunnels.clone();
+    let want = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))
+    );
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = listener.accept().await {
+            let (want, count) = (want.clone(), count.clone());
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if c.read(&mut b).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(b[0]);
+                }
+                let text = String::from_utf8_lossy(&head).into_owned();
+                let target = text
+                    .strip_prefix("CONNECT ")
+                    .and_then(|t| t.split(' ').next())
+                    .unwrap_or("")
+                    .to_string();
+                let authorized = text
+                    .lines()
+                    .any(|l| l.strip_prefix("Proxy-Authorization: ") == Some(want.as_str()));
+                if !authorized {
+                    let _ = c
+                        .write_all(b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n")
+                        .await;
+                    return;
+                }
+                let Ok(mut up) = tokio::net::TcpStream::connect(&target).await else {
+                    let _ = c.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
+                    return;
+                };
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = c
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await;
+                let _ = tokio::io::copy_bidirectional(&mut c, &mut up).await;
+            });
+        }
+    });
+    (port, tunnels)
+}
+
+/// Leaves behind an HTTP proxy: a remote's `proxy { url, username,
+/// password }` tunnels its `ws://` connection with `CONNECT`. Ours and a
+/// Go 2.15.1 leaf reach our hub and a Go hub through the same proxy; with
+/// a wrong password the proxy's 407 keeps the leaf out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_leaf_ws_through_an_http_proxy() {
+    let (proxy, tunnels) = connect_proxy("edge", "pw").await;
+    let go = Impl::Go(go_nats_server_2_15());
+    let via = |port: u16, pass: &str| {
+        format!(
+            "reconnect: 200ms\nremotes [ {{ url: \"ws://127.0.0.1:{port}\", proxy {{ url: \"http://127.0.0.1:{proxy}\", username: edge, password: {pass}, timeout: 2s }} }} ]"
+        )
+    };
+    let mut opened = 0;
+    for (hub_imp, leaf_imp, tag) in [
+        (&Impl::Liftbridge, &Impl::Liftbridge, "ours-ours"),
+        (&go, &Impl::Liftbridge, "go-ours"),
+        (&Impl::Liftbridge, &go, "ours-go"),
+    ] {
+        let (hub, port) = ws_hub(hub_imp, "proxied-hub", "no_tls: true", None).await;
+        let leaf = ConfNode::start(leaf_imp, "proxied-edge", false, Some(&via(port, "pw"))).await;
+        both_ways(&hub, &leaf, &tag.replace('-', "")).await;
+        let now = tunnels.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(now > opened, "{tag}: the leaf went through the proxy");
+        opened = now;
+    }
+    let (hub, port) = ws_hub(&Impl::Liftbridge, "guarded", "no_tls: true", None).await;
+    let leaf = ConfNode::start(
+        &Impl::Liftbridge,
+        "no-pass",
+        false,
+        Some(&via(port, "wrong")),
+    )
+    .await;
+    wait_until(WAIT, "the proxy refusal logged", || async {
+        leaf.proc.log_text().contains("proxy CONNECT failed: 407")
+    })
+    .await;
+    assert_eq!(hub.leafz().await["leafnodes"], 0);
+    assert_eq!(leaf.leafz().await["leafnodes"], 0);
+}
