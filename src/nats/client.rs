@@ -1829,6 +1829,9 @@ impl Reader {
             super::sysreq::client_event(&self.server, &self.client, false);
         }
         self.server.remove_client(&self.client);
+        if self.st.connected {
+            super::sysreq::account_conns_changed(&self.server, &self.client);
+        }
     }
 
     fn end_batch(&mut self) {
@@ -2254,6 +2257,7 @@ impl Reader {
         }
         self.ok();
         super::sysreq::client_event(&self.server, &self.client, true);
+        super::sysreq::account_conns_changed(&self.server, &self.client);
         // Routes came or went between our INFO and this CONNECT: the
         // broadcast skipped this client, so it gets the update now.
         if self.server.connect_urls_gen.load(Ordering::SeqCst) != self.urls_gen

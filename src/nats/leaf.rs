@@ -3057,7 +3057,7 @@ impl PeerReader for LeafReader {
 }
 
 /// `/leafz` body; `subs=1` adds each connection's `subscriptions_list`.
-pub(crate) fn leafz_json(server: &ServerInner, subs: bool) -> serde_json::Value {
+pub(crate) fn leafz_json(server: &ServerInner, subs: bool, acc: Option<&str>) -> serde_json::Value {
     use serde_json::json;
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
     let list: Vec<serde_json::Value> = server
@@ -3066,6 +3066,7 @@ pub(crate) fn leafz_json(server: &ServerInner, subs: bool) -> serde_json::Value 
         .map(Leafnodes::leafs)
         .unwrap_or_default()
         .iter()
+        .filter(|l| acc.is_none_or(|a| l.account.name == a))
         .map(|l| {
             let peer = l.peer.lock().clone();
             let c = &l.client;

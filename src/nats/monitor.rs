@@ -284,17 +284,31 @@ impl NatsServer {
                 return Err(format!("invalid test subject {t:?}"));
             }
         }
-        let mut stats = self.inner.accounts.global().sublist.stats();
-        stats.num_subscriptions = self.inner.accounts.num_subscriptions();
+        // `acc=NAME`: one account's subscriptions.
+        let only = match get(&q, "acc").filter(|a| !a.is_empty()) {
+            None => None,
+            Some(name) => Some(
+                self.inner
+                    .accounts
+                    .get(name)
+                    .ok_or_else(|| format!("Account {name} does not exist"))?,
+            ),
+        };
+        let stats = match &only {
+            Some(a) => a.sublist.stats(),
+            None => {
+                let mut st = self.inner.accounts.global().sublist.stats();
+                st.num_subscriptions = self.inner.accounts.num_subscriptions();
+                st
+            }
+        };
         let mut v = serde_json::to_value(&stats).map_err(|e| e.to_string())?;
         if list {
-            let mut all: Vec<_> = self
-                .inner
-                .accounts
-                .all()
-                .iter()
-                .flat_map(|a| a.sublist.all())
-                .collect();
+            let accounts = match &only {
+                Some(a) => vec![a.clone()],
+                None => self.inner.accounts.all(),
+            };
+            let mut all: Vec<_> = accounts.iter().flat_map(|a| a.sublist.all()).collect();
             if let Some(t) = test {
                 all.retain(|(s, _, _)| super::subject::matches(s, t));
             }

@@ -184,7 +184,15 @@ pub(crate) struct ServerInner {
     /// Client connect and disconnect events for the system account
     /// (see `sysreq`), set once its publisher runs.
     pub(crate) events: std::sync::OnceLock<tokio::sync::mpsc::Sender<(String, String)>>,
+    /// Where a `$SYS.REQ.SERVER.<id>.RELOAD` request goes: set by the
+    /// process that owns the configuration file (see
+    /// [`NatsServer::reload_requests`]).
+    pub(crate) reload_requests: std::sync::OnceLock<tokio::sync::mpsc::Sender<ReloadRequest>>,
 }
+
+/// A reload asked for through the system account: answered with the
+/// outcome (the error text when it was refused).
+pub type ReloadRequest = tokio::sync::oneshot::Sender<Result<(), String>>;
 
 /// Outcome of admitting a new client connection.
 pub(crate) enum ClientStart {
@@ -760,6 +768,7 @@ impl NatsServer {
             ws,
             external: std::sync::OnceLock::new(),
             events: std::sync::OnceLock::new(),
+            reload_requests: std::sync::OnceLock::new(),
         });
         if let Some(listener) = listener {
             tokio::spawn(accept_loop(inner.clone(), listener));
@@ -918,11 +927,22 @@ impl NatsServer {
 
     /// `/leafz` (`subs=1` or `subs=true` lists each connection's interest).
     pub fn leafz_json(&self, query: &str) -> serde_json::Value {
-        let subs = query
-            .trim_start_matches('?')
-            .split('&')
-            .any(|p| p == "subs=1" || p == "subs=true");
-        super::leaf::leafz_json(&self.inner, subs)
+        let pairs = || query.trim_start_matches('?').split('&');
+        let subs = pairs().any(|p| p == "subs=1" || p == "subs=true");
+        // `acc=NAME`: the leaf connections bound to one account.
+        let acc = pairs()
+            .find_map(|p| p.strip_prefix("acc="))
+            .filter(|a| !a.is_empty());
+        super::leaf::leafz_json(&self.inner, subs, acc)
+    }
+
+    /// The reloads the system account asks for
+    /// (`$SYS.REQ.SERVER.<id>.RELOAD`), for the owner of the configuration
+    /// file to carry out and answer; `None` after the first call. One may
+    /// wait at a time; another is refused while it does.
+    pub fn reload_requests(&self) -> Option<tokio::sync::mpsc::Receiver<ReloadRequest>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        self.inner.reload_requests.set(tx).ok().map(|()| rx)
     }
 
     /// Whether lame duck mode has been entered.

@@ -11,6 +11,17 @@
 //!   `STATSZ`, `IDZ`: `{"server": {…}, "data": <the monitoring body>}`,
 //!   or `{"server": {…}, "error": {"code": 400, "description": …}}`.
 //!
+//! - `$SYS.REQ.SERVER.<id>.RELOAD`: reloads the configuration file, as
+//!   SIGHUP does (`{"server": {…}, "data": null}`, or the error);
+//! - `$SYS.REQ.ACCOUNT.<account>.<KIND>` for `SUBSZ`, `CONNZ`, `LEAFZ`
+//!   (the monitoring body filtered to the account), `INFO` (its `/accountz`
+//!   detail), `STATZ` (`account_statz`: connections, leaves,
+//!   subscriptions, messages and bytes of its current connections; no
+//!   answer for an account without connections unless `include_unused`),
+//!   `CONNS` (nats-server's `account_connections` advisory) and `JSZ`
+//!   (an error: no JetStream); `$SYS.REQ.ACCOUNT.PING.STATZ` for every
+//!   account (or those in `accounts`).
+//!
 //! A request body may hold nats-server's filter (`server_name`/`name`,
 //! `cluster`, `host`: a server that does not match stays silent) and the
 //! monitoring options the CLI sends (`offset`, `limit`, `subscriptions`,
@@ -22,7 +33,9 @@
 //! the system account with nats-server's advisory
 //! (`io.nats.server.advisory.v1.client_connect` / `client_disconnect`:
 //! `server`, `client` with its account, user, name, language and version;
-//! a disconnect adds what was sent and received and the `reason`).
+//! a disconnect adds what was sent and received and the `reason`), and
+//! `$SYS.ACCOUNT.<account>.SERVER.CONNS` with the account's
+//! `account_connections` advisory.
 //!
 //! Bounded: each subscription is an in-process queue with the byte limit
 //! and drop policy of internal request subjects (`nats::handle`); events
@@ -89,7 +102,8 @@ pub(crate) fn spawn(inner: &Arc<ServerInner>) -> Result<(), NatsError> {
     let ping = "$SYS.REQ.SERVER.PING";
     let all = "$SYS.REQ.SERVER.PING.*";
     let ours = format!("$SYS.REQ.SERVER.{}.*", inner.server_id);
-    for s in [ping, all, ours.as_str()] {
+    let accounts = "$SYS.REQ.ACCOUNT.*.*";
+    for s in [ping, all, ours.as_str(), accounts] {
         let sub = client.subscribe(s, None)?;
         tokio::spawn(serve(
             sub,
@@ -128,7 +142,20 @@ async fn serve(
         if !selected(&inner, &opts) {
             continue;
         }
-        let body = answer(&inner, kind, &opts, &seq);
+        let account = subject
+            .strip_prefix("$SYS.REQ.ACCOUNT.")
+            .and_then(|rest| rest.split_once('.'))
+            .map(|(acc, _)| acc.to_string());
+        let body = match (account, kind) {
+            (Some(acc), _) => match account_answer(&inner, &acc, kind, &opts, &seq) {
+                Some(b) => b,
+                None => continue,
+            },
+            (None, "RELOAD") if !subject.starts_with("$SYS.REQ.SERVER.PING") => {
+                reload(&inner, &seq).await
+            }
+            (None, _) => answer(&inner, kind, &opts, &seq),
+        };
         let reply = String::from_utf8_lossy(reply);
         let _ = client.publish(&reply, None, None, Bytes::from(body.to_string()));
     }
@@ -237,6 +264,170 @@ fn answer(inner: &Arc<ServerInner>, kind: &str, opts: &Value, seq: &AtomicU64) -
     }
 }
 
+/// `$SYS.REQ.SERVER.<id>.RELOAD`: asks the process that owns the
+/// configuration file to reload it (see [`NatsServer::reload_requests`]).
+async fn reload(inner: &Arc<ServerInner>, seq: &AtomicU64) -> Value {
+    let result = match inner.reload_requests.get() {
+        None => {
+            Err("can only reload config when a file is provided using -c or --config".to_string())
+        }
+        Some(tx) => {
+            let (done, wait) = tokio::sync::oneshot::channel();
+            match tx.try_send(done) {
+                Err(_) => Err("a reload is already in progress".to_string()),
+                Ok(()) => wait
+                    .await
+                    .unwrap_or_else(|_| Err("the server is shutting down".to_string())),
+            }
+        }
+    };
+    match result {
+        Ok(()) => json!({"server": server_block(inner, seq), "data": null}),
+        Err(e) => json!({
+            "server": server_block(inner, seq),
+            "error": {"code": 500, "description": e},
+        }),
+    }
+}
+
+/// The answer to `$SYS.REQ.ACCOUNT.<acc>.<kind>`; `None`: no answer (an
+/// account without connections asked for its `STATZ`).
+fn account_answer(
+    inner: &Arc<ServerInner>,
+    acc: &str,
+    kind: &str,
+    opts: &Value,
+    seq: &AtomicU64,
+) -> Option<Value> {
+    let server = NatsServer {
+        inner: inner.clone(),
+    };
+    let include_unused = opts.get("include_unused").and_then(Value::as_bool) == Some(true);
+    let with = |extra: &str| {
+        let q = query(opts);
+        if q.is_empty() {
+            extra.to_string()
+        } else {
+            format!("{q}&{extra}")
+        }
+    };
+    let data: Result<Value, String> = match (acc, kind) {
+        ("PING", "STATZ") => {
+            let wanted: Option<Vec<&str>> = opts
+                .get("accounts")
+                .and_then(Value::as_array)
+                .map(|l| l.iter().filter_map(Value::as_str).collect());
+            let stats: Vec<Value> = inner
+                .accounts
+                .all()
+                .iter()
+                .filter(|a| wanted.as_ref().is_none_or(|w| w.contains(&a.name.as_str())))
+                .map(|a| account_stat(inner, a))
+                .filter(|v| include_unused || v["total_conns"].as_u64() > Some(0))
+                .collect();
+            if stats.is_empty() {
+                return None;
+            }
+            Ok(account_statz(inner, stats))
+        }
+        (_, "STATZ") => {
+            let a = inner.accounts.get(acc)?;
+            let stat = account_stat(inner, &a);
+            if !include_unused && stat["total_conns"].as_u64() == Some(0) {
+                return None;
+            }
+            Ok(account_statz(inner, vec![stat]))
+        }
+        (_, "CONNS") => {
+            let a = inner.accounts.get(acc)?;
+            return Some(account_conns_event(inner, &a));
+        }
+        (_, "SUBSZ") => server.subsz_json(&with(&format!("subs=1&acc={acc}"))),
+        (_, "CONNZ") => server.connz_json(&with(&format!("acc={acc}"))),
+        (_, "LEAFZ") => Ok(server.leafz_json(&with(&format!("acc={acc}")))),
+        (_, "INFO") => server
+            .accountz_json(&format!("acc={acc}"))
+            .map(|v| v.get("account_detail").cloned().unwrap_or(v)),
+        (_, "JSZ") => Err("jetstream not enabled".to_string()),
+        (_, other) => Err(format!(
+            "unknown account request {other:?} (one of SUBSZ, CONNZ, LEAFZ, INFO, STATZ, CONNS, JSZ)"
+        )),
+    };
+    Some(match data {
+        Ok(d) => json!({"server": server_block(inner, seq), "data": d}),
+        Err(e) => json!({
+            "server": server_block(inner, seq),
+            "error": {"code": 500, "description": e},
+        }),
+    })
+}
+
+/// nats-server's `AccountStatz` body.
+fn account_statz(inner: &ServerInner, stats: Vec<Value>) -> Value {
+    json!({
+        "server_id": inner.server_id,
+        "now": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+        "account_statz": stats,
+    })
+}
+
+/// nats-server's `AccountStat` of `acc`: its client and leaf connections
+/// here, its subscriptions, and what its current connections sent and
+/// received.
+fn account_stat(inner: &ServerInner, acc: &Arc<super::account::Account>) -> Value {
+    let mut conns = 0u64;
+    let (mut in_msgs, mut in_bytes, mut out_msgs, mut out_bytes) = (0u64, 0u64, 0u64, 0u64);
+    for c in inner.clients.lock().values() {
+        if c.kind != ClientKind::Tcp || !Arc::ptr_eq(inner.account_of(c), acc) {
+            continue;
+        }
+        conns += 1;
+        let (m, b) = c.out_counts();
+        out_msgs += m;
+        out_bytes += b;
+        in_msgs += c.stats.in_msgs.load(Ordering::Relaxed);
+        in_bytes += c.stats.in_bytes.load(Ordering::Relaxed);
+    }
+    let leafs = inner
+        .leafs
+        .as_ref()
+        .map(|l| {
+            l.leafs()
+                .iter()
+                .filter(|x| Arc::ptr_eq(&x.account, acc))
+                .count() as u64
+        })
+        .unwrap_or(0);
+    json!({
+        "acc": acc.name,
+        "name": acc.name,
+        "conns": conns,
+        "leafnodes": leafs,
+        "total_conns": conns + leafs,
+        "num_subscriptions": acc.sublist.count(),
+        "sent": {"msgs": out_msgs, "bytes": out_bytes},
+        "received": {"msgs": in_msgs, "bytes": in_bytes},
+        "slow_consumers": 0,
+    })
+}
+
+/// nats-server's `account_connections` advisory for `acc`.
+fn account_conns_event(inner: &ServerInner, acc: &Arc<super::account::Account>) -> Value {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+    let mut ev = account_stat(inner, acc);
+    ev["type"] = json!("io.nats.server.advisory.v1.account_connections");
+    ev["id"] = json!(super::server::new_nonce());
+    ev["timestamp"] = json!(now);
+    ev["server"] = json!({
+        "name": inner.server_name,
+        "host": inner.opts.host,
+        "id": inner.server_id,
+        "ver": SERVER_VERSION,
+        "time": now,
+    });
+    ev
+}
+
 /// nats-server's `statsz` body, from `/varz`.
 fn statsz(server: &NatsServer) -> Value {
     let v = server.varz_json();
@@ -342,6 +533,32 @@ pub(crate) fn client_event(inner: &ServerInner, c: &ClientShared, connected: boo
     }
     if tx.try_send((subject, ev.to_string())).is_err() {
         tracing::debug!(cid = c.id, "system event queue full; {what} event dropped");
+    }
+}
+
+/// Queues the `$SYS.ACCOUNT.<account>.SERVER.CONNS` advisory of client
+/// `c`'s account after it connected or disconnected (when anyone listens).
+pub(crate) fn account_conns_changed(inner: &ServerInner, c: &ClientShared) {
+    let Some(tx) = inner.events.get() else {
+        return;
+    };
+    if c.kind != ClientKind::Tcp {
+        return;
+    }
+    let acc = inner.account_of(c).clone();
+    let subject = format!("$SYS.ACCOUNT.{}.SERVER.CONNS", acc.name);
+    if inner
+        .system_account()
+        .is_none_or(|sys| sys.sublist.match_subject(&subject).is_empty())
+    {
+        return;
+    }
+    let ev = account_conns_event(inner, &acc);
+    if tx.try_send((subject, ev.to_string())).is_err() {
+        tracing::debug!(
+            cid = c.id,
+            "system event queue full; account connections event dropped"
+        );
     }
 }
 

@@ -216,3 +216,129 @@ async fn next_event(events: &mut async_nats::Subscriber) -> (String, serde_json:
     let v: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
     (m.subject.to_string(), v)
 }
+
+/// The account-level requests and events, the same body on our binary
+/// and Go 2.15.1: `$SYS.REQ.ACCOUNT.A.{CONNZ,SUBSZ,LEAFZ,STATZ,INFO,CONNS}`
+/// answer about account A only, `$SYS.REQ.ACCOUNT.PING.STATZ` lists the
+/// accounts asked for, a new client of A publishes
+/// `$SYS.ACCOUNT.A.SERVER.CONNS`, and `$SYS.REQ.SERVER.<id>.RELOAD`
+/// reloads the file (an error answer when the new file is bad).
+async fn account_body(imp: Impl, tag: &str) {
+    let name = format!("sysacc-{tag}");
+    let n = ConfNode::start_with(&imp, &name, false, None, CONF).await;
+    let sys = n.connect_as("sys").await;
+    let a = n.connect_as("a").await;
+    let _s1 = a.subscribe("a.one").await.unwrap();
+    let _s2 = a.subscribe("a.two").await.unwrap();
+    // A round trip: the subscriptions are in place.
+    let _ = a.request("nobody.here", "".into()).await;
+
+    let connz = ask(&sys, "$SYS.REQ.ACCOUNT.A.CONNZ", "").await.unwrap();
+    let conns = connz["data"]["connections"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    // Only A's client (the system client is not listed).
+    assert_eq!(conns.len(), 1, "{tag}: {connz}");
+    assert_eq!(conns[0]["subscriptions"], 3, "{tag}: {connz}");
+
+    let subsz = ask(&sys, "$SYS.REQ.ACCOUNT.A.SUBSZ", "").await.unwrap();
+    let subjects: Vec<&str> = subsz["data"]["subscriptions_list"]
+        .as_array()
+        .map(|l| l.iter().filter_map(|s| s["subject"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        subjects.contains(&"a.one") && subjects.contains(&"a.two"),
+        "{tag}: {subsz}"
+    );
+    // Not the system account's (its service listens on this one).
+    assert!(
+        !subjects.contains(&"$SYS.REQ.SERVER.PING"),
+        "{tag}: only A's subscriptions: {subsz}"
+    );
+
+    let leafz = ask(&sys, "$SYS.REQ.ACCOUNT.A.LEAFZ", "").await.unwrap();
+    assert_eq!(leafz["data"]["leafnodes"], 0, "{tag}: {leafz}");
+
+    let statz = ask(&sys, "$SYS.REQ.ACCOUNT.A.STATZ", "").await.unwrap();
+    let st = &statz["data"]["account_statz"][0];
+    assert_eq!(st["acc"], "A", "{tag}: {statz}");
+    assert_eq!(st["conns"], 1, "{tag}: {statz}");
+    assert_eq!(st["total_conns"], 1, "{tag}: {statz}");
+    assert!(
+        st["num_subscriptions"].as_u64() >= Some(2),
+        "{tag}: {statz}"
+    );
+    let pinged = ask(
+        &sys,
+        "$SYS.REQ.ACCOUNT.PING.STATZ",
+        r#"{"accounts": ["A"]}"#,
+    )
+    .await
+    .unwrap();
+    let listed = pinged["data"]["account_statz"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(listed.len(), 1, "{tag}: {pinged}");
+    assert_eq!(listed[0]["acc"], "A", "{tag}: {pinged}");
+
+    let info = ask(&sys, "$SYS.REQ.ACCOUNT.A.INFO", "").await.unwrap();
+    assert_eq!(info["data"]["account_name"], "A", "{tag}: {info}");
+
+    let c = ask(&sys, "$SYS.REQ.ACCOUNT.A.CONNS", "").await.unwrap();
+    assert_eq!(
+        c["type"], "io.nats.server.advisory.v1.account_connections",
+        "{tag}: {c}"
+    );
+    assert_eq!(
+        (c["acc"].as_str(), c["conns"].as_u64()),
+        (Some("A"), Some(1)),
+        "{tag}: {c}"
+    );
+
+    // A new client of A: the account's connection count is announced.
+    let mut counts = sys.subscribe("$SYS.ACCOUNT.A.SERVER.CONNS").await.unwrap();
+    let _ = ask(&sys, "$SYS.REQ.SERVER.PING.IDZ", "").await;
+    let second = n.connect_as("a").await;
+    second.flush().await.unwrap();
+    let (subject, v) = next_event(&mut counts).await;
+    assert_eq!(subject, "$SYS.ACCOUNT.A.SERVER.CONNS", "{tag}: {v}");
+    assert_eq!(v["conns"], 2, "{tag}: {v}");
+    assert_eq!(v["server"]["name"], name.as_str(), "{tag}: {v}");
+
+    // RELOAD: the unchanged file reloads; a bad one is refused with an
+    // error answer, and the server keeps running.
+    let id = ask(&sys, "$SYS.REQ.SERVER.PING", "").await.unwrap()["server"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ok = ask(&sys, &format!("$SYS.REQ.SERVER.{id}.RELOAD"), "")
+        .await
+        .unwrap();
+    assert!(ok.get("error").is_none(), "{tag}: {ok}");
+    let conf = n.proc.dir.path().join("server.conf");
+    let text = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(&conf, format!("{text}\nbogus_field: 1\n")).unwrap();
+    let bad = ask(&sys, &format!("$SYS.REQ.SERVER.{id}.RELOAD"), "")
+        .await
+        .unwrap();
+    assert!(
+        bad["error"]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("bogus_field")),
+        "{tag}: {bad}"
+    );
+    let still = ask(&sys, "$SYS.REQ.SERVER.PING", "").await.unwrap();
+    assert_eq!(still["server"]["id"], id.as_str(), "{tag}: {still}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_sysreq_account_requests_ours() {
+    account_body(Impl::Liftbridge, "lb").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_sysreq_account_requests_go_2_15_same_body() {
+    account_body(Impl::Go(go_nats_server_2_15()), "go").await;
+}

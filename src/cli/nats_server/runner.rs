@@ -228,6 +228,8 @@ async fn signal_loop(
         server.shutdown().await;
         return ExitCode::FAILURE;
     };
+    // `$SYS.REQ.SERVER.<id>.RELOAD` reloads as SIGHUP does.
+    let mut asked = server.reload_requests();
     // nats-server exits 1 after SIGTERM and 0 after SIGINT; harnesses
     // and scripts may look at the status, so ours matches.
     let code = loop {
@@ -251,6 +253,28 @@ async fn signal_loop(
                     }
                     Err(e) => log.error(&format!("Failed to reload server configuration: {e}")),
                 }
+            }
+            Some(done) = async {
+                match asked.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                log.info("Reloading server configuration (system account request)");
+                let outcome = match reload(server, log, flags, files).await {
+                    Ok(lines) => {
+                        for l in lines {
+                            log.info(&l);
+                        }
+                        log.info("Reloaded server configuration");
+                        Ok(())
+                    }
+                    Err(e) => {
+                        log.error(&format!("Failed to reload server configuration: {e}"));
+                        Err(e.to_string())
+                    }
+                };
+                let _ = done.send(outcome);
             }
             _ = usr1.recv() => {
                 log.reopen();
