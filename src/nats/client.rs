@@ -2314,6 +2314,19 @@ impl Reader {
             self.send_err(&text);
             return Flow::Continue;
         }
+        if subject.starts_with(b"$SYS.REQ.")
+            && super::sysreq::system_import(
+                &self.server,
+                &self.account,
+                &self.client,
+                self.st.perms.as_deref(),
+                &subject,
+                reply.as_ref(),
+                &payload,
+            )
+        {
+            return Flow::Continue;
+        }
         let Some(result) = self.cache.lookup(&self.account.sublist, &subject) else {
             return Flow::Continue;
         };

@@ -188,6 +188,10 @@ pub(crate) struct ServerInner {
     /// process that owns the configuration file (see
     /// [`NatsServer::reload_requests`]).
     pub(crate) reload_requests: std::sync::OnceLock<tokio::sync::mpsc::Sender<ReloadRequest>>,
+    /// Requests of other accounts' clients on the subjects nats-server
+    /// imports from the system account (see `sysreq`).
+    pub(crate) sys_imports:
+        std::sync::OnceLock<tokio::sync::mpsc::Sender<super::sysreq::ImportRequest>>,
 }
 
 /// A reload asked for through the system account: answered with the
@@ -769,6 +773,7 @@ impl NatsServer {
             external: std::sync::OnceLock::new(),
             events: std::sync::OnceLock::new(),
             reload_requests: std::sync::OnceLock::new(),
+            sys_imports: std::sync::OnceLock::new(),
         });
         if let Some(listener) = listener {
             tokio::spawn(accept_loop(inner.clone(), listener));

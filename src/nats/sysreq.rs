@@ -22,6 +22,15 @@
 //!   (an error: no JetStream); `$SYS.REQ.ACCOUNT.PING.STATZ` for every
 //!   account (or those in `accounts`).
 //!
+//! Clients of every other account get, as nats-server imports them into
+//! each account: `$SYS.REQ.USER.INFO` (this server answers with the
+//! requester's user, account and permissions), and
+//! `$SYS.REQ.SERVER.PING.CONNZ`, `$SYS.REQ.ACCOUNT.PING.CONNZ` and
+//! `$SYS.REQ.ACCOUNT.PING.STATZ`, which are asked in the system account as
+//! `$SYS.REQ.ACCOUNT.<their account>.CONNZ`/`STATZ` (so every server of the
+//! cluster answers about that account only) and whose answers are handed
+//! back on the requester's reply subject.
+//!
 //! A request body may hold nats-server's filter (`server_name`/`name`,
 //! `cluster`, `host`: a server that does not match stays silent) and the
 //! monitoring options the CLI sends (`offset`, `limit`, `subscriptions`,
@@ -40,7 +49,9 @@
 //! Bounded: each subscription is an in-process queue with the byte limit
 //! and drop policy of internal request subjects (`nats::handle`); events
 //! wait in a queue of [`EVENT_QUEUE`] for their publisher, and an event that
-//! finds it full is dropped (logged at debug).
+//! finds it full is dropped (logged at debug); so are imported requests
+//! (same limit), and at most [`MAX_FORWARDED`] forwarded requests await
+//! answers, each for [`FORWARD_TTL`] (the oldest is forgotten first).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -59,6 +70,173 @@ const KINDS: [&str; 9] = [
 
 /// Events waiting for their publisher, at most.
 const EVENT_QUEUE: usize = 1024;
+
+/// The subjects nats-server imports from the system account into every
+/// account, and the account request each one stands for (`None`: the
+/// user info, answered here).
+const IMPORTS: [(&str, Option<&str>); 4] = [
+    ("$SYS.REQ.USER.INFO", None),
+    ("$SYS.REQ.SERVER.PING.CONNZ", Some("CONNZ")),
+    ("$SYS.REQ.ACCOUNT.PING.CONNZ", Some("CONNZ")),
+    ("$SYS.REQ.ACCOUNT.PING.STATZ", Some("STATZ")),
+];
+
+/// Forwarded requests awaiting answers, at most.
+const MAX_FORWARDED: usize = 1024;
+/// How long answers to a forwarded request are handed back.
+const FORWARD_TTL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A request a client of another account made on one of [`IMPORTS`].
+pub(crate) struct ImportRequest {
+    account: Arc<super::account::Account>,
+    /// The account request it stands for (`None`: user info).
+    target: Option<&'static str>,
+    reply: String,
+    payload: Bytes,
+    /// The requester's user and permissions (for the user info).
+    user: String,
+    permissions: Value,
+}
+
+/// Takes a client's publish on one of [`IMPORTS`] (returns true: nothing
+/// else is to be done with it) when the system service runs and the
+/// client is not of the system account.
+pub(crate) fn system_import(
+    inner: &ServerInner,
+    account: &Arc<super::account::Account>,
+    client: &ClientShared,
+    perms: Option<&super::auth::PermissionSet>,
+    subject: &[u8],
+    reply: Option<&Bytes>,
+    payload: &Bytes,
+) -> bool {
+    let Some(tx) = inner.sys_imports.get() else {
+        return false;
+    };
+    let Some((_, target)) = IMPORTS.iter().find(|(s, _)| s.as_bytes() == subject) else {
+        return false;
+    };
+    if inner
+        .system_account()
+        .is_none_or(|sys| Arc::ptr_eq(&sys, account))
+    {
+        return false;
+    }
+    let Some(reply) = reply.and_then(|r| std::str::from_utf8(r).ok()) else {
+        // A request nobody can be answered for.
+        return true;
+    };
+    let permissions = perms.map_or(Value::Null, |p| {
+        let l = p.lists();
+        let rules = |r: &crate::config::nats::PermissionRules| {
+            let mut m = serde_json::Map::new();
+            if !r.allow.is_empty() {
+                m.insert("allow".into(), json!(r.allow));
+            }
+            if !r.deny.is_empty() {
+                m.insert("deny".into(), json!(r.deny));
+            }
+            Value::Object(m)
+        };
+        let mut v = json!({"publish": rules(&l.publish), "subscribe": rules(&l.subscribe)});
+        if let Some(r) = l.responses {
+            v["responses"] = json!({
+                "max": r.max_msgs.unwrap_or(0),
+                "ttl": r.expires.map_or(0, |d| d.as_nanos() as u64),
+            });
+        }
+        v
+    });
+    let req = ImportRequest {
+        account: account.clone(),
+        target: *target,
+        reply: reply.to_string(),
+        payload: payload.clone(),
+        user: client.meta.lock().authorized_user.clone(),
+        permissions,
+    };
+    if tx.try_send(req).is_err() {
+        tracing::debug!(cid = client.id, "system import queue full; request dropped");
+    }
+    true
+}
+
+/// Serves [`ImportRequest`]s: user info answered at once; account
+/// requests asked in the system account with a reply subject of ours,
+/// whose answers go back to the requester.
+async fn serve_imports(
+    inner: Weak<ServerInner>,
+    mut requests: tokio::sync::mpsc::Receiver<ImportRequest>,
+    forwarder: LocalClient,
+    mut answers: LocalSubscription,
+    prefix: String,
+    seq: Arc<AtomicU64>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    // One in-process client per requesting account, to publish answers
+    // in it (bounded by the number of accounts).
+    let mut repliers: std::collections::HashMap<String, LocalClient> = Default::default();
+    let mut pending: std::collections::VecDeque<(
+        u64,
+        std::time::Instant,
+        Arc<super::account::Account>,
+        String,
+    )> = Default::default();
+    let mut next_id = 0u64;
+    let mut reply_in =
+        |inner: &Arc<ServerInner>, acc: &Arc<super::account::Account>, to: &str, body: Bytes| {
+            let c = repliers.entry(acc.name.clone()).or_insert_with(|| {
+                LocalClient::new_in(inner.clone(), "$SYS import replies", acc.clone())
+            });
+            let _ = c.publish(to, None, None, body);
+        };
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            req = requests.recv() => {
+                let Some(req) = req else { return };
+                let Some(inner) = inner.upgrade() else { return };
+                match req.target {
+                    None => {
+                        let mut data = json!({"user": req.user, "account": req.account.name});
+                        if !req.permissions.is_null() {
+                            data["permissions"] = req.permissions;
+                        }
+                        let body = json!({"server": server_block(&inner, &seq), "data": data});
+                        reply_in(&inner, &req.account, &req.reply, Bytes::from(body.to_string()));
+                    }
+                    Some(kind) => {
+                        let now = std::time::Instant::now();
+                        while pending.front().is_some_and(|p| now.duration_since(p.1) > FORWARD_TTL)
+                            || pending.len() >= MAX_FORWARDED
+                        {
+                            pending.pop_front();
+                        }
+                        next_id += 1;
+                        pending.push_back((next_id, now, req.account.clone(), req.reply));
+                        let subject = format!("$SYS.REQ.ACCOUNT.{}.{kind}", req.account.name);
+                        let reply = format!("{prefix}{next_id}");
+                        let _ = forwarder.publish(&subject, Some(&reply), None, req.payload);
+                    }
+                }
+            }
+            m = answers.next() => {
+                let Some(m) = m else { return };
+                let Some(inner) = inner.upgrade() else { return };
+                let id = std::str::from_utf8(&m.subject)
+                    .ok()
+                    .and_then(|s| s.strip_prefix(prefix.as_str()))
+                    .and_then(|n| n.parse::<u64>().ok());
+                let Some((_, at, acc, to)) = id.and_then(|id| pending.iter().find(|p| p.0 == id)) else {
+                    continue;
+                };
+                if at.elapsed() <= FORWARD_TTL {
+                    reply_in(&inner, acc, to, m.payload.clone());
+                }
+            }
+        }
+    }
+}
 
 /// Starts the service in the system account, when one is configured
 /// (`system_account`, an operator's, or a declared `$SYS` account): a
@@ -81,7 +259,7 @@ pub(crate) fn spawn(inner: &Arc<ServerInner>) -> Result<(), NatsError> {
     let Some(account) = inner.system_account() else {
         return Ok(());
     };
-    let client = LocalClient::new_in(inner.clone(), "$SYS server requests", account);
+    let client = LocalClient::new_in(inner.clone(), "$SYS server requests", account.clone());
     let seq = Arc::new(AtomicU64::new(0));
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(String, String)>(EVENT_QUEUE);
     if inner.events.set(tx).is_ok() {
@@ -98,6 +276,21 @@ pub(crate) fn spawn(inner: &Arc<ServerInner>) -> Result<(), NatsError> {
                 }
             }
         });
+    }
+    let (itx, irx) = tokio::sync::mpsc::channel::<ImportRequest>(EVENT_QUEUE);
+    if inner.sys_imports.set(itx).is_ok() {
+        let forwarder = LocalClient::new_in(inner.clone(), "$SYS imports", account.clone());
+        let prefix = format!("$SYS._IMPORT.{}.", inner.server_id);
+        let answers = forwarder.subscribe(&format!("{prefix}*"), None)?;
+        tokio::spawn(serve_imports(
+            Arc::downgrade(inner),
+            irx,
+            forwarder,
+            answers,
+            prefix,
+            seq.clone(),
+            inner.listener_cancel(),
+        ));
     }
     let ping = "$SYS.REQ.SERVER.PING";
     let all = "$SYS.REQ.SERVER.PING.*";

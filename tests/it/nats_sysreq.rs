@@ -152,7 +152,6 @@ async fn nats_sysreq_go_2_15_same_body() {
 /// Go 2.15.1 server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_sysreq_ping_reaches_the_cluster() {
-    use futures::StreamExt;
     let (c1, c2, c3) = (
         crate::support::free_port(),
         crate::support::free_port(),
@@ -181,16 +180,32 @@ async fn nats_sysreq_ping_reaches_the_cluster() {
         &cluster(c3, Some(c1)),
     )
     .await;
+    let want: std::collections::BTreeSet<String> = ["sys-a", "sys-b", "sys-c"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     let sys = a.connect_as("sys").await;
-    let inbox = sys.new_inbox();
-    let mut answers = sys.subscribe(inbox.clone()).await.unwrap();
+    assert_eq!(answered_by(&sys, "$SYS.REQ.SERVER.PING").await, want);
+    // The same for a client of account A asking about its own account:
+    // the request crosses the cluster in the system account and every
+    // answer comes back to A.
+    let user = a.connect_as("a").await;
+    assert_eq!(answered_by(&user, "$SYS.REQ.SERVER.PING.CONNZ").await, want);
+}
+
+/// The names of the servers that answer `subject` (asked again until all
+/// three answered, for up to 20 s, while the routes form).
+async fn answered_by(c: &async_nats::Client, subject: &str) -> std::collections::BTreeSet<String> {
+    use futures::StreamExt;
+    let inbox = c.new_inbox();
+    let mut answers = c.subscribe(inbox.clone()).await.unwrap();
     let mut names = std::collections::BTreeSet::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while names.len() < 3 && tokio::time::Instant::now() < deadline {
-        sys.publish_with_reply("$SYS.REQ.SERVER.PING", inbox.clone(), "".into())
+        c.publish_with_reply(subject.to_string(), inbox.clone(), "".into())
             .await
             .unwrap();
-        sys.flush().await.unwrap();
+        c.flush().await.unwrap();
         while let Ok(Some(m)) =
             tokio::time::timeout(Duration::from_millis(500), answers.next()).await
         {
@@ -200,11 +215,7 @@ async fn nats_sysreq_ping_reaches_the_cluster() {
             }
         }
     }
-    let want: std::collections::BTreeSet<String> = ["sys-a", "sys-b", "sys-c"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    assert_eq!(names, want);
+    names
 }
 
 /// The next system event: its subject and JSON.
@@ -241,6 +252,24 @@ async fn account_body(imp: Impl, tag: &str) {
     // Only A's client (the system client is not listed).
     assert_eq!(conns.len(), 1, "{tag}: {connz}");
     assert_eq!(conns[0]["subscriptions"], 3, "{tag}: {connz}");
+
+    // What every account imports: A's own client asks about itself.
+    let me = ask(&a, "$SYS.REQ.USER.INFO", "").await.unwrap();
+    assert_eq!(me["data"]["user"], "a", "{tag}: {me}");
+    assert_eq!(me["data"]["account"], "A", "{tag}: {me}");
+    assert_eq!(me["server"]["name"], name.as_str(), "{tag}: {me}");
+    for subject in ["$SYS.REQ.SERVER.PING.CONNZ", "$SYS.REQ.ACCOUNT.PING.CONNZ"] {
+        let own = ask(&a, subject, "").await.unwrap();
+        assert_eq!(own["data"]["total"], 1, "{tag}: {subject}: {own}");
+        assert_eq!(own["server"]["name"], name.as_str(), "{tag}: {own}");
+    }
+    let own = ask(&a, "$SYS.REQ.ACCOUNT.PING.STATZ", "").await.unwrap();
+    assert_eq!(own["data"]["account_statz"][0]["acc"], "A", "{tag}: {own}");
+    // Other system subjects stay out of reach.
+    assert!(
+        ask(&a, "$SYS.REQ.SERVER.PING.VARZ", "").await.is_err(),
+        "{tag}"
+    );
 
     let subsz = ask(&sys, "$SYS.REQ.ACCOUNT.A.SUBSZ", "").await.unwrap();
     let subjects: Vec<&str> = subsz["data"]["subscriptions_list"]
