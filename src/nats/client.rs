@@ -2435,6 +2435,17 @@ impl Reader {
 }
 
 /// Periodic server PINGs, stale detection and the auth timeout.
+/// A client's PING interval: the `websocket` block's `ping_interval` for
+/// WebSocket clients when set, else the server's.
+fn ping_interval(live: &super::reload::Live, websocket: bool) -> Duration {
+    live.opts
+        .websocket
+        .as_ref()
+        .and_then(|w| w.ping_interval)
+        .filter(|_| websocket)
+        .unwrap_or(live.opts.ping_interval)
+}
+
 pub(crate) async fn ping_loop(client: Arc<ClientShared>, server: Arc<ServerInner>) {
     let cancel = client.cancel.clone();
     let live = server.live();
@@ -2473,17 +2484,7 @@ pub(crate) async fn ping_loop(client: Arc<ClientShared>, server: Arc<ServerInner
     }
     // Interval and limit are read at each tick, so a reload applies to
     // the next one.
-    let first = {
-        let live = server.live();
-        let ws = live
-            .opts
-            .websocket
-            .as_ref()
-            .and_then(|w| w.ping_interval)
-            .filter(|_| websocket);
-        ws.unwrap_or(live.opts.ping_interval)
-            .min(Duration::from_secs(2))
-    };
+    let first = ping_interval(&server.live(), websocket).min(Duration::from_secs(2));
     let mut wait = first;
     loop {
         tokio::select! {
@@ -2492,13 +2493,7 @@ pub(crate) async fn ping_loop(client: Arc<ClientShared>, server: Arc<ServerInner
         }
         let (interval, ping_max) = {
             let live = server.live();
-            let ws = live
-                .opts
-                .websocket
-                .as_ref()
-                .and_then(|w| w.ping_interval)
-                .filter(|_| websocket);
-            (ws.unwrap_or(live.opts.ping_interval), live.opts.ping_max)
+            (ping_interval(&live, websocket), live.opts.ping_max)
         };
         wait = interval;
         if !client.connected.load(Ordering::Acquire) {

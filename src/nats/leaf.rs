@@ -2165,20 +2165,14 @@ async fn connect_remote(
         // TLS (`wss://`, or a `tls` block) comes before the upgrade; the
         // leaf protocol inside needs none of its own.
         let connector = remote.tls.read().clone();
+        let target = WsTarget {
+            host: &host,
+            path: &path,
+            hostport: &hostport,
+            addr,
+        };
         if !tls_scheme && connector.is_none() {
-            let (link, shared) = ws_upgrade(server, remote, stream, &host, &path).await?;
-            return handshake_remote(
-                server,
-                remote,
-                link,
-                addr,
-                &hostport,
-                creds,
-                false,
-                true,
-                Some(shared),
-            )
-            .await;
+            return over_websocket(server, remote, stream, target, creds).await;
         }
         let Some(conn) = connector else {
             return Err(ConnectError::Tls(
@@ -2186,19 +2180,7 @@ async fn connect_remote(
             ));
         };
         let tls = tls_connect(&conn, &hostport, stream).await?;
-        let (link, shared) = ws_upgrade(server, remote, tls, &host, &path).await?;
-        return handshake_remote(
-            server,
-            remote,
-            link,
-            addr,
-            &hostport,
-            creds,
-            false,
-            true,
-            Some(shared),
-        )
-        .await;
+        return over_websocket(server, remote, tls, target, creds).await;
     }
     let tls_first = remote
         .opts
@@ -2270,6 +2252,44 @@ async fn proxy_tunnel(
             "failed to read proxy response: not HTTP".into(),
         )),
     }
+}
+
+/// Where a WebSocket leaf connection goes.
+struct WsTarget<'a> {
+    /// `Host` of the upgrade request.
+    host: &'a str,
+    /// The URL's path.
+    path: &'a str,
+    /// The name TLS verified.
+    hostport: &'a str,
+    addr: SocketAddr,
+}
+
+/// The upgrade on `stream` (TCP or TLS), then the leaf protocol inside
+/// the frames.
+async fn over_websocket<S>(
+    server: &Arc<ServerInner>,
+    remote: &Arc<Remote>,
+    stream: S,
+    to: WsTarget<'_>,
+    creds: Option<(String, String)>,
+) -> Result<(), ConnectError>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (link, shared) = ws_upgrade(server, remote, stream, to.host, to.path).await?;
+    handshake_remote(
+        server,
+        remote,
+        link,
+        to.addr,
+        to.hostport,
+        creds,
+        false,
+        true,
+        Some(shared),
+    )
+    .await
 }
 
 /// The WebSocket upgrade toward a hub's WebSocket listener at `host`
