@@ -401,7 +401,12 @@ async fn recording_through_external(go: PathBuf) {
         assert!(ack.offset > 0, "{ack:?}");
     }
 
-    let got = read_until(&mut c, "ext", |g| with_prefix(g, "g").len() == 2).await;
+    // The plain messages and the gRPC ones take different paths to the
+    // recorder (the client's connection, our bridge): wait for both.
+    let got = read_until(&mut c, "ext", |g| {
+        with_prefix(g, "g").len() == 2 && with_prefix(g, "m").len() >= 20
+    })
+    .await;
     let plain = with_prefix(&got, "m");
     let want: Vec<String> = (0..20).map(|i| format!("m{i:02}")).collect();
     assert_eq!(plain, want, "plain messages recorded once each, in order");
