@@ -253,6 +253,23 @@ pub(crate) struct Remote {
 }
 
 impl Remote {
+    /// The URLs a hub's INFO announces for this remote: its WebSocket
+    /// listeners' (`ws_connect_urls`) when this remote dials WebSocket
+    /// URLs (all do, or none), else its leaf listeners'.
+    fn announced<'a>(&self, info: &'a HubInfo) -> &'a [String] {
+        let ws = self
+            .configured_urls
+            .first()
+            .and_then(|u| parse_leaf_url(u))
+            .is_some_and(|u| u.ws);
+        let urls = if ws {
+            &info.ws_connect_urls
+        } else {
+            &info.leafnode_urls
+        };
+        urls.as_deref().unwrap_or_default()
+    }
+
     /// Whether its solicit task has been told to stop.
     fn stopped(&self) -> bool {
         self.run.lock().as_ref().is_none_or(|c| c.is_cancelled())
@@ -2389,12 +2406,7 @@ where
             "remote is this server itself".into(),
         ));
     }
-    let announced = if ws.is_some() {
-        &info.ws_connect_urls
-    } else {
-        &info.leafnode_urls
-    };
-    remote.discovered(announced.as_deref().unwrap_or_default());
+    remote.discovered(remote.announced(&info));
     let account = remote.account.clone();
     // The mode this connection agrees with (a reload after this point
     // re-applies its own to the registered connection). No S2 inside
@@ -2755,8 +2767,8 @@ fn refusal_delay(text: &str) -> Option<Duration> {
 /// permissions. Returns whether it answers our CONNECT (`connect_info`).
 fn apply_hub_info(leaf: &Leaf, json: &[u8]) -> Result<bool, String> {
     let info: HubInfo = serde_json::from_slice(json).map_err(|e| format!("bad INFO: {e}"))?;
-    if let (Some(remote), Some(urls)) = (&leaf.remote, &info.leafnode_urls) {
-        remote.discovered(urls);
+    if let Some(remote) = &leaf.remote {
+        remote.discovered(remote.announced(&info));
     }
     if info.import.is_some() || info.export.is_some() {
         let remote = leaf
@@ -3209,6 +3221,37 @@ mod tests {
         for _ in 0..4 {
             assert_ne!(ignoring.next_url().unwrap(), "tls://u:p@10.0.0.3:7422");
         }
+    }
+
+    #[test]
+    fn websocket_remotes_take_the_announced_websocket_urls() {
+        let accounts = Accounts::new(&AuthConfig::default()).unwrap();
+        let info: HubInfo = serde_json::from_str(
+            r#"{"leafnode_urls": ["10.0.0.2:7422"], "ws_connect_urls": ["10.0.0.2:8443"]}"#,
+        )
+        .unwrap();
+        let ws = Remote::new(
+            &LeafRemote {
+                urls: vec!["wss://u:p@hub.example/edge".into()],
+                ..LeafRemote::default()
+            },
+            accounts.global().clone(),
+            None,
+        );
+        assert_eq!(ws.announced(&info), ["10.0.0.2:8443"]);
+        ws.discovered(ws.announced(&info));
+        assert_eq!(ws.next_url().unwrap(), "wss://u:p@10.0.0.2:8443");
+        let tcp = Remote::new(
+            &LeafRemote {
+                urls: vec!["nats-leaf://hub.example".into()],
+                ..LeafRemote::default()
+            },
+            accounts.global().clone(),
+            None,
+        );
+        assert_eq!(tcp.announced(&info), ["10.0.0.2:7422"]);
+        let none: HubInfo = serde_json::from_str("{}").unwrap();
+        assert!(ws.announced(&none).is_empty());
     }
 
     #[test]
