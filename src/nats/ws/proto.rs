@@ -144,6 +144,31 @@ pub fn head_len(head: &[u8]) -> Option<usize> {
     memchr::memmem::find(head, b"\r\n\r\n").map(|i| i + 4)
 }
 
+/// Every value of a (possibly repeated) header.
+fn header_values<'a, 'h: 'a>(
+    headers: &'a [httparse::Header<'h>],
+    name: &'a str,
+) -> impl Iterator<Item = &'h str> + 'a {
+    headers
+        .iter()
+        .filter(move |h| h.name.eq_ignore_ascii_case(name))
+        .filter_map(|h| std::str::from_utf8(h.value).ok())
+}
+
+/// The first value of a header, trimmed.
+fn header<'h>(headers: &[httparse::Header<'h>], name: &str) -> Option<&'h str> {
+    header_values(headers, name).next().map(str::trim)
+}
+
+/// Every value of a (possibly repeated) header, split on `sep`, trimmed
+/// and lower-cased.
+fn header_tokens(headers: &[httparse::Header<'_>], name: &str, sep: char) -> Vec<String> {
+    header_values(headers, name)
+        .flat_map(|v| v.split(sep))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .collect()
+}
+
 /// Checks an upgrade request head (`head` = bytes up to and including the
 /// blank line) against the options, in nats-server's order.
 pub fn check_upgrade(
@@ -161,23 +186,8 @@ pub fn check_upgrade(
     if req.method != Some("GET") {
         return Err(refuse(405, "request method must be GET"));
     }
-    let get = |name: &str| -> Option<&str> {
-        req.headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .and_then(|h| std::str::from_utf8(h.value).ok())
-            .map(str::trim)
-    };
-    // Every value of a (possibly repeated) header, comma-split.
-    let tokens = |name: &str| -> Vec<String> {
-        req.headers
-            .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case(name))
-            .filter_map(|h| std::str::from_utf8(h.value).ok())
-            .flat_map(|v| v.split(','))
-            .map(|t| t.trim().to_ascii_lowercase())
-            .collect()
-    };
+    let get = |name: &str| header(req.headers, name);
+    let tokens = |name: &str| header_tokens(req.headers, name, ',');
     let host = match get("Host") {
         Some(h) if !h.is_empty() => h.to_string(),
         _ => return Err(refuse(400, "'Host' missing in request")),
@@ -218,12 +228,7 @@ pub fn check_upgrade(
     // Leaves authenticate in CONNECT only.
     if !is_leaf_path(&path) {
         let names = &opts.cookies;
-        let values = req
-            .headers
-            .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case("Cookie"))
-            .filter_map(|h| std::str::from_utf8(h.value).ok());
-        for (name, value) in parse_cookies(values) {
+        for (name, value) in parse_cookies(header_values(req.headers, "Cookie")) {
             let slot = if name == names.jwt {
                 &mut cookies.jwt
             } else if name == names.user {
@@ -370,13 +375,7 @@ pub fn check_leaf_response(
         Ok(httparse::Status::Partial) => return Err("incomplete response".into()),
         Err(e) => return Err(format!("malformed response: {e}")),
     }
-    let get = |name: &str| -> Option<&str> {
-        resp.headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .and_then(|h| std::str::from_utf8(h.value).ok())
-            .map(str::trim)
-    };
+    let get = |name: &str| header(resp.headers, name);
     if resp.code != Some(101)
         || !get("Upgrade").is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
         || !get("Connection").is_some_and(|v| v.eq_ignore_ascii_case("upgrade"))
@@ -393,14 +392,7 @@ pub fn check_leaf_response(
             && get("Nats-No-Masking").is_some_and(|v| v.eq_ignore_ascii_case("true")),
     };
     if compress {
-        let ext: Vec<String> = resp
-            .headers
-            .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case("Sec-WebSocket-Extensions"))
-            .filter_map(|h| std::str::from_utf8(h.value).ok())
-            .flat_map(|v| v.split(';'))
-            .map(|t| t.trim().to_ascii_lowercase())
-            .collect();
+        let ext = header_tokens(resp.headers, "Sec-WebSocket-Extensions", ';');
         if ext.iter().any(|t| t == "permessage-deflate") {
             if !ext.iter().any(|t| t == "server_no_context_takeover")
                 || !ext.iter().any(|t| t == "client_no_context_takeover")
