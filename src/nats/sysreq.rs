@@ -610,15 +610,36 @@ fn account_conns_event(inner: &ServerInner, acc: &Arc<super::account::Account>) 
     let mut ev = account_stat(inner, acc);
     ev["type"] = json!("io.nats.server.advisory.v1.account_connections");
     ev["id"] = json!(super::server::new_nonce());
+    ev["server"] = event_server(inner, &now);
     ev["timestamp"] = json!(now);
-    ev["server"] = json!({
+    ev
+}
+
+/// The `server` block of an advisory.
+fn event_server(inner: &ServerInner, now: &str) -> Value {
+    json!({
         "name": inner.server_name,
         "host": inner.opts.host,
         "id": inner.server_id,
         "ver": SERVER_VERSION,
         "time": now,
-    });
-    ev
+    })
+}
+
+/// The event queue, when an event of client `c` on `subject` is to be
+/// sent: the service runs, `c` is a client, and someone listens (nothing
+/// is built otherwise).
+fn event_queue<'a>(
+    inner: &'a ServerInner,
+    c: &ClientShared,
+    subject: &str,
+) -> Option<&'a tokio::sync::mpsc::Sender<(String, String)>> {
+    let tx = inner.events.get()?;
+    let listened = c.kind == ClientKind::Tcp
+        && inner
+            .system_account()
+            .is_some_and(|sys| !sys.sublist.match_subject(subject).is_empty());
+    listened.then_some(tx)
 }
 
 /// nats-server's `statsz` body, from `/varz`.
@@ -661,22 +682,12 @@ fn statsz(server: &NatsServer) -> Value {
 
 /// Queues the connect (`connected`) or disconnect event of client `c`.
 pub(crate) fn client_event(inner: &ServerInner, c: &ClientShared, connected: bool) {
-    let Some(tx) = inner.events.get() else {
-        return;
-    };
-    if c.kind != ClientKind::Tcp {
-        return;
-    }
     let account = inner.account_of(c).name.clone();
     let what = if connected { "CONNECT" } else { "DISCONNECT" };
     let subject = format!("$SYS.ACCOUNT.{account}.{what}");
-    // Nothing is built when nobody listens.
-    if inner
-        .system_account()
-        .is_none_or(|sys| sys.sublist.match_subject(&subject).is_empty())
-    {
+    let Some(tx) = event_queue(inner, c, &subject) else {
         return;
-    }
+    };
     let meta = c.meta.lock().clone();
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
     let mut client = json!({
@@ -702,13 +713,7 @@ pub(crate) fn client_event(inner: &ServerInner, c: &ClientShared, connected: boo
         "type": format!("io.nats.server.advisory.v1.{kind}"),
         "id": super::server::new_nonce(),
         "timestamp": now,
-        "server": {
-            "name": inner.server_name,
-            "host": inner.opts.host,
-            "id": inner.server_id,
-            "ver": SERVER_VERSION,
-            "time": now,
-        },
+        "server": event_server(inner, &now),
         "client": client,
     });
     if !connected {
@@ -732,20 +737,11 @@ pub(crate) fn client_event(inner: &ServerInner, c: &ClientShared, connected: boo
 /// Queues the `$SYS.ACCOUNT.<account>.SERVER.CONNS` advisory of client
 /// `c`'s account after it connected or disconnected (when anyone listens).
 pub(crate) fn account_conns_changed(inner: &ServerInner, c: &ClientShared) {
-    let Some(tx) = inner.events.get() else {
-        return;
-    };
-    if c.kind != ClientKind::Tcp {
-        return;
-    }
     let acc = inner.account_of(c).clone();
     let subject = format!("$SYS.ACCOUNT.{}.SERVER.CONNS", acc.name);
-    if inner
-        .system_account()
-        .is_none_or(|sys| sys.sublist.match_subject(&subject).is_empty())
-    {
+    let Some(tx) = event_queue(inner, c, &subject) else {
         return;
-    }
+    };
     let ev = account_conns_event(inner, &acc);
     if tx.try_send((subject, ev.to_string())).is_err() {
         tracing::debug!(
