@@ -1775,13 +1775,27 @@ fn leaf_remote(key: &str, n: &Node, warnings: &mut Vec<String>) -> Result<LeafRe
     if r.urls.is_empty() {
         return invalid(key, n, "a leafnode remote needs url or urls");
     }
+    let urls: Vec<_> = r
+        .urls
+        .iter()
+        .filter_map(|u| crate::config::nats::parse_leaf_url(u))
+        .collect();
+    let websocket = urls.iter().any(|u| u.ws);
+    for (set, name) in [
+        (r.ws_compression, "ws_compression"),
+        (r.ws_no_masking, "ws_no_masking"),
+    ] {
+        if set && !websocket {
+            // nats-server ignores it; a key that cannot act is refused.
+            return invalid(
+                name,
+                n,
+                "only applies to WebSocket URLs (ws:// or wss://), and this remote has none",
+            );
+        }
+    }
     if r.proxy.is_some() {
-        let urls: Vec<_> = r
-            .urls
-            .iter()
-            .filter_map(|u| crate::config::nats::parse_leaf_url(u))
-            .collect();
-        if urls.iter().all(|u| !u.ws) {
+        if !websocket {
             // nats-server only warns; a proxy that is never used is refused
             // here rather than ignored.
             return invalid(
@@ -3419,6 +3433,14 @@ no_auth_user: bob
                 "unknown proxy field",
             ),
             ("{ url: \"ws://h:1\", dial_timeout: soon }", "dial_timeout"),
+            (
+                "{ url: \"nats://h:1\", ws_compression: true }",
+                "\"ws_compression\": only applies to WebSocket URLs",
+            ),
+            (
+                "{ url: \"nats://h:1\", websocket_no_masking: true }",
+                "\"ws_no_masking\": only applies to WebSocket URLs",
+            ),
         ] {
             let e = from_str(
                 &format!("leafnodes {{ remotes [ {text} ] }}"),
