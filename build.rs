@@ -23,6 +23,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A subscriber's message values and keys are shared with the store's
     // buffers (and decoded without a copy) instead of copied per message.
     let bytes_fields = [".proto.Message.value", ".proto.Message.key"];
+    // A publish request's value and key are taken from the HTTP/2 receive
+    // buffer without a copy (the envelope built from them copies once).
+    let api_bytes_fields = [
+        ".proto.Message.value",
+        ".proto.Message.key",
+        ".proto.PublishRequest.value",
+        ".proto.PublishRequest.key",
+        ".proto.PublishToSubjectRequest.value",
+        ".proto.PublishToSubjectRequest.key",
+    ];
 
     let wire_out = PathBuf::from(std::env::var("OUT_DIR")?).join("wire");
     std::fs::create_dir_all(&wire_out)?;
@@ -39,7 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .build_client(true)
         .codec_path("crate::api::codec::ApiCodec")
-        .bytes(bytes_fields);
+        .bytes(api_bytes_fields);
     for (proto, rust) in WIRE_TYPES {
         cfg = cfg.extern_path(*proto, *rust);
     }

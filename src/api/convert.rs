@@ -54,9 +54,9 @@ pub fn publish(r: proto::PublishRequest) -> Publish {
     Publish {
         stream: r.stream,
         partition: r.partition,
-        key: r.key.into(),
-        value: r.value.into(),
-        headers: r.headers.into_iter().map(|(k, v)| (k, v.into())).collect(),
+        key: r.key,
+        value: r.value,
+        headers: r.headers,
         ack_inbox: r.ack_inbox,
         correlation_id: r.correlation_id,
         ack_policy: ack_policy(r.ack_policy),
@@ -68,9 +68,9 @@ pub fn publish(r: proto::PublishRequest) -> Publish {
 pub fn publish_to_subject(r: proto::PublishToSubjectRequest) -> PublishToSubject {
     PublishToSubject {
         subject: r.subject,
-        key: r.key.into(),
-        value: r.value.into(),
-        headers: r.headers.into_iter().map(|(k, v)| (k, v.into())).collect(),
+        key: r.key,
+        value: r.value,
+        headers: r.headers,
         ack_inbox: r.ack_inbox,
         correlation_id: r.correlation_id,
         ack_policy: ack_policy(r.ack_policy),

@@ -883,7 +883,7 @@ impl LbCluster {
             let (attempts, stop) = spawn_publisher(move |i| {
                 let mut c: ApiClient<_> = client.clone();
                 let mut req = tonic::Request::new(proto::PublishRequest {
-                    value: unique_value(&tag, i, size),
+                    value: unique_value(&tag, i, size).into(),
                     stream: stream_.clone(),
                     ack_policy: proto::AckPolicy::All as i32,
                     expected_offset: -1,

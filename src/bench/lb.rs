@@ -690,7 +690,7 @@ pub(super) async fn lb_publish_async(
                     for i in 0..per {
                         permits.acquire().await?.forget();
                         tx.send(proto::PublishRequest {
-                            value: payload.to_vec(),
+                            value: payload.clone(),
                             stream: stream.clone(),
                             correlation_id: format!("{p}-{i}"),
                             ack_policy: policy as i32,

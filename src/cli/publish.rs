@@ -68,14 +68,14 @@ async fn run_async(args: PubArgs) -> anyhow::Result<()> {
         let Some((k, v)) = h.split_once('=') else {
             anyhow::bail!("header {h:?} is not name=value");
         };
-        headers.insert(k.to_string(), v.as_bytes().to_vec());
+        headers.insert(k.to_string(), bytes::Bytes::copy_from_slice(v.as_bytes()));
     }
     let mut c = connect(&args.addr).await?;
     let policy: proto::AckPolicy = args.ack_policy.into();
     let mut send = async |value: Vec<u8>| -> anyhow::Result<()> {
         let mut req = tonic::Request::new(proto::PublishRequest {
-            key: args.key.clone().map(String::into_bytes).unwrap_or_default(),
-            value,
+            key: args.key.clone().map(bytes::Bytes::from).unwrap_or_default(),
+            value: value.into(),
             stream: args.stream.clone(),
             partition: args.partition,
             headers: headers.clone(),

@@ -36,7 +36,7 @@ async fn acked_publishes_share_one_ack_subscription() {
             tokio::spawn(async move {
                 let mut req = tonic::Request::new(proto::PublishToSubjectRequest {
                     subject: "void".into(),
-                    value: format!("w{i}").into_bytes(),
+                    value: format!("w{i}").into_bytes().into(),
                     ack_policy: proto::AckPolicy::Leader as i32,
                     ..Default::default()
                 });
@@ -71,7 +71,7 @@ async fn acked_publishes_share_one_ack_subscription() {
     assert_eq!(offsets, (1..=50).collect::<Vec<i64>>());
     let reqs: Vec<proto::PublishRequest> = (0..30)
         .map(|i| proto::PublishRequest {
-            value: format!("s{i}").into_bytes(),
+            value: format!("s{i}").into_bytes().into(),
             stream: "acks".into(),
             correlation_id: format!("s{i}"),
             expected_offset: -1,

@@ -164,7 +164,7 @@ fn denied<T: std::fmt::Debug>(what: &str, r: Result<T, tonic::Status>) {
 fn publish_req(value: &[u8]) -> tonic::Request<proto::PublishRequest> {
     let mut r = tonic::Request::new(proto::PublishRequest {
         stream: "foo".into(),
-        value: value.to_vec(),
+        value: value.to_vec().into(),
         ack_policy: proto::AckPolicy::All as i32,
         ..Default::default()
     });
@@ -176,7 +176,7 @@ fn publish_req(value: &[u8]) -> tonic::Request<proto::PublishRequest> {
 async fn publish_async_one(c: &mut Client, value: &[u8]) -> proto::PublishResponse {
     let req = proto::PublishRequest {
         stream: "foo".into(),
-        value: value.to_vec(),
+        value: value.to_vec().into(),
         ack_policy: proto::AckPolicy::Leader as i32,
         correlation_id: "c1".into(),
         ..Default::default()
@@ -289,7 +289,7 @@ async fn api_authz_every_rpc_allowed_and_denied() {
     let pts = |v: &[u8]| {
         let mut r = tonic::Request::new(proto::PublishToSubjectRequest {
             subject: "foo.subj".into(),
-            value: v.to_vec(),
+            value: v.to_vec().into(),
             ack_policy: proto::AckPolicy::Leader as i32,
             ..Default::default()
         });

@@ -108,8 +108,8 @@ pub async fn publish_acked(
     value: &[u8],
 ) -> proto::Ack {
     let mut req = tonic::Request::new(proto::PublishRequest {
-        key: key.to_vec(),
-        value: value.to_vec(),
+        key: key.to_vec().into(),
+        value: value.to_vec().into(),
         stream: stream.into(),
         partition,
         ack_policy: proto::AckPolicy::All as i32,

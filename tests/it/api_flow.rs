@@ -101,7 +101,7 @@ async fn api_publish_with_deadline_acks_and_without_returns_at_once() {
     // No deadline: fire and forget, empty response.
     let r = c
         .publish(proto::PublishRequest {
-            value: b"v2".to_vec(),
+            value: b"v2".to_vec().into(),
             stream: "s".into(),
             partition: 1,
             ..Default::default()
@@ -112,7 +112,7 @@ async fn api_publish_with_deadline_acks_and_without_returns_at_once() {
     assert_eq!(r, proto::PublishResponse::default());
     // Ack policy NONE with a deadline: also no ack.
     let mut req = tonic::Request::new(proto::PublishRequest {
-        value: b"v3".to_vec(),
+        value: b"v3".to_vec().into(),
         stream: "s".into(),
         partition: 1,
         ack_policy: proto::AckPolicy::None as i32,
@@ -199,7 +199,7 @@ async fn api_publish_async_acks_and_errors() {
 
     let mut reqs: Vec<proto::PublishRequest> = (0..100)
         .map(|i| proto::PublishRequest {
-            value: format!("v{i}").into_bytes(),
+            value: format!("v{i}").into_bytes().into(),
             stream: "a".into(),
             correlation_id: format!("c{i}"),
             expected_offset: -1,
@@ -208,7 +208,7 @@ async fn api_publish_async_acks_and_errors() {
         .collect();
     // Wrong expected offset: INCORRECT_OFFSET async error.
     reqs.push(proto::PublishRequest {
-        value: b"occ".to_vec(),
+        value: b"occ".to_vec().into(),
         stream: "a".into(),
         correlation_id: "occ".into(),
         expected_offset: 3,
@@ -259,6 +259,81 @@ async fn api_publish_async_acks_and_errors() {
     node.shutdown().await;
 }
 
+/// Values larger than an HTTP/2 frame (the server takes frames of up to
+/// 64 KiB) arrive whole through Publish and PublishAsync, next to small
+/// ones in the same request stream, and replay byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_values_spanning_many_frames_arrive_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    create(&mut c, "big", "big", 1).await;
+    // Not a repeating pattern: a misplaced or lost frame changes the bytes.
+    let value = |n: usize, seed: u64| -> Vec<u8> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    };
+    let sizes = [70_000usize, 3, 200_000, 65_536, 16_384, 900_000, 1];
+    let mut sent = Vec::new();
+    for (i, n) in sizes.iter().enumerate() {
+        let v = value(*n, i as u64);
+        let a = publish_acked(&mut c, "big", 0, b"", &v).await;
+        assert_eq!(a.offset, i as i64);
+        sent.push(v);
+    }
+    let reqs: Vec<proto::PublishRequest> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let v = value(*n, 100 + i as u64);
+            sent.push(v.clone());
+            proto::PublishRequest {
+                value: v.into(),
+                stream: "big".into(),
+                correlation_id: format!("a{i}"),
+                ack_policy: proto::AckPolicy::Leader as i32,
+                expected_offset: -1,
+                ..Default::default()
+            }
+        })
+        .collect();
+    let resp = c
+        .publish_async(futures::stream::iter(reqs))
+        .await
+        .unwrap()
+        .into_inner();
+    let all: Vec<proto::PublishResponse> = futures::StreamExt::collect::<Vec<_>>(resp)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    let offsets: Vec<i64> = all
+        .iter()
+        .map(|r| {
+            assert!(r.async_error.is_none(), "{r:?}");
+            r.ack.as_ref().unwrap().offset
+        })
+        .collect();
+    let n = sizes.len() as i64;
+    assert_eq!(offsets, (n..2 * n).collect::<Vec<i64>>());
+
+    let mut s = subscribe(&mut c, from_earliest("big", 0)).await;
+    let got = take(&mut s, sent.len()).await;
+    for (i, (m, v)) in got.iter().zip(&sent).enumerate() {
+        assert_eq!(m.offset, i as i64);
+        assert_eq!(m.value.len(), v.len(), "length of message {i}");
+        assert!(m.value == v[..], "bytes of message {i}");
+    }
+    node.shutdown().await;
+}
+
 /// A PublishAsync client that does not read its responses is held back
 /// by its session's window (the server does not queue its acks without
 /// bound); once it reads, every message is acked once, in order. A client
@@ -278,7 +353,7 @@ async fn api_publish_async_window_holds_back_a_client_that_does_not_read() {
     .unwrap();
     let reqs = |n: usize, tag: &'static str| {
         futures::stream::iter((0..n).map(move |i| proto::PublishRequest {
-            value: vec![b'x'; 100],
+            value: vec![b'x'; 100].into(),
             stream: "w".into(),
             correlation_id: format!("{tag}{i}"),
             ack_policy: proto::AckPolicy::Leader as i32,
@@ -352,7 +427,7 @@ async fn api_publish_to_subject_and_occ() {
     .unwrap();
 
     let mut req = tonic::Request::new(proto::PublishToSubjectRequest {
-        value: b"x".to_vec(),
+        value: b"x".to_vec().into(),
         subject: "o".into(),
         ..Default::default()
     });
@@ -368,7 +443,7 @@ async fn api_publish_to_subject_and_occ() {
 
     let occ = |expected: i64, policy: proto::AckPolicy| {
         let mut r = tonic::Request::new(proto::PublishRequest {
-            value: b"y".to_vec(),
+            value: b"y".to_vec().into(),
             stream: "o".into(),
             ack_policy: policy as i32,
             expected_offset: expected,
@@ -631,7 +706,7 @@ async fn api_message_over_replication_max_bytes_is_too_large() {
 
     // Unary Publish: INVALID_ARGUMENT with BAD_REQUEST in the message.
     let mut req = tonic::Request::new(proto::PublishRequest {
-        value: vec![b'x'; 1000],
+        value: vec![b'x'; 1000].into(),
         stream: "big".into(),
         ack_policy: proto::AckPolicy::Leader as i32,
         expected_offset: -1,

@@ -317,7 +317,7 @@ async fn api_readonly_partitions() {
 
     let mut r = tonic::Request::new(proto::PublishRequest {
         stream: "ro".into(),
-        value: b"no".to_vec(),
+        value: b"no".to_vec().into(),
         ..Default::default()
     });
     r.set_timeout(Duration::from_secs(2));

@@ -484,7 +484,7 @@ async fn parity_acks_and_envelopes_on_the_wire() {
     assert_eq!(m.offset, -1, "the expected offset the client sent");
     c.publish_to_subject(proto::PublishToSubjectRequest {
         subject: "plain".into(),
-        value: b"via-subject".to_vec(),
+        value: b"via-subject".to_vec().into(),
         ..Default::default()
     })
     .await

@@ -110,7 +110,7 @@ async fn idle_subscribers_cost_a_bounded_buffer_and_give_it_back() {
     // One acked publish proves the partition records; the rest go in as
     // plain NATS publishes, which the node records on the stream.
     let mut first = tonic::Request::new(proto::PublishRequest {
-        value: vec![b'x'; VALUE],
+        value: vec![b'x'; VALUE].into(),
         stream: "big".into(),
         ack_policy: proto::AckPolicy::Leader as i32,
         expected_offset: -1,

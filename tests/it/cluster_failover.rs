@@ -119,7 +119,7 @@ fn spawn_publisher(
         while !stop.is_cancelled() {
             i += 1;
             let mut req = tonic::Request::new(proto::PublishRequest {
-                value: format!("m{i}").into_bytes(),
+                value: format!("m{i}").into_bytes().into(),
                 stream: stream.clone(),
                 ack_policy: proto::AckPolicy::All as i32,
                 expected_offset: -1,
@@ -344,7 +344,7 @@ async fn publish_until_acked(cluster: &Cluster, via: usize, partition: i32, valu
     loop {
         if let Some(mut c) = cluster.nodes[via].try_client().await {
             let mut req = tonic::Request::new(proto::PublishRequest {
-                value: value.clone().into_bytes(),
+                value: value.clone().into_bytes().into(),
                 stream: "cg".into(),
                 partition,
                 ack_policy: proto::AckPolicy::All as i32,

@@ -49,7 +49,7 @@ async fn publish(
     // The server waits for the ack as long as the call's deadline.
     let mut req = tonic::Request::new(proto::PublishRequest {
         stream: stream.into(),
-        value: value.as_bytes().to_vec(),
+        value: value.as_bytes().to_vec().into(),
         ack_policy: policy as i32,
         expected_offset: -1,
         ..Default::default()

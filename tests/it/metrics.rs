@@ -193,7 +193,7 @@ async fn metrics_count_nats_grpc_partitions_and_http() {
     // M gRPC publishes without an ack (no ack message goes through NATS).
     for i in 0..M {
         c.publish(proto::PublishRequest {
-            value: format!("grpc-{i}").into_bytes(),
+            value: format!("grpc-{i}").into_bytes().into(),
             stream: "mx".into(),
             ack_policy: proto::AckPolicy::None as i32,
             ..Default::default()

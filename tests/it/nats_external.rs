@@ -383,7 +383,7 @@ async fn recording_through_external(go: PathBuf) {
         .enumerate()
     {
         let mut req = tonic::Request::new(proto::PublishRequest {
-            value: format!("g{i}").into_bytes(),
+            value: format!("g{i}").into_bytes().into(),
             stream: "ext".into(),
             ack_policy: policy as i32,
             expected_offset: -1,
@@ -595,7 +595,7 @@ async fn two_nodes_cluster_over_one_external_server() {
     for i in 0..4 {
         let c = if i % 2 == 0 { &mut ca } else { &mut cb };
         let mut req = tonic::Request::new(proto::PublishRequest {
-            value: format!("r{i}").into_bytes(),
+            value: format!("r{i}").into_bytes().into(),
             stream: "rep".into(),
             ack_policy: proto::AckPolicy::All as i32,
             expected_offset: -1,

@@ -118,7 +118,7 @@ async fn partitions_many_on_one_node_bounded_threads_fast_stop_and_restart() {
             let mut c = node_ref.client().await;
             loop {
                 let mut req = tonic::Request::new(proto::PublishRequest {
-                    value: format!("{stream}/{p}").into_bytes(),
+                    value: format!("{stream}/{p}").into_bytes().into(),
                     stream: stream.clone(),
                     partition: p,
                     ack_policy: proto::AckPolicy::Leader as i32,

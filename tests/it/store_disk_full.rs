@@ -178,7 +178,7 @@ async fn publish(
     value: Vec<u8>,
 ) -> Result<proto::Ack, tonic::Status> {
     let mut req = tonic::Request::new(proto::PublishRequest {
-        value,
+        value: value.into(),
         stream: stream.into(),
         partition: 0,
         ack_policy: proto::AckPolicy::Leader as i32,

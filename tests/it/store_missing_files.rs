@@ -48,7 +48,7 @@ async fn publish_with_deadline(
     value: &[u8],
 ) -> Result<proto::PublishResponse, tonic::Status> {
     let mut req = tonic::Request::new(proto::PublishRequest {
-        value: value.to_vec(),
+        value: value.to_vec().into(),
         stream: stream.into(),
         partition: 0,
         ack_policy: proto::AckPolicy::All as i32,

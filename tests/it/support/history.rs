@@ -634,7 +634,7 @@ async fn publish_one(
 ) -> bool {
     let (n, payload) = history.begin(publisher, via);
     let mut req = tonic::Request::new(proto::PublishRequest {
-        value: payload,
+        value: payload.into(),
         stream: opts.stream.clone(),
         partition: opts.partition,
         ack_policy: proto::AckPolicy::All as i32,
