@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use crate::api_common::{client, config, create, http_get, publish_acked, start};
+use crate::api_common::{
+    client, config, create, http_get, publish_acked, publish_async_all, start,
+};
 use liftbridge::api::proto;
 
 /// The NATS server's subscription count from `/varz`.
@@ -78,16 +80,7 @@ async fn acked_publishes_share_one_ack_subscription() {
             ..Default::default()
         })
         .collect();
-    let resp = c
-        .publish_async(futures::stream::iter(reqs))
-        .await
-        .unwrap()
-        .into_inner();
-    let all: Vec<proto::PublishResponse> = futures::StreamExt::collect::<Vec<_>>(resp)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect();
+    let all = publish_async_all(&mut c, reqs).await;
     assert_eq!(all.len(), 30);
     assert!(all.iter().all(|r| r.async_error.is_none()));
     assert_eq!(subscriptions(http).await, base, "after all acks");

@@ -127,6 +127,22 @@ pub async fn publish_acked(
         .expect("ack")
 }
 
+/// Sends `reqs` on one PublishAsync stream, half-closes it and returns
+/// every response until the server ends the stream.
+pub async fn publish_async_all(
+    c: &mut Client,
+    reqs: Vec<proto::PublishRequest>,
+) -> Vec<proto::PublishResponse> {
+    let resp = c
+        .publish_async(futures::stream::iter(reqs))
+        .await
+        .expect("publish_async")
+        .into_inner();
+    resp.map(|r| r.expect("PublishAsync response"))
+        .collect()
+        .await
+}
+
 /// Subscribes and checks the handshake; returns the message stream.
 pub async fn subscribe(
     c: &mut Client,

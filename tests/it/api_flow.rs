@@ -220,16 +220,7 @@ async fn api_publish_async_acks_and_errors() {
         correlation_id: "nf".into(),
         ..Default::default()
     });
-    let resp = c
-        .publish_async(futures::stream::iter(reqs))
-        .await
-        .unwrap()
-        .into_inner();
-    let all: Vec<proto::PublishResponse> = futures::StreamExt::collect::<Vec<_>>(resp)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect();
+    let all = publish_async_all(&mut c, reqs).await;
     assert_eq!(
         all.len(),
         102,
@@ -304,16 +295,7 @@ async fn api_values_spanning_many_frames_arrive_whole() {
             }
         })
         .collect();
-    let resp = c
-        .publish_async(futures::stream::iter(reqs))
-        .await
-        .unwrap()
-        .into_inner();
-    let all: Vec<proto::PublishResponse> = futures::StreamExt::collect::<Vec<_>>(resp)
-        .await
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect();
+    let all = publish_async_all(&mut c, reqs).await;
     let offsets: Vec<i64> = all
         .iter()
         .map(|r| {
