@@ -23,16 +23,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A subscriber's message values and keys are shared with the store's
     // buffers (and decoded without a copy) instead of copied per message.
     let bytes_fields = [".proto.Message.value", ".proto.Message.key"];
-    // A publish request's value and key are taken from the HTTP/2 receive
-    // buffer without a copy (the envelope built from them copies once).
+    // A publish request's value, key and header values are taken from the
+    // HTTP/2 receive buffer without a copy (the envelope built from them
+    // copies once).
     let api_bytes_fields = [
-        ".proto.Message.value",
-        ".proto.Message.key",
-        ".proto.PublishRequest.value",
-        ".proto.PublishRequest.key",
-        ".proto.PublishToSubjectRequest.value",
-        ".proto.PublishToSubjectRequest.key",
-    ];
+        &bytes_fields[..],
+        &[
+            ".proto.PublishRequest.value",
+            ".proto.PublishRequest.key",
+            ".proto.PublishToSubjectRequest.value",
+            ".proto.PublishToSubjectRequest.key",
+        ],
+    ]
+    .concat();
 
     let wire_out = PathBuf::from(std::env::var("OUT_DIR")?).join("wire");
     std::fs::create_dir_all(&wire_out)?;
