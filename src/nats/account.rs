@@ -414,6 +414,12 @@ impl std::fmt::Debug for Account {
 }
 
 impl Account {
+    /// Whether a publish on `subject` in this account may reach another
+    /// account (a stream export, a service import, or a reply to one).
+    pub(crate) fn may_cross(&self, subject: &str) -> bool {
+        subject.starts_with(RESPONSE_PREFIX) || self.wiring.load().has_routes()
+    }
+
     fn new(idx: usize, name: &str) -> Account {
         Account {
             name: name.to_string(),

@@ -268,6 +268,30 @@ impl LocalClient {
         Ok(n)
     }
 
+    /// Whether a message published on the literal `subject` in this
+    /// client's account would reach this client's own subscriptions and
+    /// nothing else: no other connection, route, leaf or queue group, no
+    /// import of another account and no external NATS. A caller that
+    /// delivers such a message itself saves the publish and loses nothing
+    /// a NATS client could observe.
+    pub fn only_own_interest(&self, subject: &str) -> bool {
+        let server = &self.inner.server;
+        if server.external.get().is_some() {
+            return false;
+        }
+        let account = server.account_of(&self.inner.client);
+        if account.may_cross(subject) {
+            return false;
+        }
+        let result = account.sublist.match_subject(subject);
+        result.qsubs.is_empty()
+            && !result.psubs.is_empty()
+            && result
+                .psubs
+                .iter()
+                .all(|s| Arc::ptr_eq(&s.client, &self.inner.client))
+    }
+
     /// Subscribes to an internal request subject (wildcards allowed),
     /// optionally in a queue group: a message that finds the queue full is
     /// dropped and counted (see the module doc).

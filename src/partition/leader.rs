@@ -95,6 +95,12 @@ pub enum Role {
     },
 }
 
+/// Takes an ack whose inbox is served in this process and has no other
+/// subscriber, in place of a NATS publish; gives the ack back when it must
+/// go over NATS. Set by the service above the partitions (see
+/// `service::acks`); it must not block or publish.
+pub type LocalAcks = Arc<dyn Fn(Ack) -> Option<Ack> + Send + Sync>;
+
 /// Replication settings and identity shared by the partitions of a node.
 #[derive(Clone)]
 pub struct ReplicaContext {
@@ -114,6 +120,9 @@ pub struct ReplicaContext {
     pub fetch_timeout: std::time::Duration,
     /// `clustering.replication.max.bytes`: size of one fetch answer.
     pub max_bytes: usize,
+    /// Where acks for this process's own publishers go without NATS, once
+    /// the service has set it.
+    pub local_acks: Arc<std::sync::OnceLock<LocalAcks>>,
 }
 
 impl std::fmt::Debug for ReplicaContext {
@@ -137,6 +146,7 @@ impl ReplicaContext {
             idle_wait: std::time::Duration::from_secs(10),
             fetch_timeout: std::time::Duration::from_secs(3),
             max_bytes: 1 << 20,
+            local_acks: Arc::default(),
         }
     }
 }
@@ -1055,6 +1065,13 @@ impl Partition {
             reception_timestamp: p.reception_ns,
             commit_timestamp,
             ack_error: err as i32,
+        };
+        let ack = match self.ctx.local_acks.get() {
+            Some(local) => match local(ack) {
+                None => return,
+                Some(ack) => ack,
+            },
+            None => ack,
         };
         if let Err(e) = self
             .nats

@@ -11,7 +11,9 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::leader::{Closed, Membership, Partition, PartitionSettings, ReplicaContext, Role};
+use super::leader::{
+    Closed, LocalAcks, Membership, Partition, PartitionSettings, ReplicaContext, Role,
+};
 use crate::cluster::state::{MetaCommand, MetadataState, PartitionMeta, StreamMeta};
 use crate::cluster::Metadata;
 use crate::nats::handle::LocalClient;
@@ -329,6 +331,7 @@ impl PartitionManager {
             idle_wait: defaults.replica_max_idle_wait,
             fetch_timeout: defaults.replica_fetch_timeout,
             max_bytes: defaults.max_message_bytes,
+            local_acks: Arc::default(),
         };
         let notify_sub = nats.subscribe(&super::subjects::notify(&defaults.namespace, &me), None);
         let mgr = PartitionManager {
@@ -408,6 +411,12 @@ impl PartitionManager {
     /// The defaults in force.
     pub fn defaults(&self) -> &PartitionDefaults {
         &self.inner.defaults
+    }
+
+    /// Hands the acks of publishes made through this process to `local`
+    /// instead of NATS (see [`LocalAcks`]); the first call wins.
+    pub fn set_local_acks(&self, local: LocalAcks) {
+        let _ = self.inner.ctx.local_acks.set(local);
     }
 
     /// This node's server id.

@@ -35,7 +35,9 @@ pub mod reader;
 pub mod replication;
 pub mod subjects;
 
-pub use leader::{Closed, Membership, Partition, PartitionSettings, ReplicaContext, Role};
+pub use leader::{
+    Closed, LocalAcks, Membership, Partition, PartitionSettings, ReplicaContext, Role,
+};
 pub use manager::{
     DegradedPartition, ManagerTasks, PartitionDefaults, PartitionError, PartitionFailure,
     PartitionManager, PausedOffsets,

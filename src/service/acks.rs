@@ -8,7 +8,11 @@
 //! the first acked publish) and each ack is handed to its waiter where it
 //! is delivered (an inline subscription: on the stenographer's task for a
 //! partition led here, on the route reader's for a remote leader), with no
-//! queue and no task in between.
+//! queue and no task in between. The acks of partitions led in this
+//! process skip NATS altogether while the service's subscription is the
+//! only interest in their inbox ([`AckRouter::local_acks`]): no encoding,
+//! publishing or decoding; anyone else subscribed still gets them over
+//! NATS.
 //!
 //! Bounds: the waiter map holds one entry per publish in flight; every
 //! entry is removed by its guard ([`AckWait`], [`AckSession`]) when the
@@ -128,6 +132,30 @@ impl AckRouter {
         Ok((token, format!("{}.{token}", self.prefix)))
     }
 
+    /// Delivers the acks of partitions led in this process straight to
+    /// their waiter, without encoding, publishing and decoding them, when
+    /// this router's subscription is the only interest in the inbox (see
+    /// `LocalClient::only_own_interest`); any other ack is given back to
+    /// go over NATS.
+    pub(super) fn local_acks(&self) -> crate::partition::LocalAcks {
+        let waiters = self.waiters.clone();
+        let nats = self.nats.clone();
+        let prefix = format!("{}.", self.prefix);
+        Arc::new(move |ack: Ack| {
+            let token = ack
+                .ack_inbox
+                .strip_prefix(&prefix)
+                .and_then(|t| t.parse::<u64>().ok());
+            match token {
+                Some(token) if nats.only_own_interest(&ack.ack_inbox) => {
+                    hand_over(&waiters, token, ack);
+                    None
+                }
+                _ => Some(ack),
+            }
+        })
+    }
+
     /// Registers a single publish's wait; the inbox goes into its envelope.
     pub(super) fn wait_one(&self) -> Result<AckWait, ServiceError> {
         let (tx, rx) = oneshot::channel();
@@ -168,6 +196,11 @@ fn route_ack(waiters: &Waiters, subject: &[u8], payload: &bytes::Bytes) {
     let Ok(ack) = envelope::decode_ack(payload) else {
         return;
     };
+    hand_over(waiters, token, ack);
+}
+
+/// Gives `ack` to the waiter of `token`; an unknown token's is dropped.
+fn hand_over(waiters: &Waiters, token: u64, ack: Ack) {
     let mut w = waiters.lock();
     match w.get(&token) {
         Some(Waiter::Once(_)) => {
@@ -321,6 +354,51 @@ mod tests {
         // One subscription served all of it.
         let subs_after = nats.varz_json()["subscriptions"].as_u64().unwrap();
         assert_eq!(subs_after, subs_before + 1);
+        nats.shutdown().await;
+    }
+
+    /// The in-process path takes an ack only for a waiter of this router
+    /// and only while its subscription is the inbox's sole interest;
+    /// otherwise the ack is given back, to go over NATS.
+    #[tokio::test]
+    async fn local_acks_step_aside_for_other_subscribers() {
+        let nats = server().await;
+        let router = AckRouter::new(nats.local_client("test"), "ns");
+        let local = router.local_acks();
+        let (tx, mut q) = tokio::sync::mpsc::unbounded_channel();
+        let session = router
+            .session(Arc::new(move |a| {
+                let _ = tx.send(a);
+            }))
+            .unwrap();
+        let mine = |corr: &str| Ack {
+            ack_inbox: session.inbox.clone(),
+            correlation_id: corr.into(),
+            ..Default::default()
+        };
+
+        // Taken and delivered at once.
+        assert!(local(mine("direct")).is_none());
+        assert_eq!(q.try_recv().unwrap().correlation_id, "direct");
+
+        // Someone else's inbox, or a token that is not a number: given back.
+        for inbox in ["other.inbox", "ns.ack", &format!("{}x", session.inbox)] {
+            let a = Ack {
+                ack_inbox: inbox.to_string(),
+                ..Default::default()
+            };
+            assert_eq!(local(a).unwrap().ack_inbox, inbox);
+        }
+
+        // Another subscriber of the inbox: given back while it listens.
+        let watcher = nats.local_client("watcher");
+        let sub = watcher.subscribe("ns.ack.>", None).unwrap();
+        assert_eq!(local(mine("watched")).unwrap().correlation_id, "watched");
+        assert!(q.try_recv().is_err(), "not delivered twice");
+        drop(sub);
+        assert!(local(mine("again")).is_none());
+        assert_eq!(q.try_recv().unwrap().correlation_id, "again");
+        drop(session);
         nats.shutdown().await;
     }
 

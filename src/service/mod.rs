@@ -223,6 +223,7 @@ impl Service {
         opts: ServiceOptions,
     ) -> Service {
         let acks = acks::AckRouter::new(nats.clone(), &opts.namespace);
+        parts.set_local_acks(acks.local_acks());
         let svc = Service {
             inner: Arc::new(Inner {
                 meta,

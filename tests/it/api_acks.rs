@@ -86,3 +86,67 @@ async fn acked_publishes_share_one_ack_subscription() {
     assert_eq!(subscriptions(http).await, base, "after all acks");
     node.shutdown().await;
 }
+
+/// Acks of partitions led here are handed to the waiting API call inside
+/// the node, but only while nothing else listens on the ack inbox: a NATS
+/// client subscribed to the service's ack subjects still sees every ack
+/// (Publish and PublishAsync), and once it leaves the acks keep coming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_reach_a_nats_subscriber_of_the_ack_inbox() {
+    use futures::StreamExt;
+    use liftbridge::wire::envelope;
+
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    create(&mut c, "watched", "watched", 1).await;
+    publish_acked(&mut c, "watched", 0, b"", b"before").await;
+
+    let nc = async_nats::connect(node.nats_addr().to_string())
+        .await
+        .unwrap();
+    let mut seen = nc.subscribe("liftbridge-default.ack.>").await.unwrap();
+    nc.flush().await.unwrap();
+
+    let unary = publish_acked(&mut c, "watched", 0, b"", b"unary").await;
+    let reqs: Vec<proto::PublishRequest> = (0..20)
+        .map(|i| proto::PublishRequest {
+            value: format!("a{i}").into_bytes().into(),
+            stream: "watched".into(),
+            correlation_id: format!("a{i}"),
+            expected_offset: -1,
+            ..Default::default()
+        })
+        .collect();
+    let all = publish_async_all(&mut c, reqs).await;
+    assert_eq!(all.len(), 20);
+    assert!(all.iter().all(|r| r.async_error.is_none()), "{all:?}");
+
+    let mut watched = Vec::new();
+    while watched.len() < 21 {
+        let m = tokio::time::timeout(Duration::from_secs(5), seen.next())
+            .await
+            .expect("every ack seen on NATS in time")
+            .expect("subscription open");
+        let ack = envelope::decode_ack(&m.payload).expect("an ack envelope");
+        assert_eq!(m.subject.as_str(), ack.ack_inbox, "published on its inbox");
+        watched.push((ack.offset, ack.correlation_id));
+    }
+    assert_eq!(watched[0].0, unary.offset);
+    let async_acks: Vec<(i64, String)> = all
+        .iter()
+        .map(|r| {
+            let a = r.ack.as_ref().expect("an ack");
+            (a.offset, a.correlation_id.clone())
+        })
+        .collect();
+    assert_eq!(&watched[1..], &async_acks[..], "same acks, same order");
+    assert_eq!(async_acks[0].0, unary.offset + 1);
+
+    // The watcher leaves: acks still arrive.
+    drop(seen);
+    nc.flush().await.unwrap();
+    let after = publish_acked(&mut c, "watched", 0, b"", b"after").await;
+    assert_eq!(after.offset, unary.offset + 21);
+    node.shutdown().await;
+}
