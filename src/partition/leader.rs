@@ -520,7 +520,7 @@ impl Partition {
         }
         let ready = self.waiting.lock().release(committed);
         for (offset, p) in ready {
-            self.send_ack(&p, offset as i64, AckError::Ok);
+            self.send_ack(p, offset as i64, AckError::Ok);
         }
         if new_data || committed != before {
             self.wake_held_fetches();
@@ -810,7 +810,7 @@ impl Partition {
             Err(StoreError::Closed(_)) => {}
             Err(e) => {
                 self.write_failed(e);
-                self.refuse(&pending);
+                self.refuse(pending);
             }
         }
     }
@@ -819,7 +819,7 @@ impl Partition {
     /// ack get an error ack (UNKNOWN: the envelope's Ack has no field for
     /// the cause; the gRPC API adds the log's fault, see
     /// `PartitionLog::fault`) at once rather than a timeout.
-    fn refuse(&self, pending: &[Pending]) {
+    fn refuse(&self, pending: Vec<Pending>) {
         for p in pending {
             self.send_ack(p, 0, AckError::Unknown);
         }
@@ -856,7 +856,7 @@ impl Partition {
             if p.ack_policy == AckPolicy::All as i32 && !p.ack_inbox.is_empty() {
                 all.push((offset, p));
             } else {
-                self.send_ack(&p, offset as i64, AckError::Ok);
+                self.send_ack(p, offset as i64, AckError::Ok);
             }
         }
         if let Some(st) = self.isr.lock().as_mut() {
@@ -892,7 +892,7 @@ impl Partition {
         let mut kept = Vec::with_capacity(pendings.len());
         for (r, p) in records.into_iter().zip(pendings) {
             if p.too_large {
-                self.send_ack(&p, 0, AckError::TooLarge);
+                self.send_ack(p, 0, AckError::TooLarge);
             } else {
                 kept_records.push(r);
                 kept.push(p);
@@ -913,7 +913,7 @@ impl Partition {
                     }
                     Err(e) => {
                         tracing::error!(stream = %self.stream, partition = self.id, error = %e, "encryption failed");
-                        self.send_ack(&p, 0, AckError::Encryption);
+                        self.send_ack(p, 0, AckError::Encryption);
                     }
                 }
             }
@@ -939,10 +939,10 @@ impl Partition {
                 match res {
                     Ok(a) => self.written(a, vec![p], reception_ns),
                     Err(StoreError::OffsetMismatch { .. }) => {
-                        self.send_ack(&p, 0, AckError::IncorrectOffset);
+                        self.send_ack(p, 0, AckError::IncorrectOffset);
                     }
                     Err(e) => {
-                        self.refuse(std::slice::from_ref(&p));
+                        self.refuse(vec![p]);
                         return Err(e);
                     }
                 }
@@ -1042,7 +1042,7 @@ impl Partition {
     /// INCORRECT_OFFSET, UNKNOWN for a failed write) whenever there is an
     /// inbox, with offset 0, and a TOO_LARGE or UNKNOWN nack without a
     /// commit timestamp (it was never committed).
-    fn send_ack(&self, p: &Pending, offset: i64, err: AckError) {
+    fn send_ack(&self, p: Pending, offset: i64, err: AckError) {
         if p.ack_inbox.is_empty() {
             return;
         }
@@ -1057,10 +1057,10 @@ impl Partition {
         let ack = Ack {
             stream: self.stream.clone(),
             partition_subject: self.stream_subject.clone(),
-            msg_subject: p.msg_subject.clone(),
+            msg_subject: p.msg_subject,
             offset,
-            ack_inbox: p.ack_inbox.clone(),
-            correlation_id: p.correlation_id.clone(),
+            ack_inbox: p.ack_inbox,
+            correlation_id: p.correlation_id,
             ack_policy: p.ack_policy,
             reception_timestamp: p.reception_ns,
             commit_timestamp,
@@ -1075,9 +1075,9 @@ impl Partition {
         };
         if let Err(e) = self
             .nats
-            .publish(&p.ack_inbox, None, None, envelope::encode_ack(&ack))
+            .publish(&ack.ack_inbox, None, None, envelope::encode_ack(&ack))
         {
-            tracing::debug!(inbox = %p.ack_inbox, error = %e, "sending ack");
+            tracing::debug!(inbox = %ack.ack_inbox, error = %e, "sending ack");
         }
     }
 }
