@@ -19,6 +19,20 @@ async fn subscriptions(http: std::net::SocketAddr) -> u64 {
     v["subscriptions"].as_u64().expect("subscriptions")
 }
 
+/// `n` PublishAsync requests to partition 0 of `stream`, values and
+/// correlation ids `<tag><i>`.
+fn requests(stream: &str, tag: &str, n: usize) -> Vec<proto::PublishRequest> {
+    (0..n)
+        .map(|i| proto::PublishRequest {
+            value: format!("{tag}{i}").into_bytes().into(),
+            stream: stream.into(),
+            correlation_id: format!("{tag}{i}"),
+            expected_offset: -1,
+            ..Default::default()
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn acked_publishes_share_one_ack_subscription() {
     let dir = tempfile::tempdir().unwrap();
@@ -71,16 +85,7 @@ async fn acked_publishes_share_one_ack_subscription() {
     }
     offsets.sort_unstable();
     assert_eq!(offsets, (1..=50).collect::<Vec<i64>>());
-    let reqs: Vec<proto::PublishRequest> = (0..30)
-        .map(|i| proto::PublishRequest {
-            value: format!("s{i}").into_bytes().into(),
-            stream: "acks".into(),
-            correlation_id: format!("s{i}"),
-            expected_offset: -1,
-            ..Default::default()
-        })
-        .collect();
-    let all = publish_async_all(&mut c, reqs).await;
+    let all = publish_async_all(&mut c, requests("acks", "s", 30)).await;
     assert_eq!(all.len(), 30);
     assert!(all.iter().all(|r| r.async_error.is_none()));
     assert_eq!(subscriptions(http).await, base, "after all acks");
@@ -109,16 +114,7 @@ async fn acks_reach_a_nats_subscriber_of_the_ack_inbox() {
     nc.flush().await.unwrap();
 
     let unary = publish_acked(&mut c, "watched", 0, b"", b"unary").await;
-    let reqs: Vec<proto::PublishRequest> = (0..20)
-        .map(|i| proto::PublishRequest {
-            value: format!("a{i}").into_bytes().into(),
-            stream: "watched".into(),
-            correlation_id: format!("a{i}"),
-            expected_offset: -1,
-            ..Default::default()
-        })
-        .collect();
-    let all = publish_async_all(&mut c, reqs).await;
+    let all = publish_async_all(&mut c, requests("watched", "a", 20)).await;
     assert_eq!(all.len(), 20);
     assert!(all.iter().all(|r| r.async_error.is_none()), "{all:?}");
 
