@@ -268,30 +268,6 @@ impl LocalClient {
         Ok(n)
     }
 
-    /// Whether a message published on the literal `subject` in this
-    /// client's account would reach this client's own subscriptions and
-    /// nothing else: no other connection, route, leaf or queue group, no
-    /// import of another account and no external NATS. A caller that
-    /// delivers such a message itself saves the publish and loses nothing
-    /// a NATS client could observe.
-    pub fn only_own_interest(&self, subject: &str) -> bool {
-        let server = &self.inner.server;
-        if server.external.get().is_some() {
-            return false;
-        }
-        let account = server.account_of(&self.inner.client);
-        if account.may_cross(subject) {
-            return false;
-        }
-        let result = account.sublist.match_subject(subject);
-        result.qsubs.is_empty()
-            && !result.psubs.is_empty()
-            && result
-                .psubs
-                .iter()
-                .all(|s| Arc::ptr_eq(&s.client, &self.inner.client))
-    }
-
     /// Subscribes to an internal request subject (wildcards allowed),
     /// optionally in a queue group: a message that finds the queue full is
     /// dropped and counted (see the module doc).
@@ -465,7 +441,48 @@ pub struct LocalSubscription {
     server: Arc<ServerInner>,
 }
 
+/// Tells whether one in-process subscription is the only interest in a
+/// subject (see [`LocalSubscription::sole_interest`]); it does not keep
+/// the subscription alive.
+pub struct SoleInterest {
+    server: Arc<ServerInner>,
+    sub: std::sync::Weak<Subscription>,
+}
+
+impl SoleInterest {
+    /// Whether a message published on the literal `subject` in the
+    /// subscription's account would reach that subscription and nothing
+    /// else: no other subscription (of any connection, route or leaf), no
+    /// queue group, no import of another account and no external NATS. A
+    /// caller that hands such a message to the subscription's owner itself
+    /// saves the publish and loses nothing a NATS client could observe.
+    /// False once the subscription is gone.
+    pub fn holds(&self, subject: &str) -> bool {
+        let Some(sub) = self.sub.upgrade() else {
+            return false;
+        };
+        if self.server.external.get().is_some() {
+            return false;
+        }
+        let account = self.server.sub_account(&sub);
+        if account.may_cross(subject) {
+            return false;
+        }
+        let result = account.sublist.match_subject(subject);
+        result.qsubs.is_empty() && matches!(&result.psubs[..], [only] if Arc::ptr_eq(only, &sub))
+    }
+}
+
 impl LocalSubscription {
+    /// A probe for whether this subscription alone is interested in a
+    /// subject (see [`SoleInterest::holds`]).
+    pub fn sole_interest(&self) -> SoleInterest {
+        SoleInterest {
+            server: self.server.clone(),
+            sub: self.sub.clone(),
+        }
+    }
+
     /// The next message; `None` once the subscription has ended (server
     /// shut down or auto-unsubscribed).
     pub async fn next(&mut self) -> Option<LocalMsg> {

@@ -25,14 +25,14 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::ServiceError;
-use crate::nats::handle::LocalClient;
+use crate::nats::handle::{LocalClient, SoleInterest};
 use crate::wire::{envelope, Ack};
 
 /// Most publishes waiting for an ack at once, per service.
@@ -63,6 +63,9 @@ pub(super) struct AckRouter {
     /// Set once the wildcard subscription and its task run; dropping the
     /// router stops the task.
     started: Mutex<Option<DropGuard>>,
+    /// Whether the wildcard subscription is alone on an inbox; set when it
+    /// is made (see [`AckRouter::local_acks`]).
+    sole: Arc<OnceLock<SoleInterest>>,
 }
 
 impl AckRouter {
@@ -76,6 +79,7 @@ impl AckRouter {
             next_token: AtomicU64::new(1),
             waiters: Arc::default(),
             started: Mutex::new(None),
+            sole: Arc::default(),
         }
     }
 
@@ -101,6 +105,7 @@ impl AckRouter {
         let mut sub = self
             .nats
             .subscribe_inline(&format!("{}.*", self.prefix), Arc::new(route))?;
+        let _ = self.sole.set(sub.sole_interest());
         let cancel = CancellationToken::new();
         let stop = cancel.clone();
         let waiters = self.waiters.clone();
@@ -135,11 +140,11 @@ impl AckRouter {
     /// Delivers the acks of partitions led in this process straight to
     /// their waiter, without encoding, publishing and decoding them, when
     /// this router's subscription is the only interest in the inbox (see
-    /// `LocalClient::only_own_interest`); any other ack is given back to
-    /// go over NATS.
+    /// [`SoleInterest::holds`]); any other ack is given back to go over
+    /// NATS.
     pub(super) fn local_acks(&self) -> crate::partition::LocalAcks {
         let waiters = self.waiters.clone();
-        let nats = self.nats.clone();
+        let sole = self.sole.clone();
         let prefix = format!("{}.", self.prefix);
         Arc::new(move |ack: Ack| {
             let token = ack
@@ -147,7 +152,7 @@ impl AckRouter {
                 .strip_prefix(&prefix)
                 .and_then(|t| t.parse::<u64>().ok());
             match token {
-                Some(token) if nats.only_own_interest(&ack.ack_inbox) => {
+                Some(token) if sole.get().is_some_and(|s| s.holds(&ack.ack_inbox)) => {
                     hand_over(&waiters, token, ack);
                     None
                 }
@@ -363,7 +368,8 @@ mod tests {
     #[tokio::test]
     async fn local_acks_step_aside_for_other_subscribers() {
         let nats = server().await;
-        let router = AckRouter::new(nats.local_client("test"), "ns");
+        let client = nats.local_client("test");
+        let router = AckRouter::new(client.clone(), "ns");
         let local = router.local_acks();
         let (tx, mut q) = tokio::sync::mpsc::unbounded_channel();
         let session = router
@@ -398,6 +404,15 @@ mod tests {
         drop(sub);
         assert!(local(mine("again")).is_none());
         assert_eq!(q.try_recv().unwrap().correlation_id, "again");
+
+        // Another subscription of the router's own client (a publish that
+        // waits on an inbox it chose) counts as another subscriber too.
+        let own = client.subscribe(&session.inbox, None).unwrap();
+        assert_eq!(local(mine("own")).unwrap().correlation_id, "own");
+        assert!(q.try_recv().is_err(), "not delivered twice");
+        drop(own);
+        assert!(local(mine("last")).is_none());
+        assert_eq!(q.try_recv().unwrap().correlation_id, "last");
         drop(session);
         nats.shutdown().await;
     }
