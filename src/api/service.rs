@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -618,17 +618,33 @@ impl ApiService {
     async fn async_session(
         &self,
         input: &mut Streaming<proto::PublishRequest>,
-        session: PublishSession,
+        mut session: PublishSession,
         tx: mpsc::Sender<Result<proto::PublishResponse, Status>>,
         window: Arc<tokio::sync::Semaphore>,
         acked: Arc<AckProgress>,
         client: Option<AsyncClient>,
     ) {
-        // A place in the window, or `None` once the client is gone.
-        let place = || async { window.acquire().await.ok().map(|p| p.forget()) };
-        let mut published: u64 = 0;
+        let mut s = AsyncSession {
+            service: &self.service,
+            session: &mut session,
+            tx: &tx,
+            window: &window,
+            published: 0,
+        };
         // The input ends with the client half-closing it (or failing).
-        while let Ok(Some(r)) = input.message().await {
+        loop {
+            // Publishes the session holds go out before it waits for the
+            // client: nothing is held while the client waits for acks.
+            let next = match input.message().now_or_never() {
+                Some(next) => next,
+                None => {
+                    if !s.flush().await {
+                        break;
+                    }
+                    input.message().await
+                }
+            };
+            let Ok(Some(r)) = next else { break };
             let corr = r.correlation_id.clone();
             if let Some((authz, certs)) = &client {
                 // Unlike Liftbridge, which reports the error and then
@@ -641,7 +657,7 @@ impl ApiService {
                         corr,
                         st.message().to_string(),
                     );
-                    if place().await.is_none() || tx.send(Ok(resp)).await.is_err() {
+                    if !s.answer(resp, false).await {
                         break;
                     }
                     continue;
@@ -651,29 +667,31 @@ impl ApiService {
             let wants_ack = r.ack_policy != crate::wire::AckPolicy::None;
             if wants_ack {
                 // The ack's place in the window (and the response queue).
-                if place().await.is_none() {
+                if !s.place().await {
                     break;
                 }
-                r.ack_inbox = session.inbox().to_string();
+                r.ack_inbox = s.session.inbox().to_string();
             }
-            match self.service.publish_in_session(r).await {
+            match s.service.publish_in_session(s.session, r).await {
                 Ok(()) => {
                     if wants_ack {
-                        published += 1;
+                        s.published += 1;
                     }
                 }
                 Err(e) => {
                     // No ack will come: the error takes the ack's place.
-                    if !wants_ack && place().await.is_none() {
-                        break;
-                    }
                     let resp = async_error(async_error_code(&e), corr, e.to_string());
-                    if tx.send(Ok(resp)).await.is_err() {
+                    if !s.answer(resp, wants_ack).await {
                         break;
                     }
                 }
             }
+            if !s.report_failed().await {
+                break;
+            }
         }
+        let _ = s.flush().await;
+        let published = s.published;
         // The acks still owed, while they keep coming.
         loop {
             let notified = acked.notify.notified();
@@ -693,6 +711,74 @@ impl ApiService {
         // Unregistered: the sink (and its sender) goes; the stream ends
         // once the client has taken what is queued.
         drop(session);
+    }
+}
+
+/// A PublishAsync session being served: its window of places (each acked
+/// request, or error response in place of an ack, takes one until the
+/// client has its response) and the acks it owes.
+struct AsyncSession<'a> {
+    service: &'a Service,
+    session: &'a mut PublishSession,
+    tx: &'a mpsc::Sender<Result<proto::PublishResponse, Status>>,
+    window: &'a tokio::sync::Semaphore,
+    /// Acked requests published (their acks are owed).
+    published: u64,
+}
+
+impl AsyncSession<'_> {
+    /// Takes a place in the window; false once the client is gone. The
+    /// publishes the session holds go out before it waits for a place:
+    /// their acks are what frees places.
+    async fn place(&mut self) -> bool {
+        if let Ok(p) = self.window.try_acquire() {
+            p.forget();
+            return true;
+        }
+        if !self.flush().await {
+            return false;
+        }
+        match self.window.acquire().await {
+            Ok(p) => {
+                p.forget();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Sends an error response; `placed`: it takes the place its request
+    /// already has, else it takes one. False once the client is gone.
+    async fn answer(&mut self, resp: proto::PublishResponse, placed: bool) -> bool {
+        if !placed && !self.place().await {
+            return false;
+        }
+        self.tx.send(Ok(resp)).await.is_ok()
+    }
+
+    /// Publishes what the session holds and answers those that failed.
+    async fn flush(&mut self) -> bool {
+        self.service.flush_session(self.session).await;
+        self.report_failed().await
+    }
+
+    /// Answers held publishes that could not be published after all (an
+    /// acked one's ack is no longer owed: its error takes its place).
+    async fn report_failed(&mut self) -> bool {
+        for f in self.session.take_failed() {
+            if f.acked {
+                self.published -= 1;
+            }
+            let resp = async_error(
+                async_error_code(&f.error),
+                f.correlation_id,
+                f.error.to_string(),
+            );
+            if !Box::pin(self.answer(resp, f.acked)).await {
+                return false;
+            }
+        }
+        true
     }
 }
 

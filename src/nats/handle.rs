@@ -202,6 +202,11 @@ impl LocalClient {
         self.publish_inner(subject, reply, headers, payload, None)
     }
 
+    /// The largest payload (headers included) a publish may carry now.
+    pub fn max_payload(&self) -> usize {
+        self.inner.server.max_payload.load(Ordering::Relaxed)
+    }
+
     /// Publishes; with `stalled`, collects the recorder subscriptions whose
     /// queue is over its mark (without, nobody waits for them).
     fn publish_inner(

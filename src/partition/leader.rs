@@ -22,8 +22,19 @@
 //! "leader wrote it" and "all replicas have it" (with `sync = always` only
 //! after the journal's fdatasync).
 //!
-//! Invariants: only the stenographer appends to the log while the partition
-//! is led here; the log is closed only after the stenographer has stopped.
+//! A publish made through this node's API need not take the detour through
+//! NATS: while the stenographer runs, its subscription alone would receive
+//! the message and the stream has no OCC, the service hands it over
+//! (`Partition::hand_over`) and it enters the log the way the
+//! stenographer's batches do, through the partition's `Intake`: staged
+//! for followers and queued with the store under one lock, so both see
+//! one order, with permits that bound what is queued and not yet
+//! answered.
+//!
+//! Invariants: only the intake appends to the log while the partition is
+//! led here, and only while the stenographer runs; the log is closed only
+//! after the stenographer has stopped and every append queued through the
+//! intake has been answered.
 //! Readers never block the stenographer: they read committed data from the
 //! store and wait on the partition's committed-end (high watermark) watch,
 //! which the leader owns and moves after each append; it is not the store's
@@ -39,10 +50,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::replication::{IsrState, Staged, WaitingAcks};
-use crate::nats::handle::{LocalClient, LocalMsg};
+use crate::nats::handle::{LocalClient, LocalMsg, SoleInterest};
 use crate::store::{AppendResult, NewRecord, PartitionLog, Record, StoreError};
 use crate::time::now_ns;
-use crate::wire::{envelope, Ack, AckError, AckPolicy};
+use crate::wire::{envelope, Ack, AckError, AckPolicy, Message};
 
 /// Most messages taken from the subscription queue into one append.
 const MAX_BATCH: usize = 4096;
@@ -58,6 +69,58 @@ const MAX_IN_FLIGHT: usize = 64;
 /// queue limit (`MAX_QUEUED_BYTES`, 64 MiB of payload), so a recorded batch
 /// is never refused for a full queue.
 const MAX_IN_FLIGHT_BYTES: u64 = 16 << 20;
+
+/// The way into the log of a partition led here, while its stenographer
+/// runs (see the module documentation).
+struct Intake {
+    /// Cancelled when the stenographer stops: nothing new is handed over.
+    cancel: CancellationToken,
+    /// Batches queued with the store and not answered yet (MAX_IN_FLIGHT).
+    in_flight: Arc<tokio::sync::Semaphore>,
+    /// Their bytes, in KiB permits (`budget_kib` in all).
+    in_flight_bytes: Arc<tokio::sync::Semaphore>,
+    budget_kib: u32,
+    /// Whether the stenographer's subscription alone hears the subject.
+    sole: SoleInterest,
+    /// Held while a batch is staged and queued with the store.
+    order: Mutex<()>,
+}
+
+/// The permits of one queued batch, returned when its append is answered.
+type BatchPermits = (
+    tokio::sync::OwnedSemaphorePermit,
+    tokio::sync::OwnedSemaphorePermit,
+);
+
+impl Intake {
+    /// Waits for room for a batch of `bytes` (as the recorder queue charges
+    /// them); `None` if the semaphores were closed.
+    async fn permits(&self, bytes: u64) -> Option<BatchPermits> {
+        let kib = u32::try_from(bytes / 1024)
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.budget_kib);
+        let batch = self.in_flight.clone().acquire_owned().await.ok()?;
+        let bytes = self
+            .in_flight_bytes
+            .clone()
+            .acquire_many_owned(kib)
+            .await
+            .ok()?;
+        Some((batch, bytes))
+    }
+
+    /// Waits until every batch queued through this intake is answered.
+    async fn drained(&self) {
+        let _ = self.in_flight.acquire_many(MAX_IN_FLIGHT as u32).await;
+        let _ = self.in_flight_bytes.acquire_many(self.budget_kib).await;
+    }
+}
+
+/// The running stenographer: its task and the intake it feeds.
+struct Stenographer {
+    intake: Arc<Intake>,
+    task: JoinHandle<()>,
+}
 
 /// A batch ready to append and the acks it owes once it is written.
 struct Recorded {
@@ -209,7 +272,7 @@ pub struct Partition {
     /// (on one node the log end; with replicas, what the ISR has), never
     /// moves back; readers deliver only below it and wait on it.
     hw: watch::Sender<u64>,
-    steno: Mutex<Option<(CancellationToken, JoinHandle<()>)>>,
+    steno: Mutex<Option<Stenographer>>,
     /// Leader or follower, for the object's whole life.
     role: Role,
     /// Identity and replication settings of this node.
@@ -689,19 +752,35 @@ impl Partition {
         }
         let queue = (!self.group.is_empty()).then_some(self.group.as_str());
         let sub = self.nats.subscribe_recorder(&self.subject, queue)?;
-        let token = CancellationToken::new();
+        // At most MAX_IN_FLIGHT batches, and at most the subscription
+        // queue's limit in bytes (KiB permits, at most MAX_IN_FLIGHT_BYTES),
+        // are queued with the store and not answered yet; past that, the
+        // stenographer waits, messages wait in the subscription, and once
+        // it is full its publishers are stalled; handed-over publishes wait
+        // for their permits the same way.
+        let budget_kib = u32::try_from(sub.queue().limit.min(MAX_IN_FLIGHT_BYTES) / 1024)
+            .unwrap_or(u32::MAX)
+            .max(1);
+        let intake = Arc::new(Intake {
+            cancel: CancellationToken::new(),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            in_flight_bytes: Arc::new(tokio::sync::Semaphore::new(budget_kib as usize)),
+            budget_kib,
+            sole: sub.sole_interest(),
+            order: Mutex::new(()),
+        });
         let me = self.clone();
-        let t = token.clone();
-        let handle = tokio::spawn(async move { me.record_loop(sub, t).await });
-        *guard = Some((token, handle));
+        let i = intake.clone();
+        let task = tokio::spawn(async move { me.record_loop(sub, i).await });
+        *guard = Some(Stenographer { intake, task });
         Ok(())
     }
 
     /// Stops the stenographer without waiting for the task to finish its
     /// current batch (the batch still completes; nothing new is taken).
     fn stop_stenographer_now(&self) {
-        if let Some((t, _h)) = self.steno.lock().take() {
-            t.cancel();
+        if let Some(s) = self.steno.lock().take() {
+            s.intake.cancel.cancel();
         }
     }
 
@@ -709,11 +788,11 @@ impl Partition {
     /// and tells readers why.
     pub async fn stop(&self, why: Closed) {
         let steno = self.steno.lock().take();
-        if let Some((t, h)) = steno {
-            t.cancel();
+        if let Some(s) = steno {
+            s.intake.cancel.cancel();
             // The task ends by itself after its current batch; a join error
             // would mean it panicked, which leaves nothing to clean up.
-            let _ = h.await;
+            let _ = s.task.await;
         }
         let tasks: Vec<_> = self.tasks.lock().drain(..).collect();
         for (t, h) in tasks {
@@ -726,31 +805,82 @@ impl Partition {
         }
     }
 
+    /// Appends publishes made through this node's API as if they had
+    /// arrived on the partition subject, without publishing them into
+    /// NATS: only while the stenographer runs, the stream has no OCC (its
+    /// checked appends go one by one through the stenographer) and the
+    /// stenographer's subscription is the only interest in the subject (no
+    /// other subscriber, queue group, import, route or external NATS could
+    /// tell the difference). Otherwise they are given back untouched, to be
+    /// published. Taken publishes are answered as the stenographer's are:
+    /// acks, error acks, or nothing if the partition stops first.
+    pub async fn hand_over(self: &Arc<Self>, msgs: Vec<Message>) -> Result<(), Vec<Message>> {
+        let intake = match self.steno.lock().as_ref() {
+            Some(s) => s.intake.clone(),
+            None => return Err(msgs),
+        };
+        let taken = |i: &Intake| !i.cancel.is_cancelled() && i.sole.holds(&self.subject);
+        if msgs.is_empty() || !taken(&intake) || self.settings.lock().occ {
+            return Err(msgs);
+        }
+        // Charged as the same messages would be in the recorder queue.
+        let lens: Vec<usize> = msgs.iter().map(envelope::message_len).collect();
+        let bytes = lens
+            .iter()
+            .map(|&l| crate::nats::client::local_charge(self.subject.len(), 0, l))
+            .sum();
+        let Some(permits) = intake.permits(bytes).await else {
+            return Err(msgs);
+        };
+        let _order = intake.order.lock();
+        let settings = self.settings.lock().clone();
+        if !taken(&intake) || settings.occ {
+            return Err(msgs);
+        }
+        let reception_ns = now_ns();
+        let items = msgs
+            .into_iter()
+            .zip(lens)
+            .map(|(m, len)| {
+                let too_large = len > settings.max_bytes;
+                self.enveloped(m, self.subject.clone(), None, reception_ns, too_large)
+            })
+            .collect();
+        if let Some(rec) = self.prepare(items, &settings, reception_ns) {
+            self.queue_with_store(rec, permits);
+        }
+        Ok(())
+    }
+
+    /// Stages a batch for followers and queues it with the store; its acks
+    /// are sent (and its permits returned) when the store answers. Called
+    /// under the intake's order lock.
+    fn queue_with_store(self: &Arc<Self>, rec: Recorded, permits: BatchPermits) {
+        let me = self.clone();
+        self.stage(rec.epoch, &rec.records);
+        self.log
+            .append_then(rec.epoch, None, rec.records, move |r| {
+                me.acknowledge(r, rec.pending, rec.reception_ns);
+                drop(permits);
+            });
+    }
+
     async fn record_loop(
         self: Arc<Self>,
         mut sub: crate::nats::handle::LocalSubscription,
-        cancel: CancellationToken,
+        intake: Arc<Intake>,
     ) {
         // Each batch is queued with the store as soon as it is read, and its
         // acks are published by the store's writer thread the moment the
         // batch is journaled (see `PartitionLog::append_then`): no task
         // wake-up between the write and the acks. While one batch is being
         // written (and fsynced), the next ones queue up and the writer takes
-        // them together. At most MAX_IN_FLIGHT batches, and at most the
-        // subscription queue's limit in bytes (KiB permits), are
-        // outstanding (at most MAX_IN_FLIGHT_BYTES); past that, this loop
-        // waits, messages wait in the subscription, and once it is full its
-        // publishers are stalled.
-        let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
-        let budget_kib = u32::try_from(sub.queue().limit.min(MAX_IN_FLIGHT_BYTES) / 1024)
-            .unwrap_or(u32::MAX)
-            .max(1);
-        let in_flight_bytes = Arc::new(tokio::sync::Semaphore::new(budget_kib as usize));
+        // them together, within the intake's permits.
         let mut batch: Vec<LocalMsg> = Vec::with_capacity(64);
         loop {
             let first = tokio::select! {
                 biased;
-                _ = cancel.cancelled() => break,
+                _ = intake.cancel.cancelled() => break,
                 m = sub.next() => m,
             };
             let Some(first) = first else { break };
@@ -762,26 +892,13 @@ impl Partition {
                 }
             }
             let bytes: u64 = batch.iter().map(LocalMsg::charge).sum();
-            let kib = u32::try_from(bytes / 1024)
-                .unwrap_or(u32::MAX)
-                .clamp(1, budget_kib);
             match self.record_batch(std::mem::take(&mut batch)).await {
                 Ok(Some(rec)) => {
-                    let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                    let Some(permits) = intake.permits(bytes).await else {
                         break;
                     };
-                    let Ok(bytes_permit) = in_flight_bytes.clone().acquire_many_owned(kib).await
-                    else {
-                        break;
-                    };
-                    let me = self.clone();
-                    self.stage(rec.epoch, &rec.records);
-                    self.log
-                        .append_then(rec.epoch, None, rec.records, move |r| {
-                            me.acknowledge(r, rec.pending, rec.reception_ns);
-                            drop(permit);
-                            drop(bytes_permit);
-                        });
+                    let _order = intake.order.lock();
+                    self.queue_with_store(rec, permits);
                 }
                 Ok(None) => {}
                 // A closed log means the partition is going away; any other
@@ -791,11 +908,12 @@ impl Partition {
                 Err(e) => self.write_failed(e),
             }
         }
-        // Every queued append is answered (or reported) before the loop
-        // ends: a permit comes back when its answer ran, or when the store
-        // dropped the request.
-        let _ = in_flight.acquire_many(MAX_IN_FLIGHT as u32).await;
-        let _ = in_flight_bytes.acquire_many(budget_kib).await;
+        // Every append queued through the intake (by this loop or handed
+        // over) is answered (or reported) before the loop ends: a permit
+        // comes back when its answer ran, or when the store dropped the
+        // request. Nothing is handed over once the intake is cancelled.
+        intake.cancel.cancel();
+        intake.drained().await;
     }
 
     /// Sends the acks of a written batch (runs on the store's writer thread).
@@ -880,81 +998,79 @@ impl Partition {
     async fn record_batch(&self, batch: Vec<LocalMsg>) -> Result<Option<Recorded>, StoreError> {
         let reception_ns = now_ns();
         let settings = self.settings.lock().clone();
-        let mut records = Vec::with_capacity(batch.len());
-        let mut pendings = Vec::with_capacity(batch.len());
-        for m in batch {
-            let (rec, pending) = self.to_record(m, reception_ns, settings.max_bytes);
-            records.push(rec);
-            pendings.push(pending);
+        let items = batch
+            .into_iter()
+            .map(|m| self.to_record(m, reception_ns, settings.max_bytes))
+            .collect();
+        let Some(rec) = self.prepare(items, &settings, reception_ns) else {
+            return Ok(None);
+        };
+        if !settings.occ {
+            return Ok(Some(rec));
         }
-        // Too-large messages are answered and dropped before the append.
-        let mut kept_records = Vec::with_capacity(records.len());
-        let mut kept = Vec::with_capacity(pendings.len());
-        for (r, p) in records.into_iter().zip(pendings) {
-            if p.too_large {
-                self.send_ack(p, 0, AckError::TooLarge);
+        // Checked appends go one message at a time: each expectation is
+        // against the offset that message would get. Streams without OCC
+        // ignore the expected offset (clients that never set it send 0).
+        for (r, p) in rec.records.into_iter().zip(rec.pending) {
+            let res = if p.expected >= 0 {
+                self.log
+                    .append_expecting(settings.leader_epoch, p.expected as u64, vec![r])
+                    .await
             } else {
-                kept_records.push(r);
-                kept.push(p);
+                self.log.append(settings.leader_epoch, vec![r]).await
+            };
+            match res {
+                Ok(a) => self.written(a, vec![p], reception_ns),
+                Err(StoreError::OffsetMismatch { .. }) => {
+                    self.send_ack(p, 0, AckError::IncorrectOffset);
+                }
+                Err(e) => {
+                    self.refuse(vec![p]);
+                    return Err(e);
+                }
             }
         }
-        if let Some(mk) = &settings.encrypt {
-            // One fresh data key per batch; a value that cannot be sealed
-            // is answered with the ENCRYPTION ack error and never stored.
-            let sealer = mk.sealer();
-            let mut sealed_records = Vec::with_capacity(kept_records.len());
-            let mut sealed = Vec::with_capacity(kept.len());
-            for (mut r, p) in kept_records.into_iter().zip(kept) {
+        Ok(None)
+    }
+
+    /// Readies records for the append: too-large messages are answered and
+    /// dropped, and with encryption at rest values are sealed (one fresh
+    /// data key per batch; a value that cannot be sealed is answered with
+    /// the ENCRYPTION ack error and never stored). `None` when nothing is
+    /// left to append.
+    fn prepare(
+        &self,
+        items: Vec<(NewRecord, Pending)>,
+        settings: &PartitionSettings,
+        reception_ns: i64,
+    ) -> Option<Recorded> {
+        let mut records = Vec::with_capacity(items.len());
+        let mut pending = Vec::with_capacity(items.len());
+        let sealer = settings.encrypt.as_ref().map(|mk| mk.sealer());
+        for (mut r, p) in items {
+            if p.too_large {
+                self.send_ack(p, 0, AckError::TooLarge);
+                continue;
+            }
+            if let Some(sealer) = &sealer {
                 match sealer.seal(&r.value) {
-                    Ok(v) => {
-                        r.value = v.into();
-                        sealed_records.push(r);
-                        sealed.push(p);
-                    }
+                    Ok(v) => r.value = v.into(),
                     Err(e) => {
                         tracing::error!(stream = %self.stream, partition = self.id, error = %e, "encryption failed");
                         self.send_ack(p, 0, AckError::Encryption);
+                        continue;
                     }
                 }
             }
-            kept_records = sealed_records;
-            kept = sealed;
+            records.push(r);
+            pending.push(p);
         }
-        if kept_records.is_empty() {
-            return Ok(None);
-        }
-        if settings.occ {
-            // Checked appends go one message at a time: each expectation is
-            // against the offset that message would get. Streams without
-            // OCC ignore the expected offset (clients that never set it
-            // send 0).
-            for (r, p) in kept_records.into_iter().zip(kept) {
-                let res = if p.expected >= 0 {
-                    self.log
-                        .append_expecting(settings.leader_epoch, p.expected as u64, vec![r])
-                        .await
-                } else {
-                    self.log.append(settings.leader_epoch, vec![r]).await
-                };
-                match res {
-                    Ok(a) => self.written(a, vec![p], reception_ns),
-                    Err(StoreError::OffsetMismatch { .. }) => {
-                        self.send_ack(p, 0, AckError::IncorrectOffset);
-                    }
-                    Err(e) => {
-                        self.refuse(vec![p]);
-                        return Err(e);
-                    }
-                }
-            }
-            return Ok(None);
-        }
-        Ok(Some(Recorded {
-            records: kept_records,
-            pending: kept,
+        (!records.is_empty()).then_some(Recorded {
+            records,
+            pending,
             reception_ns,
             epoch: settings.leader_epoch,
-        }))
+        })
     }
 
     fn mark_received(&self, ts: i64) {
@@ -973,33 +1089,7 @@ impl Partition {
             .map(|r| String::from_utf8_lossy(r).into_owned());
         let too_large = m.payload.len() > max_bytes;
         match envelope::decode_message_shared(&m.payload) {
-            Ok(env) => {
-                let pending = Pending {
-                    ack_inbox: env.ack_inbox,
-                    correlation_id: env.correlation_id,
-                    ack_policy: env.ack_policy,
-                    msg_subject: subject.clone(),
-                    expected: env.offset,
-                    reception_ns,
-                    too_large,
-                };
-                let mut headers: Vec<(String, Bytes)> = env
-                    .headers
-                    .into_iter()
-                    .filter(|(k, _)| k != "subject" && k != "reply")
-                    .collect();
-                // Map order is random; a stable order keeps replays identical.
-                headers.sort_by(|a, b| a.0.cmp(&b.0));
-                let rec = NewRecord {
-                    timestamp_ns: reception_ns,
-                    key: (!env.key.is_empty()).then_some(env.key),
-                    headers,
-                    value: env.value,
-                    subject,
-                    reply,
-                };
-                (rec, pending)
-            }
+            Ok(env) => self.enveloped(env, subject, reply, reception_ns, too_large),
             Err(_) => {
                 // A plain publish is never acknowledged (no ack inbox), so
                 // its bookkeeping needs no copy of the subject.
@@ -1035,6 +1125,43 @@ impl Partition {
                 (rec, pending)
             }
         }
+    }
+
+    /// The record and ack instructions of an enveloped publish that came
+    /// on `subject` (with `reply`).
+    fn enveloped(
+        &self,
+        env: Message,
+        subject: String,
+        reply: Option<String>,
+        reception_ns: i64,
+        too_large: bool,
+    ) -> (NewRecord, Pending) {
+        let pending = Pending {
+            ack_inbox: env.ack_inbox,
+            correlation_id: env.correlation_id,
+            ack_policy: env.ack_policy,
+            msg_subject: subject.clone(),
+            expected: env.offset,
+            reception_ns,
+            too_large,
+        };
+        let mut headers: Vec<(String, Bytes)> = env
+            .headers
+            .into_iter()
+            .filter(|(k, _)| k != "subject" && k != "reply")
+            .collect();
+        // Map order is random; a stable order keeps replays identical.
+        headers.sort_by(|a, b| a.0.cmp(&b.0));
+        let rec = NewRecord {
+            timestamp_ns: reception_ns,
+            key: (!env.key.is_empty()).then_some(env.key),
+            headers,
+            value: env.value,
+            subject,
+            reply,
+        };
+        (rec, pending)
     }
 
     /// Sends the ack of a message, as Liftbridge does: a success only when

@@ -136,7 +136,7 @@ impl Service {
             expected_offset: -1,
             ..Default::default()
         };
-        let ack = self.publish_one(req, Some(CURSOR_TIMEOUT), false).await?;
+        let ack = self.publish_one(req, Some(CURSOR_TIMEOUT)).await?;
         if ack.is_some_and(|a| a.ack_error != AckError::Ok as i32) {
             return Err(ServiceError::Internal("failed to store cursor".into()));
         }

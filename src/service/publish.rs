@@ -3,19 +3,32 @@
 //!
 //! A publish is wrapped in a Liftbridge envelope and published into NATS on
 //! the partition's subject, exactly as any client would, so the
-//! stenographer is the one path into the log. When the caller waits for the
-//! ack, the envelope names an inbox of the service's shared ack inbox
-//! ([`super::acks`]); a caller that supplied its own ack inbox is waited for
-//! on that inbox (a subscription of its own, as it is not ours to route).
+//! stenographer records it. When the caller waits for the ack, the envelope
+//! names an inbox of the service's shared ack inbox ([`super::acks`]); a
+//! caller that supplied its own ack inbox is waited for on that inbox (a
+//! subscription of its own, as it is not ours to route).
+//!
+//! A PublishAsync session skips NATS when nobody could tell: consecutive
+//! publishes to a partition led here are held and handed to it together
+//! ([`Partition::hand_over`]), which takes them only while its
+//! stenographer's subscription is the subject's sole interest. A partition
+//! a session has once published into NATS keeps getting its publishes that
+//! way for the rest of the session, so a hand-over never overtakes a
+//! publish still on its way to the stenographer.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 
 use super::acks::{AckSession, AckSink, AckWait};
 use super::{Service, ServiceError};
+use crate::partition::Partition;
 use crate::wire::{envelope, Ack, AckError, AckPolicy, Message};
+
+/// Most publishes a session holds for one hand-over.
+const MAX_HELD: usize = 1024;
 
 /// A message to publish to a stream partition.
 #[derive(Debug, Clone, Default)]
@@ -63,14 +76,42 @@ pub struct PublishToSubject {
 
 /// A PublishAsync session: its requests share one inbox of the service's
 /// ack inbox; their acks go to the sink it was opened with, in arrival
-/// order, until it is dropped.
-pub struct PublishSession(AckSession);
+/// order, until it is dropped. Publishes it holds for a hand-over are
+/// published by [`Service::flush_session`], which the caller runs whenever
+/// it would wait (for the client, for room in its window) and at the end.
+pub struct PublishSession {
+    acks: AckSession,
+    /// Consecutive publishes to `held_to`, not handed over yet.
+    held: Vec<Message>,
+    held_to: Option<Arc<Partition>>,
+    /// Partitions (stream, id) this session has published into NATS.
+    over_nats: Vec<(String, i32)>,
+    /// Held publishes that failed, for [`PublishSession::take_failed`].
+    failed: Vec<Unpublished>,
+}
 
 impl PublishSession {
     /// The inbox acked requests of this session carry.
     pub fn inbox(&self) -> &str {
-        &self.0.inbox
+        &self.acks.inbox
     }
+
+    /// The held publishes that could not be published after all (each
+    /// owes its client an error in place of its ack).
+    pub fn take_failed(&mut self) -> Vec<Unpublished> {
+        std::mem::take(&mut self.failed)
+    }
+}
+
+/// A publish of a session that could not be published after all.
+#[derive(Debug)]
+pub struct Unpublished {
+    /// Its correlation id.
+    pub correlation_id: String,
+    /// Whether it asked for an ack (which will not come).
+    pub acked: bool,
+    /// Why.
+    pub error: ServiceError,
 }
 
 /// A failed resume as the caller sees it: as is for Publish, INTERNAL
@@ -125,7 +166,7 @@ impl Service {
         wait: Option<Duration>,
     ) -> Result<Option<Ack>, ServiceError> {
         let r_partition = r.partition;
-        let ack = self.publish_one(r, wait, false).await?;
+        let ack = self.publish_one(r, wait).await?;
         if let Some(a) = &ack {
             match AckError::try_from(a.ack_error).unwrap_or(AckError::Unknown) {
                 AckError::Ok => {}
@@ -155,15 +196,27 @@ impl Service {
 
     /// The shared publish path: validate, resume, envelope, publish into
     /// NATS, and wait for the ack when `wait` is given. Ack errors are
-    /// returned in the ack. In a PublishAsync session (`in_session`) a
-    /// failed resume is INTERNAL "failed to resume stream: …", as
-    /// Liftbridge reports it there; Publish returns the resume error as is.
+    /// returned in the ack.
     pub(super) async fn publish_one(
         &self,
         r: Publish,
         wait: Option<Duration>,
-        in_session: bool,
     ) -> Result<Option<Ack>, ServiceError> {
+        let wait = wait.filter(|_| r.ack_policy != AckPolicy::None);
+        let (subject, msg) = self.prepare_publish(r, false).await?;
+        self.publish_and_wait(&subject, msg, wait).await
+    }
+
+    /// Validates a publish, resumes its partition if paused and builds its
+    /// envelope's message; returns it with the subject it goes to. In a
+    /// PublishAsync session (`in_session`) a failed resume is INTERNAL
+    /// "failed to resume stream: …", as Liftbridge reports it there;
+    /// Publish returns the resume error as is.
+    async fn prepare_publish(
+        &self,
+        r: Publish,
+        in_session: bool,
+    ) -> Result<(String, Message), ServiceError> {
         if r.stream.is_empty() {
             return Err(ServiceError::InvalidArgument("No stream provided".into()));
         }
@@ -191,7 +244,6 @@ impl Service {
             return Err(resume_failed(e, in_session));
         }
         let subject = s.partition_subject(r.partition);
-        let wait = wait.filter(|_| r.ack_policy != AckPolicy::None);
         // The envelope names the stream and the subject it is published
         // on, as Liftbridge's server-built envelopes do.
         let msg = Message {
@@ -206,7 +258,7 @@ impl Service {
             ack_policy: r.ack_policy as i32,
             ..Default::default()
         };
-        self.publish_and_wait(&subject, msg, wait).await
+        Ok((subject, msg))
     }
 
     /// Publishes to a literal subject and, when `wait` is given (and the
@@ -239,13 +291,94 @@ impl Service {
     /// Starts a PublishAsync session on the shared ack inbox: its acks go
     /// to `sink` where they are delivered (it must not block or publish).
     pub fn publish_session(&self, sink: AckSink) -> Result<PublishSession, ServiceError> {
-        Ok(PublishSession(self.inner.acks.session(sink)?))
+        Ok(PublishSession {
+            acks: self.inner.acks.session(sink)?,
+            held: Vec::new(),
+            held_to: None,
+            over_nats: Vec::new(),
+            failed: Vec::new(),
+        })
     }
 
     /// Publishes one request of a session without waiting for its ack
     /// (which arrives on the session's queue). Ack errors come in the ack.
-    pub async fn publish_in_session(&self, r: Publish) -> Result<(), ServiceError> {
-        self.publish_one(r, None, true).await.map(|_| ())
+    /// A publish to a partition led here may be held for a hand-over (see
+    /// the module documentation); held publishes that fail later are
+    /// reported by [`PublishSession::take_failed`].
+    pub async fn publish_in_session(
+        &self,
+        s: &mut PublishSession,
+        r: Publish,
+    ) -> Result<(), ServiceError> {
+        let partition = r.partition;
+        let (subject, msg) = self.prepare_publish(r, true).await?;
+        let to = (!s
+            .over_nats
+            .iter()
+            .any(|(st, id)| *id == partition && *st == msg.stream))
+        .then(|| self.inner.parts.get(&msg.stream, partition))
+        .flatten()
+        .filter(|_| {
+            crate::nats::subject::is_valid_literal_subject(&subject)
+                && envelope::message_len(&msg) <= self.inner.nats.max_payload()
+        });
+        if let Some(p) = to {
+            if s.held_to.as_ref().is_some_and(|h| !Arc::ptr_eq(h, &p)) {
+                self.hand_over_held(s).await;
+            }
+            s.held_to = Some(p);
+            s.held.push(msg);
+            if s.held.len() >= MAX_HELD {
+                self.hand_over_held(s).await;
+            }
+            return Ok(());
+        }
+        // Whatever is held goes first: it was sent first.
+        self.hand_over_held(s).await;
+        if !s
+            .over_nats
+            .iter()
+            .any(|(st, id)| *id == partition && *st == msg.stream)
+        {
+            s.over_nats.push((msg.stream.clone(), partition));
+        }
+        self.publish_and_wait(&subject, msg, None).await.map(|_| ())
+    }
+
+    /// Publishes whatever the session holds: handed over to its partition,
+    /// or published into NATS when the partition does not take it (those
+    /// that fail are reported by [`PublishSession::take_failed`]).
+    pub async fn flush_session(&self, s: &mut PublishSession) {
+        self.hand_over_held(s).await
+    }
+
+    async fn hand_over_held(&self, s: &mut PublishSession) {
+        let Some(p) = s.held_to.take() else {
+            return;
+        };
+        let held = std::mem::take(&mut s.held);
+        let Err(back) = p.hand_over(held).await else {
+            return;
+        };
+        // From now on this partition gets the session's publishes over NATS.
+        s.over_nats.push((p.stream.clone(), p.id));
+        for msg in back {
+            let acked = msg.ack_policy != AckPolicy::None as i32;
+            let correlation_id = msg.correlation_id.clone();
+            let payload = envelope::encode_message(&msg);
+            if let Err(e) = self
+                .inner
+                .nats
+                .publish_paced(&p.subject, None, None, payload)
+                .await
+            {
+                s.failed.push(Unpublished {
+                    correlation_id,
+                    acked,
+                    error: e.into(),
+                });
+            }
+        }
     }
 
     async fn publish_and_wait(

@@ -133,6 +133,11 @@ pub fn encode_message(msg: &pb::Message) -> Bytes {
     encode_framed(MsgType::Publish, msg)
 }
 
+/// The length of `msg`'s publish envelope, without encoding it.
+pub fn message_len(msg: &pb::Message) -> usize {
+    HEADER_LEN + prost::Message::encoded_len(msg)
+}
+
 /// Frames a protobuf message with a header of type `t` (no CRC), encoding
 /// it straight after the header: one buffer, no intermediate copy.
 pub(crate) fn encode_framed(t: MsgType, msg: &impl prost::Message) -> Bytes {
@@ -177,6 +182,19 @@ pub fn decode_ack(data: &[u8]) -> Result<pb::Ack, EnvelopeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn message_len_is_the_encoded_length() {
+        let mut m = pb::Message::default();
+        assert_eq!(message_len(&m), encode_message(&m).len());
+        m.value = Bytes::from(vec![7u8; 1500]);
+        m.key = Bytes::from_static(b"key");
+        m.headers.insert("h".into(), Bytes::from_static(b"v"));
+        m.ack_inbox = "inbox.1".into();
+        m.correlation_id = "c".into();
+        m.offset = -1;
+        assert_eq!(message_len(&m), encode_message(&m).len());
+    }
 
     #[test]
     fn message_roundtrip_without_and_with_crc() {

@@ -15,6 +15,7 @@ mod api_common;
 mod api_encryption;
 mod api_flow;
 mod api_groups;
+mod api_handover;
 mod api_lifecycle;
 mod api_localhost;
 mod api_parity;

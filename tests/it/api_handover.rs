@@ -1,0 +1,194 @@
+//! Contract: PublishAsync requests to a partition led here reach its log
+//! without a NATS publish only while nobody could tell. A message handed
+//! over is recorded exactly as the same message published into NATS
+//! (key, value, headers, subject, offsets in order); a NATS subscriber of
+//! the stream subject sees every envelope; and a subscriber arriving in
+//! the middle of a session changes nothing in the session's order.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use liftbridge::api::proto;
+use liftbridge::wire::envelope;
+
+use crate::api_common::{client, config, create, publish_async_all, start, subscribe, take};
+
+/// A request to partition 0 of `stream` carrying key, headers and value
+/// `<tag><i>`, correlation id `<tag><i>`, AckPolicy LEADER.
+fn request(stream: &str, tag: &str, i: usize) -> proto::PublishRequest {
+    proto::PublishRequest {
+        key: format!("k{i}").into_bytes().into(),
+        value: format!("{tag}{i}").into_bytes().into(),
+        stream: stream.into(),
+        headers: HashMap::from([
+            ("h".to_string(), format!("v{i}").into_bytes().into()),
+            ("z".to_string(), b"last".to_vec().into()),
+        ]),
+        correlation_id: format!("{tag}{i}"),
+        ack_policy: proto::AckPolicy::Leader as i32,
+        expected_offset: -1,
+        ..Default::default()
+    }
+}
+
+/// Returns once the server has taken every subscription `nc` made so far:
+/// a message `nc` publishes to itself comes back after them.
+async fn listening(nc: &async_nats::Client) {
+    let probe = nc.new_inbox();
+    let mut sub = nc.subscribe(probe.clone()).await.unwrap();
+    nc.publish(probe, "probe".into()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), sub.next())
+        .await
+        .expect("probe back in time")
+        .expect("subscription open");
+}
+
+/// Reads every message of partition 0 of `stream` from the earliest.
+async fn read_back(
+    c: &mut crate::api_common::Client,
+    stream: &str,
+    n: usize,
+) -> Vec<proto::Message> {
+    let mut s = subscribe(
+        c,
+        proto::SubscribeRequest {
+            stream: stream.into(),
+            start_position: proto::StartPosition::Earliest as i32,
+            ..Default::default()
+        },
+    )
+    .await;
+    take(&mut s, n).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handed_over_publishes_are_recorded_as_published_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    create(&mut c, "ho", "ho", 1).await;
+
+    // Nobody listens on "ho": handed over.
+    let alone: Vec<_> = (0..10).map(|i| request("ho", "a", i)).collect();
+    let acks = publish_async_all(&mut c, alone).await;
+    let offsets: Vec<i64> = acks
+        .iter()
+        .map(|r| r.ack.as_ref().unwrap().offset)
+        .collect();
+    assert_eq!(offsets, (0..10).collect::<Vec<_>>(), "{acks:?}");
+
+    // A NATS client listens: it sees every envelope, in order.
+    let nc = async_nats::connect(node.nats_addr().to_string())
+        .await
+        .unwrap();
+    let mut watcher = nc.subscribe("ho").await.unwrap();
+    listening(&nc).await;
+    let watched: Vec<_> = (0..10).map(|i| request("ho", "b", i)).collect();
+    let acks = publish_async_all(&mut c, watched).await;
+    let offsets: Vec<i64> = acks
+        .iter()
+        .map(|r| r.ack.as_ref().unwrap().offset)
+        .collect();
+    assert_eq!(offsets, (10..20).collect::<Vec<_>>(), "{acks:?}");
+    for i in 0..10 {
+        let m = tokio::time::timeout(Duration::from_secs(5), watcher.next())
+            .await
+            .expect("envelope seen in time")
+            .expect("subscription open");
+        let env = envelope::decode_message(&m.payload).expect("a publish envelope");
+        assert_eq!(env.value, format!("b{i}").as_bytes());
+        assert_eq!(env.correlation_id, format!("b{i}"));
+    }
+
+    // Both halves are recorded alike.
+    let got = read_back(&mut c, "ho", 20).await;
+    for (i, m) in got.iter().enumerate() {
+        let (tag, n) = if i < 10 { ("a", i) } else { ("b", i - 10) };
+        assert_eq!(m.offset, i as i64);
+        assert_eq!(m.value, format!("{tag}{n}").as_bytes(), "offset {i}");
+        assert_eq!(m.key, format!("k{n}").as_bytes(), "offset {i}");
+        assert_eq!(m.subject, "ho", "offset {i}");
+        assert_eq!(
+            m.headers.get("h").map(|v| &v[..]),
+            Some(format!("v{n}").as_bytes())
+        );
+        assert_eq!(m.headers.get("z").map(|v| &v[..]), Some(&b"last"[..]));
+        assert!(m.timestamp > 0, "offset {i}");
+    }
+    let first = &got[0].headers;
+    let other = &got[10].headers;
+    let mut a: Vec<_> = first.keys().collect();
+    let mut b: Vec<_> = other.keys().collect();
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "same header names either way");
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_arriving_mid_session_keeps_the_session_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    create(&mut c, "mid", "mid", 1).await;
+
+    let (tx, rx) = tokio::sync::mpsc::channel::<proto::PublishRequest>(64);
+    let mut responses = c
+        .publish_async(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("publish_async")
+        .into_inner();
+    const N: usize = 2000;
+    let nats_addr = node.nats_addr().to_string();
+    let sender = tokio::spawn(async move {
+        let mut watcher = None;
+        for i in 0..N {
+            if i == N / 4 {
+                // Mid-session, with publishes in flight: a NATS client
+                // starts listening on the stream subject.
+                let nc = async_nats::connect(nats_addr.clone()).await.unwrap();
+                let sub = nc.subscribe("mid").await.unwrap();
+                listening(&nc).await;
+                watcher = Some((nc, sub));
+            }
+            tx.send(request("mid", "m", i)).await.unwrap();
+        }
+        watcher
+    });
+    let mut acked = Vec::with_capacity(N);
+    while acked.len() < N {
+        let r = tokio::time::timeout(Duration::from_secs(10), responses.next())
+            .await
+            .expect("ack in time")
+            .expect("stream open")
+            .expect("response ok");
+        assert!(r.async_error.is_none(), "{r:?}");
+        let a = r.ack.expect("an ack");
+        acked.push((a.correlation_id, a.offset));
+    }
+    let (_nc, mut sub) = sender.await.unwrap().expect("the watcher subscribed");
+
+    // Every request acked once, at the offset of its place in the session.
+    acked.sort_by_key(|(_, o)| *o);
+    for (i, (corr, offset)) in acked.iter().enumerate() {
+        assert_eq!(*offset, i as i64);
+        assert_eq!(corr, &format!("m{i}"), "offset {i}");
+    }
+    let got = read_back(&mut c, "mid", N).await;
+    for (i, m) in got.iter().enumerate() {
+        assert_eq!(m.value, format!("m{i}").as_bytes(), "offset {i}");
+    }
+
+    // The watcher saw every publish sent after it subscribed, in order.
+    let mut seen = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(500), sub.next()).await {
+        let env = envelope::decode_message(&m.payload).expect("a publish envelope");
+        seen.push(String::from_utf8(env.value.to_vec()).unwrap());
+    }
+    assert!(seen.len() >= N - N / 4, "saw {} envelopes", seen.len());
+    let first: usize = seen[0][1..].parse().unwrap();
+    let expect: Vec<String> = (first..N).map(|i| format!("m{i}")).collect();
+    assert_eq!(seen, expect);
+    node.shutdown().await;
+}
