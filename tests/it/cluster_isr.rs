@@ -6,7 +6,9 @@
 //!   `replica.max.lag.time`, the partition is under-replicated (admin API
 //!   and metric), an ALL publish is not acknowledged while a LEADER publish
 //!   is; once the follower is back it rejoins the ISR, the partition is no
-//!   longer under-replicated and ALL publishes are acknowledged again.
+//!   longer under-replicated and ALL publishes are acknowledged again;
+//! - a PublishAsync stream to the leader (its messages handed to the log
+//!   without NATS) is replicated as any publish.
 
 use std::time::Duration;
 
@@ -410,4 +412,79 @@ async fn cluster_isr_caught_up_fetches_wait_at_the_leader_for_records() {
     let r = rw::decode_response(m.payload).unwrap();
     assert!(r.held && r.records.is_empty(), "{r:?}");
     assert_eq!(r.hw, hw);
+}
+
+/// Reads `n` messages of partition 0 of `stream` from node `i` with
+/// `readISRReplica` (after the confirming empty message).
+async fn read_isr(c: &Cluster, i: usize, stream: &str, n: usize) -> Vec<(i64, String)> {
+    let mut client = c.nodes[i].client().await;
+    let mut s = client
+        .subscribe(proto::SubscribeRequest {
+            stream: stream.into(),
+            start_position: proto::StartPosition::Earliest as i32,
+            read_isr_replica: true,
+            ..Default::default()
+        })
+        .await
+        .expect("subscribe with readISRReplica")
+        .into_inner();
+    let mut got = Vec::with_capacity(n + 1);
+    while got.len() < n + 1 {
+        let m = tokio::time::timeout(Duration::from_secs(20), s.next())
+            .await
+            .expect("messages within 20 s")
+            .expect("stream open")
+            .expect("message");
+        got.push((m.offset, String::from_utf8_lossy(&m.value).into_owned()));
+    }
+    assert_eq!(got.remove(0).1, "", "the confirming empty message first");
+    got
+}
+
+/// A PublishAsync stream to the leader of a replicated partition: its
+/// messages reach the leader's log without a NATS publish and are
+/// replicated as any other: every AckPolicy ALL ack arrives, at offsets
+/// in the stream's order, and every replica holds the same messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_isr_publish_async_to_the_leader_is_replicated() {
+    let mut opts = ClusterOptions::three("israsync");
+    opts.extra_yaml = TIMINGS.into();
+    let c = Cluster::start(&opts).await;
+    create(&c, "pasync", None).await;
+    let leader = leader_index(&c, "pasync").await;
+    const N: usize = 500;
+    let reqs: Vec<_> = (0..N)
+        .map(|i| proto::PublishRequest {
+            stream: "pasync".into(),
+            value: format!("m{i}").into_bytes().into(),
+            correlation_id: format!("c{i}"),
+            ack_policy: proto::AckPolicy::All as i32,
+            expected_offset: -1,
+            ..Default::default()
+        })
+        .collect();
+    let mut client = c.nodes[leader].client().await;
+    let mut responses = client
+        .publish_async(futures::stream::iter(reqs))
+        .await
+        .expect("publish_async")
+        .into_inner();
+    let mut acks = Vec::with_capacity(N);
+    while acks.len() < N {
+        let r = tokio::time::timeout(Duration::from_secs(30), responses.next())
+            .await
+            .expect("acks within 30 s")
+            .expect("stream open")
+            .expect("response");
+        assert!(r.async_error.is_none(), "{r:?}");
+        let a = r.ack.expect("an ack");
+        acks.push((a.offset, a.correlation_id));
+    }
+    acks.sort();
+    let want: Vec<(i64, String)> = (0..N).map(|i| (i as i64, format!("c{i}"))).collect();
+    assert_eq!(acks, want);
+    let want: Vec<(i64, String)> = (0..N).map(|i| (i as i64, format!("m{i}"))).collect();
+    for i in 0..3 {
+        assert_eq!(read_isr(&c, i, "pasync", N).await, want, "node {i}");
+    }
 }
