@@ -10,7 +10,8 @@ use liftbridge::crypt::MasterKey;
 use tonic::Code;
 
 use super::api_common::{
-    client, config, end_status, from_earliest, publish_acked, start, subscribe, take,
+    client, config, end_status, from_earliest, publish_acked, publish_async_all, start, subscribe,
+    take,
 };
 
 const KEY: &[u8; 32] = b"0123456789abcdef0123456789abcdef";
@@ -67,9 +68,27 @@ async fn api_encryption_values_are_sealed_on_disk_and_survive_a_restart() {
             i
         );
     }
+    // PublishAsync (its messages handed to the partition, not published
+    // into NATS): sealed the same way.
+    let reqs: Vec<_> = (3..6)
+        .map(|i| proto::PublishRequest {
+            key: b"k".to_vec().into(),
+            value: format!("top-secret-plaintext-{i}").into_bytes().into(),
+            stream: "secret".into(),
+            ack_policy: proto::AckPolicy::Leader as i32,
+            expected_offset: -1,
+            ..Default::default()
+        })
+        .collect();
+    let acks = publish_async_all(&mut c, reqs).await;
+    let offsets: Vec<i64> = acks
+        .iter()
+        .map(|r| r.ack.as_ref().unwrap().offset)
+        .collect();
+    assert_eq!(offsets, vec![3, 4, 5], "{acks:?}");
     publish_acked(&mut c, "clear", 0, b"", b"visible-plaintext-marker").await;
     let mut s = subscribe(&mut c, from_earliest("secret", 0)).await;
-    let got = take(&mut s, 3).await;
+    let got = take(&mut s, 6).await;
     for (i, m) in got.iter().enumerate() {
         assert_eq!(&m.value[..], format!("top-secret-plaintext-{i}").as_bytes());
         assert_eq!(&m.key[..], b"k");
@@ -86,8 +105,9 @@ async fn api_encryption_values_are_sealed_on_disk_and_survive_a_restart() {
     let node = start(cfg.clone()).await;
     let mut c = client(&node).await;
     let mut s = subscribe(&mut c, from_earliest("secret", 0)).await;
-    let got = take(&mut s, 3).await;
+    let got = take(&mut s, 6).await;
     assert_eq!(&got[2].value[..], b"top-secret-plaintext-2");
+    assert_eq!(&got[5].value[..], b"top-secret-plaintext-5");
     drop(s);
     node.shutdown().await;
 

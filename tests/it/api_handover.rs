@@ -3,7 +3,9 @@
 //! over is recorded exactly as the same message published into NATS
 //! (key, value, headers, subject, offsets in order); a NATS subscriber of
 //! the stream subject sees every envelope; and a subscriber arriving in
-//! the middle of a session changes nothing in the session's order.
+//! the middle of a session changes nothing in the session's order. A
+//! handed-over message over the size limit is refused as a published one
+//! is, and the messages around it are stored.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -190,5 +192,29 @@ async fn a_subscriber_arriving_mid_session_keeps_the_session_order() {
     let first: usize = seen[0][1..].parse().unwrap();
     let expect: Vec<String> = (first..N).map(|i| format!("m{i}")).collect();
     assert_eq!(seen, expect);
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_message_over_the_limit_is_refused_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.partitions.max_message_bytes = 256;
+    let node = start(cfg).await;
+    let mut c = client(&node).await;
+    create(&mut c, "lim", "lim", 1).await;
+    let mut reqs: Vec<_> = (0..3).map(|i| request("lim", "s", i)).collect();
+    reqs[1].value = vec![b'x'; 1000].into();
+    let got = publish_async_all(&mut c, reqs).await;
+    assert_eq!(got.len(), 3, "{got:?}");
+    let by_corr = |corr: &str| got.iter().find(|r| r.correlation_id == corr).unwrap();
+    let e = by_corr("s1").async_error.as_ref().expect("an error for s1");
+    assert_eq!(e.code, proto::publish_async_error::Code::BadRequest as i32);
+    assert_eq!(e.message, "message too large");
+    assert_eq!(by_corr("s0").ack.as_ref().unwrap().offset, 0);
+    assert_eq!(by_corr("s2").ack.as_ref().unwrap().offset, 1);
+    let back = read_back(&mut c, "lim", 2).await;
+    assert_eq!(back[0].value, &b"s0"[..]);
+    assert_eq!(back[1].value, &b"s2"[..]);
     node.shutdown().await;
 }
