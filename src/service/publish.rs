@@ -101,6 +101,19 @@ impl PublishSession {
     pub fn take_failed(&mut self) -> Vec<Unpublished> {
         std::mem::take(&mut self.failed)
     }
+
+    /// Whether this session has published into NATS to partition `id` of
+    /// `stream` (and so keeps doing so).
+    fn over_nats(&self, stream: &str, id: i32) -> bool {
+        self.over_nats.iter().any(|(s, i)| *i == id && s == stream)
+    }
+
+    /// From now on the session publishes to that partition over NATS.
+    fn mark_over_nats(&mut self, stream: &str, id: i32) {
+        if !self.over_nats(stream, id) {
+            self.over_nats.push((stream.to_string(), id));
+        }
+    }
 }
 
 /// A publish of a session that could not be published after all.
@@ -312,36 +325,27 @@ impl Service {
     ) -> Result<(), ServiceError> {
         let partition = r.partition;
         let (subject, msg) = self.prepare_publish(r, true).await?;
-        let to = (!s
-            .over_nats
-            .iter()
-            .any(|(st, id)| *id == partition && *st == msg.stream))
-        .then(|| self.inner.parts.get(&msg.stream, partition))
-        .flatten()
-        .filter(|_| {
-            crate::nats::subject::is_valid_literal_subject(&subject)
-                && envelope::message_len(&msg) <= self.inner.nats.max_payload()
-        });
+        let to = (!s.over_nats(&msg.stream, partition))
+            .then(|| self.inner.parts.get(&msg.stream, partition))
+            .flatten()
+            .filter(|_| {
+                crate::nats::subject::is_valid_literal_subject(&subject)
+                    && envelope::message_len(&msg) <= self.inner.nats.max_payload()
+            });
         if let Some(p) = to {
             if s.held_to.as_ref().is_some_and(|h| !Arc::ptr_eq(h, &p)) {
-                self.hand_over_held(s).await;
+                self.flush_session(s).await;
             }
             s.held_to = Some(p);
             s.held.push(msg);
             if s.held.len() >= MAX_HELD {
-                self.hand_over_held(s).await;
+                self.flush_session(s).await;
             }
             return Ok(());
         }
         // Whatever is held goes first: it was sent first.
-        self.hand_over_held(s).await;
-        if !s
-            .over_nats
-            .iter()
-            .any(|(st, id)| *id == partition && *st == msg.stream)
-        {
-            s.over_nats.push((msg.stream.clone(), partition));
-        }
+        self.flush_session(s).await;
+        s.mark_over_nats(&msg.stream, partition);
         self.publish_and_wait(&subject, msg, None).await.map(|_| ())
     }
 
@@ -349,10 +353,6 @@ impl Service {
     /// or published into NATS when the partition does not take it (those
     /// that fail are reported by [`PublishSession::take_failed`]).
     pub async fn flush_session(&self, s: &mut PublishSession) {
-        self.hand_over_held(s).await
-    }
-
-    async fn hand_over_held(&self, s: &mut PublishSession) {
         let Some(p) = s.held_to.take() else {
             return;
         };
@@ -361,21 +361,15 @@ impl Service {
             return;
         };
         // From now on this partition gets the session's publishes over NATS.
-        s.over_nats.push((p.stream.clone(), p.id));
+        s.mark_over_nats(&p.stream, p.id);
         for msg in back {
             let acked = msg.ack_policy != AckPolicy::None as i32;
             let correlation_id = msg.correlation_id.clone();
-            let payload = envelope::encode_message(&msg);
-            if let Err(e) = self
-                .inner
-                .nats
-                .publish_paced(&p.subject, None, None, payload)
-                .await
-            {
+            if let Err(error) = self.publish_and_wait(&p.subject, msg, None).await {
                 s.failed.push(Unpublished {
                     correlation_id,
                     acked,
-                    error: e.into(),
+                    error,
                 });
             }
         }
