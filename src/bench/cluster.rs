@@ -248,6 +248,10 @@ async fn run_async(mut args: ClusterBenchArgs) -> anyhow::Result<()> {
                                 .await
                             };
                             let r = r.with_context(|| format!("{label}, {what}"))?;
+                            // As JetStream's streams are: the next round
+                            // starts without this one's data in the page
+                            // cache.
+                            lb::delete_stream(&cluster.nodes[leader].grpc_url(), &stream).await?;
                             println!("  {what}: {r:.0} msgs/s");
                             rates.push(r);
                         }

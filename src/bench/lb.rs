@@ -289,6 +289,10 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
                             );
                             rates.push(rate);
                             disk.extend(bytes);
+                            // As JetStream's streams are: the next round
+                            // starts without this one's data in the page
+                            // cache.
+                            delete_stream(&grpc, &stream).await?;
                         }
                         rows.push(Row {
                             disk_bytes_per_msg: (!disk.is_empty()).then(|| median(disk)),
@@ -604,6 +608,18 @@ pub(super) fn print_ratios(rows: &[Row]) {
             }
         }
     }
+}
+
+/// Deletes a stream measured on, with its data.
+pub(super) async fn delete_stream(grpc: &str, name: &str) -> anyhow::Result<()> {
+    grpc_client(grpc)
+        .await?
+        .delete_stream(proto::DeleteStreamRequest {
+            name: name.to_string(),
+        })
+        .await
+        .with_context(|| format!("deleting stream {name}"))?;
+    Ok(())
 }
 
 async fn create_stream(grpc: &str, name: &str) -> anyhow::Result<()> {
