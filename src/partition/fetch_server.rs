@@ -262,15 +262,24 @@ async fn records_answer(
             .collect()
     };
     let limit = if offset < leo { leo } else { u64::MAX };
-    let mut w = ResponseWriter::new(epoch, hw, budget.min(1 << 16));
+    // Sized first, so the answer is written into one allocation that
+    // never grows (and is never copied to grow).
+    let mut sized = Vec::with_capacity(records.len());
+    let mut body = 0;
     for r in records.iter().filter(|r| r.offset < limit) {
         let rr = RecordRef::from_record(r);
         let len = codec::encoded_len(&rr);
-        if !w.is_empty() && w.len() + len + ENTRY_OVERHEAD > budget {
+        if !sized.is_empty() && rw::ANSWER_FIXED_LEN + body + len + ENTRY_OVERHEAD > budget {
             break;
         }
-        w.push_with(r.offset, len, |buf| codec::encode_into(&rr, buf));
+        body += ENTRY_OVERHEAD + len;
+        sized.push((r.offset, rr, len));
     }
+    let mut w = ResponseWriter::new(epoch, hw, body);
+    for (offset, rr, len) in &sized {
+        w.push_with(*offset, *len, |buf| codec::encode_into(rr, buf));
+    }
+    debug_assert_eq!(w.len(), rw::ANSWER_FIXED_LEN + body);
     Some(w)
 }
 

@@ -25,6 +25,8 @@ const HEADER_LEN: usize = 8;
 const FIXED_LEN: usize = 16;
 /// Offset + length before each record of a message set.
 pub const ENTRY_OVERHEAD: usize = 12;
+/// Bytes of a fetch answer before its first entry.
+pub const ANSWER_FIXED_LEN: usize = HEADER_LEN + FIXED_LEN;
 /// Envelope flag of an answer to a held fetch.
 const FLAG_HELD: u8 = 0x02;
 /// Where the envelope's flags are.
@@ -93,9 +95,10 @@ pub struct ResponseWriter {
 
 impl ResponseWriter {
     /// Starts an answer from a leader in `leader_epoch` whose high
-    /// watermark is `hw` (-1 = nothing committed).
+    /// watermark is `hw` (-1 = nothing committed), with room for
+    /// `capacity` bytes of entries.
     pub fn new(leader_epoch: u64, hw: i64, capacity: usize) -> ResponseWriter {
-        let mut buf = BytesMut::with_capacity(HEADER_LEN + FIXED_LEN + capacity);
+        let mut buf = BytesMut::with_capacity(ANSWER_FIXED_LEN + capacity);
         buf.put_slice(&MAGIC);
         buf.put_u8(VERSION);
         buf.put_u8(HEADER_LEN as u8);
