@@ -71,8 +71,10 @@ pub struct LbBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,256")]
     pub windows: Vec<usize>,
     /// Paths of the liftbridge publish workloads: `async` (gRPC
-    /// PublishAsync), `envelope` (enveloped NATS publishes).
-    #[arg(long, value_delimiter = ',', default_value = "async,envelope")]
+    /// PublishAsync), `publish` (unary gRPC Publish calls, `window` of them
+    /// in flight per publisher on one connection), `envelope` (enveloped
+    /// NATS publishes).
+    #[arg(long, value_delimiter = ',', default_value = "async,publish,envelope")]
     pub via: Vec<String>,
     /// Publisher counts of the publish workloads.
     #[arg(long, value_delimiter = ',', default_value = "1,4")]
@@ -228,15 +230,19 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
     if let Some(v) = args
         .via
         .iter()
-        .find(|v| !["async", "envelope"].contains(&v.as_str()))
+        .find(|v| !["async", "publish", "envelope"].contains(&v.as_str()))
     {
-        bail!("--via: unknown path {v:?} (async, envelope)");
+        bail!("--via: unknown path {v:?} (async, publish, envelope)");
     }
-    let vias: Vec<&str> = [("async", "PublishAsync"), ("envelope", "NATS envelope")]
-        .into_iter()
-        .filter(|(k, _)| args.via.iter().any(|v| v == k))
-        .map(|(_, name)| name)
-        .collect();
+    let vias: Vec<&str> = [
+        ("async", "PublishAsync"),
+        ("publish", "Publish"),
+        ("envelope", "NATS envelope"),
+    ]
+    .into_iter()
+    .filter(|(k, _)| args.via.iter().any(|v| v == k))
+    .map(|(_, name)| name)
+    .collect();
     let mut servers = vec![("liftbridge".to_string(), std::env::current_exe()?)];
     for l in &args.other_lbs {
         let (l, path) = l
@@ -275,6 +281,9 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
                             let work = async {
                                 if via == "PublishAsync" {
                                     lb_publish_async(&grpc, &stream, policy, window, pubs, msgs, p)
+                                        .await
+                                } else if via == "Publish" {
+                                    lb_publish_unary(&grpc, &stream, policy, window, pubs, msgs, p)
                                         .await
                                 } else {
                                     lb_publish_envelope(
@@ -738,6 +747,67 @@ pub(super) async fn lb_publish_async(
         }
     })
     .await
+}
+
+/// `pubs` publishers, each with its own connection, send `msgs` messages
+/// in all as unary `Publish` calls with a deadline (so each waits for its
+/// ack), each keeping `window` calls in flight; returns messages per
+/// second.
+pub(super) async fn lb_publish_unary(
+    grpc: &str,
+    stream: &str,
+    policy: proto::AckPolicy,
+    window: usize,
+    pubs: usize,
+    msgs: u64,
+    payload: &Bytes,
+) -> anyhow::Result<f64> {
+    timed_publishers(pubs, msgs, |_, per| {
+        let grpc = grpc.to_string();
+        let stream = stream.to_string();
+        let payload = payload.clone();
+        async move {
+            let c = grpc_client(&grpc).await?;
+            let mut in_flight = futures::stream::FuturesUnordered::new();
+            let mut acked = 0u64;
+            for i in 0..per {
+                if in_flight.len() >= window.max(1) {
+                    unary_acked(in_flight.next().await)?;
+                    acked += 1;
+                }
+                let mut c = c.clone();
+                let r = proto::PublishRequest {
+                    value: payload.clone(),
+                    stream: stream.clone(),
+                    correlation_id: i.to_string(),
+                    ack_policy: policy as i32,
+                    expected_offset: -1,
+                    ..Default::default()
+                };
+                // A call without a deadline is not acknowledged (Liftbridge's rule).
+                let mut r = tonic::Request::new(r);
+                r.set_timeout(Duration::from_secs(30));
+                in_flight.push(async move { c.publish(r).await });
+            }
+            while acked < per {
+                unary_acked(in_flight.next().await)?;
+                acked += 1;
+            }
+            anyhow::Ok(())
+        }
+    })
+    .await
+}
+
+/// Checks that a unary `Publish` call was acknowledged.
+fn unary_acked(
+    r: Option<Result<tonic::Response<proto::PublishResponse>, tonic::Status>>,
+) -> anyhow::Result<()> {
+    let r = r.ok_or_else(|| anyhow!("no publish call in flight"))??;
+    if r.into_inner().ack.is_none() {
+        bail!("publish answered without an ack");
+    }
+    Ok(())
 }
 
 /// Builds a Liftbridge envelope (magic, version 0, header length 8, no CRC)
