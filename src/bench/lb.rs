@@ -714,16 +714,9 @@ pub(super) async fn lb_publish_async(
                 tokio::spawn(async move {
                     for i in 0..per {
                         permits.acquire().await?.forget();
-                        tx.send(proto::PublishRequest {
-                            value: payload.clone(),
-                            stream: stream.clone(),
-                            correlation_id: format!("{p}-{i}"),
-                            ack_policy: policy as i32,
-                            expected_offset: -1,
-                            ..Default::default()
-                        })
-                        .await
-                        .map_err(|_| anyhow!("publish stream closed"))?;
+                        tx.send(request(&stream, &payload, format!("{p}-{i}"), policy))
+                            .await
+                            .map_err(|_| anyhow!("publish stream closed"))?;
                     }
                     anyhow::Ok(tx)
                 })
@@ -776,16 +769,8 @@ pub(super) async fn lb_publish_unary(
                     acked += 1;
                 }
                 let mut c = c.clone();
-                let r = proto::PublishRequest {
-                    value: payload.clone(),
-                    stream: stream.clone(),
-                    correlation_id: i.to_string(),
-                    ack_policy: policy as i32,
-                    expected_offset: -1,
-                    ..Default::default()
-                };
                 // A call without a deadline is not acknowledged (Liftbridge's rule).
-                let mut r = tonic::Request::new(r);
+                let mut r = tonic::Request::new(request(&stream, &payload, i.to_string(), policy));
                 r.set_timeout(Duration::from_secs(30));
                 in_flight.push(async move { c.publish(r).await });
             }
@@ -797,6 +782,23 @@ pub(super) async fn lb_publish_unary(
         }
     })
     .await
+}
+
+/// A benchmark publish of `value` to partition 0 of `stream`.
+fn request(
+    stream: &str,
+    value: &Bytes,
+    correlation_id: String,
+    policy: proto::AckPolicy,
+) -> proto::PublishRequest {
+    proto::PublishRequest {
+        value: value.clone(),
+        stream: stream.to_string(),
+        correlation_id,
+        ack_policy: policy as i32,
+        expected_offset: -1,
+        ..Default::default()
+    }
 }
 
 /// Checks that a unary `Publish` call was acknowledged.
