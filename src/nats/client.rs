@@ -721,6 +721,8 @@ pub struct LocalQueue {
     pub limit: u64,
     pending: AtomicU64,
     msgs: AtomicU64,
+    /// Messages ever queued (less those given back by `unpush`).
+    delivered: AtomicU64,
     high_water: AtomicU64,
     stall_us: AtomicU64,
     stalls: AtomicU64,
@@ -747,6 +749,7 @@ impl LocalQueue {
             limit: limit.max(1),
             pending: AtomicU64::new(0),
             msgs: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
             high_water: AtomicU64::new(0),
             stall_us: AtomicU64::new(0),
             stalls: AtomicU64::new(0),
@@ -774,6 +777,13 @@ impl LocalQueue {
     /// Messages queued and not yet taken.
     pub fn pending_msgs(&self) -> u64 {
         self.msgs.load(Ordering::Relaxed)
+    }
+
+    /// Messages ever queued. Counted before a message can be taken, so a
+    /// consumer that counts what it has finished with knows, by comparing,
+    /// whether any delivered message is still queued or in its hands.
+    pub fn delivered(&self) -> u64 {
+        self.delivered.load(Ordering::SeqCst)
     }
 
     /// The most bytes ever queued at once.
@@ -809,6 +819,7 @@ impl LocalQueue {
             self.progress_ms.store(self.now_ms(), Ordering::Relaxed);
         }
         self.msgs.fetch_add(1, Ordering::Relaxed);
+        self.delivered.fetch_add(1, Ordering::SeqCst);
         let now = prev + size;
         self.high_water.fetch_max(now, Ordering::Relaxed);
         now
@@ -818,6 +829,7 @@ impl LocalQueue {
     fn unpush(&self, size: u64) {
         self.pending.fetch_sub(size, Ordering::Relaxed);
         self.msgs.fetch_sub(1, Ordering::Relaxed);
+        self.delivered.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Consumer side: a message of `size` bytes was taken. Wakes stalled

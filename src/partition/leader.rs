@@ -40,7 +40,7 @@
 //! which the leader owns and moves after each append; it is not the store's
 //! log end, so replication can hold it back to what the ISR has.
 
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -50,6 +50,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::replication::{IsrState, Staged, WaitingAcks};
+use crate::nats::client::LocalQueue;
 use crate::nats::handle::{LocalClient, LocalMsg, SoleInterest};
 use crate::store::{AppendResult, NewRecord, PartitionLog, Record, StoreError};
 use crate::time::now_ns;
@@ -82,6 +83,12 @@ struct Intake {
     budget_kib: u32,
     /// Whether the stenographer's subscription alone hears the subject.
     sole: SoleInterest,
+    /// The subscription's queue: how many messages it was ever given.
+    queue: Arc<LocalQueue>,
+    /// How many of those the stenographer has finished with (queued with
+    /// the store, or refused), counted under `order`. Equal to the queue's
+    /// count when no message delivered so far waits to enter the log.
+    settled: AtomicU64,
     /// Held while a batch is staged and queued with the store.
     order: Mutex<()>,
 }
@@ -109,11 +116,32 @@ impl Intake {
         Some((batch, bytes))
     }
 
+    /// Whether every message delivered to the subscription so far has
+    /// entered the log's queue (or was refused). Meaningful under `order`.
+    fn caught_up(&self) -> bool {
+        self.queue.delivered() == self.settled.load(Ordering::SeqCst)
+    }
+
+    /// The stenographer is done with `n` more delivered messages.
+    fn settle(&self, n: usize) {
+        self.settled.fetch_add(n as u64, Ordering::SeqCst);
+    }
+
     /// Waits until every batch queued through this intake is answered.
     async fn drained(&self) {
         let _ = self.in_flight.acquire_many(MAX_IN_FLIGHT as u32).await;
         let _ = self.in_flight_bytes.acquire_many(self.budget_kib).await;
     }
+}
+
+/// What a hand-over must not overtake (see [`Partition::hand_over`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behind {
+    /// Nothing: the caller knows none of its earlier publishes to the
+    /// partition went into NATS.
+    Nothing,
+    /// Every message delivered to the stenographer's subscription so far.
+    Delivered,
 }
 
 /// The running stenographer: its task and the intake it feeds.
@@ -767,6 +795,8 @@ impl Partition {
             in_flight_bytes: Arc::new(tokio::sync::Semaphore::new(budget_kib as usize)),
             budget_kib,
             sole: sub.sole_interest(),
+            queue: sub.queue(),
+            settled: AtomicU64::new(0),
             order: Mutex::new(()),
         });
         let me = self.clone();
@@ -814,12 +844,25 @@ impl Partition {
     /// tell the difference). Otherwise they are given back untouched, to be
     /// published. Taken publishes are answered as the stenographer's are:
     /// acks, error acks, or nothing if the partition stops first.
-    pub async fn hand_over(self: &Arc<Self>, msgs: Vec<Message>) -> Result<(), Vec<Message>> {
+    ///
+    /// `Behind::Delivered` also gives them back while a message already
+    /// delivered to the subscription has not entered the log: a caller
+    /// that cannot tell whether an earlier publish of its client is still
+    /// on its way (a unary Publish) never overtakes one.
+    pub async fn hand_over(
+        self: &Arc<Self>,
+        msgs: Vec<Message>,
+        behind: Behind,
+    ) -> Result<(), Vec<Message>> {
         let intake = match self.steno.lock().as_ref() {
             Some(s) => s.intake.clone(),
             None => return Err(msgs),
         };
-        let taken = |i: &Intake| !i.cancel.is_cancelled() && i.sole.holds(&self.subject);
+        let taken = |i: &Intake| {
+            !i.cancel.is_cancelled()
+                && (behind == Behind::Nothing || i.caught_up())
+                && i.sole.holds(&self.subject)
+        };
         if msgs.is_empty() || !taken(&intake) || self.settings.lock().occ {
             return Err(msgs);
         }
@@ -892,6 +935,7 @@ impl Partition {
                 }
             }
             let bytes: u64 = batch.iter().map(LocalMsg::charge).sum();
+            let n = batch.len();
             match self.record_batch(std::mem::take(&mut batch)).await {
                 Ok(Some(rec)) => {
                     let Some(permits) = intake.permits(bytes).await else {
@@ -899,13 +943,18 @@ impl Partition {
                     };
                     let _order = intake.order.lock();
                     self.queue_with_store(rec, permits);
+                    intake.settle(n);
                 }
-                Ok(None) => {}
+                // Appended one by one already (OCC).
+                Ok(None) => intake.settle(n),
                 // A closed log means the partition is going away; any other
                 // store error is logged and the batch is lost (never acked),
                 // so publishers waiting for acks time out and retry.
                 Err(StoreError::Closed(_)) => break,
-                Err(e) => self.write_failed(e),
+                Err(e) => {
+                    self.write_failed(e);
+                    intake.settle(n);
+                }
             }
         }
         // Every append queued through the intake (by this loop or handed

@@ -36,7 +36,7 @@ pub mod replication;
 pub mod subjects;
 
 pub use leader::{
-    Closed, LocalAcks, Membership, Partition, PartitionSettings, ReplicaContext, Role,
+    Behind, Closed, LocalAcks, Membership, Partition, PartitionSettings, ReplicaContext, Role,
 };
 pub use manager::{
     DegradedPartition, ManagerTasks, PartitionDefaults, PartitionError, PartitionFailure,

@@ -8,7 +8,15 @@
 //! caller that supplied its own ack inbox is waited for on that inbox (a
 //! subscription of its own, as it is not ours to route).
 //!
-//! A PublishAsync session skips NATS when nobody could tell: consecutive
+//! A publish to a partition led here skips NATS when nobody could tell
+//! ([`Partition::hand_over`]: the stenographer's subscription is the
+//! subject's sole interest). A unary Publish is handed over only while
+//! every message already delivered to the stenographer has entered the
+//! log, so it never overtakes an earlier publish of its client (AckPolicy
+//! NONE returns before its message is stored) still on its way through
+//! NATS.
+//!
+//! A PublishAsync session skips NATS the same way: consecutive
 //! publishes to a partition led here are held and handed to it together
 //! ([`Partition::hand_over`]), which takes them only while its
 //! stenographer's subscription is the subject's sole interest. A partition
@@ -24,7 +32,7 @@ use bytes::Bytes;
 
 use super::acks::{AckSession, AckSink, AckWait};
 use super::{Service, ServiceError};
-use crate::partition::Partition;
+use crate::partition::{Behind, Partition};
 use crate::wire::{envelope, Ack, AckError, AckPolicy, Message};
 
 /// Most publishes a session holds for one hand-over.
@@ -216,8 +224,24 @@ impl Service {
         wait: Option<Duration>,
     ) -> Result<Option<Ack>, ServiceError> {
         let wait = wait.filter(|_| r.ack_policy != AckPolicy::None);
+        let partition = r.partition;
         let (subject, msg) = self.prepare_publish(r, false).await?;
-        self.publish_and_wait(&subject, msg, wait).await
+        let to = self.hand_over_target(&subject, &msg, partition);
+        self.publish_and_wait(&subject, msg, wait, to).await
+    }
+
+    /// The partition led here that a publish may be handed to, if any (it
+    /// still decides whether it takes it).
+    fn hand_over_target(
+        &self,
+        subject: &str,
+        msg: &Message,
+        partition: i32,
+    ) -> Option<Arc<Partition>> {
+        self.inner.parts.get(&msg.stream, partition).filter(|_| {
+            crate::nats::subject::is_valid_literal_subject(subject)
+                && envelope::message_len(msg) <= self.inner.nats.max_payload()
+        })
     }
 
     /// Validates a publish, resumes its partition if paused and builds its
@@ -298,7 +322,7 @@ impl Service {
             ack_policy: r.ack_policy as i32,
             ..Default::default()
         };
-        self.publish_and_wait(&r.subject, msg, wait).await
+        self.publish_and_wait(&r.subject, msg, wait, None).await
     }
 
     /// Starts a PublishAsync session on the shared ack inbox: its acks go
@@ -326,12 +350,8 @@ impl Service {
         let partition = r.partition;
         let (subject, msg) = self.prepare_publish(r, true).await?;
         let to = (!s.over_nats(&msg.stream, partition))
-            .then(|| self.inner.parts.get(&msg.stream, partition))
-            .flatten()
-            .filter(|_| {
-                crate::nats::subject::is_valid_literal_subject(&subject)
-                    && envelope::message_len(&msg) <= self.inner.nats.max_payload()
-            });
+            .then(|| self.hand_over_target(&subject, &msg, partition))
+            .flatten();
         if let Some(p) = to {
             if s.held_to.as_ref().is_some_and(|h| !Arc::ptr_eq(h, &p)) {
                 self.flush_session(s).await;
@@ -346,7 +366,9 @@ impl Service {
         // Whatever is held goes first: it was sent first.
         self.flush_session(s).await;
         s.mark_over_nats(&msg.stream, partition);
-        self.publish_and_wait(&subject, msg, None).await.map(|_| ())
+        self.publish_and_wait(&subject, msg, None, None)
+            .await
+            .map(|_| ())
     }
 
     /// Publishes whatever the session holds: handed over to its partition,
@@ -357,7 +379,7 @@ impl Service {
             return;
         };
         let held = std::mem::take(&mut s.held);
-        let Err(back) = p.hand_over(held).await else {
+        let Err(back) = p.hand_over(held, Behind::Nothing).await else {
             return;
         };
         // From now on this partition gets the session's publishes over NATS.
@@ -365,7 +387,7 @@ impl Service {
         for msg in back {
             let acked = msg.ack_policy != AckPolicy::None as i32;
             let correlation_id = msg.correlation_id.clone();
-            if let Err(error) = self.publish_and_wait(&p.subject, msg, None).await {
+            if let Err(error) = self.publish_and_wait(&p.subject, msg, None, None).await {
                 s.failed.push(Unpublished {
                     correlation_id,
                     acked,
@@ -375,18 +397,17 @@ impl Service {
         }
     }
 
+    /// Publishes `msg` (handed over to `to` when it takes it) and, when
+    /// `wait` is given, waits that long for its ack.
     async fn publish_and_wait(
         &self,
         subject: &str,
         mut msg: Message,
         wait: Option<Duration>,
+        to: Option<Arc<Partition>>,
     ) -> Result<Option<Ack>, ServiceError> {
         let Some(wait) = wait else {
-            let payload = envelope::encode_message(&msg);
-            self.inner
-                .nats
-                .publish_paced(subject, None, None, payload)
-                .await?;
+            self.send(subject, msg, to).await?;
             return Ok(None);
         };
         if !msg.ack_inbox.is_empty() {
@@ -397,16 +418,40 @@ impl Service {
         // call ends.
         let waiter: AckWait = self.inner.acks.wait_one()?;
         msg.ack_inbox = waiter.inbox.clone();
-        let payload = envelope::encode_message(&msg);
-        self.inner
-            .nats
-            .publish_paced(subject, None, None, payload)
-            .await?;
+        self.send(subject, msg, to).await?;
         match tokio::time::timeout(wait, waiter.recv()).await {
             Ok(Some(ack)) => Ok(Some(ack)),
             Ok(None) => Err(ServiceError::Internal("server shutting down".into())),
             Err(_) => Err(ServiceError::Timeout("timed out waiting for ack".into())),
         }
+    }
+
+    /// Hands one publish over to `to` when it takes it — behind every
+    /// message already delivered to its stenographer, since an earlier
+    /// publish of the same client may still be on its way — and publishes
+    /// it into NATS otherwise.
+    async fn send(
+        &self,
+        subject: &str,
+        msg: Message,
+        to: Option<Arc<Partition>>,
+    ) -> Result<(), ServiceError> {
+        let msg = match to {
+            Some(p) => match p.hand_over(vec![msg], Behind::Delivered).await {
+                Ok(()) => return Ok(()),
+                Err(mut back) => match back.pop() {
+                    Some(m) => m,
+                    None => return Ok(()),
+                },
+            },
+            None => msg,
+        };
+        let payload = envelope::encode_message(&msg);
+        self.inner
+            .nats
+            .publish_paced(subject, None, None, payload)
+            .await?;
+        Ok(())
     }
 
     /// Waits on an ack inbox the caller chose (not routed by us).

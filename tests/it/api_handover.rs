@@ -5,7 +5,9 @@
 //! the stream subject sees every envelope; and a subscriber arriving in
 //! the middle of a session changes nothing in the session's order. A
 //! handed-over message over the size limit is refused as a published one
-//! is, and the messages around it are stored.
+//! is, and the messages around it are stored. Unary Publish calls are
+//! handed over too, and one call never overtakes an earlier one that went
+//! through NATS (AckPolicy NONE returns before its message is stored).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -14,7 +16,9 @@ use futures::StreamExt;
 use liftbridge::api::proto;
 use liftbridge::wire::envelope;
 
-use crate::api_common::{client, config, create, publish_async_all, start, subscribe, take};
+use crate::api_common::{
+    client, config, create, http_get, publish_async_all, start, subscribe, take,
+};
 
 /// A request to partition 0 of `stream` carrying key, headers and value
 /// `<tag><i>`, correlation id `<tag><i>`, AckPolicy LEADER.
@@ -216,5 +220,151 @@ async fn a_handed_over_message_over_the_limit_is_refused_alone() {
     let back = read_back(&mut c, "lim", 2).await;
     assert_eq!(back[0].value, &b"s0"[..]);
     assert_eq!(back[1].value, &b"s2"[..]);
+    node.shutdown().await;
+}
+
+/// Messages the embedded NATS server has received, from `/varz`.
+async fn nats_in_msgs(node: &liftbridge::node::NodeHandle) -> u64 {
+    let r = http_get(node.http_addr().expect("http enabled"), "/varz").await;
+    let body = &r[r.find("\r\n\r\n").expect("a response body") + 4..];
+    let v: serde_json::Value = serde_json::from_str(body).expect("varz JSON");
+    v["in_msgs"].as_u64().expect("in_msgs")
+}
+
+/// A unary Publish of `value` to partition 0 of `stream`; acked calls
+/// carry a deadline, so they wait for the ack.
+async fn publish_unary(
+    c: &mut crate::api_common::Client,
+    stream: &str,
+    value: String,
+    policy: proto::AckPolicy,
+) -> Option<proto::Ack> {
+    let mut req = tonic::Request::new(proto::PublishRequest {
+        stream: stream.into(),
+        value: value.into_bytes().into(),
+        ack_policy: policy as i32,
+        expected_offset: -1,
+        ..Default::default()
+    });
+    req.set_timeout(Duration::from_secs(10));
+    c.publish(req).await.expect("publish").into_inner().ack
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unary_publishes_are_handed_over_when_nobody_listens() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    create(&mut c, "un", "un", 1).await;
+    let before = nats_in_msgs(&node).await;
+    for i in 0..50 {
+        let ack = publish_unary(&mut c, "un", format!("u{i}"), proto::AckPolicy::Leader).await;
+        assert_eq!(ack.expect("an ack").offset, i);
+    }
+    let after = nats_in_msgs(&node).await;
+    // Neither the publishes nor their acks went through NATS.
+    assert!(after - before < 10, "NATS took {} messages", after - before);
+    let got = read_back(&mut c, "un", 50).await;
+    for (i, m) in got.iter().enumerate() {
+        assert_eq!(m.value, format!("u{i}").as_bytes(), "offset {i}");
+        assert_eq!(m.subject, "un");
+    }
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unary_publishes_keep_their_order_whichever_way_they_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    // Each append waits for its fsync and the stenographer may queue
+    // little at a time: messages wait in its subscription.
+    cfg.partitions.sync = liftbridge::store::SyncPolicy::Always;
+    cfg.nats.local_max_pending = 1 << 20;
+    let node = start(cfg).await;
+    let mut c = client(&node).await;
+    create(&mut c, "uo", "uo", 1).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let nats_addr = node.nats_addr().to_string();
+
+    // Plain NATS publishers keep the stenographer's queue busy.
+    let noise = {
+        let (stop, addr) = (stop.clone(), nats_addr.clone());
+        tokio::spawn(async move {
+            let nc = async_nats::connect(addr).await.unwrap();
+            let mut n = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for _ in 0..20 {
+                    let v = bytes::Bytes::from(vec![b'n'; 32 << 10]);
+                    nc.publish("uo", v).await.unwrap();
+                }
+                nc.flush().await.unwrap();
+                n += 20;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            n
+        })
+    };
+    // A watcher comes and goes: while it listens, publishes go through
+    // NATS; while it is away, they may be handed over.
+    let watcher = {
+        let (stop, addr) = (stop.clone(), nats_addr.clone());
+        tokio::spawn(async move {
+            let nc = async_nats::connect(addr).await.unwrap();
+            let mut turns = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut sub = nc.subscribe("uo").await.unwrap();
+                listening(&nc).await;
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                sub.unsubscribe().await.unwrap();
+                listening(&nc).await;
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                turns += 1;
+            }
+            turns
+        })
+    };
+
+    // One client's calls, one after the other: three without an ack, then
+    // one that waits for its ack.
+    const N: usize = 400;
+    let mut offsets = Vec::new();
+    for i in 0..N {
+        let policy = if i % 4 == 3 {
+            proto::AckPolicy::Leader
+        } else {
+            proto::AckPolicy::None
+        };
+        if let Some(a) = publish_unary(&mut c, "uo", format!("u{i}"), policy).await {
+            offsets.push((i, a.offset));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let noise = noise.await.unwrap();
+    let turns = watcher.await.unwrap();
+    assert!(turns > 3, "the watcher came and went {turns} times");
+    assert_eq!(offsets.len(), N / 4);
+    assert!(offsets.windows(2).all(|w| w[0].1 < w[1].1), "{offsets:?}");
+
+    // Every call's message is stored once, in the order of the calls.
+    let got = read_back(&mut c, "uo", N + noise).await;
+    let ours: Vec<&[u8]> = got
+        .iter()
+        .map(|m| &m.value[..])
+        .filter(|v| v.starts_with(b"u"))
+        .collect();
+    let expect: Vec<String> = (0..N).map(|i| format!("u{i}")).collect();
+    let expect: Vec<&[u8]> = expect.iter().map(|v| v.as_bytes()).collect();
+    assert_eq!(ours.len(), N);
+    let first_wrong = ours.iter().zip(&expect).position(|(a, b)| a != b);
+    assert!(first_wrong.is_none(), "out of order from {first_wrong:?}");
+    // Each ack names the offset its message is stored at.
+    for (i, o) in offsets {
+        assert_eq!(got[o as usize].offset, o);
+        assert_eq!(
+            got[o as usize].value,
+            format!("u{i}").as_bytes(),
+            "offset {o}"
+        );
+    }
     node.shutdown().await;
 }
