@@ -327,6 +327,8 @@ pub struct Partition {
     /// it has, it must not help elect a leader (it could be chosen with
     /// less than what was committed).
     pub(super) rebuilding: std::sync::atomic::AtomicBool,
+    /// Unary publishes being handed over now (see [`Partition::hand_over_one`]).
+    handing_one: AtomicUsize,
 }
 
 impl std::fmt::Debug for Partition {
@@ -417,6 +419,7 @@ impl Partition {
             fetches_held: AtomicUsize::new(0),
             tasks: Mutex::new(Vec::new()),
             rebuilding: std::sync::atomic::AtomicBool::new(false),
+            handing_one: AtomicUsize::new(0),
         })
     }
 
@@ -893,6 +896,29 @@ impl Partition {
             self.queue_with_store(rec, permits);
         }
         Ok(())
+    }
+
+    /// Hands over one publish of a unary call, behind every message
+    /// already delivered to the stenographer (`Behind::Delivered`), and
+    /// only while no other one is being handed over: under concurrent
+    /// calls the rest go through NATS, where the stenographer takes them
+    /// in batches (one journal write for many), and the barrier then keeps
+    /// the calls that follow on that path until it has caught up.
+    pub async fn hand_over_one(self: &Arc<Self>, msg: Message) -> Result<(), Message> {
+        struct Leave<'a>(&'a AtomicUsize);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let alone = self.handing_one.fetch_add(1, Ordering::AcqRel) == 0;
+        let _leave = Leave(&self.handing_one);
+        if !alone {
+            return Err(msg);
+        }
+        self.hand_over(vec![msg], Behind::Delivered)
+            .await
+            .map_err(|mut back| back.pop().unwrap_or_default())
     }
 
     /// Stages a batch for followers and queues it with the store; its acks

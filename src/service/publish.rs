@@ -10,11 +10,12 @@
 //!
 //! A publish to a partition led here skips NATS when nobody could tell
 //! ([`Partition::hand_over`]: the stenographer's subscription is the
-//! subject's sole interest). A unary Publish is handed over only while
-//! every message already delivered to the stenographer has entered the
-//! log, so it never overtakes an earlier publish of its client (AckPolicy
-//! NONE returns before its message is stored) still on its way through
-//! NATS.
+//! subject's sole interest). A unary Publish is handed over one at a
+//! time (concurrent calls go through NATS, where the stenographer batches
+//! them) and only while every message already delivered to the
+//! stenographer has entered the log, so it never overtakes an earlier
+//! publish of its client (AckPolicy NONE returns before its message is
+//! stored) still on its way through NATS.
 //!
 //! A PublishAsync session skips NATS the same way: consecutive
 //! publishes to a partition led here are held and handed to it together
@@ -426,10 +427,10 @@ impl Service {
         }
     }
 
-    /// Hands one publish over to `to` when it takes it — behind every
-    /// message already delivered to its stenographer, since an earlier
-    /// publish of the same client may still be on its way — and publishes
-    /// it into NATS otherwise.
+    /// Hands one publish over to `to` when it takes it (see
+    /// [`Partition::hand_over_one`]: behind every message already delivered
+    /// to its stenographer, since an earlier publish of the same client may
+    /// still be on its way) and publishes it into NATS otherwise.
     async fn send(
         &self,
         subject: &str,
@@ -437,12 +438,9 @@ impl Service {
         to: Option<Arc<Partition>>,
     ) -> Result<(), ServiceError> {
         let msg = match to {
-            Some(p) => match p.hand_over(vec![msg], Behind::Delivered).await {
+            Some(p) => match p.hand_over_one(msg).await {
                 Ok(()) => return Ok(()),
-                Err(mut back) => match back.pop() {
-                    Some(m) => m,
-                    None => return Ok(()),
-                },
+                Err(back) => back,
             },
             None => msg,
         };
