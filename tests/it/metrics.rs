@@ -225,12 +225,18 @@ async fn metrics_count_nats_grpc_partitions_and_http() {
     assert_eq!(msgs.last().map(|m| m.offset), Some((N + M - 1) as i64));
 
     let s = scrape(http).await;
-    // NATS: N TCP publishes + M in-process publishes by the gRPC API, each
-    // delivered once, to the stenographer.
-    assert_eq!(s.get("liftbridge_nats_in_messages_total", &[]) - in0, total);
+    // NATS: N TCP publishes plus those of the M gRPC publishes that went
+    // through NATS (a call is handed to the partition instead while
+    // everything published before it is recorded), each delivered once,
+    // to the stenographer.
+    let nats_in = s.get("liftbridge_nats_in_messages_total", &[]) - in0;
+    assert!(
+        (N as f64..=total).contains(&nats_in),
+        "{nats_in} messages into NATS"
+    );
     assert_eq!(
         s.get("liftbridge_nats_out_messages_total", &[]) - out0,
-        total
+        nats_in
     );
     assert!(s.get("liftbridge_nats_in_bytes_total", &[]) - inb0 >= (N * 10) as f64);
     assert_eq!(s.get("liftbridge_nats_connections", &[]), 1.0);
