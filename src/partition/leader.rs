@@ -971,7 +971,8 @@ impl Partition {
                     self.queue_with_store(rec, permits);
                     intake.settle(n);
                 }
-                // Appended one by one already (OCC).
+                // Nothing left to queue: appended one by one already (OCC),
+                // or nothing in the batch to record.
                 Ok(None) => intake.settle(n),
                 // A closed log means the partition is going away; any other
                 // store error is logged and the batch is lost (never acked),
