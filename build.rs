@@ -56,6 +56,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (proto, rust) in WIRE_TYPES {
         cfg = cfg.extern_path(*proto, *rust);
     }
-    cfg.compile_fds(api)?;
+    cfg.compile_fds(api.clone())?;
+
+    // The server side once more, on its own: every type is the one
+    // generated above except a Subscribe stream's item, which is encoded
+    // straight from the stored record (`crate::api::outgoing`).
+    let server_out = PathBuf::from(std::env::var("OUT_DIR")?).join("server");
+    std::fs::create_dir_all(&server_out)?;
+    tonic_build::configure()
+        .build_server(true)
+        .build_client(false)
+        .out_dir(&server_out)
+        .codec_path("crate::api::codec::ApiCodec")
+        .extern_path(".proto", "crate::api::proto")
+        .extern_path(".proto.Message", "crate::api::outgoing::Outgoing")
+        .compile_fds(api)?;
     Ok(())
 }

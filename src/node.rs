@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
-use crate::api::proto::api_server::ApiServer;
+use crate::api::proto::server::api_server::ApiServer;
 use crate::api::service::ApiService;
 use crate::cluster::{
     Bootstrap, ClusterOptions, MetaError, Metadata, MetadataOptions, NodeInfo, StreamConfig,

@@ -12,6 +12,7 @@
 pub mod authz;
 pub mod codec;
 pub mod convert;
+pub mod outgoing;
 pub mod proto;
 pub mod service;
 

@@ -10,3 +10,9 @@
 tonic::include_proto!("proto");
 
 pub use crate::wire::pb::{ack, Ack, AckPolicy, Cursor, Message};
+
+/// The server side of `proto.API` over the types above, except that a
+/// Subscribe stream yields [`crate::api::outgoing::Outgoing`].
+pub mod server {
+    include!(concat!(env!("OUT_DIR"), "/server/proto.rs"));
+}

@@ -20,7 +20,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::authz::Authorizer;
 use super::convert;
-use super::proto::{self, api_server::Api};
+use super::outgoing::Outgoing;
+use super::proto::{self, server::api_server::Api};
 use crate::partition::reader::{self, ReadEnd};
 use crate::service::publish::PublishSession;
 use crate::service::{Service, ServiceError};
@@ -196,7 +197,7 @@ impl Api for ApiService {
         Ok(Response::new(proto::SetStreamReadonlyResponse {}))
     }
 
-    type SubscribeStream = BoxStream<proto::Message>;
+    type SubscribeStream = BoxStream<Outgoing>;
 
     async fn subscribe(
         &self,
@@ -208,7 +209,7 @@ impl Api for ApiService {
         let sub = self.service.subscribe(convert::subscribe(r)?).await?;
         // The first (empty) message tells the client the subscription is
         // established, as Liftbridge does.
-        let handshake = futures::stream::once(async { Ok(proto::Message::default()) });
+        let handshake = futures::stream::once(async { Ok(Outgoing::Handshake) });
         let body = ReceiverStream::new(sub.batches).flat_map(move |item| {
             futures::stream::iter(batch_items(stream.clone(), partition, item))
         });
@@ -487,7 +488,7 @@ fn batch_items(
     stream: Arc<str>,
     partition: i32,
     item: Result<reader::Delivery, ReadEnd>,
-) -> impl Iterator<Item = Result<proto::Message, Status>> {
+) -> impl Iterator<Item = Result<Outgoing, Status>> {
     let (batch, credit, end) = match item {
         Ok(d) => {
             let (b, c) = d.into_parts();
@@ -502,7 +503,7 @@ fn batch_items(
         .into_iter()
         .map(move |r| {
             let _held = &credit;
-            Ok(convert::record_to_message(&stream, partition, r))
+            Ok(Outgoing::record(stream.clone(), partition, r))
         })
         .chain(end.map(Err))
 }
