@@ -2,13 +2,13 @@
 //!
 //! The generated `Message` holds its headers in a `HashMap` of owned
 //! strings and its stream name as a `String`: building one per delivered
-//! record took a map, two header names, copies of the subject and reply
-//! and of the stream name, and a hash of every header, all dropped as soon
-//! as it was encoded. [`Outgoing`] keeps the record as the store decoded it
-//! and writes the same protobuf fields from it, so a client decodes exactly
-//! what [`convert::record_to_message`](super::convert::record_to_message)
-//! would have produced (the map's entries in the record's order, not a
-//! hash order). The server only ever encodes it; decoding one yields the
+//! record would take a map, two header names, copies of the subject and
+//! reply and of the stream name, and a hash of every header, all dropped as
+//! soon as it is encoded. [`Outgoing`] keeps the record as the store decoded
+//! it and writes the same protobuf fields from it, so a client decodes
+//! exactly what [`convert::record_to_message`](super::convert::record_to_message)
+//! builds (the map's entries in the record's order rather than a hash
+//! order). The server only ever encodes it; decoding one yields the
 //! handshake (fields are skipped).
 
 use std::sync::Arc;
@@ -42,31 +42,33 @@ const SUBJECT_HEADER: &str = "subject";
 const REPLY_HEADER: &str = "reply";
 
 /// One item of a Subscribe stream: the empty handshake that tells the
-/// client its subscription is established, or a stored record.
+/// client its subscription is established (the default), or a stored
+/// record.
 #[derive(Debug, Default)]
-pub enum Outgoing {
-    /// The empty `Message` sent first.
-    #[default]
-    Handshake,
-    /// A record of partition `partition` of stream `stream`.
-    Record {
-        /// Stream name, shared by every message of the subscription.
-        stream: Arc<str>,
-        /// Partition number.
-        partition: i32,
-        /// The record as read from the log.
-        record: Record,
-    },
+pub struct Outgoing(Option<Delivered>);
+
+/// A record of partition `partition` of stream `stream`.
+#[derive(Debug)]
+struct Delivered {
+    /// Stream name, shared by every message of the subscription.
+    stream: Arc<str>,
+    partition: i32,
+    record: Record,
 }
 
 impl Outgoing {
+    /// The empty `Message` sent first.
+    pub fn handshake() -> Self {
+        Outgoing(None)
+    }
+
     /// A record of `stream`'s partition `partition`.
     pub fn record(stream: Arc<str>, partition: i32, record: Record) -> Self {
-        Outgoing::Record {
+        Outgoing(Some(Delivered {
             stream,
             partition,
             record,
-        }
+        }))
     }
 }
 
@@ -134,23 +136,16 @@ fn own_headers(r: &Record) -> impl Iterator<Item = &(String, bytes::Bytes)> {
         .filter(|(n, _)| n != SUBJECT_HEADER && n != REPLY_HEADER)
 }
 
-impl prost::Message for Outgoing {
+impl Delivered {
     fn encode_raw(&self, buf: &mut impl BufMut) {
-        let Outgoing::Record {
-            stream,
-            partition,
-            record: r,
-        } = self
-        else {
-            return;
-        };
+        let r = &self.record;
         let reply = r.reply.as_deref().unwrap_or_default();
         put_varint(field::OFFSET, r.offset, buf);
         put_delimited(field::KEY, r.key.as_deref().unwrap_or_default(), buf);
         put_delimited(field::VALUE, &r.value, buf);
         put_varint(field::TIMESTAMP, r.timestamp_ns as u64, buf);
-        put_delimited(field::STREAM, stream.as_bytes(), buf);
-        put_varint(field::PARTITION, *partition as i64 as u64, buf);
+        put_delimited(field::STREAM, self.stream.as_bytes(), buf);
+        put_varint(field::PARTITION, self.partition as i64 as u64, buf);
         put_delimited(field::SUBJECT, r.subject.as_bytes(), buf);
         put_delimited(field::REPLY_SUBJECT, reply.as_bytes(), buf);
         for (n, v) in own_headers(r) {
@@ -158,6 +153,30 @@ impl prost::Message for Outgoing {
         }
         put_entry(SUBJECT_HEADER, r.subject.as_bytes(), buf);
         put_entry(REPLY_HEADER, reply.as_bytes(), buf);
+    }
+
+    fn encoded_len(&self) -> usize {
+        let r = &self.record;
+        let reply = r.reply.as_deref().unwrap_or_default();
+        opt_varint_len(field::OFFSET, r.offset)
+            + opt_delimited_len(field::KEY, r.key.as_ref().map_or(0, |k| k.len()))
+            + opt_delimited_len(field::VALUE, r.value.len())
+            + opt_varint_len(field::TIMESTAMP, r.timestamp_ns as u64)
+            + opt_delimited_len(field::STREAM, self.stream.len())
+            + opt_varint_len(field::PARTITION, self.partition as i64 as u64)
+            + opt_delimited_len(field::SUBJECT, r.subject.len())
+            + opt_delimited_len(field::REPLY_SUBJECT, reply.len())
+            + own_headers(r).map(|(n, v)| entry_len(n, v)).sum::<usize>()
+            + entry_len(SUBJECT_HEADER, r.subject.as_bytes())
+            + entry_len(REPLY_HEADER, reply.as_bytes())
+    }
+}
+
+impl prost::Message for Outgoing {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        if let Some(d) = &self.0 {
+            d.encode_raw(buf);
+        }
     }
 
     fn merge_field(
@@ -171,30 +190,11 @@ impl prost::Message for Outgoing {
     }
 
     fn encoded_len(&self) -> usize {
-        let Outgoing::Record {
-            stream,
-            partition,
-            record: r,
-        } = self
-        else {
-            return 0;
-        };
-        let reply = r.reply.as_deref().unwrap_or_default();
-        opt_varint_len(field::OFFSET, r.offset)
-            + opt_delimited_len(field::KEY, r.key.as_ref().map_or(0, |k| k.len()))
-            + opt_delimited_len(field::VALUE, r.value.len())
-            + opt_varint_len(field::TIMESTAMP, r.timestamp_ns as u64)
-            + opt_delimited_len(field::STREAM, stream.len())
-            + opt_varint_len(field::PARTITION, *partition as i64 as u64)
-            + opt_delimited_len(field::SUBJECT, r.subject.len())
-            + opt_delimited_len(field::REPLY_SUBJECT, reply.len())
-            + own_headers(r).map(|(n, v)| entry_len(n, v)).sum::<usize>()
-            + entry_len(SUBJECT_HEADER, r.subject.as_bytes())
-            + entry_len(REPLY_HEADER, reply.as_bytes())
+        self.0.as_ref().map_or(0, Delivered::encoded_len)
     }
 
     fn clear(&mut self) {
-        *self = Outgoing::Handshake;
+        self.0 = None;
     }
 }
 
@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn the_handshake_is_the_empty_message() {
-        let h = Outgoing::default();
+        let h = Outgoing::handshake();
         assert_eq!(h.encoded_len(), 0);
         assert_eq!(decoded(&h), proto::Message::default());
     }

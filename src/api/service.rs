@@ -209,7 +209,7 @@ impl Api for ApiService {
         let sub = self.service.subscribe(convert::subscribe(r)?).await?;
         // The first (empty) message tells the client the subscription is
         // established, as Liftbridge does.
-        let handshake = futures::stream::once(async { Ok(Outgoing::Handshake) });
+        let handshake = futures::stream::once(async { Ok(Outgoing::handshake()) });
         let body = ReceiverStream::new(sub.batches).flat_map(move |item| {
             futures::stream::iter(batch_items(stream.clone(), partition, item))
         });
