@@ -327,8 +327,9 @@ pub struct Partition {
     /// it has, it must not help elect a leader (it could be chosen with
     /// less than what was committed).
     pub(super) rebuilding: std::sync::atomic::AtomicBool,
-    /// Unary publishes being handed over now (see [`Partition::hand_over_one`]).
-    handing_one: AtomicUsize,
+    /// Held while a unary publish is being handed over (see
+    /// [`Partition::hand_over_one`]).
+    handing_one: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Partition {
@@ -419,7 +420,7 @@ impl Partition {
             fetches_held: AtomicUsize::new(0),
             tasks: Mutex::new(Vec::new()),
             rebuilding: std::sync::atomic::AtomicBool::new(false),
-            handing_one: AtomicUsize::new(0),
+            handing_one: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -905,17 +906,9 @@ impl Partition {
     /// in batches (one journal write for many), and the barrier then keeps
     /// the calls that follow on that path until it has caught up.
     pub async fn hand_over_one(self: &Arc<Self>, msg: Message) -> Result<(), Message> {
-        struct Leave<'a>(&'a AtomicUsize);
-        impl Drop for Leave<'_> {
-            fn drop(&mut self) {
-                self.0.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-        let alone = self.handing_one.fetch_add(1, Ordering::AcqRel) == 0;
-        let _leave = Leave(&self.handing_one);
-        if !alone {
+        let Ok(_alone) = self.handing_one.try_lock() else {
             return Err(msg);
-        }
+        };
         self.hand_over(vec![msg], Behind::Delivered)
             .await
             .map_err(|mut back| back.pop().unwrap_or_default())
