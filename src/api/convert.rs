@@ -1,11 +1,14 @@
 //! Conversions between the gRPC types of `proto.API` and the domain types of
-//! the layers below (partition positions, stored records).
+//! the layers below (partition positions; a stored record is encoded for
+//! delivery by [`outgoing`](super::outgoing)).
 //!
 //! The adapter's vocabulary stops here: nothing below `api` sees a
 //! `proto::*` request or response. Pure functions, no I/O.
 
+#[cfg(test)]
 use std::collections::HashMap;
 
+#[cfg(test)]
 use bytes::Bytes;
 
 use super::proto;
@@ -14,6 +17,7 @@ use crate::partition::reader::{StartPosition, StopPosition};
 use crate::service::{
     self, ConsumerRef, CreateStream, Publish, PublishToSubject, Service, ServiceError,
 };
+#[cfg(test)]
 use crate::store::Record;
 use crate::wire::AckPolicy;
 
@@ -175,9 +179,12 @@ pub fn stop_position(req: &proto::SubscribeRequest) -> Result<StopPosition, Serv
     })
 }
 
-/// Converts a stored record into the API's `Message`, with the `subject`
-/// and `reply` headers the stenographer promises.
-pub fn record_to_message(stream: &str, partition: i32, r: Record) -> proto::Message {
+/// The API's `Message` a stored record is delivered as, with the `subject`
+/// and `reply` headers the stenographer promises, built field by field:
+/// the reference a Subscribe stream's encoding
+/// ([`Outgoing`](super::outgoing::Outgoing)) is tested against.
+#[cfg(test)]
+pub(crate) fn record_to_message(stream: &str, partition: i32, r: Record) -> proto::Message {
     let mut headers: HashMap<String, Bytes> = HashMap::with_capacity(r.headers.len() + 2);
     headers.extend(r.headers);
     headers.insert(

@@ -6,10 +6,10 @@
 //! reply and of the stream name, and a hash of every header, all dropped as
 //! soon as it is encoded. [`Outgoing`] keeps the record as the store decoded
 //! it and writes the same protobuf fields from it, so a client decodes
-//! exactly what [`convert::record_to_message`](super::convert::record_to_message)
-//! builds (the map's entries in the record's order rather than a hash
-//! order). The server only ever encodes it; decoding one yields the
-//! handshake (fields are skipped).
+//! exactly the `Message` built field by field (the tests compare the two;
+//! the map's entries come in the record's order rather than a hash order).
+//! The server only ever encodes it; decoding one yields the handshake
+//! (fields are skipped).
 
 use std::sync::Arc;
 
