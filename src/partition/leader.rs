@@ -330,6 +330,8 @@ pub struct Partition {
     /// Held while a unary publish is being handed over (see
     /// [`Partition::hand_over_one`]).
     handing_one: tokio::sync::Mutex<()>,
+    /// Replicated: retention and compaction stop at the committed end.
+    replicated: bool,
 }
 
 impl std::fmt::Debug for Partition {
@@ -380,6 +382,9 @@ impl Partition {
         // (as follower): until then, nothing is served past what is known.
         let alone = membership.replicas.len() <= 1;
         let committed_end = if alone { log.log_end_offset() } else { 0 };
+        // Replicated, whatever a previous role allowed, nothing past what
+        // is known to be committed is cleaned until this role learns more.
+        log.set_compaction_limit(if alone { u64::MAX } else { committed_end });
         let staged =
             (!alone && role == Role::Leader).then(|| Mutex::new(Staged::new(log.log_end_offset())));
         let isr = (role == Role::Leader).then(|| {
@@ -421,6 +426,7 @@ impl Partition {
             tasks: Mutex::new(Vec::new()),
             rebuilding: std::sync::atomic::AtomicBool::new(false),
             handing_one: tokio::sync::Mutex::new(()),
+            replicated: !alone,
         })
     }
 
@@ -593,7 +599,6 @@ impl Partition {
     pub(super) fn follower_committed(&self, end: u64) {
         let end = end.min(self.log.log_end_offset());
         self.advance_committed(end);
-        self.log.set_compaction_limit(self.committed_end());
     }
 
     /// As leader: recomputes the committed end from the ISR, sends the ALL
@@ -610,9 +615,6 @@ impl Partition {
             self.advance_committed(end);
         }
         let committed = self.committed_end();
-        if committed != before {
-            self.log.set_compaction_limit(committed);
-        }
         let ready = self.waiting.lock().release(committed);
         for (offset, p) in ready {
             self.send_ack(p, offset as i64, AckError::Ok);
@@ -703,8 +705,9 @@ impl Partition {
     /// Moves the committed end forward to `end` (never back). The leader
     /// calls it after each append, before the acks go out, so a client that
     /// got its ack can read its message.
+    /// Replicated, retention and compaction may then reach `end` too.
     pub fn advance_committed(&self, end: u64) {
-        self.hw.send_if_modified(|h| {
+        let moved = self.hw.send_if_modified(|h| {
             if end > *h {
                 *h = end;
                 true
@@ -712,6 +715,9 @@ impl Partition {
                 false
             }
         });
+        if moved && self.replicated {
+            self.log.set_compaction_limit(end);
+        }
     }
 
     /// Whether the partition is readonly.
@@ -1284,5 +1290,126 @@ pub struct SubscriberGuard(Arc<Partition>);
 impl Drop for SubscriberGuard {
     fn drop(&mut self) {
         self.0.subscribers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::store::LogConfig;
+
+    /// A leader partition of `log` replicated on `replicas` (this node is
+    /// the first), all in sync, on an embedded NATS server of its own that
+    /// the caller shuts down. Its tasks are not started.
+    pub(crate) async fn leader_of(
+        log: &PartitionLog,
+        replicas: &[&str],
+    ) -> (crate::nats::NatsServer, Arc<Partition>) {
+        let nats = crate::nats::NatsServer::start(crate::config::nats::NatsOptions {
+            host: "127.0.0.1".into(),
+            port: 0,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let replicas: Vec<String> = replicas.iter().map(|r| r.to_string()).collect();
+        let p = Partition::new(
+            "s".into(),
+            0,
+            "s".into(),
+            String::new(),
+            1,
+            log.clone(),
+            PartitionSettings {
+                max_bytes: 1 << 20,
+                occ: false,
+                leader_epoch: 0,
+                encrypt: None,
+            },
+            false,
+            nats.local_client("test"),
+            Role::Leader,
+            Membership {
+                isr: replicas.clone(),
+                min_isr: replicas.len().min(2),
+                replicas,
+            },
+            ReplicaContext::standalone("me"),
+        );
+        (nats, p)
+    }
+
+    fn keyed(key: &'static str) -> NewRecord {
+        NewRecord {
+            timestamp_ns: 1,
+            key: Some(Bytes::from_static(key.as_bytes())),
+            headers: Vec::new(),
+            value: Bytes::from_static(b"v"),
+            subject: "s".into(),
+            reply: None,
+        }
+    }
+
+    async fn offsets(log: &PartitionLog) -> Vec<u64> {
+        let records = log.read(0, 100, usize::MAX).await.unwrap();
+        records.iter().map(|r| r.offset).collect()
+    }
+
+    /// A replicated partition's log is cleaned only below what is known to
+    /// be committed: nothing at all when a leader takes over a log (the ISR
+    /// has not told it anything yet), then up to the committed end as it
+    /// moves. Alone, the whole log may be cleaned.
+    #[tokio::test]
+    async fn replicated_logs_are_never_cleaned_past_the_committed_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_path_buf();
+        let cfg = LogConfig {
+            retention: crate::store::RetentionPolicy {
+                max_messages: Some(1),
+                ..Default::default()
+            },
+            ..LogConfig::default()
+        };
+        let open = move || {
+            let (d, cfg) = (d.clone(), cfg.clone());
+            async move {
+                tokio::task::spawn_blocking(move || PartitionLog::open(&d, "log", cfg))
+                    .await
+                    .unwrap()
+                    .unwrap()
+            }
+        };
+        let log = open().await;
+        // Offsets 0..6; `a` is superseded at 2 and 4, `b` at 5.
+        for k in ["a", "b", "a", "c", "a", "b"] {
+            log.append(0, vec![keyed(k)]).await.unwrap();
+        }
+        // As if a previous role had left the log open to cleaning.
+        log.set_compaction_limit(u64::MAX);
+        let (nats, p) = leader_of(&log, &["me", "f1", "f2"]).await;
+        assert_eq!(p.committed_end(), 0);
+        assert_eq!(log.compact().await.unwrap().removed_records, 0);
+        assert_eq!(log.enforce_retention().await.unwrap().removed_records, 0);
+        assert_eq!(offsets(&log).await, vec![0, 1, 2, 3, 4, 5]);
+
+        // Committed up to 3: compaction sees offsets 0..3 only (the `a` at 0
+        // is superseded at 2), retention keeps 3 onwards.
+        p.advance_committed(3);
+        assert_eq!(log.compact().await.unwrap().removed_records, 1);
+        assert_eq!(offsets(&log).await, vec![1, 2, 3, 4, 5]);
+        assert_eq!(log.enforce_retention().await.unwrap().removed_records, 2);
+        assert_eq!(offsets(&log).await, vec![3, 4, 5]);
+        p.stop(Closed::Shutdown).await;
+        nats.shutdown().await;
+
+        // Alone, the log is the committed log: retention keeps one record.
+        let log = open().await;
+        log.set_compaction_limit(3);
+        let (nats, p) = leader_of(&log, &["me"]).await;
+        assert_eq!(p.committed_end(), 6);
+        log.enforce_retention().await.unwrap();
+        assert_eq!(offsets(&log).await, vec![5]);
+        p.stop(Closed::Shutdown).await;
+        nats.shutdown().await;
     }
 }

@@ -500,7 +500,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::partition::PartitionSettings;
+    use crate::partition::leader::tests::leader_of;
     use crate::store::{LogConfig, NewRecord, PartitionLog};
 
     fn rec(v: &'static [u8]) -> NewRecord {
@@ -554,42 +554,6 @@ mod tests {
 
     /// Readers deliver only below the partition's committed end, whatever
     /// the store holds, and wake when the leader moves it.
-    /// A leader partition of `log` on a node of its own (with an embedded
-    /// NATS server, shut down by the caller).
-    async fn standalone_leader(log: &PartitionLog) -> (crate::nats::NatsServer, Arc<Partition>) {
-        let nats = crate::nats::NatsServer::start(crate::config::nats::NatsOptions {
-            host: "127.0.0.1".into(),
-            port: 0,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-        let p = Partition::new(
-            "s".into(),
-            0,
-            "s".into(),
-            String::new(),
-            1,
-            log.clone(),
-            PartitionSettings {
-                max_bytes: 1 << 20,
-                occ: false,
-                leader_epoch: 0,
-                encrypt: None,
-            },
-            false,
-            nats.local_client("test"),
-            crate::partition::Role::Leader,
-            crate::partition::Membership {
-                replicas: vec!["me".into()],
-                isr: vec!["me".into()],
-                min_isr: 1,
-            },
-            crate::partition::ReplicaContext::standalone("me"),
-        );
-        (nats, p)
-    }
-
     #[tokio::test]
     async fn readers_stop_at_the_high_watermark_and_wait_on_it() {
         let dir = tempfile::tempdir().unwrap();
@@ -601,7 +565,7 @@ mod tests {
         .unwrap()
         .unwrap();
         log.append(0, vec![rec(b"a"), rec(b"b")]).await.unwrap();
-        let (nats, p) = standalone_leader(&log).await;
+        let (nats, p) = leader_of(&log, &["me"]).await;
         // What the log held when the partition opened is committed.
         assert_eq!(p.high_watermark(), Some(1));
         // Written to the store but not committed (as a follower's or an
@@ -653,7 +617,7 @@ mod tests {
         log.append(0, (0..200).map(|_| rec(&VALUE)).collect())
             .await
             .unwrap();
-        let (nats, p) = standalone_leader(&log).await;
+        let (nats, p) = leader_of(&log, &["me"]).await;
         let budget = Budget::new();
         let (tx, mut rx) = mpsc::channel(4);
         let reader = tokio::spawn(run(p.clone(), 0, None, budget.clone(), tx));
