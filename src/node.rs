@@ -121,6 +121,8 @@ pub struct NodeConfig {
     pub cursor_partitions: i32,
     /// `cursors.stream.auto.pause.time`.
     pub cursor_auto_pause: Duration,
+    /// `cursors.stream.replication.factor` (-1 = every server).
+    pub cursor_replication_factor: i32,
     /// `groups.consumer.timeout`.
     pub consumer_timeout: Duration,
     /// `groups.coordinator.timeout`.
@@ -150,6 +152,7 @@ impl Default for NodeConfig {
             partitions: PartitionDefaults::default(),
             cursor_partitions: 0,
             cursor_auto_pause: Duration::from_secs(60),
+            cursor_replication_factor: -1,
             consumer_timeout: Duration::from_secs(15),
             coordinator_timeout: Duration::from_secs(15),
         }
@@ -596,6 +599,7 @@ impl NodeConfig {
             partitions,
             cursor_partitions: c.cursors.stream_partitions,
             cursor_auto_pause: c.cursors.stream_auto_pause_time,
+            cursor_replication_factor: c.cursors.stream_replication_factor,
             consumer_timeout: c.groups.consumer_timeout,
             coordinator_timeout: c.groups.coordinator_timeout,
         })
@@ -1001,7 +1005,7 @@ impl Node {
             let req = CreateStream {
                 subject: format!("{}.cursors", cfg.namespace),
                 name: CURSORS_STREAM.into(),
-                replication_factor: -1,
+                replication_factor: cfg.cursor_replication_factor,
                 partitions: cfg.cursor_partitions,
                 config: StreamConfig {
                     compact_enabled: Some(true),
