@@ -210,6 +210,18 @@ pub enum PartitionError {
 
 type Key = (String, i32);
 
+/// A partition replicated here, as this process first saw it.
+#[derive(Debug, Clone, Copy)]
+struct FirstSeen {
+    /// Its leader epoch then.
+    epoch: u64,
+    /// When.
+    since: std::time::Instant,
+    /// This process has run it since, in any role: its log holds nothing
+    /// a previous process may have lost.
+    opened: bool,
+}
+
 /// What a paused partition's closed log holds, as metadata reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PausedOffsets {
@@ -286,10 +298,10 @@ struct Inner {
     generation: watch::Sender<u64>,
     /// Identity and replication settings handed to every partition.
     ctx: ReplicaContext,
-    /// The leader epoch of each partition replicated here when this
-    /// process first saw it, and when (see `hold_leadership`). Bounded by
-    /// the partitions of this node; forgotten when they are deleted.
-    first_led: Mutex<HashMap<Key, (u64, std::time::Instant)>>,
+    /// What this process saw of each partition replicated here first (see
+    /// `hold_leadership`). Bounded by the partitions of this node; kept
+    /// while they are paused, forgotten when they are deleted or moved.
+    first_led: Mutex<HashMap<Key, FirstSeen>>,
     /// Some leadership is held back: reconcile again every second.
     holding: std::sync::atomic::AtomicBool,
     /// When this process started (Unix ns): a follower whose files are
@@ -808,10 +820,14 @@ impl PartitionManager {
                 .get(key)
                 .is_some_and(|(s, _, _)| s.creation_timestamp_ns == f.creation_ns)
         });
-        self.inner
-            .first_led
-            .lock()
-            .retain(|k, _| wanted.contains_key(k));
+        self.inner.first_led.lock().retain(|k, _| {
+            wanted.contains_key(k)
+                || state
+                    .streams
+                    .get(&k.0)
+                    .and_then(|s| s.partition(k.1))
+                    .is_some_and(|p| p.replicas.contains(me))
+        });
         let mut holding = false;
         let mut to_open = Vec::new();
         // Start or update what is wanted.
@@ -828,7 +844,11 @@ impl PartitionManager {
                 .first_led
                 .lock()
                 .entry(key.clone())
-                .or_insert((pm.leader_epoch, std::time::Instant::now()));
+                .or_insert(FirstSeen {
+                    epoch: pm.leader_epoch,
+                    since: std::time::Instant::now(),
+                    opened: false,
+                });
             let existing = self.get_replica(&key.0, key.1);
             if let Some(p) = existing {
                 p.update_settings(settings);
@@ -880,6 +900,9 @@ impl PartitionManager {
                     if let Some(c) = carried.get(&key) {
                         p.advance_committed((*c).min(p.log().log_end_offset()));
                     }
+                    if let Some(seen) = self.inner.first_led.lock().get_mut(&key) {
+                        seen.opened = true;
+                    }
                     self.inner.failed.lock().remove(&key);
                     self.inner.running.lock().insert(key, p);
                 }
@@ -923,23 +946,25 @@ impl PartitionManager {
     /// either policy records it had staged for its followers before its own
     /// write. If it led again in the same leader epoch it would hand out
     /// those offsets a second time. So a process that finds itself leading, in the epoch
-    /// it first saw, a partition it holds data of and whose ISR has other
-    /// members, does not lead: its followers cannot fetch, report it, and
+    /// it first saw, a partition it holds data of, has not run since it
+    /// started (a pause and resume closed and reopened its own log) and
+    /// whose ISR has other members, does not lead: its followers cannot fetch, report it, and
     /// elect one of themselves; it then follows and truncates. If no
     /// election comes within twice `replica.max.leader.timeout` (the
     /// followers are down too), it leads anyway.
     fn hold_leadership(&self, key: &Key, pm: &PartitionMeta) -> bool {
-        let Some((epoch, since)) = self.inner.first_led.lock().get(key).copied() else {
+        let Some(seen) = self.inner.first_led.lock().get(key).copied() else {
             return false;
         };
-        if epoch != pm.leader_epoch
+        if seen.opened
+            || seen.epoch != pm.leader_epoch
             || !pm.isr.iter().any(|r| *r != self.inner.me)
             || !crate::store::journal::path(&self.partition_dir(&key.0, key.1), "log").exists()
         {
             return false;
         }
         let limit = self.inner.defaults.replica_max_leader_timeout * 2;
-        if since.elapsed() >= limit {
+        if seen.since.elapsed() >= limit {
             tracing::warn!(stream = %key.0, partition = key.1, "no new leader was elected; leading with the data this node has");
             return false;
         }

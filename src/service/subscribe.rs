@@ -110,8 +110,9 @@ impl Service {
         };
         let pm = s.partition(r.partition).cloned().unwrap_or_default();
         let me = self.inner.parts.server_id();
-        let from_follower =
-            pm.leader != me && r.read_isr_replica && pm.isr.iter().any(|x| x == me) && !pm.paused;
+        // A paused partition is refused (or resumed) below, on a follower
+        // as on the leader.
+        let from_follower = pm.leader != me && r.read_isr_replica && pm.isr.iter().any(|x| x == me);
         if pm.leader != me && !from_follower {
             return Err(ServiceError::FailedPrecondition(
                 "Server not partition leader".into(),

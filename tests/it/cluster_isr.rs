@@ -8,7 +8,9 @@
 //!   is; once the follower is back it rejoins the ISR, the partition is no
 //!   longer under-replicated and ALL publishes are acknowledged again;
 //! - a PublishAsync stream to the leader (its messages handed to the log
-//!   without NATS) is replicated as any publish.
+//!   without NATS) is replicated as any publish;
+//! - a leader whose node left the NATS cluster is replaced after
+//!   `replica.fetch.timeout`, not `replica.max.leader.timeout`.
 
 use std::time::Duration;
 
@@ -19,12 +21,12 @@ use crate::support::cluster::{Cluster, ClusterOptions, CLUSTER_TIMEOUT};
 use crate::support::{http_json_at, wait_until};
 
 /// Fast replica timings so the test waits seconds, not Liftbridge's 15 s.
-const TIMINGS: &str = "clustering.replica.max.lag.time: 2s\n\
+pub(crate) const TIMINGS: &str = "clustering.replica.max.lag.time: 2s\n\
                        clustering.replica.max.leader.timeout: 2s\n\
                        clustering.replica.max.idle.wait: 500ms\n\
                        clustering.replica.fetch.timeout: 500ms\n";
 
-async fn create(c: &Cluster, name: &str, min_isr: Option<i32>) {
+pub(crate) async fn create(c: &Cluster, name: &str, min_isr: Option<i32>) {
     let mut client = c.nodes[0].client().await;
     client
         .create_stream(proto::CreateStreamRequest {
@@ -39,7 +41,7 @@ async fn create(c: &Cluster, name: &str, min_isr: Option<i32>) {
         .expect("create stream");
 }
 
-async fn publish(
+pub(crate) async fn publish(
     c: &Cluster,
     via: usize,
     stream: &str,
@@ -72,7 +74,7 @@ async fn partition_json(c: &Cluster, i: usize, stream: &str) -> Option<serde_jso
 }
 
 /// Index of the partition's leader, once every node agrees on one.
-async fn leader_index(c: &Cluster, stream: &str) -> usize {
+pub(crate) async fn leader_index(c: &Cluster, stream: &str) -> usize {
     let end = std::time::Instant::now() + CLUSTER_TIMEOUT;
     loop {
         if let Some(l) = c.leader_among(&[0, 1, 2], stream, 0).await {
@@ -416,7 +418,7 @@ async fn cluster_isr_caught_up_fetches_wait_at_the_leader_for_records() {
 
 /// Reads `n` messages of partition 0 of `stream` from node `i` with
 /// `readISRReplica` (after the confirming empty message).
-async fn read_isr(c: &Cluster, i: usize, stream: &str, n: usize) -> Vec<(i64, String)> {
+pub(crate) async fn read_isr(c: &Cluster, i: usize, stream: &str, n: usize) -> Vec<(i64, String)> {
     let mut client = c.nodes[i].client().await;
     let mut s = client
         .subscribe(proto::SubscribeRequest {
@@ -487,4 +489,58 @@ async fn cluster_isr_publish_async_to_the_leader_is_replicated() {
     for i in 0..3 {
         assert_eq!(read_isr(&c, i, "pasync", N).await, want, "node {i}");
     }
+}
+
+/// kill -9 closes the leader's routes, so its followers find nobody
+/// answering fetches: they report it after `replica.fetch.timeout` (500 ms)
+/// and a new leader is elected long before `replica.max.leader.timeout`
+/// (60 s here) would have it reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_isr_a_leader_whose_node_left_is_replaced_without_the_leader_timeout() {
+    let mut opts = ClusterOptions::three("isrgone");
+    opts.extra_yaml = "clustering.replica.max.lag.time: 2s\n\
+                       clustering.replica.max.leader.timeout: 60s\n\
+                       clustering.replica.max.idle.wait: 500ms\n\
+                       clustering.replica.fetch.timeout: 500ms\n"
+        .into();
+    let mut c = Cluster::start(&opts).await;
+    create(&c, "gone", None).await;
+    let leader = leader_index(&c, "gone").await;
+    let old = c.nodes[leader].spec.id.clone();
+    let ack = publish(
+        &c,
+        leader,
+        "gone",
+        "m0",
+        proto::AckPolicy::All,
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("ALL ack");
+    assert_eq!(ack.offset, 0);
+    let killed = std::time::Instant::now();
+    c.nodes[leader].kill9();
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let new = loop {
+        match c.leader_among(&others, "gone", 0).await {
+            Some(l) if l != old => break c.index_of(&l),
+            _ => {}
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(20),
+            "no new leader 20 s after the leader's node left"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let ack = publish(
+        &c,
+        new,
+        "gone",
+        "m1",
+        proto::AckPolicy::All,
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("ALL ack from the new leader");
+    assert_eq!(ack.offset, 1);
 }

@@ -38,6 +38,7 @@ mod cluster_procs;
 mod cluster_replication;
 mod cluster_router;
 mod cluster_routes;
+mod cluster_state;
 mod cluster_storage;
 mod compat_cert;
 mod compat_nats_server;
