@@ -3,8 +3,9 @@
 Three real nodes started as the single-node suite starts one (the
 `Server` of test_gufo_harness), meshed by NATS routes and bootstrapping
 one metadata group from the list of their ids. gufo sees the three brokers,
-publishes (AckPolicy ALL) and subscribes through the partition leader, and
-a subscription resumes on the new leader after the old one is killed
+publishes (AckPolicy ALL) and subscribes through the partition leader,
+stores and fetches a cursor through the leader of `__cursors`, and a
+subscription and the cursor survive the kill of the stream's leader
 (gufo follows metadata from the node it is seeded with; see the test for
 why the killed node is restarted).
 """
@@ -42,11 +43,9 @@ def start_cluster(tmp_path):
         )
         d = tmp_path / node_id
         d.mkdir()
-        # No cursors stream: a member that wins the first election creates
-        # it before any broker has registered and exits ("creating the
-        # cursors stream: no brokers registered"); cursors are not what
-        # this test is about.
-        nodes.append(Server(str(d), extra_config=extra, seed=False, cursors=False))
+        # With the cursors stream (one partition, on every node), which the
+        # members create once the brokers have registered.
+        nodes.append(Server(str(d), extra_config=extra, seed=False, cursors=True))
     try:
         for n in nodes:
             n.launch()
@@ -130,6 +129,12 @@ async def test_gufo_cluster_metadata_publish_subscribe_failover(tmp_path):
             offsets = await asyncio.wait_for(publish_all(pub, "gc", [f"before-{i}".encode() for i in range(10)]), 30)
         assert offsets == list(range(10))
 
+        # A cursor (gufo stores offset + 1), through the cursors leader.
+        async with LiftbridgeClient([survivor.grpc]) as cur:
+            await asyncio.wait_for(cur.wait_for_cursors(), 30)
+            await asyncio.wait_for(cur.set_cursor("gc", 0, "reader", 9), 30)
+            assert await asyncio.wait_for(cur.get_cursor("gc", 0, "reader"), 30) == 10
+
         got = []
         async with LiftbridgeClient([survivor.grpc]) as sub_client:
 
@@ -181,6 +186,10 @@ async def test_gufo_cluster_metadata_publish_subscribe_failover(tmp_path):
                     return all(v in values for v in acked)
 
                 await poll("the resumed subscription", lambda: asyncio.sleep(0, seen_all()), 90)
+
+                # The cursor is still there, wherever `__cursors` is led now.
+                async with LiftbridgeClient([survivor.grpc]) as cur:
+                    assert await asyncio.wait_for(cur.get_cursor("gc", 0, "reader"), 60) == 10
                 assert [m.offset for m in got] == list(range(len(got)))
                 values = [m.value for m in got]
                 assert values[:10] == [f"before-{i}".encode() for i in range(10)]
