@@ -7,7 +7,9 @@
 //!   too, followers end readISRReplica subscriptions at the log's end, and
 //!   the partition is writable again where it left off;
 //! - pause stops every replica; a publish resumes them all, and each
-//!   replica holds the whole log.
+//!   replica holds the whole log;
+//! - retention runs on every replica and leaves them alike, before and
+//!   after a leader change.
 
 use std::time::Duration;
 
@@ -288,5 +290,87 @@ async fn cluster_state_readonly_and_pause_apply_on_every_replica() {
     let want: Vec<(i64, String)> = (0..5).map(|i| (i, format!("m{i}"))).collect();
     for i in 0..3 {
         assert_eq!(read_isr(&c, i, "st", 5).await, want, "node {i}");
+    }
+}
+
+/// Waits until node `i`'s replica of partition 0 of `stream` holds
+/// exactly the messages `oldest..=newest` (read with readISRReplica).
+async fn holds_exactly(c: &Cluster, i: usize, stream: &str, oldest: i64, newest: i64) {
+    let n = (newest + 1 - oldest) as usize;
+    let end = std::time::Instant::now() + CLUSTER_TIMEOUT;
+    loop {
+        let got = read_isr(c, i, stream, n).await;
+        let want: Vec<(i64, String)> = (oldest..=newest).map(|o| (o, format!("m{o}"))).collect();
+        if got == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "node {i} holds {got:?}, want {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Retention runs on every replica, each within what it knows to be
+/// committed, and keeps them alike across a leader change: a stream keeping
+/// 5 messages holds offsets 15–19 everywhere after 20, and 20–24 after 5
+/// more through the next leader, the old leader included once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_state_retention_keeps_replicas_alike() {
+    let mut opts = ClusterOptions::three("retst");
+    opts.extra_yaml = TIMINGS.into();
+    let mut c = Cluster::start(&opts).await;
+    let mut client = c.nodes[0].client().await;
+    client
+        .create_stream(proto::CreateStreamRequest {
+            subject: "ret".into(),
+            name: "ret".into(),
+            replication_factor: 3,
+            partitions: 1,
+            retention_max_messages: Some(proto::NullableInt64 { value: 5 }),
+            cleaner_interval: Some(proto::NullableInt64 { value: 200 }),
+            ..Default::default()
+        })
+        .await
+        .expect("create stream");
+    let leader = leader_index(&c, "ret").await;
+    for i in 0..20 {
+        let ack = publish(
+            &c,
+            leader,
+            "ret",
+            &format!("m{i}"),
+            proto::AckPolicy::All,
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("ALL ack");
+        assert_eq!(ack.offset, i);
+    }
+    for i in 0..3 {
+        holds_exactly(&c, i, "ret", 15, 19).await;
+    }
+    let (old, new) = kill_leader(&mut c, "ret").await;
+    for i in 20..25 {
+        let ack = publish(
+            &c,
+            new,
+            "ret",
+            &format!("m{i}"),
+            proto::AckPolicy::All,
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("ALL ack from the new leader");
+        assert_eq!(ack.offset, i);
+    }
+    c.nodes[old].restart().await;
+    agreed(&c, &[0, 1, 2], "ret", "all three in sync", |v| {
+        v.2.len() == 3
+    })
+    .await;
+    for i in 0..3 {
+        holds_exactly(&c, i, "ret", 20, 24).await;
     }
 }
