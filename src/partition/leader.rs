@@ -330,8 +330,6 @@ pub struct Partition {
     /// Held while a unary publish is being handed over (see
     /// [`Partition::hand_over_one`]).
     handing_one: tokio::sync::Mutex<()>,
-    /// Replicated: retention and compaction stop at the committed end.
-    replicated: bool,
 }
 
 impl std::fmt::Debug for Partition {
@@ -382,9 +380,9 @@ impl Partition {
         // (as follower): until then, nothing is served past what is known.
         let alone = membership.replicas.len() <= 1;
         let committed_end = if alone { log.log_end_offset() } else { 0 };
-        // Replicated, whatever a previous role allowed, nothing past what
-        // is known to be committed is cleaned until this role learns more.
-        log.set_compaction_limit(if alone { u64::MAX } else { committed_end });
+        // Retention and compaction stay below the committed end: replicated,
+        // nothing is cleaned until this role learns what is committed.
+        log.set_compaction_limit(committed_end);
         let staged =
             (!alone && role == Role::Leader).then(|| Mutex::new(Staged::new(log.log_end_offset())));
         let isr = (role == Role::Leader).then(|| {
@@ -426,7 +424,6 @@ impl Partition {
             tasks: Mutex::new(Vec::new()),
             rebuilding: std::sync::atomic::AtomicBool::new(false),
             handing_one: tokio::sync::Mutex::new(()),
-            replicated: !alone,
         })
     }
 
@@ -705,19 +702,19 @@ impl Partition {
     /// Moves the committed end forward to `end` (never back). The leader
     /// calls it after each append, before the acks go out, so a client that
     /// got its ack can read its message.
-    /// Replicated, retention and compaction may then reach `end` too.
+    /// Retention and compaction may then reach `end` too.
     pub fn advance_committed(&self, end: u64) {
-        let moved = self.hw.send_if_modified(|h| {
+        self.hw.send_if_modified(|h| {
             if end > *h {
                 *h = end;
+                // Under the watermark's lock: concurrent moves set the limit
+                // in the order they move the watermark.
+                self.log.set_compaction_limit(end);
                 true
             } else {
                 false
             }
         });
-        if moved && self.replicated {
-            self.log.set_compaction_limit(end);
-        }
     }
 
     /// Whether the partition is readonly.
@@ -1358,7 +1355,7 @@ pub(crate) mod tests {
     /// A replicated partition's log is cleaned only below what is known to
     /// be committed: nothing at all when a leader takes over a log (the ISR
     /// has not told it anything yet), then up to the committed end as it
-    /// moves. Alone, the whole log may be cleaned.
+    /// moves. Alone, the whole log is committed and may be cleaned.
     #[tokio::test]
     async fn replicated_logs_are_never_cleaned_past_the_committed_end() {
         let dir = tempfile::tempdir().unwrap();
@@ -1368,6 +1365,8 @@ pub(crate) mod tests {
                 max_messages: Some(1),
                 ..Default::default()
             },
+            // As the partition manager opens a replicated partition's log.
+            initial_compaction_limit: 0,
             ..LogConfig::default()
         };
         let open = move || {
@@ -1384,6 +1383,10 @@ pub(crate) mod tests {
         for k in ["a", "b", "a", "c", "a", "b"] {
             log.append(0, vec![keyed(k)]).await.unwrap();
         }
+        // Opened for a replicated partition: nothing is cleaned before a
+        // role sets the limit.
+        assert_eq!(log.compact().await.unwrap().removed_records, 0);
+        assert_eq!(log.enforce_retention().await.unwrap().removed_records, 0);
         // As if a previous role had left the log open to cleaning.
         log.set_compaction_limit(u64::MAX);
         let (nats, p) = leader_of(&log, &["me", "f1", "f2"]).await;
@@ -1404,7 +1407,6 @@ pub(crate) mod tests {
 
         // Alone, the log is the committed log: retention keeps one record.
         let log = open().await;
-        log.set_compaction_limit(3);
         let (nats, p) = leader_of(&log, &["me"]).await;
         assert_eq!(p.committed_end(), 6);
         log.enforce_retention().await.unwrap();

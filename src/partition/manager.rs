@@ -137,8 +137,9 @@ impl PartitionDefaults {
             cleaner_interval: cleaner,
             cache_bytes: self.cache_bytes,
             observer: crate::metrics::store::observer(),
-            // Set per partition where the log is opened (`open_log`).
+            // Both set per partition where the log is opened (`open_log`).
             first_record: crate::store::FirstRecord::default(),
+            initial_compaction_limit: u64::MAX,
         }
     }
 
@@ -947,8 +948,9 @@ impl PartitionManager {
     /// write. If it led again in the same leader epoch it would hand out
     /// those offsets a second time. So a process that finds itself leading, in the epoch
     /// it first saw, a partition it holds data of, has not run since it
-    /// started (a pause and resume closed and reopened its own log) and
-    /// whose ISR has other members, does not lead: its followers cannot fetch, report it, and
+    /// started (a pause and resume closed and reopened its own log) or
+    /// since its log failed, and whose ISR has other members, does not
+    /// lead: its followers cannot fetch, report it, and
     /// elect one of themselves; it then follows and truncates. If no
     /// election comes within twice `replica.max.leader.timeout` (the
     /// followers are down too), it leads anyway.
@@ -1115,6 +1117,11 @@ impl PartitionManager {
         let held = self.inner.held.clone();
         let (stream, created) = (s.name.clone(), s.creation_timestamp_ns);
         cfg.first_record = held.hook(&stream, id, created);
+        // Replicated, nothing is cleaned before the partition's role knows
+        // what is committed (`Partition::new` sets the limit).
+        if s.partition(id).is_some_and(|p| p.replicas.len() > 1) {
+            cfg.initial_compaction_limit = 0;
+        }
         let path = dir.clone();
         tokio::task::spawn_blocking(move || {
             let db = dir.join("log.redb");
@@ -1154,6 +1161,18 @@ impl PartitionManager {
         };
         if !removed {
             return;
+        }
+        if p.is_leader() {
+            // Its followers may hold records it staged and could not write:
+            // reopened (resumed) in this epoch, it holds back its leadership
+            // as a restarted process does.
+            if let Some(seen) = self.inner.first_led.lock().get_mut(key) {
+                *seen = FirstSeen {
+                    epoch: p.leader_epoch(),
+                    since: std::time::Instant::now(),
+                    opened: false,
+                };
+            }
         }
         self.inner.failed.lock().insert(
             key.clone(),
@@ -1362,5 +1381,43 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(d.log_config(&s0).retention.max_age, None);
+    }
+
+    /// `clustering.min.insync.replicas` applies to streams without a
+    /// `minIsr` of their own; below the minimum a partition is
+    /// under-replicated even with every replica in sync.
+    #[test]
+    fn min_isr_comes_from_the_stream_else_the_server() {
+        let d = PartitionDefaults {
+            min_insync_replicas: 3,
+            ..Default::default()
+        };
+        let plain = stream(StreamConfig::default());
+        let own = stream(StreamConfig {
+            min_isr: Some(2),
+            ..Default::default()
+        });
+        let zero = stream(StreamConfig {
+            min_isr: Some(0),
+            ..Default::default()
+        });
+        assert_eq!(d.min_isr(&plain), 3);
+        assert_eq!(d.min_isr(&own), 2);
+        assert_eq!(d.min_isr(&zero), 1);
+        let ids = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let p = |replicas: &[&str], isr: &[&str]| PartitionMeta {
+            replicas: ids(replicas),
+            isr: ids(isr),
+            ..Default::default()
+        };
+        let full = p(&["a", "b", "c"], &["a", "b", "c"]);
+        let two = p(&["a", "b", "c"], &["a", "b"]);
+        assert!(!d.under_replicated(&plain, &full));
+        assert!(d.under_replicated(&plain, &two));
+        // All in sync, but fewer replicas than the server's minimum.
+        let pair = p(&["a", "b"], &["a", "b"]);
+        assert!(d.under_replicated(&plain, &pair));
+        assert!(!d.under_replicated(&own, &pair));
+        assert_eq!(d.membership(&plain, &two).min_isr, 3);
     }
 }

@@ -683,6 +683,7 @@ impl PartitionLog {
         };
         let observer = cfg.observer.clone();
         let first_record = cfg.first_record.clone();
+        let initial_compaction_limit = cfg.initial_compaction_limit;
 
         // Replay the journal frames past redb's last durable commit, then
         // commit them durably and empty the journal, so the log starts with
@@ -797,7 +798,7 @@ impl PartitionLog {
             config,
             observer,
             replayed,
-            compaction_limit: AtomicU64::new(u64::MAX),
+            compaction_limit: AtomicU64::new(initial_compaction_limit),
             maint_id: AtomicU64::new(0),
             maintenance: Mutex::new(()),
         });

@@ -196,6 +196,11 @@ pub struct LogConfig {
     /// Run before a log that never held a record writes its first one
     /// (taken when the log opens, like `observer`).
     pub first_record: FirstRecord,
+    /// The compaction limit the log opens with (taken when the log opens,
+    /// like `observer`): a replicated partition's log opens with 0, so the
+    /// cleaner touches nothing before its role sets the committed end (see
+    /// [`PartitionLog::set_compaction_limit`]). Default: no limit.
+    pub initial_compaction_limit: u64,
 }
 
 /// A hook run once, on the log's writer thread, before a log that never
@@ -256,6 +261,7 @@ impl Default for LogConfig {
             cache_bytes: DEFAULT_CACHE_BYTES,
             observer: Observer::default(),
             first_record: FirstRecord::default(),
+            initial_compaction_limit: u64::MAX,
         }
     }
 }
