@@ -675,7 +675,7 @@ pub enum NodeError {
     #[error("metadata: {0}")]
     Meta(#[from] crate::cluster::MetaError),
     /// The cursors stream could not be created.
-    #[error("creating the cursors stream: {0}")]
+    #[error("creating the cursors stream (cursors.stream.*): {0}")]
     Cursors(ServiceError),
     /// The authorization model or policy could not be loaded.
     #[error("authorization: {0}")]
@@ -1023,11 +1023,19 @@ impl Node {
             } else {
                 let (service, meta) = (service.clone(), meta.clone());
                 cursors_task = Some(tokio::spawn(async move {
+                    let mut attempts = 0u32;
                     while meta.state().stream(CURSORS_STREAM).is_none() {
                         match service.create_stream(req.clone(), true).await {
                             Ok(()) | Err(ServiceError::AlreadyExists(_)) => return,
+                            // Until every broker has registered this is
+                            // expected; a minute of it is not (e.g. more
+                            // replicas asked for than there are brokers).
+                            Err(e) if attempts % 60 == 59 => {
+                                tracing::warn!(error = %e, attempts = attempts + 1, "creating __cursors (cursors.stream.*) keeps failing; retrying")
+                            }
                             Err(e) => tracing::debug!(error = %e, "creating __cursors; retrying"),
                         }
+                        attempts += 1;
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 }));
