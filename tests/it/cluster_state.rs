@@ -155,7 +155,8 @@ async fn cluster_state_cursors_survive_a_leader_change() {
     );
 }
 
-/// An acked LEADER publish through node `via`, or its error code.
+/// An acked ALL publish through node `via`, or its error code (a resumed
+/// partition's replicas reopen before it commits: up to 20 s).
 async fn try_publish(c: &Cluster, via: usize, value: &str) -> Result<i64, tonic::Code> {
     publish(
         c,
@@ -163,7 +164,7 @@ async fn try_publish(c: &Cluster, via: usize, value: &str) -> Result<i64, tonic:
         "st",
         value,
         proto::AckPolicy::All,
-        Duration::from_secs(5),
+        Duration::from_secs(20),
     )
     .await
     .map(|a| a.offset)
@@ -186,6 +187,11 @@ async fn cluster_state_readonly_and_pause_apply_on_every_replica() {
     for i in 0..3 {
         assert_eq!(try_publish(&c, leader, &format!("m{i}")).await, Ok(i));
     }
+    // The follower read below has them committed before the stream turns
+    // readonly (its subscription stops at what it has committed then).
+    let follower = (leader + 1) % 3;
+    let want: Vec<(i64, String)> = (0..3).map(|i| (i, format!("m{i}"))).collect();
+    assert_eq!(read_isr(&c, follower, "st", 3).await, want);
 
     // Readonly: every node's metadata says so and the leader refuses.
     let mut admin = c.nodes[(leader + 1) % 3].client().await;
@@ -204,7 +210,6 @@ async fn cluster_state_readonly_and_pause_apply_on_every_replica() {
         Err(tonic::Code::FailedPrecondition)
     );
     // A follower's readISRReplica subscription ends at the log's end.
-    let follower = (leader + 1) % 3;
     let mut client = c.nodes[follower].client().await;
     let mut s = client
         .subscribe(proto::SubscribeRequest {
@@ -237,6 +242,18 @@ async fn cluster_state_readonly_and_pause_apply_on_every_replica() {
         try_publish(&c, new, "still no").await,
         Err(tonic::Code::FailedPrecondition)
     );
+    // The partition itself, not only the API, refuses: a plain NATS
+    // message on its subject at the new leader is not recorded (m3 below
+    // gets offset 3).
+    let n = &c.nodes[new].spec;
+    let nc = async_nats::connect(format!("{}:{}", n.ip, n.client))
+        .await
+        .expect("NATS connection to the new leader");
+    nc.publish("st", "plain".into())
+        .await
+        .expect("NATS publish");
+    nc.flush().await.expect("NATS flush");
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let mut admin = c.nodes[new].client().await;
     admin
         .set_stream_readonly(readonly(false))
