@@ -18,6 +18,7 @@ use tokio_stream::StreamExt;
 
 use crate::cluster_isr::{create, leader_index, publish, read_isr, TIMINGS};
 use crate::support::cluster::{Cluster, ClusterOptions, PartitionView, CLUSTER_TIMEOUT};
+use crate::support::wait_until;
 
 /// The view of `stream`/0 that every node in `among` reports, once they
 /// agree and it passes `ok`.
@@ -314,19 +315,13 @@ async fn cluster_state_readonly_and_pause_apply_on_every_replica() {
 /// exactly the messages `oldest..=newest` (read with readISRReplica).
 async fn holds_exactly(c: &Cluster, i: usize, stream: &str, oldest: i64, newest: i64) {
     let n = (newest + 1 - oldest) as usize;
-    let end = std::time::Instant::now() + CLUSTER_TIMEOUT;
-    loop {
-        let got = read_isr(c, i, stream, n).await;
-        let want: Vec<(i64, String)> = (oldest..=newest).map(|o| (o, format!("m{o}"))).collect();
-        if got == want {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < end,
-            "node {i} holds {got:?}, want {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let want: Vec<(i64, String)> = (oldest..=newest).map(|o| (o, format!("m{o}"))).collect();
+    let want = &want;
+    let what = format!("node {i} to hold exactly {want:?}");
+    wait_until(CLUSTER_TIMEOUT, &what, || async move {
+        read_isr(c, i, stream, n).await == *want
+    })
+    .await;
 }
 
 /// Retention runs on every replica, each within what it knows to be
