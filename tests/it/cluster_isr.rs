@@ -10,7 +10,8 @@
 //! - a PublishAsync stream to the leader (its messages handed to the log
 //!   without NATS) is replicated as any publish;
 //! - a leader whose node left the NATS cluster is replaced after
-//!   `replica.fetch.timeout`, not `replica.max.leader.timeout`.
+//!   `replica.fetch.timeout`, not `replica.max.leader.timeout`;
+//! - no fetch answer is larger than `clustering.replication.max.bytes`.
 
 use std::time::Duration;
 
@@ -283,8 +284,7 @@ async fn cluster_isr_below_min_isr_nothing_commits_until_the_follower_returns() 
 /// the fetch requests followers send.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_isr_caught_up_fetches_wait_at_the_leader_for_records() {
-    use liftbridge::partition::subjects;
-    use liftbridge::wire::{pb, replication as rw};
+    use liftbridge::wire::replication as rw;
 
     let mut opts = ClusterOptions::three("isrheld");
     opts.extra_yaml = TIMINGS.into();
@@ -303,34 +303,11 @@ async fn cluster_isr_caught_up_fetches_wait_at_the_leader_for_records() {
     .await
     .expect("ALL ack");
     assert_eq!(ack.offset, 0);
-    let spec = &c.nodes[leader].spec;
-    let nc = async_nats::connect(format!("nats://{}:{}", spec.ip, spec.client))
-        .await
-        .expect("connect to the leader's node");
-    let subject = subjects::replicate(&namespace, "held", 0);
-    let fetch = |epoch: u64, offset: i64, wait_ms: u32, hw: i64| {
-        rw::encode_fetch(&pb::ReplicationRequest {
-            replica_id: "probe".into(),
-            offset,
-            leader_epoch: epoch,
-            written: offset,
-            wait_ms,
-            hw,
-        })
-    };
-    let inbox = nc.new_inbox();
-    let mut answers = nc.subscribe(inbox.clone()).await.unwrap();
-    let ask = |body: bytes::Bytes| {
-        let nc = nc.clone();
-        let inbox = inbox.clone();
-        let subject = subject.clone();
-        async move {
-            nc.publish_with_reply(subject, inbox, body).await.unwrap();
-            nc.flush().await.unwrap();
-        }
-    };
+    let mut probe = FetchProbe::new(&c, leader, &namespace, "held").await;
+    let answers = &mut probe.answers;
+    let ask = |body| probe.ask.send(body);
     // Any epoch: the answer names the leader's.
-    ask(fetch(u64::MAX, 1, 0, -1)).await;
+    ask(fetch_request(u64::MAX, 1, 0, -1)).await;
     let m = tokio::time::timeout(Duration::from_secs(5), answers.next())
         .await
         .expect("an answer to a fetch in another epoch")
@@ -338,7 +315,7 @@ async fn cluster_isr_caught_up_fetches_wait_at_the_leader_for_records() {
     let epoch = rw::decode_response(m.payload).unwrap().leader_epoch;
 
     // Caught up (offset 1), knowing hw 0, asking to wait: held.
-    ask(fetch(epoch, 1, 5_000, 0)).await;
+    ask(fetch_request(epoch, 1, 5_000, 0)).await;
     assert!(
         tokio::time::timeout(Duration::from_millis(700), answers.next())
             .await
@@ -372,7 +349,7 @@ async fn cluster_isr_caught_up_fetches_wait_at_the_leader_for_records() {
     // followers have m1 too and the high watermark is 1.
     let settled = std::time::Instant::now() + Duration::from_secs(10);
     let hw = loop {
-        ask(fetch(epoch, 2, 0, 0)).await;
+        ask(fetch_request(epoch, 2, 0, 0)).await;
         let m = tokio::time::timeout(Duration::from_millis(500), answers.next())
             .await
             .expect("a fetch that does not ask to wait is answered at once")
@@ -392,7 +369,7 @@ async fn cluster_isr_caught_up_fetches_wait_at_the_leader_for_records() {
 
     // Waiting with nothing new: answered, empty, when the wait ends.
     let asked = std::time::Instant::now();
-    ask(fetch(epoch, 2, 400, hw)).await;
+    ask(fetch_request(epoch, 2, 400, hw)).await;
     let m = tokio::time::timeout(Duration::from_secs(3), answers.next())
         .await
         .expect("answered when its wait ends")
@@ -406,7 +383,7 @@ async fn cluster_isr_caught_up_fetches_wait_at_the_leader_for_records() {
     );
 
     // Knowing an older high watermark: answered soon with the current one.
-    ask(fetch(epoch, 2, 5_000, -1)).await;
+    ask(fetch_request(epoch, 2, 5_000, -1)).await;
     let m = tokio::time::timeout(Duration::from_millis(1_000), answers.next())
         .await
         .expect("a stale high watermark is answered soon")
@@ -543,4 +520,120 @@ async fn cluster_isr_a_leader_whose_node_left_is_replaced_without_the_leader_tim
     .await
     .expect("ALL ack from the new leader");
     assert_eq!(ack.offset, 1);
+}
+
+/// A stand-in follower: sends fetch requests to a partition's leader over
+/// NATS, as followers do, and receives the answers.
+struct FetchProbe {
+    ask: FetchSender,
+    answers: async_nats::Subscriber,
+}
+
+#[derive(Clone)]
+struct FetchSender {
+    nc: async_nats::Client,
+    subject: String,
+    inbox: String,
+}
+
+impl FetchSender {
+    async fn send(&self, body: bytes::Bytes) {
+        self.nc
+            .publish_with_reply(self.subject.clone(), self.inbox.clone(), body)
+            .await
+            .unwrap();
+        self.nc.flush().await.unwrap();
+    }
+}
+
+impl FetchProbe {
+    /// Connected to node `via`'s NATS port, for partition 0 of `stream`.
+    async fn new(c: &Cluster, via: usize, namespace: &str, stream: &str) -> FetchProbe {
+        let spec = &c.nodes[via].spec;
+        let nc = async_nats::connect(format!("nats://{}:{}", spec.ip, spec.client))
+            .await
+            .expect("connect to the leader's node");
+        let inbox = nc.new_inbox();
+        let answers = nc.subscribe(inbox.clone()).await.unwrap();
+        let subject = liftbridge::partition::subjects::replicate(namespace, stream, 0);
+        FetchProbe {
+            ask: FetchSender { nc, subject, inbox },
+            answers,
+        }
+    }
+}
+
+/// A fetch request from `offset` in leader epoch `epoch`, waiting up to
+/// `wait_ms` when caught up, knowing high watermark `hw`.
+fn fetch_request(epoch: u64, offset: i64, wait_ms: u32, hw: i64) -> bytes::Bytes {
+    use liftbridge::wire::{pb, replication as rw};
+    rw::encode_fetch(&pb::ReplicationRequest {
+        replica_id: "probe".into(),
+        offset,
+        leader_epoch: epoch,
+        written: offset,
+        wait_ms,
+        hw,
+    })
+}
+
+/// With `clustering.replication.max.bytes` at 16 KiB, no fetch answer is
+/// larger: 40 messages of 1 KiB are replicated (every ALL publish is
+/// acknowledged) in answers of at most 16 KiB, which together hold every
+/// offset once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_isr_fetch_answers_stay_within_replication_max_bytes() {
+    use liftbridge::wire::replication as rw;
+
+    const MAX: usize = 16 * 1024;
+    let mut opts = ClusterOptions::three("isrmax");
+    opts.extra_yaml = format!("{TIMINGS}clustering.replication.max.bytes: {MAX}\n");
+    let namespace = opts.namespace.clone();
+    let c = Cluster::start(&opts).await;
+    create(&c, "max", None).await;
+    let leader = leader_index(&c, "max").await;
+    let value = "v".repeat(1024);
+    for i in 0..40 {
+        let ack = publish(
+            &c,
+            leader,
+            "max",
+            &value,
+            proto::AckPolicy::All,
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("ALL ack");
+        assert_eq!(ack.offset, i);
+    }
+    let mut probe = FetchProbe::new(&c, leader, &namespace, "max").await;
+    let mut epoch = u64::MAX;
+    let mut next = 0i64;
+    let mut answers = 0;
+    while next < 40 {
+        probe.ask.send(fetch_request(epoch, next, 0, -1)).await;
+        let m = tokio::time::timeout(Duration::from_secs(5), probe.answers.next())
+            .await
+            .expect("an answer")
+            .expect("subscription open");
+        let size = m.payload.len();
+        let r = rw::decode_response(m.payload).expect("a fetch answer");
+        if epoch == u64::MAX {
+            // The first answer only names the leader's epoch.
+            epoch = r.leader_epoch;
+            continue;
+        }
+        assert!(size <= MAX, "an answer of {size} bytes");
+        let offsets: Vec<i64> = r.records.iter().map(|(o, _)| *o as i64).collect();
+        assert!(!offsets.is_empty(), "no records from {next}");
+        assert_eq!(
+            offsets,
+            (next..next + offsets.len() as i64).collect::<Vec<_>>()
+        );
+        next += offsets.len() as i64;
+        answers += 1;
+    }
+    assert_eq!(next, 40);
+    // 40 KiB of values in answers of at most 16 KiB.
+    assert!(answers >= 3, "{answers} answers");
 }
