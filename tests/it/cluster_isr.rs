@@ -67,6 +67,30 @@ pub(crate) async fn publish(
     }
 }
 
+/// Publishes `m<i>` for each `i` of `offsets` through node `via` with
+/// AckPolicy ALL, checking that each is acknowledged at offset `i`.
+pub(crate) async fn publish_acked(
+    c: &Cluster,
+    via: usize,
+    stream: &str,
+    offsets: std::ops::Range<i64>,
+) {
+    for i in offsets {
+        let value = format!("m{i}");
+        let ack = publish(
+            c,
+            via,
+            stream,
+            &value,
+            proto::AckPolicy::All,
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("ALL ack of {value} through node {via}: {e}"));
+        assert_eq!(ack.offset, i, "offset of {value}");
+    }
+}
+
 /// The partition as node `i`'s admin API reports it.
 async fn partition_json(c: &Cluster, i: usize, stream: &str) -> Option<serde_json::Value> {
     let n = &c.nodes[i].spec;
@@ -96,19 +120,7 @@ async fn cluster_isr_followers_serve_read_isr_replica_subscriptions() {
     let c = Cluster::start(&opts).await;
     create(&c, "reads", None).await;
     let leader = leader_index(&c, "reads").await;
-    for i in 0..10 {
-        let ack = publish(
-            &c,
-            leader,
-            "reads",
-            &format!("m{i}"),
-            proto::AckPolicy::All,
-            Duration::from_secs(10),
-        )
-        .await
-        .expect("ALL ack");
-        assert_eq!(ack.offset, i);
-    }
+    publish_acked(&c, leader, "reads", 0..10).await;
     let follower = (leader + 1) % 3;
     let mut client = c.nodes[follower].client().await;
     let req = |read_isr_replica| proto::SubscribeRequest {
@@ -484,17 +496,7 @@ async fn cluster_isr_a_leader_whose_node_left_is_replaced_without_the_leader_tim
     create(&c, "gone", None).await;
     let leader = leader_index(&c, "gone").await;
     let old = c.nodes[leader].spec.id.clone();
-    let ack = publish(
-        &c,
-        leader,
-        "gone",
-        "m0",
-        proto::AckPolicy::All,
-        Duration::from_secs(10),
-    )
-    .await
-    .expect("ALL ack");
-    assert_eq!(ack.offset, 0);
+    publish_acked(&c, leader, "gone", 0..1).await;
     let killed = std::time::Instant::now();
     c.nodes[leader].kill9();
     let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
@@ -509,17 +511,7 @@ async fn cluster_isr_a_leader_whose_node_left_is_replaced_without_the_leader_tim
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let ack = publish(
-        &c,
-        new,
-        "gone",
-        "m1",
-        proto::AckPolicy::All,
-        Duration::from_secs(10),
-    )
-    .await
-    .expect("ALL ack from the new leader");
-    assert_eq!(ack.offset, 1);
+    publish_acked(&c, new, "gone", 1..2).await;
 }
 
 /// A stand-in follower: sends fetch requests to a partition's leader over

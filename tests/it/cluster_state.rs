@@ -16,7 +16,7 @@ use std::time::Duration;
 use liftbridge::api::proto;
 use tokio_stream::StreamExt;
 
-use crate::cluster_isr::{create, leader_index, publish, read_isr, TIMINGS};
+use crate::cluster_isr::{create, leader_index, publish, publish_acked, read_isr, TIMINGS};
 use crate::support::cluster::{Cluster, ClusterOptions, PartitionView, CLUSTER_TIMEOUT};
 use crate::support::wait_until;
 
@@ -347,36 +347,12 @@ async fn cluster_state_retention_keeps_replicas_alike() {
         .await
         .expect("create stream");
     let leader = leader_index(&c, "ret").await;
-    for i in 0..20 {
-        let ack = publish(
-            &c,
-            leader,
-            "ret",
-            &format!("m{i}"),
-            proto::AckPolicy::All,
-            Duration::from_secs(10),
-        )
-        .await
-        .expect("ALL ack");
-        assert_eq!(ack.offset, i);
-    }
+    publish_acked(&c, leader, "ret", 0..20).await;
     for i in 0..3 {
         holds_exactly(&c, i, "ret", 15, 19).await;
     }
     let (old, new) = kill_leader(&mut c, "ret").await;
-    for i in 20..25 {
-        let ack = publish(
-            &c,
-            new,
-            "ret",
-            &format!("m{i}"),
-            proto::AckPolicy::All,
-            Duration::from_secs(10),
-        )
-        .await
-        .expect("ALL ack from the new leader");
-        assert_eq!(ack.offset, i);
-    }
+    publish_acked(&c, new, "ret", 20..25).await;
     c.nodes[old].restart().await;
     agreed(&c, &[0, 1, 2], "ret", "all three in sync", |v| {
         v.2.len() == 3
