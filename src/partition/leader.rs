@@ -1365,7 +1365,7 @@ pub(crate) mod tests {
                 max_messages: Some(1),
                 ..Default::default()
             },
-            // As the partition manager opens a replicated partition's log.
+            // As the partition manager opens every partition's log.
             initial_compaction_limit: 0,
             ..LogConfig::default()
         };

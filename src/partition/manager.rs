@@ -137,9 +137,11 @@ impl PartitionDefaults {
             cleaner_interval: cleaner,
             cache_bytes: self.cache_bytes,
             observer: crate::metrics::store::observer(),
-            // Both set per partition where the log is opened (`open_log`).
+            // Set per partition where the log is opened (`open_log`).
             first_record: crate::store::FirstRecord::default(),
-            initial_compaction_limit: u64::MAX,
+            // Nothing is cleaned before the partition's role knows what is
+            // committed (`Partition::new` sets the limit).
+            initial_compaction_limit: 0,
         }
     }
 
@@ -221,6 +223,17 @@ struct FirstSeen {
     /// This process has run it since, in any role: its log holds nothing
     /// a previous process may have lost.
     opened: bool,
+}
+
+impl FirstSeen {
+    /// Seen now in leader epoch `epoch`, not run yet.
+    fn now(epoch: u64) -> FirstSeen {
+        FirstSeen {
+            epoch,
+            since: std::time::Instant::now(),
+            opened: false,
+        }
+    }
 }
 
 /// What a paused partition's closed log holds, as metadata reports it.
@@ -845,11 +858,7 @@ impl PartitionManager {
                 .first_led
                 .lock()
                 .entry(key.clone())
-                .or_insert(FirstSeen {
-                    epoch: pm.leader_epoch,
-                    since: std::time::Instant::now(),
-                    opened: false,
-                });
+                .or_insert(FirstSeen::now(pm.leader_epoch));
             let existing = self.get_replica(&key.0, key.1);
             if let Some(p) = existing {
                 p.update_settings(settings);
@@ -1117,11 +1126,6 @@ impl PartitionManager {
         let held = self.inner.held.clone();
         let (stream, created) = (s.name.clone(), s.creation_timestamp_ns);
         cfg.first_record = held.hook(&stream, id, created);
-        // Replicated, nothing is cleaned before the partition's role knows
-        // what is committed (`Partition::new` sets the limit).
-        if s.partition(id).is_some_and(|p| p.replicas.len() > 1) {
-            cfg.initial_compaction_limit = 0;
-        }
         let path = dir.clone();
         tokio::task::spawn_blocking(move || {
             let db = dir.join("log.redb");
@@ -1167,11 +1171,7 @@ impl PartitionManager {
             // reopened (resumed) in this epoch, it holds back its leadership
             // as a restarted process does.
             if let Some(seen) = self.inner.first_led.lock().get_mut(key) {
-                *seen = FirstSeen {
-                    epoch: p.leader_epoch(),
-                    since: std::time::Instant::now(),
-                    opened: false,
-                };
+                *seen = FirstSeen::now(p.leader_epoch());
             }
         }
         self.inner.failed.lock().insert(

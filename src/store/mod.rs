@@ -197,8 +197,8 @@ pub struct LogConfig {
     /// (taken when the log opens, like `observer`).
     pub first_record: FirstRecord,
     /// The compaction limit the log opens with (taken when the log opens,
-    /// like `observer`): a replicated partition's log opens with 0, so the
-    /// cleaner touches nothing before its role sets the committed end (see
+    /// like `observer`): a partition's log opens with 0, so the cleaner
+    /// touches nothing before its role sets the committed end (see
     /// [`PartitionLog::set_compaction_limit`]). Default: no limit.
     pub initial_compaction_limit: u64,
 }
