@@ -405,11 +405,15 @@ async fn cluster_isr_caught_up_fetches_wait_at_the_leader_for_records() {
     assert_eq!(r.hw, hw);
 }
 
-/// Reads `n` messages of partition 0 of `stream` from node `i` with
-/// `readISRReplica` (after the confirming empty message).
-pub(crate) async fn read_isr(c: &Cluster, i: usize, stream: &str, n: usize) -> Vec<(i64, String)> {
+/// A subscription to partition 0 of `stream` from the earliest offset on
+/// node `i`, with `readISRReplica`.
+pub(crate) async fn isr_subscription(
+    c: &Cluster,
+    i: usize,
+    stream: &str,
+) -> tonic::Streaming<proto::Message> {
     let mut client = c.nodes[i].client().await;
-    let mut s = client
+    client
         .subscribe(proto::SubscribeRequest {
             stream: stream.into(),
             start_position: proto::StartPosition::Earliest as i32,
@@ -418,7 +422,13 @@ pub(crate) async fn read_isr(c: &Cluster, i: usize, stream: &str, n: usize) -> V
         })
         .await
         .expect("subscribe with readISRReplica")
-        .into_inner();
+        .into_inner()
+}
+
+/// Reads `n` messages of partition 0 of `stream` from node `i` with
+/// `readISRReplica` (after the confirming empty message).
+pub(crate) async fn read_isr(c: &Cluster, i: usize, stream: &str, n: usize) -> Vec<(i64, String)> {
+    let mut s = isr_subscription(c, i, stream).await;
     let mut got = Vec::with_capacity(n + 1);
     while got.len() < n + 1 {
         let m = tokio::time::timeout(Duration::from_secs(20), s.next())

@@ -16,7 +16,9 @@ use std::time::Duration;
 use liftbridge::api::proto;
 use tokio_stream::StreamExt;
 
-use crate::cluster_isr::{create, leader_index, publish, publish_acked, read_isr, TIMINGS};
+use crate::cluster_isr::{
+    create, isr_subscription, leader_index, publish, publish_acked, read_isr, TIMINGS,
+};
 use crate::support::cluster::{Cluster, ClusterOptions, PartitionView, CLUSTER_TIMEOUT};
 use crate::support::wait_until;
 
@@ -211,17 +213,7 @@ async fn cluster_state_readonly_and_pause_apply_on_every_replica() {
         Err(tonic::Code::FailedPrecondition)
     );
     // A follower's readISRReplica subscription ends at the log's end.
-    let mut client = c.nodes[follower].client().await;
-    let mut s = client
-        .subscribe(proto::SubscribeRequest {
-            stream: "st".into(),
-            start_position: proto::StartPosition::Earliest as i32,
-            read_isr_replica: true,
-            ..Default::default()
-        })
-        .await
-        .expect("subscribe on a follower")
-        .into_inner();
+    let mut s = isr_subscription(&c, follower, "st").await;
     let mut values = Vec::new();
     let end = loop {
         match tokio::time::timeout(Duration::from_secs(20), s.next())
