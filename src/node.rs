@@ -24,8 +24,6 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
 use crate::api::proto::server::api_server::ApiServer;
 use crate::api::service::ApiService;
@@ -696,7 +694,7 @@ pub struct NodeHandle {
     activity_task: Option<JoinHandle<()>>,
     http: Option<crate::http::HttpServer>,
     stop_grpc: Option<oneshot::Sender<()>>,
-    grpc_task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    grpc_task: Option<JoinHandle<()>>,
     /// The policy in force when authorization is on.
     authz: Option<Arc<crate::api::authz::Authorizer>>,
 }
@@ -778,10 +776,6 @@ async fn start_http(
     }
     crate::http::serve_listener(listener, state)
         .map_err(|e| bind_err(std::io::Error::other(e.to_string())))
-}
-
-fn read_file(p: &PathBuf) -> Result<Vec<u8>, NodeError> {
-    std::fs::read(p).map_err(|e| NodeError::Tls(format!("{}: {e}", p.display())))
 }
 
 /// Opens the metadata group. A previous node in this process may still be
@@ -1051,28 +1045,24 @@ impl Node {
         let (mut reporter, health) = tonic_health::server::health_reporter();
         reporter.set_serving::<ApiServer<ApiService>>().await;
 
-        // HTTP/2 flow-control windows sized for streams of many 1 KiB
-        // messages: with h2's 64 KiB defaults a PublishAsync stream with
-        // 256 messages in flight stalls on window updates.
-        let mut builder = tonic::transport::Server::builder()
-            .initial_stream_window_size(GRPC_STREAM_WINDOW)
-            .initial_connection_window_size(GRPC_CONNECTION_WINDOW)
-            .max_frame_size(GRPC_MAX_FRAME);
-        if let Some(tls) = &cfg.tls {
-            let identity = Identity::from_pem(read_file(&tls.cert)?, read_file(&tls.key)?);
-            let mut t = ServerTlsConfig::new().identity(identity);
-            if let Some(ca) = &tls.client_ca {
-                t = t.client_ca_root(Certificate::from_pem(read_file(ca)?));
+        // The gRPC port's TLS files are read before anything is served.
+        let grpc_tls = match &cfg.tls {
+            Some(tls) => {
+                let files = crate::config::nats::TlsFiles {
+                    cert: tls.cert.clone(),
+                    key: tls.key.clone(),
+                    ca: tls.client_ca.clone(),
+                    verify: tls.client_ca.is_some(),
+                    params: Default::default(),
+                    handshake_first: None,
+                };
+                let mut c = crate::tls::server_config(&files)
+                    .map_err(|e| NodeError::Tls(format!("tls: {e}")))?;
+                Arc::make_mut(&mut c).alpn_protocols = vec![b"h2".to_vec()];
+                Some(c)
             }
-            builder = builder
-                .tls_config(t)
-                .map_err(|e| NodeError::Tls(e.to_string()))?;
-        }
-        let incoming =
-            TcpIncoming::from_listener(listener, true, None).map_err(|e| NodeError::Bind {
-                addr: listen.clone(),
-                source: std::io::Error::other(e.to_string()),
-            })?;
+            None => None,
+        };
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let admin_service = service.clone();
         let mut api_service = ApiService::new(service);
@@ -1083,13 +1073,28 @@ impl Node {
             .max_decoding_message_size(MAX_GRPC_MESSAGE)
             .max_encoding_message_size(MAX_GRPC_MESSAGE);
         let metrics = crate::metrics::NodeMetrics::new(nats.clone(), meta.clone(), parts.clone());
-        let router = builder
-            .layer(metrics.grpc_layer())
-            .add_service(health)
-            .add_service(api);
-        let grpc_task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
-            let _ = stop_rx.await;
-        }));
+        let routes = tonic::service::Routes::new(health)
+            .add_service(api)
+            .prepare();
+        let grpc_svc =
+            tower_layer::Layer::layer(&metrics.grpc_layer(), crate::api::server::Deadline(routes));
+        // HTTP/2 flow-control windows sized for streams of many 1 KiB
+        // messages: with h2's 64 KiB defaults a PublishAsync stream with
+        // 256 messages in flight stalls on window updates.
+        let http2 = crate::api::server::Http2 {
+            stream_window: GRPC_STREAM_WINDOW,
+            connection_window: GRPC_CONNECTION_WINDOW,
+            max_frame: GRPC_MAX_FRAME,
+        };
+        let grpc_task = tokio::spawn(crate::api::server::serve(
+            listener,
+            grpc_svc,
+            http2,
+            grpc_tls,
+            async {
+                let _ = stop_rx.await;
+            },
+        ));
         let http = match (http_listener, http_addr) {
             (Some(listener), Some(http_addr)) => {
                 let admin = crate::admin::AdminContext {

@@ -14,6 +14,7 @@ pub mod codec;
 pub mod convert;
 pub mod outgoing;
 pub mod proto;
+pub mod server;
 pub mod service;
 
 pub use service::ApiService;

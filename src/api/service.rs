@@ -85,7 +85,7 @@ pub struct ApiService {
 
 /// Parses the `grpc-timeout` header ("<digits><unit>", unit one of
 /// H M S m u n).
-pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
+pub(crate) fn parse_grpc_timeout(v: &str) -> Option<Duration> {
     if v.len() < 2 || v.len() > 9 {
         return None;
     }

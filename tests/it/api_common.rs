@@ -45,6 +45,51 @@ pub async fn start(cfg: NodeConfig) -> NodeHandle {
     Node::start(cfg).await.expect("node starts")
 }
 
+/// Starts a node whose gRPC port takes TLS clients with a certificate of
+/// the returned development CA (mutual TLS), with its data under `dir`.
+pub async fn start_mtls(dir: &Path) -> (NodeHandle, liftbridge::tls::DevCertPaths) {
+    let certs = liftbridge::tls::generate_dev_certs(&dir.join("certs"), &[]).unwrap();
+    let mut cfg = config(&dir.join("data"));
+    cfg.tls = Some(liftbridge::node::GrpcTls {
+        cert: certs.server_cert.clone(),
+        key: certs.server_key.clone(),
+        client_ca: Some(certs.ca_cert.clone()),
+    });
+    (start(cfg).await, certs)
+}
+
+/// A TLS configuration trusting the CA of `certs`, presenting its client
+/// certificate when `with_cert`.
+pub fn mtls_config(
+    certs: &liftbridge::tls::DevCertPaths,
+    with_cert: bool,
+) -> tonic::transport::ClientTlsConfig {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    let ca = Certificate::from_pem(std::fs::read(&certs.ca_cert).unwrap());
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(ca)
+        .domain_name("localhost");
+    if !with_cert {
+        return tls;
+    }
+    tls.identity(Identity::from_pem(
+        std::fs::read(&certs.client_cert).unwrap(),
+        std::fs::read(&certs.client_key).unwrap(),
+    ))
+}
+
+/// Connects a TLS client with the client certificate of `certs`.
+pub async fn mtls_client(node: &NodeHandle, certs: &liftbridge::tls::DevCertPaths) -> Client {
+    let ch = Channel::from_shared(format!("https://localhost:{}", node.grpc_addr().port()))
+        .unwrap()
+        .tls_config(mtls_config(certs, true))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect over TLS");
+    ApiClient::new(ch)
+}
+
 /// Connects a gRPC client to the node.
 pub async fn client(node: &NodeHandle) -> Client {
     let ch = Channel::from_shared(format!("http://{}", node.grpc_addr()))

@@ -573,36 +573,12 @@ async fn api_restart_keeps_data_and_metadata() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_grpc_over_mutual_tls() {
-    use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+    use tonic::transport::Channel;
     let dir = tempfile::tempdir().unwrap();
-    let certs = liftbridge::tls::generate_dev_certs(&dir.path().join("certs"), &[]).unwrap();
-    let mut cfg = config(&dir.path().join("data"));
-    cfg.tls = Some(liftbridge::node::GrpcTls {
-        cert: certs.server_cert.clone(),
-        key: certs.server_key.clone(),
-        client_ca: Some(certs.ca_cert.clone()),
-    });
-    let node = start(cfg).await;
-    let url = format!("https://localhost:{}", node.grpc_addr().port());
-    let ca = Certificate::from_pem(std::fs::read(&certs.ca_cert).unwrap());
+    let (node, certs) = start_mtls(dir.path()).await;
 
     // With a client certificate: works.
-    let id = Identity::from_pem(
-        std::fs::read(&certs.client_cert).unwrap(),
-        std::fs::read(&certs.client_key).unwrap(),
-    );
-    let tls = ClientTlsConfig::new()
-        .ca_certificate(ca.clone())
-        .identity(id)
-        .domain_name("localhost");
-    let ch = Channel::from_shared(url.clone())
-        .unwrap()
-        .tls_config(tls)
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut c = proto::api_client::ApiClient::new(ch);
+    let mut c = mtls_client(&node, &certs).await;
     create(&mut c, "tls", "tls", 1).await;
     assert_eq!(
         publish_acked(&mut c, "tls", 0, b"", b"secret").await.offset,
@@ -610,9 +586,8 @@ async fn api_grpc_over_mutual_tls() {
     );
 
     // Without one: the handshake or the first call fails.
-    let tls = ClientTlsConfig::new()
-        .ca_certificate(ca)
-        .domain_name("localhost");
+    let tls = mtls_config(&certs, false);
+    let url = format!("https://localhost:{}", node.grpc_addr().port());
     let refused = match Channel::from_shared(url)
         .unwrap()
         .tls_config(tls)

@@ -12,6 +12,7 @@ mod api_activity;
 mod api_authz;
 mod api_cli;
 mod api_common;
+mod api_connections;
 mod api_encryption;
 mod api_flow;
 mod api_groups;
