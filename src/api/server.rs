@@ -71,7 +71,12 @@ pub async fn serve<S, B>(
         .timer(TokioTimer::new())
         .initial_stream_window_size(http2.stream_window)
         .initial_connection_window_size(http2.connection_window)
-        .max_frame_size(http2.max_frame);
+        .max_frame_size(http2.max_frame)
+        // As many streams per connection as the client opens, as grpc-go
+        // and Liftbridge allow: a consumer may subscribe to hundreds of
+        // partitions over one connection (hyper's default would hold the
+        // 201st back until another ended).
+        .max_concurrent_streams(None);
     let tls = tls.map(tokio_rustls::TlsAcceptor::from);
     let handler: Handler = Arc::new(move |req| {
         let mut svc = svc.clone();

@@ -1,7 +1,8 @@
 //! The gRPC port under clients that misbehave: a peer speaking garbage, one
 //! that opens a TLS connection and never completes the handshake, and one
-//! that goes silent mid-stream. None of them keeps others from being served,
-//! and shutdown is not held up by them.
+//! that says nothing. None of them keeps others from being served, and
+//! shutdown is not held up by them. And a client may open as many streams
+//! over one connection as it likes.
 
 use std::time::Duration;
 
@@ -91,4 +92,31 @@ async fn an_unfinished_tls_handshake_holds_nothing_up() {
     tokio::time::timeout(Duration::from_secs(10), node.shutdown())
         .await
         .expect("shutdown is not held up by a stalled handshake");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundreds_of_subscriptions_share_one_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    create(&mut c, "many", "many", 1).await;
+    // Every subscription is established (its handshake arrives) while all
+    // the earlier ones stay open, on the one connection of `c`.
+    let mut subs = Vec::new();
+    for _ in 0..300 {
+        let s = tokio::time::timeout(
+            Duration::from_secs(10),
+            subscribe(&mut c, from_earliest("many", 0)),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("subscription {} held back", subs.len() + 1));
+        subs.push(s);
+    }
+    publish_acked(&mut c, "many", 0, b"", b"to all").await;
+    for i in [0, subs.len() - 1] {
+        let m = take(&mut subs[i], 1).await;
+        assert_eq!(m[0].value, &b"to all"[..]);
+    }
+    drop(subs);
+    node.shutdown().await;
 }
