@@ -18,10 +18,11 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
+use futures::task::AtomicWaker;
 use hyper::body::{Body, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -279,7 +280,7 @@ struct RepollWake {
     /// A wake arrived while it was being polled.
     woken: AtomicBool,
     /// The task's own waker, for wakes from outside the poll.
-    task: Mutex<Option<Waker>>,
+    task: AtomicWaker,
 }
 
 impl Wake for RepollWake {
@@ -296,10 +297,7 @@ impl Wake for RepollWake {
                 return;
             }
         }
-        let task = self.task.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(w) = task.as_ref() {
-            w.wake_by_ref();
-        }
+        self.task.wake();
     }
 }
 
@@ -308,7 +306,7 @@ impl<F: Future> Repoll<F> {
         let wake = Arc::new(RepollWake {
             polling: AtomicBool::new(false),
             woken: AtomicBool::new(false),
-            task: Mutex::new(None),
+            task: AtomicWaker::new(),
         });
         Repoll {
             inner: Box::pin(fut),
@@ -322,12 +320,7 @@ impl<F: Future> Future for Repoll<F> {
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        {
-            let mut task = self.wake.task.lock().unwrap_or_else(|p| p.into_inner());
-            if !task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                *task = Some(cx.waker().clone());
-            }
-        }
+        self.wake.task.register(cx.waker());
         let this = &mut *self;
         let mut inner_cx = Context::from_waker(&this.waker);
         for _ in 0..REPOLLS {
