@@ -327,9 +327,50 @@ pub struct Partition {
     /// it has, it must not help elect a leader (it could be chosen with
     /// less than what was committed).
     pub(super) rebuilding: std::sync::atomic::AtomicBool,
-    /// Held while a unary publish is being handed over (see
+    /// Unary publishes waiting to be handed over together (see
+    /// [`Partition::queue_one`]).
+    unary: Mutex<UnaryQueue>,
+    /// Unary calls waiting for their acks here (see
+    /// [`Partition::unary_call`]).
+    unary_calls: Arc<AtomicUsize>,
+    /// Held while a lone unary publish is being handed over (see
     /// [`Partition::hand_over_one`]).
     handing_one: tokio::sync::Mutex<()>,
+}
+
+/// A unary call waiting for its ack (see [`Partition::unary_call`]).
+pub struct UnaryCall(Arc<AtomicUsize>);
+
+impl Drop for UnaryCall {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Unary publishes queued for one hand-over (see [`Partition::queue_one`]).
+#[derive(Default)]
+struct UnaryQueue {
+    msgs: Vec<Message>,
+    bytes: usize,
+    /// A flusher is taking the queue (it empties it, and goes on taking
+    /// what comes meanwhile, until it finds it empty).
+    flushing: bool,
+}
+
+/// Most payload bytes of unary publishes queued for one hand-over; a
+/// publish that would pass it goes through NATS instead (as one refused
+/// by the partition does), where the recorder's queue limits apply.
+const UNARY_QUEUE_BYTES: usize = 4 << 20;
+
+/// What [`Partition::queue_one`] did with a publish.
+pub enum Queued {
+    /// Queued behind a flusher already at work: it hands it over.
+    Taken,
+    /// Queued, and the caller must start the flusher
+    /// ([`Partition::take_queued`] until it returns `None`).
+    Flush,
+    /// Not queued (the queue is full): the caller publishes it into NATS.
+    Refused(Box<Message>),
 }
 
 impl std::fmt::Debug for Partition {
@@ -423,6 +464,8 @@ impl Partition {
             fetches_held: AtomicUsize::new(0),
             tasks: Mutex::new(Vec::new()),
             rebuilding: std::sync::atomic::AtomicBool::new(false),
+            unary: Mutex::new(UnaryQueue::default()),
+            unary_calls: Arc::new(AtomicUsize::new(0)),
             handing_one: tokio::sync::Mutex::new(()),
         })
     }
@@ -902,12 +945,30 @@ impl Partition {
         Ok(())
     }
 
-    /// Hands over one publish of a unary call, behind every message
-    /// already delivered to the stenographer (`Behind::Delivered`), and
-    /// only while no other one is being handed over: under concurrent
-    /// calls the rest go through NATS, where the stenographer takes them
-    /// in batches (one journal write for many), and the barrier then keeps
-    /// the calls that follow on that path until it has caught up.
+    /// Counts a unary call as waiting for its ack here while the guard
+    /// lives: with others waiting too, its publish is queued for a shared
+    /// hand-over ([`Partition::queue_one`]); alone, it is handed over at
+    /// once ([`Partition::hand_over_one`]).
+    pub fn unary_call(&self) -> UnaryCall {
+        self.unary_calls.fetch_add(1, Ordering::Relaxed);
+        UnaryCall(self.unary_calls.clone())
+    }
+
+    /// Whether a unary publish is best handed over at once: no other call
+    /// is waiting for an ack here and nothing is queued, so no other
+    /// publish would share its hand-over.
+    pub fn alone(&self) -> bool {
+        self.unary_calls.load(Ordering::Relaxed) <= 1 && {
+            let q = self.unary.lock();
+            !q.flushing && q.msgs.is_empty()
+        }
+    }
+
+    /// Hands over one publish of a unary call at once, behind every
+    /// message already delivered to the stenographer
+    /// ([`Behind::Delivered`]), and only while no other one is being
+    /// handed over this way: the publish goes back to the caller (for
+    /// NATS) otherwise.
     pub async fn hand_over_one(self: &Arc<Self>, msg: Message) -> Result<(), Message> {
         let Ok(_alone) = self.handing_one.try_lock() else {
             return Err(msg);
@@ -915,6 +976,47 @@ impl Partition {
         self.hand_over(vec![msg], Behind::Delivered)
             .await
             .map_err(|mut back| back.pop().unwrap_or_default())
+    }
+
+    /// Queues the publish of a unary call, to be handed over together with
+    /// the others that arrive before its flusher runs: one journal write
+    /// and one ack pass for many calls, as the stenographer's batches are.
+    /// The flusher hands each batch over behind every message already
+    /// delivered to the stenographer ([`Behind::Delivered`]: an earlier
+    /// publish of the same client may still be on its way through NATS),
+    /// and there is one flusher at a time, so the calls keep their order.
+    pub fn queue_one(&self, msg: Message) -> Queued {
+        let len = envelope::message_len(&msg);
+        let mut q = self.unary.lock();
+        if q.bytes + len > UNARY_QUEUE_BYTES || q.msgs.len() >= MAX_BATCH {
+            return Queued::Refused(Box::new(msg));
+        }
+        q.msgs.push(msg);
+        q.bytes += len;
+        if q.flushing {
+            return Queued::Taken;
+        }
+        q.flushing = true;
+        Queued::Flush
+    }
+
+    /// The flusher's next batch of queued unary publishes, or `None` once
+    /// the queue is empty (the flusher then stops; the next publish queued
+    /// starts another).
+    pub fn take_queued(&self) -> Option<Vec<Message>> {
+        let mut q = self.unary.lock();
+        if q.msgs.is_empty() {
+            q.flushing = false;
+            return None;
+        }
+        q.bytes = 0;
+        Some(std::mem::take(&mut q.msgs))
+    }
+
+    /// Empties the queue of unary publishes and lets the next one start a
+    /// flusher (the one at work stopped early).
+    pub fn abandon_queued(&self) {
+        *self.unary.lock() = UnaryQueue::default();
     }
 
     /// Stages a batch for followers and queues it with the store; its acks

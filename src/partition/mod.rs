@@ -36,7 +36,8 @@ pub mod replication;
 pub mod subjects;
 
 pub use leader::{
-    Behind, Closed, LocalAcks, Membership, Partition, PartitionSettings, ReplicaContext, Role,
+    Behind, Closed, LocalAcks, Membership, Partition, PartitionSettings, Queued, ReplicaContext,
+    Role, UnaryCall,
 };
 pub use manager::{
     DegradedPartition, ManagerTasks, PartitionDefaults, PartitionError, PartitionFailure,

@@ -33,7 +33,7 @@ use bytes::Bytes;
 
 use super::acks::{AckSession, AckSink, AckWait};
 use super::{Service, ServiceError};
-use crate::partition::{Behind, Partition};
+use crate::partition::{Behind, Partition, Queued};
 use crate::wire::{envelope, Ack, AckError, AckPolicy, Message};
 
 /// Most publishes a session holds for one hand-over.
@@ -419,6 +419,7 @@ impl Service {
         // call ends.
         let waiter: AckWait = self.inner.acks.wait_one()?;
         msg.ack_inbox = waiter.inbox.clone();
+        let _call = to.as_ref().map(|p| p.unary_call());
         self.send(subject, msg, to).await?;
         match tokio::time::timeout(wait, waiter.recv()).await {
             Ok(Some(ack)) => Ok(Some(ack)),
@@ -427,10 +428,11 @@ impl Service {
         }
     }
 
-    /// Hands one publish over to `to` when it takes it (see
-    /// [`Partition::hand_over_one`]: behind every message already delivered
-    /// to its stenographer, since an earlier publish of the same client may
-    /// still be on its way) and publishes it into NATS otherwise.
+    /// Hands one publish over to `to` when it takes it, and publishes it
+    /// into NATS otherwise: at once when no other call waits for an ack
+    /// there ([`Partition::alone`]); otherwise queued and handed over with
+    /// the publishes queued with it, by one flusher task at a time
+    /// ([`Partition::queue_one`], [`Service::flush_queued`]).
     async fn send(
         &self,
         subject: &str,
@@ -438,18 +440,58 @@ impl Service {
         to: Option<Arc<Partition>>,
     ) -> Result<(), ServiceError> {
         let msg = match to {
-            Some(p) => match p.hand_over_one(msg).await {
+            Some(p) if p.alone() => match p.hand_over_one(msg).await {
                 Ok(()) => return Ok(()),
                 Err(back) => back,
             },
+            Some(p) => match p.queue_one(msg) {
+                Queued::Taken => return Ok(()),
+                Queued::Flush => {
+                    self.flush_queued(p, subject.to_string());
+                    return Ok(());
+                }
+                Queued::Refused(msg) => *msg,
+            },
             None => msg,
         };
-        let payload = envelope::encode_message(&msg);
+        self.publish_enveloped(subject, &msg).await
+    }
+
+    async fn publish_enveloped(&self, subject: &str, msg: &Message) -> Result<(), ServiceError> {
+        let payload = envelope::encode_message(msg);
         self.inner
             .nats
             .publish_paced(subject, None, None, payload)
             .await?;
         Ok(())
+    }
+
+    /// Starts the flusher of `p`'s queued unary publishes. It first lets
+    /// the tasks ready to run (other calls on the same connection, decoded
+    /// together) queue theirs, then hands over what is queued, and repeats
+    /// until it finds the queue empty. What the partition refuses goes into
+    /// NATS, in order; if that fails (the node is shutting down) the
+    /// callers' waits for their acks end as they would without an ack.
+    fn flush_queued(&self, p: Arc<Partition>, subject: String) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut guard = FlushGuard { p, done: false };
+            loop {
+                tokio::task::yield_now().await;
+                let Some(batch) = guard.p.take_queued() else {
+                    break;
+                };
+                let Err(back) = guard.p.hand_over(batch, Behind::Delivered).await else {
+                    continue;
+                };
+                for m in back {
+                    if let Err(e) = me.publish_enveloped(&subject, &m).await {
+                        tracing::debug!(subject = %subject, error = %e, "queued publish not sent");
+                    }
+                }
+            }
+            guard.done = true;
+        });
     }
 
     /// Waits on an ack inbox the caller chose (not routed by us).
@@ -479,6 +521,22 @@ impl Service {
             Ok(Some(ack)) => Ok(Some(ack)),
             Ok(None) => Err(ServiceError::Internal("server shutting down".into())),
             Err(_) => Err(ServiceError::Timeout("timed out waiting for ack".into())),
+        }
+    }
+}
+
+/// Ends a flusher that stops early (its task aborted as the runtime
+/// shuts down, or a panic): the queue it held is dropped, so its callers'
+/// waits end without an ack, and the next publish starts a new flusher.
+struct FlushGuard {
+    p: Arc<Partition>,
+    done: bool,
+}
+
+impl Drop for FlushGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.p.abandon_queued();
         }
     }
 }

@@ -7,7 +7,9 @@
 //! handed-over message over the size limit is refused as a published one
 //! is, and the messages around it are stored. Unary Publish calls are
 //! handed over too, and one call never overtakes an earlier one that went
-//! through NATS (AckPolicy NONE returns before its message is stored).
+//! through NATS (AckPolicy NONE returns before its message is stored);
+//! calls in flight together share their hand-overs (one append for many),
+//! each still stored once at the offset its ack names.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -365,6 +367,60 @@ async fn unary_publishes_keep_their_order_whichever_way_they_go() {
             format!("u{i}").as_bytes(),
             "offset {o}"
         );
+    }
+    node.shutdown().await;
+}
+
+/// Appends the store made so far (all partitions), from `/metrics`.
+async fn store_appends(node: &liftbridge::node::NodeHandle) -> u64 {
+    let r = http_get(node.http_addr().expect("http enabled"), "/metrics").await;
+    let line = r
+        .lines()
+        .find(|l| l.starts_with("liftbridge_store_append_batch_records_count "))
+        .expect("the append batch histogram");
+    line.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_unary_publishes_share_their_hand_overs() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    create(&mut c, "uc", "uc", 1).await;
+    let (nats_before, appends_before) = (nats_in_msgs(&node).await, store_appends(&node).await);
+
+    // 64 calls in flight on one connection, as a client with a window
+    // keeps them.
+    const N: usize = 2000;
+    let acks: Vec<(usize, proto::Ack)> = futures::stream::iter(0..N)
+        .map(|i| {
+            let mut c = c.clone();
+            async move {
+                let ack = publish_unary(&mut c, "uc", format!("c{i}"), proto::AckPolicy::Leader)
+                    .await
+                    .expect("an ack");
+                (i, ack)
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+
+    // Handed over, not published into NATS, and many calls to one append.
+    let nats = nats_in_msgs(&node).await - nats_before;
+    assert!(nats < 10, "NATS took {nats} messages");
+    let appends = store_appends(&node).await - appends_before;
+    assert!(appends <= N as u64 / 4, "{appends} appends for {N} calls");
+    // Every call's message is stored once, at the offset its ack names.
+    let got = read_back(&mut c, "uc", N).await;
+    assert_eq!(got.len(), N);
+    let mut offsets: Vec<i64> = acks.iter().map(|(_, a)| a.offset).collect();
+    offsets.sort_unstable();
+    assert_eq!(offsets, (0..N as i64).collect::<Vec<_>>());
+    for (i, a) in &acks {
+        let m = &got[a.offset as usize];
+        assert_eq!(m.offset, a.offset);
+        assert_eq!(m.value, format!("c{i}").as_bytes(), "offset {}", a.offset);
     }
     node.shutdown().await;
 }
