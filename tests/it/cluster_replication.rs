@@ -24,7 +24,7 @@
 //! default both). Every round prints one `FAULT-ROUND` line (read by
 //! scripts/fault-rounds.sh) with its result, the acknowledged messages
 //! checked and the failover time (kill → first ack of a message sent after
-//! the kill); a failed round keeps its nodes' logs under
+//! the kill; for a graceful stop, acked after the node is gone); a failed round keeps its nodes' logs under
 //! `$CARGO_TARGET_TMPDIR/fault-logs/` and the test fails after all rounds.
 //! Scenarios run one at a time (a static lock), so their timings are not
 //! disturbed by each other.
@@ -304,9 +304,16 @@ impl Round {
     /// Waits for the first ack of a message sent after `t0`; returns the
     /// time from `t0`.
     async fn failover_since(&self, t0: Instant) -> Duration {
+        self.failover_since_gone(t0, t0).await
+    }
+
+    /// As [`Round::failover_since`], counting only acks received after
+    /// `gone` (a node stopped gracefully acks what reaches it while it
+    /// stops: that is not a failover).
+    async fn failover_since_gone(&self, t0: Instant, gone: Instant) -> Duration {
         let end = t0 + CLUSTER_TIMEOUT;
         loop {
-            if let Some((at, via)) = self.history.first_ack_sent_after(t0) {
+            if let Some((at, via)) = self.history.first_ack_after(t0, gone) {
                 let d = at - t0;
                 println!("{}: first ack after {d:?} (via {via})", self.name);
                 return d;
@@ -545,7 +552,9 @@ async fn rolling_restart_round(policy: &'static str, r: usize) -> RoundStats {
         let t0 = Instant::now();
         round.cluster.nodes[i].stop().await;
         if i == li {
-            failover = Some(round.failover_since(t0).await);
+            let gone = Instant::now();
+            println!("{}: leader stopped in {:?}", round.name, gone - t0);
+            failover = Some(round.failover_since_gone(t0, gone).await);
         }
         round.progress(PROGRESS, "with a node down").await;
         round.cluster.nodes[i].restart().await;

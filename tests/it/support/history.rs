@@ -124,12 +124,23 @@ impl History {
     /// through: after a leader died at `t`, such a message can only have
     /// been committed by a new leader (failover measurements).
     pub fn first_ack_sent_after(&self, t: Instant) -> Option<(Instant, String)> {
+        self.first_ack_after(t, t)
+    }
+
+    /// The first ack received after `acked_after` of a message sent after
+    /// `sent_after`: with `acked_after` the moment a gracefully stopped
+    /// leader was gone, what it acked while stopping does not count.
+    pub fn first_ack_after(
+        &self,
+        sent_after: Instant,
+        acked_after: Instant,
+    ) -> Option<(Instant, String)> {
         self.attempts
             .lock()
             .iter()
-            .filter(|a| a.sent > t)
+            .filter(|a| a.sent > sent_after)
             .filter_map(|a| match a.outcome {
-                Outcome::Acked { at, .. } => Some((at, a.via.clone())),
+                Outcome::Acked { at, .. } if at > acked_after => Some((at, a.via.clone())),
                 _ => None,
             })
             .min_by_key(|(at, _)| *at)
@@ -966,6 +977,11 @@ mod tests {
             h.first_ack_sent_after(before).map(|(_, via)| via),
             Some("a".into())
         );
+        let Outcome::Acked { at, .. } = h.attempts()[0].outcome else {
+            panic!("m0 acked");
+        };
+        assert_eq!(h.first_ack_after(before, at), None, "acked at, not after");
+        assert_eq!(h.first_ack_after(before, before).map(|(t, _)| t), Some(at));
         let later = Instant::now() + Duration::from_secs(1);
         assert_eq!(h.acked_via_between("a", before, later).len(), 1);
         assert!(h.acked_via_between("b", before, later).is_empty());
