@@ -33,7 +33,7 @@ use bytes::Bytes;
 
 use super::acks::{AckSession, AckSink, AckWait};
 use super::{Service, ServiceError};
-use crate::partition::{Behind, Partition, Queued};
+use crate::partition::{Behind, Closed, Partition, Queued};
 use crate::wire::{envelope, Ack, AckError, AckPolicy, Message};
 
 /// Most publishes a session holds for one hand-over.
@@ -420,8 +420,20 @@ impl Service {
         let waiter: AckWait = self.inner.acks.wait_one()?;
         msg.ack_inbox = waiter.inbox.clone();
         let _call = to.as_ref().map(|p| p.unary_call());
+        let closed = to.as_ref().map(|p| p.closed_watch());
         self.send(subject, msg, to).await?;
-        match tokio::time::timeout(wait, waiter.recv()).await {
+        let ack = async {
+            let Some(mut closed) = closed else {
+                return waiter.recv().await;
+            };
+            tokio::select! {
+                ack = waiter.recv() => ack,
+                // The partition stopped with the node: its ack cannot come,
+                // and the node's shutdown should not wait for this call.
+                _ = shut_down(&mut closed) => None,
+            }
+        };
+        match tokio::time::timeout(wait, ack).await {
             Ok(Some(ack)) => Ok(Some(ack)),
             Ok(None) => Err(ServiceError::Internal("server shutting down".into())),
             Err(_) => Err(ServiceError::Timeout("timed out waiting for ack".into())),
@@ -522,6 +534,18 @@ impl Service {
             Ok(None) => Err(ServiceError::Internal("server shutting down".into())),
             Err(_) => Err(ServiceError::Timeout("timed out waiting for ack".into())),
         }
+    }
+}
+
+/// Resolves once the partition behind `closed` has stopped because the
+/// node is shutting down (never for another reason).
+async fn shut_down(closed: &mut tokio::sync::watch::Receiver<Option<Closed>>) {
+    if closed
+        .wait_for(|c| matches!(c, Some(Closed::Shutdown)))
+        .await
+        .is_err()
+    {
+        std::future::pending::<()>().await;
     }
 }
 

@@ -9,6 +9,9 @@
 //!   longer under-replicated and ALL publishes are acknowledged again;
 //! - a PublishAsync stream to the leader (its messages handed to the log
 //!   without NATS) is replicated as any publish;
+//! - a leader stopped (SIGTERM) while a unary ALL publish waits there for an
+//!   ack that cannot come (below min ISR) ends that call at once with
+//!   INTERNAL "server shutting down" and exits without waiting for it;
 //! - a leader whose node left the NATS cluster is replaced after
 //!   `replica.fetch.timeout`, not `replica.max.leader.timeout`;
 //! - no fetch answer is larger than `clustering.replication.max.bytes`.
@@ -287,6 +290,61 @@ async fn cluster_isr_below_min_isr_nothing_commits_until_the_follower_returns() 
         )
         .await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_isr_a_stopping_leader_ends_calls_waiting_for_acks() {
+    let mut opts = ClusterOptions::three("isrstop");
+    opts.extra_yaml = TIMINGS.into();
+    let mut c = Cluster::start(&opts).await;
+    create(&c, "stopping", Some(3)).await;
+    let leader = leader_index(&c, "stopping").await;
+    publish_acked(&c, leader, "stopping", 0..1).await;
+    let down = (leader + 1) % 3;
+    c.nodes[down].kill9();
+    wait_until(
+        CLUSTER_TIMEOUT,
+        "the dead follower leaves the ISR",
+        || async {
+            partition_json(&c, leader, "stopping")
+                .await
+                .is_some_and(|p| p["under_replicated"] == true)
+        },
+    )
+    .await;
+
+    // Below min ISR nothing commits: this call waits for its ack.
+    let mut client = c.nodes[leader].client().await;
+    let call = tokio::spawn(async move {
+        let mut req = tonic::Request::new(proto::PublishRequest {
+            stream: "stopping".into(),
+            value: b"waiting".to_vec().into(),
+            ack_policy: proto::AckPolicy::All as i32,
+            expected_offset: -1,
+            ..Default::default()
+        });
+        req.set_timeout(Duration::from_secs(30));
+        client.publish(req).await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!call.is_finished(), "the call waits for its ack");
+
+    let t0 = std::time::Instant::now();
+    c.nodes[leader].stop().await;
+    let stopped = t0.elapsed();
+    let r = tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .expect("the call ends with the node")
+        .expect("call task");
+    let st = r.expect_err("no ack can come");
+    assert_eq!(st.code(), tonic::Code::Internal, "{st:?}");
+    assert!(st.message().contains("shutting down"), "{st:?}");
+    // Without the call released, the node's shutdown gave the gRPC port
+    // its full 2 s.
+    assert!(
+        stopped < Duration::from_millis(1500),
+        "the leader took {stopped:?} to stop"
+    );
 }
 
 /// A follower's fetch that finds nothing new waits at the leader when it
