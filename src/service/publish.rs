@@ -469,6 +469,8 @@ impl Service {
         self.publish_enveloped(subject, &msg).await
     }
 
+    /// Publishes `msg`'s envelope on `subject` (paced by the recorders it
+    /// reaches).
     async fn publish_enveloped(&self, subject: &str, msg: &Message) -> Result<(), ServiceError> {
         let payload = envelope::encode_message(msg);
         self.inner
@@ -513,13 +515,9 @@ impl Service {
         msg: Message,
         wait: Duration,
     ) -> Result<Option<Ack>, ServiceError> {
-        let payload = envelope::encode_message(&msg);
         // Subscribe before publishing so the ack cannot be missed.
         let mut sub = self.inner.nats.subscribe(&msg.ack_inbox, None)?;
-        self.inner
-            .nats
-            .publish_paced(subject, None, None, payload)
-            .await?;
+        self.publish_enveloped(subject, &msg).await?;
         let got = tokio::time::timeout(wait, async {
             while let Some(m) = sub.next().await {
                 if let Ok(ack) = envelope::decode_ack(&m.payload) {

@@ -101,6 +101,30 @@ async fn partition_json(c: &Cluster, i: usize, stream: &str) -> Option<serde_jso
     Some(v["partitions"][0].clone())
 }
 
+/// Kills (`kill -9`) a follower of `stream`'s partition and waits until
+/// the leader has dropped it from the ISR (after the lag time: the
+/// partition is under-replicated, its ISR the two others); returns the
+/// follower's index.
+async fn kill_a_follower(c: &mut Cluster, leader: usize, stream: &str) -> usize {
+    let down = (leader + 1) % 3;
+    let down_id = c.nodes[down].spec.id.clone();
+    c.nodes[down].kill9();
+    wait_until(
+        CLUSTER_TIMEOUT,
+        "the dead follower leaves the ISR",
+        || async {
+            partition_json(c, leader, stream).await.is_some_and(|p| {
+                p["under_replicated"] == true
+                    && p["isr"]
+                        .as_array()
+                        .is_some_and(|isr| isr.len() == 2 && !isr.iter().any(|r| r == &down_id))
+            })
+        },
+    )
+    .await;
+    down
+}
+
 /// Index of the partition's leader, once every node agrees on one.
 pub(crate) async fn leader_index(c: &Cluster, stream: &str) -> usize {
     let end = std::time::Instant::now() + CLUSTER_TIMEOUT;
@@ -195,22 +219,7 @@ async fn cluster_isr_below_min_isr_nothing_commits_until_the_follower_returns() 
     assert_eq!(p["isr"].as_array().map(Vec::len), Some(3), "{p}");
 
     // A follower goes down: after the lag time it leaves the ISR.
-    let down = (leader + 1) % 3;
-    let down_id = c.nodes[down].spec.id.clone();
-    c.nodes[down].kill9();
-    wait_until(
-        CLUSTER_TIMEOUT,
-        "the dead follower leaves the ISR",
-        || async {
-            partition_json(&c, leader, "strict").await.is_some_and(|p| {
-                p["under_replicated"] == true
-                    && p["isr"]
-                        .as_array()
-                        .is_some_and(|isr| isr.len() == 2 && !isr.iter().any(|r| r == &down_id))
-            })
-        },
-    )
-    .await;
+    let down = kill_a_follower(&mut c, leader, "strict").await;
     let n = &c.nodes[leader].spec;
     let addr = format!("{}:{}", n.ip, n.http).parse().expect("address");
     let metrics = crate::api_common::http_get(addr, "/metrics").await;
@@ -300,18 +309,7 @@ async fn cluster_isr_a_stopping_leader_ends_calls_waiting_for_acks() {
     create(&c, "stopping", Some(3)).await;
     let leader = leader_index(&c, "stopping").await;
     publish_acked(&c, leader, "stopping", 0..1).await;
-    let down = (leader + 1) % 3;
-    c.nodes[down].kill9();
-    wait_until(
-        CLUSTER_TIMEOUT,
-        "the dead follower leaves the ISR",
-        || async {
-            partition_json(&c, leader, "stopping")
-                .await
-                .is_some_and(|p| p["under_replicated"] == true)
-        },
-    )
-    .await;
+    kill_a_follower(&mut c, leader, "stopping").await;
 
     // Below min ISR nothing commits: this call waits for its ack.
     let mut client = c.nodes[leader].client().await;
