@@ -22,14 +22,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::StreamExt;
 use prost::Message as _;
-use tokio::sync::Semaphore;
 
 use super::{find_on_path, free_port, median};
 use crate::api::proto;
@@ -703,39 +701,36 @@ pub(super) async fn lb_publish_async(
         let payload = payload.clone();
         async move {
             let mut c = grpc_client(&grpc).await?;
-            let (tx, rx) = tokio::sync::mpsc::channel::<proto::PublishRequest>(window.max(1) * 2);
+            let window = window.max(1);
+            // The channel holds at most `window` requests: no more are in
+            // flight, so a send never waits.
+            let (tx, rx) = tokio::sync::mpsc::channel::<proto::PublishRequest>(window);
             let mut responses = c
                 .publish_async(tokio_stream::wrappers::ReceiverStream::new(rx))
                 .await?
                 .into_inner();
-            let permits = Arc::new(Semaphore::new(window));
-            let sender = {
-                let permits = permits.clone();
-                tokio::spawn(async move {
-                    for i in 0..per {
-                        permits.acquire().await?.forget();
-                        tx.send(request(&stream, &payload, format!("{p}-{i}"), policy))
-                            .await
-                            .map_err(|_| anyhow!("publish stream closed"))?;
-                    }
-                    anyhow::Ok(tx)
-                })
-            };
-            let mut acked = 0u64;
+            // One task sends and takes the acks, as the JetStream publisher
+            // does: a request goes out whenever fewer than `window` await
+            // their acks.
+            let (mut sent, mut acked) = (0u64, 0u64);
             while acked < per {
+                while sent < per && sent - acked < window as u64 {
+                    tx.try_send(request(&stream, &payload, format!("{p}-{sent}"), policy))
+                        .map_err(|_| anyhow!("publish stream closed"))?;
+                    sent += 1;
+                }
                 match responses.next().await {
                     Some(Ok(r)) => {
                         if let Some(e) = r.async_error {
                             bail!("publish failed: {}", e.message);
                         }
                         acked += 1;
-                        permits.add_permits(1);
                     }
                     Some(Err(e)) => return Err(e.into()),
                     None => bail!("ack stream ended after {acked} acks"),
                 }
             }
-            drop(sender.await??);
+            drop(tx);
             anyhow::Ok(())
         }
     })
@@ -842,31 +837,25 @@ pub(super) async fn lb_publish_envelope(
             let inbox = client.new_inbox();
             let mut acks = client.subscribe(inbox.clone()).await?;
             client.flush().await?;
-            let permits = Arc::new(Semaphore::new(window));
-            let sender = {
-                let permits = permits.clone();
-                let client = client.clone();
-                tokio::spawn(async move {
-                    for i in 0..per {
-                        permits.acquire().await?.forget();
-                        let m = proto::Message {
-                            offset: -1,
-                            value: payload.clone(),
-                            ack_inbox: inbox.clone(),
-                            correlation_id: i.to_string(),
-                            ack_policy: policy as i32,
-                            ..Default::default()
-                        };
-                        client
-                            .publish(subject.clone(), envelope(0, &m.encode_to_vec()))
-                            .await?;
-                    }
-                    client.flush().await?;
-                    anyhow::Ok(())
-                })
-            };
-            let mut acked = 0u64;
+            // One task publishes and takes the acks, as the JetStream
+            // publisher does.
+            let window = window.max(1) as u64;
+            let (mut sent, mut acked) = (0u64, 0u64);
             while acked < per {
+                while sent < per && sent - acked < window {
+                    let m = proto::Message {
+                        offset: -1,
+                        value: payload.clone(),
+                        ack_inbox: inbox.clone(),
+                        correlation_id: sent.to_string(),
+                        ack_policy: policy as i32,
+                        ..Default::default()
+                    };
+                    client
+                        .publish(subject.clone(), envelope(0, &m.encode_to_vec()))
+                        .await?;
+                    sent += 1;
+                }
                 let m = tokio::time::timeout(Duration::from_secs(30), acks.next())
                     .await
                     .map_err(|_| anyhow!("no ack within 30 s after {acked} acks"))?
@@ -875,9 +864,7 @@ pub(super) async fn lb_publish_envelope(
                     bail!("ack is not an envelope");
                 }
                 acked += 1;
-                permits.add_permits(1);
             }
-            sender.await??;
             anyhow::Ok(())
         }
     })
