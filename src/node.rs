@@ -22,7 +22,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::api::proto::server::api_server::ApiServer;
@@ -693,7 +692,7 @@ pub struct NodeHandle {
     /// Publishes the activity stream while this node leads the metadata.
     activity_task: Option<JoinHandle<()>>,
     http: Option<crate::http::HttpServer>,
-    stop_grpc: Option<oneshot::Sender<()>>,
+    stop_grpc: Option<tokio::sync::watch::Sender<bool>>,
     grpc_task: Option<JoinHandle<()>>,
     /// The policy in force when authorization is on.
     authz: Option<Arc<crate::api::authz::Authorizer>>,
@@ -1063,9 +1062,11 @@ impl Node {
             }
             None => None,
         };
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        // Set once the node stops: the gRPC port stops accepting, and open
+        // PublishAsync sessions end (see `ApiService::with_stopping`).
+        let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
         let admin_service = service.clone();
-        let mut api_service = ApiService::new(service);
+        let mut api_service = ApiService::new(service).with_stopping(stop_rx.clone());
         if let Some(a) = &authz {
             api_service = api_service.with_authz(a.clone());
         }
@@ -1091,8 +1092,8 @@ impl Node {
             grpc_svc,
             http2,
             grpc_tls,
-            async {
-                let _ = stop_rx.await;
+            async move {
+                let _ = stop_rx.wait_for(|stop| *stop).await;
             },
         ));
         let http = match (http_listener, http_addr) {
@@ -1197,7 +1198,7 @@ impl NodeHandle {
             h.shutdown().await;
         }
         if let Some(tx) = self.stop_grpc.take() {
-            let _ = tx.send(());
+            let _ = tx.send(true);
         }
         // Stopping the partitions ends every subscription stream, which lets
         // the gRPC server's graceful shutdown complete.

@@ -118,6 +118,7 @@ impl From<ServiceError> for AdminError {
             }
             ServiceError::ResourceExhausted(m) => AdminError::TooManyRequests(m),
             ServiceError::Timeout(m) => AdminError::Timeout(m),
+            ServiceError::Unavailable(m) => AdminError::Unavailable(m),
             ServiceError::Unknown(m) | ServiceError::Internal(m) => AdminError::Internal(m),
             ServiceError::Read(end) => {
                 let m = end.to_string();
@@ -936,6 +937,7 @@ mod tests {
         assert_eq!(st(ServiceError::FailedPrecondition(m())), 409);
         assert_eq!(st(ServiceError::Read(ReadEnd::Shutdown)), 503);
         assert_eq!(st(ServiceError::Timeout(m())), 504);
+        assert_eq!(st(ServiceError::Unavailable(m())), 503);
         assert_eq!(st(ServiceError::Internal(m())), 500);
         assert_eq!(st(ServiceError::Unknown(m())), 500);
         let r = AdminError::MethodNotAllowed {

@@ -29,6 +29,9 @@ use crate::service::{Service, ServiceError};
 /// How long PublishAsync waits for the next in-flight ack after the client
 /// half-closes (reset by every ack that arrives).
 const ASYNC_ACK_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a PublishAsync session open when the node stops still waits
+/// for the acks it owes (well inside the gRPC port's 2 s to finish).
+const STOP_ACK_WAIT: Duration = Duration::from_millis(500);
 /// PublishAsync responses a session may have outstanding: acks owed and
 /// responses queued for the client. Each acked request takes a permit
 /// before it is published (its ack's place), each async error one before
@@ -48,6 +51,7 @@ impl From<ServiceError> for Status {
             ServiceError::FailedPrecondition(m) => Status::failed_precondition(m),
             ServiceError::Internal(m) => Status::internal(m),
             ServiceError::Timeout(m) => Status::deadline_exceeded(m),
+            ServiceError::Unavailable(m) => Status::unavailable(m),
             ServiceError::ResourceExhausted(m) => Status::resource_exhausted(m),
             ServiceError::Unknown(m) => Status::unknown(m),
             ServiceError::Read(end) => end.into(),
@@ -81,6 +85,9 @@ pub struct ApiService {
     service: Service,
     /// `tls.client.authz.*`: when set, every call is checked first.
     authz: Option<Arc<Authorizer>>,
+    /// Becomes true when the node stops (never without
+    /// [`with_stopping`](ApiService::with_stopping)).
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Parses the `grpc-timeout` header ("<digits><unit>", unit one of
@@ -120,7 +127,17 @@ impl ApiService {
         ApiService {
             service,
             authz: None,
+            stopping: tokio::sync::watch::channel(false).1,
         }
+    }
+
+    /// Ends every open PublishAsync session once `stopping` is true: it
+    /// takes no more requests, waits briefly for the acks it owes, and
+    /// ends with UNAVAILABLE "server shutting down" (a client reconnects),
+    /// so an open session does not hold the node's stop.
+    pub fn with_stopping(mut self, stopping: tokio::sync::watch::Receiver<bool>) -> ApiService {
+        self.stopping = stopping;
+        self
     }
 
     /// Checks every call with `authz` (Liftbridge's `tls.client.authz`).
@@ -632,8 +649,13 @@ impl ApiService {
             window: &window,
             published: 0,
         };
-        // The input ends with the client half-closing it (or failing).
+        let mut stopping = self.stopping.clone();
+        // The input ends with the client half-closing it (or failing), or
+        // with the node stopping.
         loop {
+            if *stopping.borrow() {
+                break;
+            }
             // Publishes the session holds go out before it waits for the
             // client: nothing is held while the client waits for acks.
             let next = match input.message().now_or_never() {
@@ -642,7 +664,10 @@ impl ApiService {
                     if !s.flush().await {
                         break;
                     }
-                    input.message().await
+                    tokio::select! {
+                        next = input.message() => next,
+                        () = node_stopping(&mut stopping) => break,
+                    }
                 }
             };
             let Ok(Some(r)) = next else { break };
@@ -693,7 +718,10 @@ impl ApiService {
         }
         let _ = s.flush().await;
         let published = s.published;
-        // The acks still owed, while they keep coming.
+        let stopped = *stopping.borrow();
+        // The acks still owed, while they keep coming (at a stop, for
+        // a short while only).
+        let stop_by = tokio::time::Instant::now() + STOP_ACK_WAIT;
         loop {
             let notified = acked.notify.notified();
             tokio::pin!(notified);
@@ -702,16 +730,30 @@ impl ApiService {
             {
                 break;
             }
-            if tokio::time::timeout(ASYNC_ACK_TIMEOUT, notified)
-                .await
-                .is_err()
-            {
+            let wait = if stopped {
+                stop_by.saturating_duration_since(tokio::time::Instant::now())
+            } else {
+                ASYNC_ACK_TIMEOUT
+            };
+            if tokio::time::timeout(wait, notified).await.is_err() {
                 break;
             }
+        }
+        if stopped {
+            // The client learns why the stream ends (unless it has left
+            // a full queue of responses unread: then the stream just ends).
+            let _ = tx.try_send(Err(Status::unavailable("server shutting down")));
         }
         // Unregistered: the sink (and its sender) goes; the stream ends
         // once the client has taken what is queued.
         drop(session);
+    }
+}
+
+/// Resolves once `stopping` is true (never if its sender is gone first).
+async fn node_stopping(stopping: &mut tokio::sync::watch::Receiver<bool>) {
+    if stopping.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

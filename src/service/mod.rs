@@ -78,6 +78,10 @@ pub enum ServiceError {
     /// A server limit was hit (RESOURCE_EXHAUSTED, 429).
     #[error("{0}")]
     ResourceExhausted(String),
+    /// The partition stopped here before the request could finish, and
+    /// another node (or a later try) may serve it (UNAVAILABLE, 503).
+    #[error("{0}")]
+    Unavailable(String),
     /// An acknowledgement did not come in time (DEADLINE_EXCEEDED, 504).
     #[error("{0}")]
     Timeout(String),

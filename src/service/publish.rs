@@ -423,19 +423,29 @@ impl Service {
         let closed = to.as_ref().map(|p| p.closed_watch());
         self.send(subject, msg, to).await?;
         let ack = async {
+            let recv = waiter.recv();
+            tokio::pin!(recv);
             let Some(mut closed) = closed else {
-                return waiter.recv().await;
+                return Ok(recv.await);
             };
             tokio::select! {
-                ack = waiter.recv() => ack,
-                // The partition stopped with the node: its ack cannot come,
-                // and the node's shutdown should not wait for this call.
-                _ = shut_down(&mut closed) => None,
+                biased;
+                ack = &mut recv => Ok(ack),
+                // The partition stopped here (deleted, paused, failed, led
+                // elsewhere now, or the node is shutting down): no ack can
+                // come from it, so the call ends now rather than at its
+                // deadline (and does not hold up the node's shutdown). An
+                // ack it sent as it stopped is still taken.
+                why = stopped(&mut closed) => match tokio::time::timeout(ACK_GRACE, recv).await {
+                    Ok(Some(ack)) => Ok(Some(ack)),
+                    _ => Err(why),
+                },
             }
         };
         match tokio::time::timeout(wait, ack).await {
-            Ok(Some(ack)) => Ok(Some(ack)),
-            Ok(None) => Err(ServiceError::Internal("server shutting down".into())),
+            Ok(Ok(Some(ack))) => Ok(Some(ack)),
+            Ok(Ok(None)) => Err(ServiceError::Internal("server shutting down".into())),
+            Ok(Err(why)) => Err(unacknowledged(why)),
             Err(_) => Err(ServiceError::Timeout("timed out waiting for ack".into())),
         }
     }
@@ -535,15 +545,33 @@ impl Service {
     }
 }
 
-/// Resolves once the partition behind `closed` has stopped because the
-/// node is shutting down (never for another reason).
-async fn shut_down(closed: &mut tokio::sync::watch::Receiver<Option<Closed>>) {
-    if closed
-        .wait_for(|c| matches!(c, Some(Closed::Shutdown)))
-        .await
-        .is_err()
-    {
-        std::future::pending::<()>().await;
+/// How long a call whose partition stopped still waits for an ack the
+/// partition sent as it stopped.
+const ACK_GRACE: Duration = Duration::from_millis(100);
+
+/// Resolves with the reason once the partition behind `closed` has stopped
+/// (never if it is gone without saying why).
+async fn stopped(closed: &mut tokio::sync::watch::Receiver<Option<Closed>>) -> Closed {
+    let why = closed.wait_for(Option::is_some).await.map(|why| *why);
+    match why {
+        Ok(why) => why.unwrap_or(Closed::Shutdown),
+        Err(_) => std::future::pending().await,
+    }
+}
+
+/// The error of a call whose partition stopped before its publish was
+/// acknowledged. Whether the publish is committed is unknown, as after a
+/// timeout.
+fn unacknowledged(why: Closed) -> ServiceError {
+    let m = |what: &str| format!("{what} before the publish was acknowledged");
+    match why {
+        Closed::Shutdown => ServiceError::Internal("server shutting down".into()),
+        Closed::Moved => ServiceError::Unavailable(m("partition leader changed")),
+        Closed::Deleted => ServiceError::NotFound(m("stream deleted")),
+        Closed::Paused => ServiceError::FailedPrecondition(m("partition paused")),
+        Closed::Failed => {
+            ServiceError::FailedPrecondition(m("partition failed (its log is damaged)"))
+        }
     }
 }
 

@@ -705,3 +705,56 @@ async fn api_auto_pause_waits_for_subscribers_to_leave() {
     eventually("auto-pause once the subscriber left", || paused(&c)).await;
     node.shutdown().await;
 }
+
+/// A graceful stop ends an open PublishAsync session at once: the client
+/// gets the acks it was owed, then UNAVAILABLE "server shutting down", and
+/// the node does not wait out the gRPC port's 2 s grace for the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_a_stop_ends_open_publish_async_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start(config(dir.path())).await;
+    let mut c = client(&node).await;
+    create(&mut c, "open", "open", 1).await;
+    let (tx, rx) = tokio::sync::mpsc::channel::<proto::PublishRequest>(8);
+    let mut responses = c
+        .publish_async(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("publish_async")
+        .into_inner();
+    for i in 0..3 {
+        tx.send(proto::PublishRequest {
+            stream: "open".into(),
+            value: format!("m{i}").into_bytes().into(),
+            correlation_id: format!("m{i}"),
+            ack_policy: proto::AckPolicy::Leader as i32,
+            expected_offset: -1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    for i in 0..3 {
+        let r = tokio::time::timeout(Duration::from_secs(5), responses.message())
+            .await
+            .expect("ack in time")
+            .expect("stream open")
+            .expect("a response");
+        assert_eq!(r.ack.expect("an ack").offset, i);
+    }
+
+    // The client keeps its request stream open.
+    let t0 = std::time::Instant::now();
+    node.shutdown().await;
+    let stopped = t0.elapsed();
+    let end = tokio::time::timeout(Duration::from_secs(5), responses.message())
+        .await
+        .expect("the stream ends with the node");
+    let st = end.expect_err("the session ends with a status");
+    assert_eq!(st.code(), tonic::Code::Unavailable, "{st:?}");
+    assert!(st.message().contains("shutting down"), "{st:?}");
+    assert!(
+        stopped < Duration::from_millis(1500),
+        "the node took {stopped:?} to stop with a session open"
+    );
+    drop(tx);
+}

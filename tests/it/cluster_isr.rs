@@ -107,8 +107,15 @@ async fn partition_json(c: &Cluster, i: usize, stream: &str) -> Option<serde_jso
 /// follower's index.
 async fn kill_a_follower(c: &mut Cluster, leader: usize, stream: &str) -> usize {
     let down = (leader + 1) % 3;
-    let down_id = c.nodes[down].spec.id.clone();
     c.nodes[down].kill9();
+    wait_out_of_isr(c, leader, stream, down).await;
+    down
+}
+
+/// Waits until the leader at `leader` has dropped the dead node `down`
+/// from the partition's ISR.
+async fn wait_out_of_isr(c: &Cluster, leader: usize, stream: &str, down: usize) {
+    let down_id = c.nodes[down].spec.id.clone();
     wait_until(
         CLUSTER_TIMEOUT,
         "the dead follower leaves the ISR",
@@ -122,7 +129,27 @@ async fn kill_a_follower(c: &mut Cluster, leader: usize, stream: &str) -> usize 
         },
     )
     .await;
-    down
+}
+
+/// A unary call running as a task.
+type Call = tokio::task::JoinHandle<Result<tonic::Response<proto::PublishResponse>, tonic::Status>>;
+
+/// A unary ALL publish through node `via` that waits for its ack (up to
+/// 30 s), as a task.
+async fn waiting_call(c: &Cluster, via: usize, stream: &str) -> Call {
+    let mut client = c.nodes[via].client().await;
+    let stream = stream.to_string();
+    tokio::spawn(async move {
+        let mut req = tonic::Request::new(proto::PublishRequest {
+            stream,
+            value: b"waiting".to_vec().into(),
+            ack_policy: proto::AckPolicy::All as i32,
+            expected_offset: -1,
+            ..Default::default()
+        });
+        req.set_timeout(Duration::from_secs(30));
+        client.publish(req).await
+    })
 }
 
 /// Index of the partition's leader, once every node agrees on one.
@@ -312,18 +339,7 @@ async fn cluster_isr_a_stopping_leader_ends_calls_waiting_for_acks() {
     kill_a_follower(&mut c, leader, "stopping").await;
 
     // Below min ISR nothing commits: this call waits for its ack.
-    let mut client = c.nodes[leader].client().await;
-    let call = tokio::spawn(async move {
-        let mut req = tonic::Request::new(proto::PublishRequest {
-            stream: "stopping".into(),
-            value: b"waiting".to_vec().into(),
-            ack_policy: proto::AckPolicy::All as i32,
-            expected_offset: -1,
-            ..Default::default()
-        });
-        req.set_timeout(Duration::from_secs(30));
-        client.publish(req).await
-    });
+    let call = waiting_call(&c, leader, "stopping").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!call.is_finished(), "the call waits for its ack");
 
@@ -343,6 +359,62 @@ async fn cluster_isr_a_stopping_leader_ends_calls_waiting_for_acks() {
         stopped < Duration::from_millis(1500),
         "the leader took {stopped:?} to stop"
     );
+}
+
+/// A unary call waiting for its ack ends as soon as its partition stops
+/// at the leader for good — the stream deleted (NOT_FOUND), the partition
+/// paused (FAILED_PRECONDITION) — instead of at its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_isr_a_partition_that_stops_ends_calls_waiting_for_acks() {
+    let mut opts = ClusterOptions::three("isrgone");
+    opts.extra_yaml = TIMINGS.into();
+    let mut c = Cluster::start(&opts).await;
+    create(&c, "pausing", Some(3)).await;
+    create(&c, "deleting", Some(3)).await;
+    let paused = leader_index(&c, "pausing").await;
+    let deleted = leader_index(&c, "deleting").await;
+    publish_acked(&c, paused, "pausing", 0..1).await;
+    publish_acked(&c, deleted, "deleting", 0..1).await;
+    // A node that leads neither stream: with it gone, neither commits.
+    let down = (0..3).find(|i| *i != paused && *i != deleted).unwrap();
+    c.nodes[down].kill9();
+    wait_out_of_isr(&c, paused, "pausing", down).await;
+    wait_out_of_isr(&c, deleted, "deleting", down).await;
+    let pausing = waiting_call(&c, paused, "pausing").await;
+    let deleting = waiting_call(&c, deleted, "deleting").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !pausing.is_finished() && !deleting.is_finished(),
+        "both calls wait for their acks"
+    );
+
+    let mut admin = c.nodes[paused].client().await;
+    admin
+        .pause_stream(proto::PauseStreamRequest {
+            name: "pausing".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("pause");
+    admin
+        .delete_stream(proto::DeleteStreamRequest {
+            name: "deleting".into(),
+        })
+        .await
+        .expect("delete");
+    let end = |call: Call| async move {
+        tokio::time::timeout(Duration::from_secs(5), call)
+            .await
+            .expect("the call ends with its partition, not at its deadline")
+            .expect("call task")
+            .expect_err("no ack can come")
+    };
+    let st = end(pausing).await;
+    assert_eq!(st.code(), tonic::Code::FailedPrecondition, "{st:?}");
+    assert!(st.message().contains("partition paused"), "{st:?}");
+    let st = end(deleting).await;
+    assert_eq!(st.code(), tonic::Code::NotFound, "{st:?}");
+    assert!(st.message().contains("stream deleted"), "{st:?}");
 }
 
 /// A follower's fetch that finds nothing new waits at the leader when it
