@@ -670,20 +670,54 @@ pub(super) async fn grpc_client(url: &str) -> anyhow::Result<ApiClient<tonic::tr
 }
 
 /// Runs `pubs` publishers, each sending `msgs / pubs` messages through the
-/// future `publisher(index, count)` makes, and returns the overall rate in
-/// messages per second.
+/// future `publisher(index, count, start)` makes, and returns the overall
+/// rate in messages per second. Each publisher connects first and then
+/// calls [`Start::ready`]: the clock starts once all are connected, so the
+/// rate is of publishing alone.
 async fn timed_publishers<F, Fut>(pubs: usize, msgs: u64, publisher: F) -> anyhow::Result<f64>
 where
-    F: Fn(usize, u64) -> Fut,
+    F: Fn(usize, u64, Start) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
 {
     let per = msgs / pubs as u64;
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(pubs.max(1));
+    let (go_tx, go_rx) = tokio::sync::watch::channel(false);
+    let tasks: Vec<_> = (0..pubs)
+        .map(|p| {
+            let start = Start {
+                ready: ready_tx.clone(),
+                go: go_rx.clone(),
+            };
+            tokio::spawn(publisher(p, per, start))
+        })
+        .collect();
+    drop(ready_tx);
+    // All ready, or one failed before it was (its error comes below).
+    for _ in 0..pubs {
+        if ready_rx.recv().await.is_none() {
+            break;
+        }
+    }
     let start = Instant::now();
-    let tasks: Vec<_> = (0..pubs).map(|p| tokio::spawn(publisher(p, per))).collect();
+    let _ = go_tx.send(true);
     for t in tasks {
         t.await??;
     }
     Ok((per * pubs as u64) as f64 / start.elapsed().as_secs_f64())
+}
+
+/// A publisher's start line (see [`timed_publishers`]).
+struct Start {
+    ready: tokio::sync::mpsc::Sender<()>,
+    go: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Start {
+    /// Reports this publisher connected and waits for the others.
+    async fn ready(mut self) {
+        let _ = self.ready.send(()).await;
+        let _ = self.go.wait_for(|go| *go).await;
+    }
 }
 
 pub(super) async fn lb_publish_async(
@@ -695,7 +729,7 @@ pub(super) async fn lb_publish_async(
     msgs: u64,
     payload: &Bytes,
 ) -> anyhow::Result<f64> {
-    timed_publishers(pubs, msgs, |p, per| {
+    timed_publishers(pubs, msgs, |p, per, start| {
         let grpc = grpc.to_string();
         let stream = stream.to_string();
         let payload = payload.clone();
@@ -709,6 +743,7 @@ pub(super) async fn lb_publish_async(
                 .publish_async(tokio_stream::wrappers::ReceiverStream::new(rx))
                 .await?
                 .into_inner();
+            start.ready().await;
             // One task sends and takes the acks, as the JetStream publisher
             // does: a request goes out whenever fewer than `window` await
             // their acks.
@@ -750,12 +785,13 @@ pub(super) async fn lb_publish_unary(
     msgs: u64,
     payload: &Bytes,
 ) -> anyhow::Result<f64> {
-    timed_publishers(pubs, msgs, |_, per| {
+    timed_publishers(pubs, msgs, |_, per, start| {
         let grpc = grpc.to_string();
         let stream = stream.to_string();
         let payload = payload.clone();
         async move {
             let c = grpc_client(&grpc).await?;
+            start.ready().await;
             let mut in_flight = futures::stream::FuturesUnordered::new();
             let mut acked = 0u64;
             for i in 0..per {
@@ -825,7 +861,7 @@ pub(super) async fn lb_publish_envelope(
     msgs: u64,
     payload: &Bytes,
 ) -> anyhow::Result<f64> {
-    timed_publishers(pubs, msgs, |_, per| {
+    timed_publishers(pubs, msgs, |_, per, start| {
         let nats = nats.to_string();
         let subject = stream.to_string();
         let payload = payload.clone();
@@ -837,6 +873,7 @@ pub(super) async fn lb_publish_envelope(
             let inbox = client.new_inbox();
             let mut acks = client.subscribe(inbox.clone()).await?;
             client.flush().await?;
+            start.ready().await;
             // One task publishes and takes the acks, as the JetStream
             // publisher does.
             let window = window.max(1) as u64;
@@ -1017,12 +1054,13 @@ pub(super) async fn js_publish_to(
     msgs: u64,
     payload: &Bytes,
 ) -> anyhow::Result<f64> {
-    timed_publishers(pubs, msgs, |_, per| {
+    timed_publishers(pubs, msgs, |_, per, start| {
         let url = url.to_string();
         let subject = subject.to_string();
         let payload = payload.clone();
         async move {
             let js = async_nats::jetstream::new(async_nats::connect(&url).await?);
+            start.ready().await;
             js_publish_window(&js, &subject, per, window, &payload).await
         }
     })
