@@ -146,6 +146,28 @@ impl ApiService {
         self
     }
 
+    /// Runs a publish call; once the node is stopping it has
+    /// [`STOP_ACK_WAIT`] more to finish (an ack on its way), then ends with
+    /// INTERNAL "server shutting down", as a call whose partition stopped
+    /// does: a call waiting for an ack that cannot come any more (from a
+    /// partition gone from this node, or through NATS) does not hold up
+    /// the stop.
+    async fn until_stopped<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, ServiceError> {
+        tokio::pin!(call);
+        let mut stopping = self.stopping.clone();
+        tokio::select! {
+            biased;
+            r = &mut call => return r,
+            () = node_stopping(&mut stopping) => {}
+        }
+        tokio::time::timeout(STOP_ACK_WAIT, call)
+            .await
+            .unwrap_or_else(|_| Err(ServiceError::Internal("server shutting down".into())))
+    }
+
     /// Lets the call through if authorization is off or allows the
     /// client of `req` to perform `action` on `object`.
     #[allow(clippy::result_large_err)]
@@ -323,7 +345,9 @@ impl Api for ApiService {
         self.authorize(&request, &request.get_ref().stream, "Publish")?;
         let deadline = deadline_of(&request);
         let r = convert::publish(request.into_inner());
-        let ack = self.service.publish(r, deadline).await?;
+        let ack = self
+            .until_stopped(self.service.publish(r, deadline))
+            .await?;
         Ok(Response::new(proto::PublishResponse {
             ack,
             ..Default::default()
@@ -385,7 +409,9 @@ impl Api for ApiService {
         self.authorize(&request, &request.get_ref().subject, "PublishToSubject")?;
         let deadline = deadline_of(&request);
         let r = convert::publish_to_subject(request.into_inner());
-        let ack = self.service.publish_to_subject(r, deadline).await?;
+        let ack = self
+            .until_stopped(self.service.publish_to_subject(r, deadline))
+            .await?;
         Ok(Response::new(proto::PublishToSubjectResponse { ack }))
     }
 

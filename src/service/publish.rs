@@ -421,7 +421,7 @@ impl Service {
         msg.ack_inbox = waiter.inbox.clone();
         let _call = to.as_ref().map(|p| p.unary_call());
         let closed = to.as_ref().map(|p| p.closed_watch());
-        self.send(subject, msg, to).await?;
+        let taken = self.send(subject, msg, to).await?;
         let ack = async {
             let recv = waiter.recv();
             tokio::pin!(recv);
@@ -435,8 +435,11 @@ impl Service {
                 // elsewhere now, or the node is shutting down): no ack can
                 // come from it, so the call ends now rather than at its
                 // deadline (and does not hold up the node's shutdown). An
-                // ack it sent as it stopped is still taken.
-                why = stopped(&mut closed) => match tokio::time::timeout(ACK_GRACE, recv).await {
+                // ack it sent as it stopped is still taken. A publish it
+                // refused went through NATS instead, where whatever records
+                // the subject next (this partition reopened, say) acks it:
+                // only the node's shutdown ends that wait early.
+                why = stopped(&mut closed, taken) => match tokio::time::timeout(ACK_GRACE, recv).await {
                     Ok(Some(ack)) => Ok(Some(ack)),
                     _ => Err(why),
                 },
@@ -455,28 +458,32 @@ impl Service {
     /// there ([`Partition::alone`]); otherwise queued and handed over with
     /// the publishes queued with it, by one flusher task at a time
     /// ([`Partition::queue_one`], [`Service::flush_queued`]).
+    ///
+    /// True when `to` took it (handed over or queued there), false when it
+    /// went into NATS.
     async fn send(
         &self,
         subject: &str,
         msg: Message,
         to: Option<Arc<Partition>>,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<bool, ServiceError> {
         let msg = match to {
             Some(p) if p.alone() => match p.hand_over_one(msg).await {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(true),
                 Err(back) => back,
             },
             Some(p) => match p.queue_one(msg) {
-                Queued::Taken => return Ok(()),
+                Queued::Taken => return Ok(true),
                 Queued::Flush => {
                     self.flush_queued(p, subject.to_string());
-                    return Ok(());
+                    return Ok(true);
                 }
                 Queued::Refused(msg) => *msg,
             },
             None => msg,
         };
-        self.publish_enveloped(subject, &msg).await
+        self.publish_enveloped(subject, &msg).await?;
+        Ok(false)
     }
 
     /// Publishes `msg`'s envelope on `subject` (paced by the recorders it
@@ -550,9 +557,13 @@ impl Service {
 const ACK_GRACE: Duration = Duration::from_millis(100);
 
 /// Resolves with the reason once the partition behind `closed` has stopped
-/// (never if it is gone without saying why).
-async fn stopped(closed: &mut tokio::sync::watch::Receiver<Option<Closed>>) -> Closed {
-    let why = closed.wait_for(Option::is_some).await.map(|why| *why);
+/// — for any reason when `any`, else only for the node's shutdown (never if
+/// it is gone without saying why).
+async fn stopped(closed: &mut tokio::sync::watch::Receiver<Option<Closed>>, any: bool) -> Closed {
+    let why = closed
+        .wait_for(|c| c.is_some_and(|c| any || c == Closed::Shutdown))
+        .await
+        .map(|why| *why);
     match why {
         Ok(why) => why.unwrap_or(Closed::Shutdown),
         Err(_) => std::future::pending().await,

@@ -336,12 +336,33 @@ async fn cluster_isr_a_stopping_leader_ends_calls_waiting_for_acks() {
     create(&c, "stopping", Some(3)).await;
     let leader = leader_index(&c, "stopping").await;
     publish_acked(&c, leader, "stopping", 0..1).await;
-    kill_a_follower(&mut c, leader, "stopping").await;
+    let down = kill_a_follower(&mut c, leader, "stopping").await;
+    let follower = (0..3).find(|i| *i != leader && *i != down).unwrap();
 
-    // Below min ISR nothing commits: this call waits for its ack.
+    // Below min ISR nothing commits: these calls wait for their acks, one
+    // at the leader, one at the follower (its publish goes through NATS).
     let call = waiting_call(&c, leader, "stopping").await;
+    let at_follower = waiting_call(&c, follower, "stopping").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!call.is_finished(), "the call waits for its ack");
+    assert!(!at_follower.is_finished(), "the follower's call waits too");
+
+    // The follower stops first: its call cannot get an ack any more either.
+    let t0 = std::time::Instant::now();
+    c.nodes[follower].stop().await;
+    let stopped = t0.elapsed();
+    let st = tokio::time::timeout(Duration::from_secs(5), at_follower)
+        .await
+        .expect("the follower's call ends with the node")
+        .expect("call task")
+        .expect_err("no ack can come");
+    assert_eq!(st.code(), tonic::Code::Internal, "{st:?}");
+    assert!(st.message().contains("shutting down"), "{st:?}");
+    assert!(
+        stopped < Duration::from_millis(1500),
+        "the follower took {stopped:?} to stop"
+    );
+    assert!(!call.is_finished(), "the leader's call still waits");
 
     let t0 = std::time::Instant::now();
     c.nodes[leader].stop().await;
