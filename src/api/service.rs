@@ -778,9 +778,7 @@ impl ApiService {
 
 /// Resolves once `stopping` is true (never if its sender is gone first).
 async fn node_stopping(stopping: &mut tokio::sync::watch::Receiver<bool>) {
-    if stopping.wait_for(|stop| *stop).await.is_err() {
-        std::future::pending::<()>().await;
-    }
+    crate::service::watch_until(stopping, |stop| *stop).await;
 }
 
 /// A PublishAsync session being served: its window of places (each acked

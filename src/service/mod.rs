@@ -96,6 +96,19 @@ pub enum ServiceError {
     Read(#[from] ReadEnd),
 }
 
+/// Resolves with the value of `rx` once `until` holds for it; never if
+/// its sender is gone first (what it watched can no longer happen).
+pub(crate) async fn watch_until<T: Clone>(
+    rx: &mut tokio::sync::watch::Receiver<T>,
+    until: impl FnMut(&T) -> bool,
+) -> T {
+    let seen = rx.wait_for(until).await.map(|v| v.clone());
+    match seen {
+        Ok(v) => v,
+        Err(_) => std::future::pending().await,
+    }
+}
+
 impl From<MetaError> for ServiceError {
     fn from(e: MetaError) -> ServiceError {
         match e {

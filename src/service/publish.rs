@@ -560,14 +560,9 @@ const ACK_GRACE: Duration = Duration::from_millis(100);
 /// — for any reason when `any`, else only for the node's shutdown (never if
 /// it is gone without saying why).
 async fn stopped(closed: &mut tokio::sync::watch::Receiver<Option<Closed>>, any: bool) -> Closed {
-    let why = closed
-        .wait_for(|c| c.is_some_and(|c| any || c == Closed::Shutdown))
+    super::watch_until(closed, |c| c.is_some_and(|c| any || c == Closed::Shutdown))
         .await
-        .map(|why| *why);
-    match why {
-        Ok(why) => why.unwrap_or(Closed::Shutdown),
-        Err(_) => std::future::pending().await,
-    }
+        .unwrap_or(Closed::Shutdown)
 }
 
 /// The error of a call whose partition stopped before its publish was
