@@ -348,37 +348,36 @@ async fn cluster_isr_a_stopping_leader_ends_calls_waiting_for_acks() {
     assert!(!at_follower.is_finished(), "the follower's call waits too");
 
     // The follower stops first: its call cannot get an ack any more either.
-    let t0 = std::time::Instant::now();
-    c.nodes[follower].stop().await;
-    let stopped = t0.elapsed();
-    let st = tokio::time::timeout(Duration::from_secs(5), at_follower)
-        .await
-        .expect("the follower's call ends with the node")
-        .expect("call task")
-        .expect_err("no ack can come");
-    assert_eq!(st.code(), tonic::Code::Internal, "{st:?}");
-    assert!(st.message().contains("shutting down"), "{st:?}");
-    assert!(
-        stopped < Duration::from_millis(1500),
-        "the follower took {stopped:?} to stop"
-    );
+    stop_ending(&mut c, follower, at_follower, "follower").await;
     assert!(!call.is_finished(), "the leader's call still waits");
-
-    let t0 = std::time::Instant::now();
-    c.nodes[leader].stop().await;
-    let stopped = t0.elapsed();
-    let r = tokio::time::timeout(Duration::from_secs(5), call)
-        .await
-        .expect("the call ends with the node")
-        .expect("call task");
-    let st = r.expect_err("no ack can come");
-    assert_eq!(st.code(), tonic::Code::Internal, "{st:?}");
-    assert!(st.message().contains("shutting down"), "{st:?}");
     // Without the call released, the node's shutdown gave the gRPC port
     // its full 2 s.
+    stop_ending(&mut c, leader, call, "leader").await;
+}
+
+/// The status `call` ends with: an error, within 5 s (`what` says why it
+/// should end).
+async fn ended(call: Call, what: &str) -> tonic::Status {
+    tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .unwrap_or_else(|_| panic!("{what}"))
+        .expect("call task")
+        .expect_err("no ack can come")
+}
+
+/// Stops node `i` gracefully while `call` waits there for its ack: the
+/// call ends with INTERNAL "server shutting down" and the node stops
+/// within 1.5 s.
+async fn stop_ending(c: &mut Cluster, i: usize, call: Call, who: &str) {
+    let t0 = std::time::Instant::now();
+    c.nodes[i].stop().await;
+    let stopped = t0.elapsed();
+    let st = ended(call, &format!("the {who}'s call ends with the node")).await;
+    assert_eq!(st.code(), tonic::Code::Internal, "{st:?}");
+    assert!(st.message().contains("shutting down"), "{st:?}");
     assert!(
         stopped < Duration::from_millis(1500),
-        "the leader took {stopped:?} to stop"
+        "the {who} took {stopped:?} to stop"
     );
 }
 
@@ -423,17 +422,11 @@ async fn cluster_isr_a_partition_that_stops_ends_calls_waiting_for_acks() {
         })
         .await
         .expect("delete");
-    let end = |call: Call| async move {
-        tokio::time::timeout(Duration::from_secs(5), call)
-            .await
-            .expect("the call ends with its partition, not at its deadline")
-            .expect("call task")
-            .expect_err("no ack can come")
-    };
-    let st = end(pausing).await;
+    let why = "the call ends with its partition, not at its deadline";
+    let st = ended(pausing, why).await;
     assert_eq!(st.code(), tonic::Code::FailedPrecondition, "{st:?}");
     assert!(st.message().contains("partition paused"), "{st:?}");
-    let st = end(deleting).await;
+    let st = ended(deleting, why).await;
     assert_eq!(st.code(), tonic::Code::NotFound, "{st:?}");
     assert!(st.message().contains("stream deleted"), "{st:?}");
 }
