@@ -52,7 +52,7 @@ use tokio_util::sync::CancellationToken;
 use super::replication::{IsrState, Staged, WaitingAcks};
 use crate::nats::client::LocalQueue;
 use crate::nats::handle::{LocalClient, LocalMsg, SoleInterest};
-use crate::store::{AppendResult, NewRecord, PartitionLog, Record, StoreError};
+use crate::store::{AppendResult, InlineAppend, NewRecord, PartitionLog, Record, StoreError};
 use crate::time::now_ns;
 use crate::wire::{envelope, Ack, AckError, AckPolicy, Message};
 
@@ -925,7 +925,7 @@ impl Partition {
         let Some(permits) = intake.permits(bytes).await else {
             return Err(msgs);
         };
-        let _order = intake.order.lock();
+        let order = intake.order.lock();
         let settings = self.settings.lock().clone();
         if !taken(&intake) || settings.occ {
             return Err(msgs);
@@ -939,9 +939,13 @@ impl Partition {
                 self.enveloped(m, self.subject.clone(), None, reception_ns, too_large)
             })
             .collect();
-        if let Some(rec) = self.prepare(items, &settings, reception_ns) {
-            self.queue_with_store(rec, permits);
-        }
+        let write = self
+            .prepare(items, &settings, reception_ns)
+            .map(|rec| self.queue_with_store(rec, permits));
+        // The batch has its place in the log: the next hand-over queues
+        // behind it while it is written.
+        drop(order);
+        drop(write);
         Ok(())
     }
 
@@ -1021,15 +1025,16 @@ impl Partition {
 
     /// Stages a batch for followers and queues it with the store; its acks
     /// are sent (and its permits returned) when the store answers. Called
-    /// under the intake's order lock.
-    fn queue_with_store(self: &Arc<Self>, rec: Recorded, permits: BatchPermits) {
+    /// under the intake's order lock; the returned write is dropped after
+    /// the lock is released.
+    fn queue_with_store(self: &Arc<Self>, rec: Recorded, permits: BatchPermits) -> InlineAppend {
         let me = self.clone();
         self.stage(rec.epoch, &rec.records);
         self.log
             .append_then(rec.epoch, None, rec.records, move |r| {
                 me.acknowledge(r, rec.pending, rec.reception_ns);
                 drop(permits);
-            });
+            })
     }
 
     async fn record_loop(
@@ -1065,9 +1070,13 @@ impl Partition {
                     let Some(permits) = intake.permits(bytes).await else {
                         break;
                     };
-                    let _order = intake.order.lock();
-                    self.queue_with_store(rec, permits);
-                    intake.settle(n);
+                    let write = {
+                        let _order = intake.order.lock();
+                        let write = self.queue_with_store(rec, permits);
+                        intake.settle(n);
+                        write
+                    };
+                    drop(write);
                 }
                 // Nothing left to queue: appended one by one already (OCC),
                 // or nothing in the batch to record.

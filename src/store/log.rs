@@ -14,10 +14,11 @@
 //! writer thread: an append's completion callback runs as soon as its frame
 //! is written (and synced). Under [`SyncPolicy::Interval`] an append that
 //! finds the writer idle is written by the appender's own thread instead
-//! (`Writer::try_inline`, [`Slot::send_inline`]): the frame is one `write`
-//! into the page cache, and neither the appender nor the pool thread has to
-//! wake the other; an apply, a checkpoint, a sync or a large batch still go
-//! to the pool. The records then wait in an in-memory tail,
+//! (`Writer::try_inline`, [`Slot::claim_inline`]), together with the
+//! appends that queue behind it meanwhile (a few frames at most): each
+//! frame is one `write` into the page cache, and neither the appender nor
+//! the pool thread has to wake the other; an apply, a checkpoint, a sync
+//! or a large batch still go to the pool. The records then wait in an in-memory tail,
 //! readable at once, until the writer applies them to redb in one
 //! transaction — when it has had no request for [`APPLY_IDLE`] or when the
 //! tail reaches [`TAIL_APPLY_BYTES`]. Under [`SyncPolicy::Always`] each
@@ -454,6 +455,15 @@ enum DbState {
     NotCreated,
     Open(Arc<Database>),
     Closed,
+}
+
+/// An append of [`PartitionLog::append_then`] that took an idle writer's
+/// turn: its journal write (and its `done`) runs on the thread that drops
+/// this. The log writes nothing else meanwhile, so drop it soon.
+#[must_use = "the append is written when this is dropped"]
+pub struct InlineAppend {
+    /// Runs the write when dropped.
+    _claimed: Option<sched::Claimed<Writer>>,
 }
 
 /// Handle to one partition's log. Cheap to clone; all clones share one
@@ -967,8 +977,11 @@ impl PartitionLog {
     /// handed to `done`, which runs on the log's writer thread as soon as the
     /// batch is journaled (and synced under `always`): no task wake-up
     /// between the write and whatever `done` does (e.g. publishing acks).
+    /// The batch takes its place in the log's order when this is called.
     /// Under `interval` an idle writer's journal write, and so `done`, may
-    /// run on the calling thread before this returns.
+    /// then run on the calling thread when the returned [`InlineAppend`] is
+    /// dropped: a caller that orders its appends under a lock drops the lock
+    /// first, so other appenders queue behind instead of waiting.
     /// `done` must be quick and must not block or call back into this log.
     /// If the log is closed, `done` runs at once on the calling thread.
     pub fn append_then(
@@ -977,7 +990,7 @@ impl PartitionLog {
         expected_next_offset: Option<u64>,
         records: Vec<NewRecord>,
         done: impl FnOnce(Result<AppendResult, StoreError>) + Send + 'static,
-    ) {
+    ) -> InlineAppend {
         let started = Instant::now();
         let observer = self.inner.observer.clone();
         let reply: Reply<AppendResult> = Box::new(move |r| {
@@ -990,13 +1003,17 @@ impl PartitionLog {
             records,
             reply,
         };
-        // The op could not be queued: the caller still gets its answer.
-        if let Err(r) = self.inner.slot.send_inline(op) {
-            let e = self.refused(&r);
-            if let Refused::Closed(Op::Append { reply, .. })
-            | Refused::Full(Op::Append { reply, .. }) = r
-            {
-                reply(Err(e));
+        match self.inner.slot.claim_inline(op) {
+            Ok(claimed) => InlineAppend { _claimed: claimed },
+            // The op could not be queued: the caller still gets its answer.
+            Err(r) => {
+                let e = self.refused(&r);
+                if let Refused::Closed(Op::Append { reply, .. })
+                | Refused::Full(Op::Append { reply, .. }) = r
+                {
+                    reply(Err(e));
+                }
+                InlineAppend { _claimed: None }
             }
         }
     }
@@ -2013,18 +2030,22 @@ impl SlotWork for Writer {
         Writer::deadline(self, policy)
     }
 
-    /// An append is written to the journal on the appender's own thread
+    /// Appends (one, or those that queued behind it meanwhile, as one
+    /// frame) are written to the journal on an appender's own thread
     /// when that costs no more than a `write` into the page cache: under
     /// `interval`, with the database created, nothing stopped, and neither
     /// an apply nor a checkpoint due after it (those, and any fsync, stay on
     /// the pool). The appender's answer (the stenographer's acks) then runs
     /// on its thread too: no wake-up of a pool thread and none back.
-    fn try_inline(&mut self, op: Op) -> Result<(), Op> {
-        if !matches!(op, Op::Append { .. } | Op::Replicate { .. }) {
-            return Err(op);
+    fn try_inline(&mut self, ops: Vec<Op>) -> Result<(), Vec<Op>> {
+        if !ops
+            .iter()
+            .all(|op| matches!(op, Op::Append { .. } | Op::Replicate { .. }))
+        {
+            return Err(ops);
         }
         let policy = self.config.lock().sync;
-        let bytes = op.payload_bytes();
+        let bytes: usize = ops.iter().map(Op::payload_bytes).sum();
         let cheap = matches!(policy, SyncPolicy::Interval(_))
             && bytes <= INLINE_MAX_BYTES
             && self.db.is_some()
@@ -2033,9 +2054,9 @@ impl SlotWork for Writer {
             && !self.checkpoint_due()
             && !self.journal_sync_due(policy);
         if !cheap {
-            return Err(op);
+            return Err(ops);
         }
-        self.journal_group(vec![op], policy);
+        self.journal_group(ops, policy);
         Ok(())
     }
 

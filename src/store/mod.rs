@@ -139,7 +139,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use thiserror::Error;
 
-pub use log::{open_all, OpenedPartition, PartitionLog, RETRY_EVERY};
+pub use log::{open_all, InlineAppend, OpenedPartition, PartitionLog, RETRY_EVERY};
 pub use observer::{NoopObserver, Observer, StoreObserver};
 pub use sched::writer_threads;
 

@@ -56,10 +56,12 @@
 //!
 //! Must not: block a pool thread on anything but the log's own file I/O —
 //! the batch function and the callbacks it runs must be quick — or run on a
-//! tokio worker. The one exception is [`Slot::send_inline`]: the sender's
-//! thread (possibly a tokio worker) runs one request of an idle slot itself
-//! when the work says it is cheap ([`SlotWork::try_inline`]; the log's
-//! writer accepts only a page-cache journal `write`).
+//! tokio worker. The one exception is [`Slot::claim_inline`] (and
+//! [`Slot::send_inline`]): the sender's thread (possibly a tokio worker)
+//! takes an idle slot's turn and runs its request itself, then what queued
+//! behind it meanwhile, at most [`INLINE_ROUNDS`] batches, when the work
+//! says they are cheap ([`SlotWork::try_inline`]; the log's writer accepts
+//! only page-cache journal `write`s).
 //!
 //! # Maintenance thread
 //!
@@ -94,14 +96,21 @@ pub(crate) trait SlotWork: Send + 'static {
     /// The slot is closed and its queue is empty: the last step (final
     /// durable commit).
     fn finish(&mut self);
-    /// Processes `op` at once on the calling thread, if it is cheap enough
-    /// to (no fsync, no engine transaction); otherwise gives it back and it
-    /// is queued for the pool. Called only on an idle slot (nothing queued,
-    /// not being run), so order is kept. Default: never inline.
-    fn try_inline(&mut self, op: Self::Op) -> Result<(), Self::Op> {
-        Err(op)
+    /// Processes `ops` (never empty, in order, as one batch) at once on the
+    /// calling thread, if that is cheap enough (no fsync, no engine
+    /// transaction); otherwise gives them back and they are queued for the
+    /// pool. Called only by the thread that holds the slot's turn, with
+    /// nothing queued before `ops`, so order is kept. Default: never inline.
+    fn try_inline(&mut self, ops: Vec<Self::Op>) -> Result<(), Vec<Self::Op>> {
+        Err(ops)
     }
 }
+
+/// Batches a thread that took an idle slot's turn ([`Slot::claim_inline`])
+/// runs inline at most: its own request, then what queued behind it
+/// meanwhile. Past that the pool takes over, so a sender's thread (a tokio
+/// worker) is not kept writing for others for long.
+const INLINE_ROUNDS: usize = 4;
 
 /// How much one slot's request queue may hold (see the module
 /// documentation for what happens past it).
@@ -147,6 +156,23 @@ pub(crate) struct Slot<W: SlotWork> {
     work: Mutex<Option<W>>,
     max_batch_bytes: usize,
     limit: QueueLimit,
+}
+
+/// A request that took an idle slot's turn ([`Slot::claim_inline`]): it
+/// runs on the thread that drops this. Until then the slot runs nothing
+/// else, so drop it soon, and never while waiting for the slot's answers.
+#[must_use = "the request runs when this is dropped"]
+pub(crate) struct Claimed<W: SlotWork> {
+    slot: Arc<Slot<W>>,
+    op: Option<W::Op>,
+}
+
+impl<W: SlotWork> Drop for Claimed<W> {
+    fn drop(&mut self) {
+        if let Some(op) = self.op.take() {
+            self.slot.run_claimed(op);
+        }
+    }
 }
 
 /// A slot as the pool sees it.
@@ -227,47 +253,101 @@ impl<W: SlotWork> Slot<W> {
     /// The queue's limit applies as in `send` whenever `op` is queued
     /// behind others.
     pub(crate) fn send_inline(self: &Arc<Self>, op: W::Op) -> Result<(), Refused<W::Op>> {
-        {
-            let mut q = self.queue.lock();
-            if q.closing {
-                return Err(Refused::Closed(op));
-            }
-            if q.scheduled || !q.ops.is_empty() {
-                return self.enqueue(q, op);
-            }
-            q.scheduled = true;
-        }
-        let mut guard = self.work.lock();
-        let refused = match guard.as_mut() {
-            Some(work) => work.try_inline(op).err(),
-            // Finished (cannot happen while not closing): queue it, the run
-            // will find the work gone.
-            None => Some(op),
-        };
-        let wanted = guard.as_ref().and_then(|w| w.deadline());
-        drop(guard);
+        self.claim_inline(op).map(drop)
+    }
+
+    /// The first half of [`send_inline`](Self::send_inline): takes `op`'s
+    /// place in the slot's order now and, when the slot is idle, hands it
+    /// back as a [`Claimed`] request to be run on this thread when that is
+    /// dropped. Meanwhile the slot counts as scheduled, so requests sent
+    /// in between queue behind `op`. A caller that orders its requests under
+    /// a lock of its own drops the lock first, so that other senders queue
+    /// behind `op` instead of waiting for its write.
+    pub(crate) fn claim_inline(
+        self: &Arc<Self>,
+        op: W::Op,
+    ) -> Result<Option<Claimed<W>>, Refused<W::Op>> {
         let mut q = self.queue.lock();
-        if let Some(op) = refused {
-            // First in line: nothing else ran since the slot was idle, and
-            // requests sent meanwhile were queued behind the slot's flag.
-            q.bytes += W::op_bytes(&op);
-            q.ops.push_front(op);
+        if q.closing {
+            return Err(Refused::Closed(op));
         }
-        q.wanted = wanted;
-        if !q.ops.is_empty() || q.closing {
-            drop(q);
-            pool().ready(self.clone());
-            return Ok(());
+        if q.scheduled || !q.ops.is_empty() {
+            return self.enqueue(q, op).map(|()| None);
         }
-        q.scheduled = false;
-        if let Some(at) = wanted {
-            if q.registered.is_none_or(|r| at < r) {
-                q.registered = Some(at);
-                drop(q);
-                pool().add_timer(at, self.clone());
+        q.scheduled = true;
+        Ok(Some(Claimed {
+            slot: self.clone(),
+            op: Some(op),
+        }))
+    }
+
+    /// Runs a request claimed by [`claim_inline`](Self::claim_inline):
+    /// inline if the work takes it, else first in the queue. Requests that
+    /// queued behind it meanwhile are then taken inline too, as one batch,
+    /// for up to [`INLINE_ROUNDS`] batches in all; whatever is left (or
+    /// refused) goes to the pool.
+    fn run_claimed(self: &Arc<Self>, op: W::Op) {
+        let mut ops = vec![op];
+        let mut rounds = 1;
+        loop {
+            let mut guard = self.work.lock();
+            let refused = match guard.as_mut() {
+                Some(work) => work.try_inline(ops).err(),
+                // Finished (cannot happen while not closing): queue it, the
+                // run will find the work gone.
+                None => Some(ops),
+            };
+            let wanted = guard.as_ref().and_then(|w| w.deadline());
+            drop(guard);
+            let mut q = self.queue.lock();
+            q.wanted = wanted;
+            match refused {
+                Some(back) => {
+                    // First in line: nothing ran since this thread took the
+                    // slot's turn, and requests sent meanwhile were queued
+                    // behind the slot's flag.
+                    for op in back.into_iter().rev() {
+                        q.bytes += W::op_bytes(&op);
+                        q.ops.push_front(op);
+                    }
+                }
+                None if rounds < INLINE_ROUNDS && !q.closing && !q.ops.is_empty() => {
+                    ops = self.take_batch(&mut q);
+                    rounds += 1;
+                    continue;
+                }
+                None => {}
             }
+            if !q.ops.is_empty() || q.closing {
+                drop(q);
+                pool().ready(self.clone());
+                return;
+            }
+            q.scheduled = false;
+            if let Some(at) = wanted {
+                if q.registered.is_none_or(|r| at < r) {
+                    q.registered = Some(at);
+                    drop(q);
+                    pool().add_timer(at, self.clone());
+                }
+            }
+            return;
         }
-        Ok(())
+    }
+
+    /// Takes the next batch off the queue: requests up to the slot's batch
+    /// size in bytes (at least one if any is queued).
+    fn take_batch(&self, q: &mut SlotQueue<W::Op>) -> Vec<W::Op> {
+        let mut bytes = 0;
+        let mut batch = Vec::new();
+        while bytes < self.max_batch_bytes {
+            let Some(op) = q.ops.pop_front() else { break };
+            let b = W::op_bytes(&op);
+            q.bytes = q.bytes.saturating_sub(b);
+            bytes += b;
+            batch.push(op);
+        }
+        batch
     }
 
     /// Refuses further requests and lets the writer drain and finish on
@@ -307,15 +387,7 @@ impl<W: SlotWork> Runnable for Slot<W> {
         };
         let (batch, closing, due) = {
             let mut q = self.queue.lock();
-            let mut bytes = 0;
-            let mut batch = Vec::new();
-            while bytes < self.max_batch_bytes {
-                let Some(op) = q.ops.pop_front() else { break };
-                let b = W::op_bytes(&op);
-                q.bytes = q.bytes.saturating_sub(b);
-                bytes += b;
-                batch.push(op);
-            }
+            let batch = self.take_batch(&mut q);
             let due = q.wanted.is_some_and(|w| w <= Instant::now());
             (batch, q.closing, due)
         };
@@ -698,7 +770,12 @@ mod tests {
         idles: Arc<AtomicUsize>,
         finished: Arc<AtomicUsize>,
         wake_at: Option<Instant>,
+        /// The batches run inline, as the sender's thread ran them.
+        inlined: Arc<Mutex<Vec<InlineRun>>>,
     }
+
+    /// A batch run inline and the thread that ran it.
+    type InlineRun = (std::thread::ThreadId, Vec<u32>);
 
     type ProbeHandles = (Arc<Mutex<Vec<u32>>>, Arc<AtomicUsize>, Arc<AtomicUsize>);
 
@@ -710,6 +787,7 @@ mod tests {
             idles: Arc::default(),
             finished: Arc::default(),
             wake_at: None,
+            inlined: Arc::default(),
         };
         let handles = (p.seen.clone(), p.idles.clone(), p.finished.clone());
         let limit = QueueLimit {
@@ -741,16 +819,62 @@ mod tests {
         fn finish(&mut self) {
             self.finished.fetch_add(1, Ordering::SeqCst);
         }
-        /// Even requests are cheap: run on the sender's thread.
-        fn try_inline(&mut self, op: u32) -> Result<(), u32> {
-            if op % 2 == 0 {
-                self.seen.lock().push(op);
+        /// Batches of even requests are cheap: run on the sender's thread.
+        fn try_inline(&mut self, ops: Vec<u32>) -> Result<(), Vec<u32>> {
+            if ops.iter().all(|op| op % 2 == 0) {
+                self.inlined
+                    .lock()
+                    .push((std::thread::current().id(), ops.clone()));
+                self.seen.lock().extend(ops);
                 self.wake_at = Some(Instant::now() + Duration::from_millis(5));
                 Ok(())
             } else {
-                Err(op)
+                Err(ops)
             }
         }
+    }
+
+    /// While a sender holds an idle slot's turn, other requests queue
+    /// behind its own; when it lets go, its thread runs its request and
+    /// then what queued, one batch per round, for at most `INLINE_ROUNDS`
+    /// batches; the rest, and a batch the work refuses, go to the pool,
+    /// still in order.
+    #[test]
+    fn a_claimed_turn_runs_what_queued_behind_it_inline_then_hands_over() {
+        let (slot, (seen, _, _)) = probe_slot(2);
+        let inlined = slot.work.lock().as_ref().unwrap().inlined.clone();
+        let claimed = slot.claim_inline(0).unwrap().expect("an idle slot's turn");
+        // Queued behind the claim: batches [2, 4], [6, 8], [10, 12], then
+        // [14, 15], refused inline (odd), and [16] for the pool.
+        for v in [2, 4, 6, 8, 10, 12, 14, 15, 16] {
+            assert!(slot.claim_inline(v).unwrap().is_none(), "{v} queued");
+        }
+        assert!(
+            seen.lock().is_empty(),
+            "nothing runs while the turn is held"
+        );
+        drop(claimed);
+        let me = std::thread::current().id();
+        let ran: Vec<_> = inlined.lock().clone();
+        assert_eq!(
+            ran,
+            vec![
+                (me, vec![0]),
+                (me, vec![2, 4]),
+                (me, vec![6, 8]),
+                (me, vec![10, 12]),
+            ],
+            "the claimer ran its request and {} batches in all",
+            INLINE_ROUNDS
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while seen.lock().len() < 10 {
+            assert!(Instant::now() < deadline, "the pool never ran the rest");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(*seen.lock(), vec![0, 2, 4, 6, 8, 10, 12, 14, 15, 16]);
+        assert_eq!(inlined.lock().len(), 4, "the pool ran the rest itself");
+        slot.close_and_wait();
     }
 
     /// Requests some of which run on the sender's thread and some on the
