@@ -318,20 +318,32 @@ impl<W: SlotWork> Slot<W> {
                 }
                 None => {}
             }
-            if !q.ops.is_empty() || q.closing {
-                drop(q);
-                pool().ready(self.clone());
-                return;
-            }
-            q.scheduled = false;
-            if let Some(at) = wanted {
-                if q.registered.is_none_or(|r| at < r) {
-                    q.registered = Some(at);
-                    drop(q);
-                    pool().add_timer(at, self.clone());
-                }
-            }
+            self.end_run(q, pool());
             return;
+        }
+    }
+
+    /// Ends a run of the slot (by a pool thread or by the thread holding
+    /// its turn), with `q.wanted` up to date: back to the ready queue if
+    /// requests came meanwhile or the slot is closing; otherwise idle, with
+    /// a timer for the work's next deadline.
+    fn end_run(
+        self: &Arc<Self>,
+        mut q: parking_lot::MutexGuard<'_, SlotQueue<W::Op>>,
+        pool: &Pool,
+    ) {
+        if !q.ops.is_empty() || q.closing {
+            drop(q);
+            pool.ready(self.clone());
+            return;
+        }
+        q.scheduled = false;
+        if let Some(at) = q.wanted {
+            if q.registered.is_none_or(|r| at < r) {
+                q.registered = Some(at);
+                drop(q);
+                pool.add_timer(at, self.clone());
+            }
         }
     }
 
@@ -410,19 +422,7 @@ impl<W: SlotWork> Runnable for Slot<W> {
         drop(guard);
         let mut q = self.queue.lock();
         q.wanted = wanted;
-        if !q.ops.is_empty() || q.closing {
-            drop(q);
-            pool.ready(self);
-            return;
-        }
-        q.scheduled = false;
-        if let Some(at) = wanted {
-            if q.registered.is_none_or(|r| at < r) {
-                q.registered = Some(at);
-                drop(q);
-                pool.add_timer(at, self);
-            }
-        }
+        self.end_run(q, pool);
     }
 
     fn timer(self: Arc<Self>, at: Instant, pool: &Pool) {
