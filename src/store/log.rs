@@ -18,10 +18,10 @@
 //! appends that queue behind it meanwhile (a few frames at most): each
 //! frame is one `write` into the page cache, and neither the appender nor
 //! the pool thread has to wake the other; an apply, a checkpoint, a sync
-//! or a large batch still go to the pool. The records then wait in an in-memory tail,
-//! readable at once, until the writer applies them to redb in one
-//! transaction — when it has had no request for [`APPLY_IDLE`] or when the
-//! tail reaches [`TAIL_APPLY_BYTES`]. Under [`SyncPolicy::Always`] each
+//! or a large batch still go to the pool. The records then wait in an
+//! in-memory tail, readable at once, until the writer applies them to redb
+//! in one transaction — when it has had no request for [`APPLY_IDLE`] or
+//! when the tail reaches [`TAIL_APPLY_BYTES`]. Under [`SyncPolicy::Always`] each
 //! apply is a durable commit (a checkpoint, after which the journal is
 //! rewound); under [`SyncPolicy::Interval`] applies are non-durable and a
 //! full tail is applied on an applier thread ([`sched::background`]) while

@@ -289,7 +289,7 @@ impl<W: SlotWork> Slot<W> {
     fn run_claimed(self: &Arc<Self>, op: W::Op) {
         let mut ops = vec![op];
         let mut rounds = 1;
-        loop {
+        let q = loop {
             let mut guard = self.work.lock();
             let refused = match guard.as_mut() {
                 Some(work) => work.try_inline(ops).err(),
@@ -310,17 +310,16 @@ impl<W: SlotWork> Slot<W> {
                         q.bytes += W::op_bytes(&op);
                         q.ops.push_front(op);
                     }
+                    break q;
                 }
                 None if rounds < INLINE_ROUNDS && !q.closing && !q.ops.is_empty() => {
                     ops = self.take_batch(&mut q);
                     rounds += 1;
-                    continue;
                 }
-                None => {}
+                None => break q,
             }
-            self.end_run(q, pool());
-            return;
-        }
+        };
+        self.end_run(q, pool());
     }
 
     /// Ends a run of the slot (by a pool thread or by the thread holding
