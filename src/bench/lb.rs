@@ -45,6 +45,13 @@ pub struct LbBenchArgs {
     /// Messages per publish workload with a window of 256.
     #[arg(long, default_value_t = 50_000)]
     pub msgs: u64,
+    /// Messages per publish workload with a window of 256 under an fsync
+    /// before every ack (`store.sync: always`, JetStream `sync_interval:
+    /// always`), which runs far slower; `--msgs` if not given. With it a
+    /// run can time the fast cells over seconds, not a fraction of one,
+    /// without the slow ones taking many minutes.
+    #[arg(long)]
+    pub always_msgs: Option<u64>,
     /// Messages per publish workload with a window of 1 (one round trip,
     /// and with `store.sync: always` one fsync, per message).
     #[arg(long, default_value_t = 2_000)]
@@ -202,9 +209,11 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     let payload = Bytes::from(vec![b'v'; args.size]);
 
-    let count = |window: usize| {
+    let count = |window: usize, always: bool| {
         if window == 1 {
             args.window1_msgs
+        } else if always {
+            args.always_msgs.unwrap_or(args.msgs)
         } else {
             args.msgs
         }
@@ -275,7 +284,7 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
                             // A fresh stream per measurement.
                             let stream = format!("b{}", rand::random::<u32>());
                             create_stream(&grpc, &stream).await?;
-                            let (msgs, p) = (count(window), &payload);
+                            let (msgs, p) = (count(window, sync == "always"), &payload);
                             let work = async {
                                 if via == "PublishAsync" {
                                     lb_publish_async(&grpc, &stream, policy, window, pubs, msgs, p)
@@ -380,9 +389,15 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
                 for &pubs in &args.publishers {
                     let (mut rates, mut disk) = (Vec::new(), Vec::new());
                     for _ in 0..args.rounds {
-                        let (rate, bytes) =
-                            js_publish(&url, proc_.disk(), window, pubs, count(window), &payload)
-                                .await?;
+                        let (rate, bytes) = js_publish(
+                            &url,
+                            proc_.disk(),
+                            window,
+                            pubs,
+                            count(window, always),
+                            &payload,
+                        )
+                        .await?;
                         rates.push(rate);
                         disk.extend(bytes);
                     }
