@@ -101,6 +101,20 @@ pub struct LbBenchArgs {
     pub json: Option<PathBuf>,
 }
 
+impl LbBenchArgs {
+    /// Messages of one publish cell: by its window, and whether an fsync
+    /// precedes every ack.
+    fn cell_msgs(&self, window: usize, always: bool) -> u64 {
+        if window == 1 {
+            self.window1_msgs
+        } else if always {
+            self.always_msgs.unwrap_or(self.msgs)
+        } else {
+            self.msgs
+        }
+    }
+}
+
 struct Proc {
     child: Child,
     _dir: tempfile::TempDir,
@@ -209,15 +223,7 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     let payload = Bytes::from(vec![b'v'; args.size]);
 
-    let count = |window: usize, always: bool| {
-        if window == 1 {
-            args.window1_msgs
-        } else if always {
-            args.always_msgs.unwrap_or(args.msgs)
-        } else {
-            args.msgs
-        }
-    };
+    let count = |window: usize, always: bool| args.cell_msgs(window, always);
     let wants = |w: &str| args.workloads.iter().any(|x| x == w);
     let (publish, record, replay) = (wants("publish"), wants("record"), wants("replay"));
     if replay && !record {
@@ -1135,5 +1141,46 @@ pub(super) fn print_rows(rows: &[Row]) {
                 r.msgs_per_sec * 1024.0 / 1e6
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: LbBenchArgs,
+    }
+
+    fn args(line: &[&str]) -> LbBenchArgs {
+        Cli::try_parse_from(std::iter::once("lb").chain(line.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    /// `--always-msgs` sets the window-256 cells under an fsync per ack
+    /// only; without it they take `--msgs`, and window 1 always takes
+    /// `--window1-msgs`.
+    #[test]
+    fn cells_under_fsync_per_ack_take_their_own_count() {
+        let a = args(&[
+            "--msgs",
+            "1000000",
+            "--always-msgs",
+            "200000",
+            "--window1-msgs",
+            "8000",
+        ]);
+        assert_eq!(a.cell_msgs(256, false), 1_000_000);
+        assert_eq!(a.cell_msgs(256, true), 200_000);
+        assert_eq!(a.cell_msgs(1, true), 8_000);
+        assert_eq!(a.cell_msgs(1, false), 8_000);
+        let a = args(&["--msgs", "300000"]);
+        assert_eq!(a.cell_msgs(256, true), 300_000);
+        assert_eq!(a.cell_msgs(256, false), 300_000);
+        assert!(Cli::try_parse_from(["lb", "--always-msgs", "many"]).is_err());
     }
 }
