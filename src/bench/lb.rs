@@ -223,7 +223,6 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     let payload = Bytes::from(vec![b'v'; args.size]);
 
-    let count = |window: usize, always: bool| args.cell_msgs(window, always);
     let wants = |w: &str| args.workloads.iter().any(|x| x == w);
     let (publish, record, replay) = (wants("publish"), wants("record"), wants("replay"));
     if replay && !record {
@@ -290,7 +289,7 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
                             // A fresh stream per measurement.
                             let stream = format!("b{}", rand::random::<u32>());
                             create_stream(&grpc, &stream).await?;
-                            let (msgs, p) = (count(window, sync == "always"), &payload);
+                            let (msgs, p) = (args.cell_msgs(window, sync == "always"), &payload);
                             let work = async {
                                 if via == "PublishAsync" {
                                     lb_publish_async(&grpc, &stream, policy, window, pubs, msgs, p)
@@ -400,7 +399,7 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
                             proc_.disk(),
                             window,
                             pubs,
-                            count(window, always),
+                            args.cell_msgs(window, always),
                             &payload,
                         )
                         .await?;
