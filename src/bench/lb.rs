@@ -11,6 +11,11 @@
 //! measured in the same run, and a ratio table compares `store.sync:
 //! always` with JetStream `always` and `interval` with JetStream's default.
 //!
+//! All servers run for the whole run. Each round of a publish cell (window
+//! and publisher count) measures every server in turn, seconds apart, so
+//! a machine whose speed drifts over minutes moves them alike; a row is
+//! the median of its rounds.
+//!
 //! Workloads (issue "Liftbridge streams on one node", item 9), 1 KiB values:
 //! - acked publish, ack policy LEADER and ALL, windows of 1 and 256
 //!   outstanding, 1 and 4 publishers, through gRPC `PublishAsync` and
@@ -93,7 +98,8 @@ pub struct LbBenchArgs {
     #[arg(long = "lb")]
     pub other_lbs: Vec<String>,
     /// Repetitions of every publish measurement (each on a fresh stream);
-    /// the median is reported. Record and replay run once.
+    /// the median is reported. A round measures every server in turn
+    /// before the next round starts. Record and replay run once.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
     pub rounds: u32,
     /// Also write the results as JSON to this file.
@@ -123,6 +129,99 @@ struct Proc {
 impl Proc {
     fn disk(&self) -> DiskMeter {
         DiskMeter(self.child.id())
+    }
+}
+
+/// A liftbridge server the publish cells run on, with its label in the
+/// table (`NAME (sync=POLICY)`).
+struct LbTarget {
+    label: String,
+    /// `store.sync: always`: its window-256 cells take `--always-msgs`.
+    always: bool,
+    proc_: Proc,
+    grpc: String,
+    nats: String,
+}
+
+impl LbTarget {
+    /// One round of a publish cell through `via`, on a fresh stream that is
+    /// deleted afterwards: the rate and the bytes written per message.
+    async fn publish(
+        &self,
+        via: &str,
+        policy: proto::AckPolicy,
+        window: usize,
+        pubs: usize,
+        msgs: u64,
+        payload: &Bytes,
+    ) -> anyhow::Result<(f64, Option<f64>)> {
+        let (grpc, stream) = (&self.grpc, format!("b{}", rand::random::<u32>()));
+        create_stream(grpc, &stream).await?;
+        let work = async {
+            match via {
+                "PublishAsync" => {
+                    lb_publish_async(grpc, &stream, policy, window, pubs, msgs, payload).await
+                }
+                "Publish" => {
+                    lb_publish_unary(grpc, &stream, policy, window, pubs, msgs, payload).await
+                }
+                _ => {
+                    lb_publish_envelope(&self.nats, &stream, policy, window, pubs, msgs, payload)
+                        .await
+                }
+            }
+        };
+        let r = self.proc_.disk().per_msg(msgs, work).await?;
+        // As JetStream's streams are: the next round starts without this
+        // one's data in the page cache.
+        delete_stream(grpc, &stream).await?;
+        Ok(r)
+    }
+}
+
+/// A nats-server with JetStream the publish cells run on, labelled
+/// `LABEL VERSION JetStream (sync=default|always)`.
+struct JsTarget {
+    label: String,
+    /// `sync_interval: always`.
+    always: bool,
+    proc_: Proc,
+    url: String,
+}
+
+/// The rounds measured for each row of the publish table, kept in the
+/// order the rows were added.
+#[derive(Default)]
+struct Cells {
+    rows: Vec<(String, String, Vec<f64>, Vec<f64>)>,
+}
+
+impl Cells {
+    fn add(&mut self, workload: String, target: String) {
+        self.rows.push((workload, target, Vec::new(), Vec::new()));
+    }
+
+    /// Records one round of the row `workload` × `target`.
+    fn push(&mut self, workload: &str, target: &str, rate: f64, bytes: Option<f64>) {
+        if let Some((_, _, rates, disk)) = self
+            .rows
+            .iter_mut()
+            .find(|(w, t, _, _)| w == workload && t == target)
+        {
+            rates.push(rate);
+            disk.extend(bytes);
+        }
+    }
+
+    /// The rows, each with the median of its rounds.
+    fn rows(self) -> impl Iterator<Item = Row> {
+        self.rows
+            .into_iter()
+            .filter(|(_, _, rates, _)| !rates.is_empty())
+            .map(|(workload, target, rates, disk)| Row {
+                disk_bytes_per_msg: (!disk.is_empty()).then(|| median(disk)),
+                ..Row::new(workload, target, median(rates))
+            })
     }
 }
 
@@ -262,104 +361,6 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
             .ok_or_else(|| anyhow!("expected LABEL=PATH, got {l:?}"))?;
         servers.push((l.to_string(), PathBuf::from(path)));
     }
-    let runs: Vec<(String, PathBuf, String)> = args
-        .sync
-        .iter()
-        .flat_map(|sync| {
-            servers
-                .iter()
-                .map(move |(l, p)| (l.clone(), p.clone(), sync.clone()))
-        })
-        .collect();
-    for (server, exe, sync) in &runs {
-        let (proc_, grpc, nats) = start_liftbridge(exe, sync)?;
-        let label = format!("{server} (sync={sync})");
-        for (policy, pname) in [
-            (proto::AckPolicy::Leader, "LEADER"),
-            (proto::AckPolicy::All, "ALL"),
-        ]
-        .into_iter()
-        .filter(|(_, name)| args.acks.iter().any(|a| a.eq_ignore_ascii_case(name)))
-        {
-            for &window in windows {
-                for &pubs in &args.publishers {
-                    for &via in &vias {
-                        let (mut rates, mut disk) = (Vec::new(), Vec::new());
-                        for _ in 0..args.rounds {
-                            // A fresh stream per measurement.
-                            let stream = format!("b{}", rand::random::<u32>());
-                            create_stream(&grpc, &stream).await?;
-                            let (msgs, p) = (args.cell_msgs(window, sync == "always"), &payload);
-                            let work = async {
-                                if via == "PublishAsync" {
-                                    lb_publish_async(&grpc, &stream, policy, window, pubs, msgs, p)
-                                        .await
-                                } else if via == "Publish" {
-                                    lb_publish_unary(&grpc, &stream, policy, window, pubs, msgs, p)
-                                        .await
-                                } else {
-                                    lb_publish_envelope(
-                                        &nats, &stream, policy, window, pubs, msgs, p,
-                                    )
-                                    .await
-                                }
-                            };
-                            let (rate, bytes) = proc_.disk().per_msg(msgs, work).await?;
-                            eprintln!(
-                                "  {label} {via}, {pname}, window {window}, {pubs} publisher(s): {rate:.0} msgs/s"
-                            );
-                            rates.push(rate);
-                            disk.extend(bytes);
-                            // As JetStream's streams are: the next round
-                            // starts without this one's data in the page
-                            // cache.
-                            delete_stream(&grpc, &stream).await?;
-                        }
-                        rows.push(Row {
-                            disk_bytes_per_msg: (!disk.is_empty()).then(|| median(disk)),
-                            ..Row::new(
-                                format!(
-                                    "acked publish {pname}, window {window}, {pubs} publisher(s)"
-                                ),
-                                format!("{label} {via}"),
-                                median(rates),
-                            )
-                        });
-                    }
-                }
-            }
-        }
-        if record {
-            let stream = format!("r{}", rand::random::<u32>());
-            create_stream(&grpc, &stream).await?;
-            let (rec, disk) = proc_
-                .disk()
-                .per_msg(
-                    args.replay_msgs,
-                    lb_record_plain(&grpc, &nats, &stream, args.replay_msgs, &payload),
-                )
-                .await?;
-            rows.push(Row {
-                disk_bytes_per_msg: disk,
-                ..Row::new(
-                    "recording of plain NATS publishes".into(),
-                    label.clone(),
-                    rec,
-                )
-            });
-            if replay {
-                let rep = lb_replay(&grpc, &stream, args.replay_msgs).await?;
-                rows.push(Row::new(
-                    format!("replay from earliest, {} msgs", args.replay_msgs),
-                    label.clone(),
-                    rep,
-                ));
-            }
-        }
-        drop(proc_);
-    }
-
-    // JetStream peers
     let mut peers: Vec<(String, PathBuf)> = Vec::new();
     for p in &args.peers {
         let (l, path) = p
@@ -372,12 +373,30 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
             peers.push(("nats-server".into(), p));
         }
     }
-    for (label, path) in peers {
+
+    // Every server runs for the whole run, so each round of a cell measures
+    // them one after the other, seconds apart: a machine whose speed drifts
+    // over minutes moves all of them alike, and the ratios stay fair.
+    let mut lbs = Vec::new();
+    for sync in &args.sync {
+        for (server, exe) in &servers {
+            let (proc_, grpc, nats) = start_liftbridge(exe, sync)?;
+            lbs.push(LbTarget {
+                label: format!("{server} (sync={sync})"),
+                always: sync == "always",
+                proc_,
+                grpc,
+                nats,
+            });
+        }
+    }
+    let mut jss = Vec::new();
+    for (label, path) in &peers {
         // Each peer twice: its default (acks before any fsync; a sync every
         // 2 minutes) and `jetstream { sync_interval: always }` (fsync before
         // every ack), the counterparts of `store.sync: interval` and `always`.
         for (js_sync, always) in [("default", false), ("always", true)] {
-            let (proc_, url) = match start_jetstream(&path, always) {
+            let (proc_, url) = match start_jetstream(path, always) {
                 Ok(p) => p,
                 Err(e) if always => {
                     println!("note: {label} with sync_interval: always not measured: {e:#}");
@@ -385,57 +404,132 @@ async fn run_async(args: LbBenchArgs) -> anyhow::Result<()> {
                 }
                 Err(e) => return Err(e),
             };
-            let client = async_nats::connect(&url).await?;
-            let label = format!(
-                "{label} {} JetStream (sync={js_sync})",
-                client.server_info().version
-            );
+            let version = async_nats::connect(&url)
+                .await?
+                .server_info()
+                .version
+                .clone();
+            jss.push(JsTarget {
+                label: format!("{label} {version} JetStream (sync={js_sync})"),
+                always,
+                proc_,
+                url,
+            });
+        }
+    }
+
+    let policies: Vec<(proto::AckPolicy, &str)> = [
+        (proto::AckPolicy::Leader, "LEADER"),
+        (proto::AckPolicy::All, "ALL"),
+    ]
+    .into_iter()
+    .filter(|(_, name)| args.acks.iter().any(|a| a.eq_ignore_ascii_case(name)))
+    .collect();
+    let workload = |pname: &str, window: usize, pubs: usize| {
+        format!("acked publish {pname}, window {window}, {pubs} publisher(s)")
+    };
+    // The rows in the order of the table: each liftbridge server's cells,
+    // then each JetStream's (which measures one cell for both ack policies).
+    let mut cells = Cells::default();
+    for lb in &lbs {
+        for (_, pname) in &policies {
             for &window in windows {
                 for &pubs in &args.publishers {
-                    let (mut rates, mut disk) = (Vec::new(), Vec::new());
-                    for _ in 0..args.rounds {
-                        let (rate, bytes) = js_publish(
-                            &url,
-                            proc_.disk(),
-                            window,
-                            pubs,
-                            args.cell_msgs(window, always),
-                            &payload,
-                        )
-                        .await?;
-                        rates.push(rate);
-                        disk.extend(bytes);
-                    }
-                    let r = median(rates);
-                    let d = (!disk.is_empty()).then(|| median(disk));
-                    for pname in ["LEADER", "ALL"]
-                        .into_iter()
-                        .filter(|n| args.acks.iter().any(|a| a.eq_ignore_ascii_case(n)))
-                    {
-                        rows.push(Row {
-                            disk_bytes_per_msg: d,
-                            ..Row::new(
-                                format!(
-                                    "acked publish {pname}, window {window}, {pubs} publisher(s)"
-                                ),
-                                label.clone(),
-                                r,
-                            )
-                        });
+                    for via in &vias {
+                        cells.add(workload(pname, window, pubs), format!("{} {via}", lb.label));
                     }
                 }
             }
-            if replay && !always {
-                let rep = js_replay(&url, args.replay_msgs, &payload).await?;
+        }
+    }
+    for js in &jss {
+        for &window in windows {
+            for &pubs in &args.publishers {
+                for (_, pname) in &policies {
+                    cells.add(workload(pname, window, pubs), js.label.clone());
+                }
+            }
+        }
+    }
+    for &window in windows {
+        for &pubs in &args.publishers {
+            for _ in 0..args.rounds {
+                for lb in &lbs {
+                    let msgs = args.cell_msgs(window, lb.always);
+                    for &(policy, pname) in &policies {
+                        for &via in &vias {
+                            let (rate, bytes) = lb
+                                .publish(via, policy, window, pubs, msgs, &payload)
+                                .await?;
+                            eprintln!(
+                                "  {} {via}, {pname}, window {window}, {pubs} publisher(s): {rate:.0} msgs/s",
+                                lb.label
+                            );
+                            let target = format!("{} {via}", lb.label);
+                            cells.push(&workload(pname, window, pubs), &target, rate, bytes);
+                        }
+                    }
+                }
+                for js in &jss {
+                    let msgs = args.cell_msgs(window, js.always);
+                    let (rate, bytes) =
+                        js_publish(&js.url, js.proc_.disk(), window, pubs, msgs, &payload).await?;
+                    eprintln!(
+                        "  {}, window {window}, {pubs} publisher(s): {rate:.0} msgs/s",
+                        js.label
+                    );
+                    for (_, pname) in &policies {
+                        cells.push(&workload(pname, window, pubs), &js.label, rate, bytes);
+                    }
+                }
+            }
+        }
+    }
+    rows.extend(cells.rows());
+
+    if record {
+        for lb in &lbs {
+            let stream = format!("r{}", rand::random::<u32>());
+            create_stream(&lb.grpc, &stream).await?;
+            let (rec, disk) = lb
+                .proc_
+                .disk()
+                .per_msg(
+                    args.replay_msgs,
+                    lb_record_plain(&lb.grpc, &lb.nats, &stream, args.replay_msgs, &payload),
+                )
+                .await?;
+            rows.push(Row {
+                disk_bytes_per_msg: disk,
+                ..Row::new(
+                    "recording of plain NATS publishes".into(),
+                    lb.label.clone(),
+                    rec,
+                )
+            });
+            if replay {
+                let rep = lb_replay(&lb.grpc, &stream, args.replay_msgs).await?;
                 rows.push(Row::new(
                     format!("replay from earliest, {} msgs", args.replay_msgs),
-                    label.clone(),
+                    lb.label.clone(),
                     rep,
                 ));
             }
-            drop(proc_);
         }
     }
+    if replay {
+        for js in jss.iter().filter(|js| !js.always) {
+            let rep = js_replay(&js.url, args.replay_msgs, &payload).await?;
+            rows.push(Row::new(
+                format!("replay from earliest, {} msgs", args.replay_msgs),
+                js.label.clone(),
+                rep,
+            ));
+        }
+    }
+    // The servers stop before the disk is measured on its own.
+    drop(lbs);
+    drop(jss);
 
     // The disk's own limits, measured where the servers keep their data.
     let dir = std::env::temp_dir();

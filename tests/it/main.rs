@@ -24,6 +24,7 @@ mod api_positions;
 mod api_stream_names;
 mod api_subscribers;
 mod bench_cluster;
+mod bench_lb;
 mod cluster_bad_peers;
 mod cluster_crash;
 mod cluster_disk;
