@@ -24,11 +24,24 @@
 //! record — on ext4 that is several times faster than syncing an append.
 //! A partition never written keeps an empty file (no 4 MiB per idle
 //! partition): its first frame only extends the file to [`PREALLOC`]
-//! without writing it (a sparse file, no cost on the acknowledgement
-//! path), and the zeros are written at its first reset, after a checkpoint. Old frames left past the write position are never
+//! without writing it (its blocks reserved where the journal is mapped, a
+//! sparse file elsewhere; no cost on the acknowledgement path), and the
+//! zeros are written at its first reset, after a checkpoint. Old frames left past the write position are never
 //! read back: the chain ends at the first frame whose previous CRC does not
 //! match, and an emptied journal starts with a cleared header, so opening
 //! it reads one header, not the old frames.
+//!
+//! On ext4 and tmpfs the file is mapped into memory from its first frame
+//! on, and a frame is copied into the mapping: the page cache holds it as
+//! soon as the copy ends, as after a `write`, without a system call per
+//! frame. The mapping covers the file's whole length, which only grows in
+//! [`PREALLOC`] steps with its blocks reserved first (`fallocate`), so a
+//! full device is an error of the append that needs the room, never a fault
+//! on a page; the mapping is dropped before the file shrinks. Other file
+//! systems (copy-on-write ones among them, which allocate on every write)
+//! get one positioned `write` per frame. What the mapping does not cover:
+//! a disk that fails to read back a page of the journal the kernel had
+//! evicted ends the process (SIGBUS) where a `write` would have failed.
 //!
 //! The payload is a record chunk in the [`codec`](super::codec) layout (entry header + encoded record, offsets increasing), so applying a
 //! frame to redb copies slices of it. `base LEO` is the log end offset the
@@ -56,6 +69,7 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
+use memmap2::{MmapMut, MmapOptions};
 
 /// Marks the start of a frame ("LBJ1").
 const MAGIC: u32 = 0x314A_424C;
@@ -92,6 +106,12 @@ pub struct JournalMark {
 pub struct Journal {
     file: File,
     path: PathBuf,
+    /// Frames are copied into a mapping of the file (see the module
+    /// documentation) rather than written.
+    mappable: bool,
+    /// The first `allocated` bytes of the file mapped read-write, while
+    /// frames go there; `None` until the next append maps them.
+    map: Option<MmapMut>,
     /// Where the next frame goes (= bytes of valid frames).
     pos: u64,
     /// Frames were written since the last `sync`.
@@ -102,7 +122,8 @@ pub struct Journal {
     /// CRC of the last frame (0 at position 0).
     last_crc: u32,
     /// Length of the file: 0 until the first frame, then at least
-    /// [`PREALLOC`].
+    /// [`PREALLOC`]; a mapped journal's file has its blocks reserved up to
+    /// here.
     allocated: u64,
     /// The zeros up to [`PREALLOC`] are written (blocks exist).
     filled: bool,
@@ -256,6 +277,57 @@ fn try_lock(file: &File) -> std::io::Result<()> {
     }
 }
 
+/// Whether frames may be copied into a mapping of `file`: on ext4 and
+/// tmpfs, where a page of a file whose blocks are reserved is written
+/// without allocating (a copy-on-write file system would allocate at the
+/// page's first write, and a full device would then fault the process).
+pub(super) fn mappable(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    const EXT4: i64 = 0xEF53;
+    const TMPFS: i64 = 0x0102_1994;
+    // SAFETY: an all-zero `statfs` is a valid value of the plain C struct,
+    // and fstatfs(2) only writes into it, on a descriptor `file` keeps open.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) };
+    r == 0 && matches!(st.f_type as i64, EXT4 | TMPFS)
+}
+
+/// Reserves the blocks of `file` from `from` to `to` and makes it at least
+/// `to` long (`fallocate`); where the file system has no `fallocate`, by
+/// writing zeros there. A full device is an error here.
+fn reserve(file: &File, from: u64, to: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if to <= from {
+        return Ok(());
+    }
+    let (Ok(off), Ok(len)) = (
+        libc::off_t::try_from(from),
+        libc::off_t::try_from(to - from),
+    ) else {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidInput,
+            "journal size out of range",
+        ));
+    };
+    // SAFETY: fallocate(2) on a descriptor `file` keeps open; no memory is
+    // passed.
+    if unsafe { libc::fallocate(file.as_raw_fd(), 0, off, len) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+        return Err(e);
+    }
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(zeros.len() as u64) as usize;
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
 impl Journal {
     /// Opens (creating if missing) the journal at `path`, locks it
     /// (`ErrorKind::WouldBlock` if it is open already) and reads its
@@ -278,6 +350,8 @@ impl Journal {
         let (frames, pos, last_crc) = read_chain(&file, allocated)?;
         Ok((
             Journal {
+                mappable: mappable(&file),
+                map: None,
                 file,
                 path,
                 pos,
@@ -329,19 +403,58 @@ impl Journal {
     /// error the journal end does not move, so the next frame overwrites
     /// whatever part of this one reached the file.
     pub fn append(&mut self, base_leo: u64, end_leo: u64, payload: &[u8]) -> std::io::Result<()> {
-        let mut buf = Vec::with_capacity(FRAME_HEADER + payload.len());
         let (h, crc) = frame_header(base_leo, end_leo, self.last_crc, payload);
-        buf.extend_from_slice(&h);
-        buf.extend_from_slice(payload);
-        if self.allocated < PREALLOC {
-            self.file.set_len(PREALLOC)?;
-            self.allocated = PREALLOC;
+        let len = FRAME_HEADER + payload.len();
+        if self.mappable {
+            let at = self.pos;
+            let map = self.mapped(at + len as u64)?;
+            // In range: `mapped` covers the frame's end, and a mapping's
+            // length is a `usize`.
+            let at = at as usize;
+            map[at..at + FRAME_HEADER].copy_from_slice(&h);
+            map[at + FRAME_HEADER..at + len].copy_from_slice(payload);
+        } else {
+            let mut buf = Vec::with_capacity(len);
+            buf.extend_from_slice(&h);
+            buf.extend_from_slice(payload);
+            if self.allocated < PREALLOC {
+                self.file.set_len(PREALLOC)?;
+                self.allocated = PREALLOC;
+            }
+            self.file.write_all_at(&buf, self.pos)?;
         }
-        self.file.write_all_at(&buf, self.pos)?;
-        self.pos += buf.len() as u64;
+        self.pos += len as u64;
         self.last_crc = crc;
         self.unsynced = true;
         Ok(())
+    }
+
+    /// The mapping of the file, covering at least its first `end` bytes:
+    /// a shorter file first grows to the next multiple of [`PREALLOC`],
+    /// its blocks reserved, and is mapped again.
+    fn mapped(&mut self, end: u64) -> std::io::Result<&mut MmapMut> {
+        if end > self.allocated {
+            // Never a mapping of a file whose length changes under it.
+            self.map = None;
+            let size = end.div_ceil(PREALLOC) * PREALLOC;
+            reserve(&self.file, self.allocated, size)?;
+            self.allocated = size;
+        }
+        let map = match self.map.take() {
+            Some(m) => m,
+            None => {
+                let len = usize::try_from(self.allocated).map_err(|_| {
+                    std::io::Error::new(ErrorKind::InvalidInput, "journal size out of range")
+                })?;
+                // SAFETY: the file is locked by this journal (`try_lock`),
+                // so no other journal writes or resizes it; it is at least
+                // `len` long and only shrinks after this mapping is dropped
+                // (`reset`), so every byte of the mapping is backed by the
+                // file. The data directory is this process's alone.
+                unsafe { MmapOptions::new().len(len).map_mut(&self.file)? }
+            }
+        };
+        Ok(self.map.insert(map))
     }
 
     /// Where the next frame goes: give it to [`Journal::rewind`] to cut
@@ -397,6 +510,7 @@ impl Journal {
         self.last_crc = 0;
         self.unsynced = false;
         if durable {
+            self.map = None;
             self.file.set_len(0)?;
             self.file.sync_all()?;
             preallocate(&self.file, 0)?;
@@ -407,6 +521,7 @@ impl Journal {
                 // First reset of a journal that was written: every frame
                 // is in redb, so the file is overwritten with zeros, and
                 // from now on frames overwrite existing blocks.
+                self.map = None;
                 self.file.set_len(0)?;
                 preallocate(&self.file, 0)?;
                 self.allocated = PREALLOC;
@@ -419,6 +534,14 @@ impl Journal {
             self.file.write_all_at(&[0u8; FRAME_HEADER], 0)?;
         }
         Ok(())
+    }
+
+    /// Unmaps the file until the next frame: called when the partition has
+    /// gone quiet, so that the pages of its journal leave the process's
+    /// resident memory (they stay in the page cache, as written ones do).
+    /// A busy journal keeps its mapping from one reset to the next.
+    pub fn release(&mut self) {
+        self.map = None;
     }
 
     /// Removes the journal file of a partition; a missing file is fine.
@@ -434,13 +557,27 @@ impl Journal {
 mod tests {
     use super::*;
 
+    /// Opens the journal at `p`, mapped or written as `mapped` says (the
+    /// test directory's file system would choose one of them only).
+    fn open_as(p: &Path, mapped: bool) -> Journal {
+        let (mut j, frames) = Journal::open(p.to_path_buf()).unwrap();
+        assert!(frames.is_empty());
+        j.mappable = mapped;
+        j
+    }
+
     #[test]
     fn frames_round_trip_and_a_torn_tail_ends_the_journal() {
+        for mapped in [true, false] {
+            round_trip_and_torn_tail(mapped);
+        }
+    }
+
+    fn round_trip_and_torn_tail(mapped: bool) {
         let dir = tempfile::tempdir().unwrap();
         let p = path(dir.path(), "p");
         {
-            let (mut j, frames) = Journal::open(p.clone()).unwrap();
-            assert!(frames.is_empty());
+            let mut j = open_as(&p, mapped);
             j.append(0, 2, b"first").unwrap();
             j.append(2, 5, b"second").unwrap();
             j.sync().unwrap();
@@ -465,6 +602,55 @@ mod tests {
             };
             assert_eq!(frames.len(), want, "cut at {cut}");
             assert_eq!(j.len(), (want * (FRAME_HEADER + 5)) as u64);
+        }
+    }
+
+    /// Frames past the preallocated size grow a mapped journal's file in
+    /// whole steps (remapped), interleaved with rewinds and a reset, and
+    /// read back as written, as do those of a written one.
+    #[test]
+    fn a_journal_grows_past_its_preallocation_mapped_or_written() {
+        for mapped in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let p = path(dir.path(), "p");
+            let mut j = open_as(&p, mapped);
+            let payload = |i: u64| vec![i as u8; 300 << 10];
+            // 20 frames of 300 KiB: past 4 MiB, then past 8 MiB.
+            for i in 0..20u64 {
+                if i == 7 {
+                    // A failed frame, cut off: the next one takes its place.
+                    let mark = j.mark();
+                    j.append(i, i + 1, b"cut").unwrap();
+                    j.rewind(mark).unwrap();
+                }
+                j.append(i, i + 1, &payload(i)).unwrap();
+            }
+            j.sync().unwrap();
+            let len = std::fs::metadata(&p).unwrap().len();
+            assert!(
+                len >= j.len(),
+                "mapped {mapped}: file {len} < frames {}",
+                j.len()
+            );
+            if mapped {
+                assert_eq!(len % PREALLOC, 0, "grown in whole steps: {len}");
+            }
+            drop(j);
+            let (mut j, frames) = Journal::open(p.clone()).unwrap();
+            j.mappable = mapped;
+            assert_eq!(frames.len(), 20, "mapped {mapped}");
+            for (i, f) in frames.iter().enumerate() {
+                let i = i as u64;
+                assert_eq!((f.base_leo, f.end_leo), (i, i + 1));
+                assert_eq!(f.payload, payload(i));
+            }
+            // Emptied, it starts over at position 0 in the same file.
+            j.reset(false).unwrap();
+            j.append(20, 21, b"after").unwrap();
+            drop(j);
+            let (_, frames) = Journal::open(p.clone()).unwrap();
+            assert_eq!(frames.len(), 1, "mapped {mapped}");
+            assert_eq!(&frames[0].payload[..], b"after");
         }
     }
 

@@ -2168,6 +2168,11 @@ impl Writer {
             self.flush(policy);
         }
         self.sync_journal_if_due(policy);
+        if !self.pending() {
+            // Quiet and all durable: the journal's pages need not stay
+            // mapped (see `Journal::release`).
+            self.journal.release();
+        }
     }
 
     /// After a group, under a steady stream of requests: apply when the tail
@@ -3335,6 +3340,62 @@ mod tests {
         let log = PartitionLog::open_existing(dir.path(), "p", cfg).unwrap();
         assert_eq!(log.log_end_offset(), next);
         assert_whole(&log, next).await;
+        log.close().await.unwrap();
+    }
+
+    /// Where frames are copied into a mapping of the journal, a log keeps
+    /// it mapped while records wait for a checkpoint and unmaps it once it
+    /// is quiet and all durable (its pages then leave the process's
+    /// resident memory); the next append maps it again, and every record
+    /// reads back, also after a reopen.
+    #[tokio::test]
+    async fn a_quiet_log_unmaps_its_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let jpath = journal::path(dir.path(), "p");
+        let mapped = || {
+            std::fs::read_to_string("/proc/self/maps")
+                .unwrap()
+                .lines()
+                .any(|l| l.ends_with(&*jpath.to_string_lossy()))
+        };
+        let mappable = journal::mappable(&std::fs::File::open(dir.path()).unwrap());
+        let cfg = LogConfig {
+            sync: SyncPolicy::Interval(Duration::from_millis(20)),
+            ..LogConfig::default()
+        };
+        let log = PartitionLog::open(dir.path(), "p", cfg.clone()).unwrap();
+        let rec = |v: &'static str| NewRecord {
+            timestamp_ns: 1,
+            value: Bytes::from_static(v.as_bytes()),
+            subject: "s".into(),
+            ..Default::default()
+        };
+        // The first checkpoint fills the journal's file (and so remaps it);
+        // from the second on, only going quiet unmaps it.
+        for (i, v) in ["one", "two"].into_iter().enumerate() {
+            log.append(1, vec![rec(v)]).await.unwrap();
+            // Until the checkpoint (up to CHECKPOINT_EVERY away) it is
+            // pending.
+            assert_eq!(mapped(), mappable, "mapped after append {i}");
+            let deadline = Instant::now() + CHECKPOINT_EVERY * 5;
+            while mapped() {
+                assert!(Instant::now() < deadline, "the journal stays mapped ({i})");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(log.commit_stats().durable_commits > i as u64);
+        }
+        log.append(1, vec![rec("three")]).await.unwrap();
+        assert_eq!(mapped(), mappable, "mapped again by the next append");
+        let values = |rs: Vec<Record>| rs.into_iter().map(|r| r.value).collect::<Vec<_>>();
+        let want: Vec<Bytes> = ["one", "two", "three"]
+            .into_iter()
+            .map(|v| Bytes::from_static(v.as_bytes()))
+            .collect();
+        assert_eq!(values(log.read(0, 10, usize::MAX).await.unwrap()), want);
+        log.close().await.unwrap();
+        assert!(!mapped(), "closed, nothing is mapped");
+        let log = PartitionLog::open_existing(dir.path(), "p", cfg).unwrap();
+        assert_eq!(values(log.read(0, 10, usize::MAX).await.unwrap()), want);
         log.close().await.unwrap();
     }
 
