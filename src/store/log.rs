@@ -2704,13 +2704,13 @@ impl Writer {
         let started = Instant::now();
         let always = matches!(policy, SyncPolicy::Always);
         let mark = self.journal.mark();
-        let written = self.journal.append(base, end, &payload).and_then(|()| {
-            if always {
-                self.journal.sync()
-            } else {
-                Ok(())
-            }
-        });
+        let written = if always {
+            self.journal
+                .append_written(base, end, &payload)
+                .and_then(|()| self.journal.sync())
+        } else {
+            self.journal.append(base, end, &payload)
+        };
         if let Err(source) = written {
             // The frame may be partly on disk (or, after a failed fsync,
             // whole in the page cache but not on disk): it is cut off the
