@@ -301,18 +301,14 @@ pub(super) fn mappable(file: &File) -> bool {
     r == 0 && matches!(st.f_type as i64, EXT4 | TMPFS)
 }
 
-/// Reserves the blocks of `file` from `from` to `to` and makes it at least
-/// `to` long (`fallocate`); where the file system has no `fallocate`, by
-/// writing zeros there. A full device is an error here.
-fn reserve(file: &File, from: u64, to: u64) -> std::io::Result<()> {
+/// Reserves the blocks of `file` up to `to` and makes it at least `to`
+/// long (`fallocate`): a hole left by an earlier sparse extension gets its
+/// blocks, those already there are kept as they are. A full device is an
+/// error here; a file that cannot have blocks reserved (an ext4 file
+/// without extents) is `EOPNOTSUPP`.
+fn reserve(file: &File, to: u64) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
-    if to <= from {
-        return Ok(());
-    }
-    let (Ok(off), Ok(len)) = (
-        libc::off_t::try_from(from),
-        libc::off_t::try_from(to - from),
-    ) else {
+    let Ok(len) = libc::off_t::try_from(to) else {
         return Err(std::io::Error::new(
             ErrorKind::InvalidInput,
             "journal size out of range",
@@ -320,21 +316,11 @@ fn reserve(file: &File, from: u64, to: u64) -> std::io::Result<()> {
     };
     // SAFETY: fallocate(2) on a descriptor `file` keeps open; no memory is
     // passed.
-    if unsafe { libc::fallocate(file.as_raw_fd(), 0, off, len) } == 0 {
-        return Ok(());
+    if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
-        return Err(e);
-    }
-    let zeros = vec![0u8; 1 << 20];
-    let mut at = from;
-    while at < to {
-        let n = (to - at).min(zeros.len() as u64) as usize;
-        file.write_all_at(&zeros[..n], at)?;
-        at += n as u64;
-    }
-    Ok(())
 }
 
 impl Journal {
@@ -441,7 +427,16 @@ impl Journal {
         let len = FRAME_HEADER + payload.len();
         if mapped {
             let at = self.pos;
-            let map = self.mapped(at + len as u64)?;
+            let map = match self.mapped(at + len as u64) {
+                Ok(map) => map,
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                    // No blocks can be reserved for this file: it is
+                    // written from now on.
+                    self.mappable = false;
+                    return self.append_frame(base_leo, end_leo, payload, false);
+                }
+                Err(e) => return Err(e),
+            };
             // In range: `mapped` covers the frame's end, and a mapping's
             // length is a `usize`.
             let at = at as usize;
@@ -463,21 +458,24 @@ impl Journal {
         Ok(())
     }
 
-    /// The mapping of the file, covering at least its first `end` bytes:
-    /// a shorter file first grows to the next multiple of [`PREALLOC`],
-    /// its blocks reserved, and is mapped again.
+    /// The mapping of the file, covering at least its first `end` bytes.
+    /// A new mapping covers the whole file, grown first to a multiple of
+    /// [`PREALLOC`] past `end` if shorter, with the blocks of all of it
+    /// reserved (written frames or an earlier sparse extension may have
+    /// left holes), so that no page of the mapping has to be allocated when
+    /// it is first written.
     fn mapped(&mut self, end: u64) -> std::io::Result<&mut MmapMut> {
         if end > self.allocated {
             // Never a mapping of a file whose length changes under it.
             self.map = None;
-            let size = end.div_ceil(PREALLOC) * PREALLOC;
-            reserve(&self.file, self.allocated, size)?;
-            self.allocated = size;
         }
         let map = match self.map.take() {
             Some(m) => m,
             None => {
-                let len = usize::try_from(self.allocated).map_err(|_| {
+                let size = self.allocated.max(end.div_ceil(PREALLOC) * PREALLOC);
+                reserve(&self.file, size)?;
+                self.allocated = size;
+                let len = usize::try_from(size).map_err(|_| {
                     std::io::Error::new(ErrorKind::InvalidInput, "journal size out of range")
                 })?;
                 // SAFETY: the file is locked by this journal (`try_lock`),
@@ -700,6 +698,37 @@ mod tests {
             assert_eq!(frames.len(), 1, "mapped {mapped}");
             assert_eq!(&frames[0].payload[..], b"after");
         }
+    }
+
+    /// A journal extended sparsely by a written frame, then mapped, has
+    /// the blocks of its whole file reserved first: no page of the mapping
+    /// is a hole that a full device could fail to allocate.
+    #[test]
+    fn a_mapped_journal_has_no_holes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = path(dir.path(), "p");
+        let mut j = open_as(&p, true);
+        j.append_written(0, 1, &[7u8; 1000]).unwrap();
+        let meta = std::fs::metadata(&p).unwrap();
+        assert_eq!(meta.len(), PREALLOC);
+        assert!(
+            meta.blocks() * 512 < PREALLOC,
+            "a written frame extends sparsely"
+        );
+        j.append(1, 2, &[8u8; 1000]).unwrap();
+        let meta = std::fs::metadata(&p).unwrap();
+        assert_eq!(meta.len(), PREALLOC);
+        if j.map.is_some() {
+            assert!(meta.blocks() * 512 >= PREALLOC, "{} blocks", meta.blocks());
+        } else {
+            // Only a file system refusing `fallocate` leaves it unmapped:
+            // the frame was written instead, and so are the next ones.
+            assert!(!j.mappable);
+        }
+        drop(j);
+        let (_, frames) = Journal::open(p).unwrap();
+        assert_eq!(frames.len(), 2);
+        assert_eq!(&frames[1].payload[..], &[8u8; 1000][..]);
     }
 
     #[test]
