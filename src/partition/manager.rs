@@ -213,6 +213,47 @@ pub enum PartitionError {
 
 type Key = (String, i32);
 
+/// A partition key as borrowed parts, so a map keyed by [`Key`] is looked
+/// up by `(&str, i32)` without building a `String` (the publish path does
+/// this for every message).
+trait KeyRef {
+    fn parts(&self) -> (&str, i32);
+}
+
+impl KeyRef for Key {
+    fn parts(&self) -> (&str, i32) {
+        (&self.0, self.1)
+    }
+}
+
+impl KeyRef for (&str, i32) {
+    fn parts(&self) -> (&str, i32) {
+        (self.0, self.1)
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn KeyRef + 'a> for Key {
+    fn borrow(&self) -> &(dyn KeyRef + 'a) {
+        self
+    }
+}
+
+// Hashes and compares as the tuple `Key` does (a `str` hashes as its
+// `String`), as `Borrow` requires.
+impl std::hash::Hash for dyn KeyRef + '_ {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.parts().hash(h);
+    }
+}
+
+impl PartialEq for dyn KeyRef + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KeyRef + '_ {}
+
 /// A partition replicated here, as this process first saw it.
 #[derive(Debug, Clone, Copy)]
 struct FirstSeen {
@@ -461,7 +502,7 @@ impl PartitionManager {
         self.inner
             .running
             .lock()
-            .get(&(stream.to_string(), id))
+            .get(&(stream, id) as &dyn KeyRef)
             .cloned()
     }
 
@@ -483,7 +524,7 @@ impl PartitionManager {
         self.inner
             .paused
             .lock()
-            .get(&(stream.to_string(), id))
+            .get(&(stream, id) as &dyn KeyRef)
             .copied()
             .filter(|o| o.creation_ns == creation_ns)
     }
@@ -494,7 +535,7 @@ impl PartitionManager {
         self.inner
             .failed
             .lock()
-            .get(&(stream.to_string(), id))
+            .get(&(stream, id) as &dyn KeyRef)
             .filter(|f| f.creation_ns == creation_ns)
             .cloned()
     }
@@ -1330,6 +1371,27 @@ fn forget_journal(partition_dir: &Path) {
 mod tests {
     use super::*;
     use crate::cluster::state::StreamConfig;
+
+    #[test]
+    fn a_key_map_is_looked_up_by_borrowed_parts() {
+        let mut m: HashMap<Key, u32> = HashMap::new();
+        for (i, name) in ["a", "ab", "b", ""].into_iter().enumerate() {
+            for id in [0, 1, -1, i32::MAX] {
+                m.insert(
+                    (name.to_string(), id),
+                    i as u32 * 10 + id.unsigned_abs() % 7,
+                );
+            }
+        }
+        for (k, v) in &m {
+            assert_eq!(m.get(&(k.0.as_str(), k.1) as &dyn KeyRef), Some(v), "{k:?}");
+        }
+        // Neither a stream name that only shares a prefix nor another id
+        // matches.
+        assert_eq!(m.get(&("abc", 0) as &dyn KeyRef), None);
+        assert_eq!(m.get(&("a", 2) as &dyn KeyRef), None);
+        assert_eq!(m.get(&("ba", 0) as &dyn KeyRef), None);
+    }
 
     fn stream(config: StreamConfig) -> StreamMeta {
         StreamMeta {

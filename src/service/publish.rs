@@ -136,6 +136,21 @@ pub struct Unpublished {
     pub error: ServiceError,
 }
 
+/// Why `p` cannot store messages now, if its log met an I/O failure (see
+/// [`Service::write_refusal`]).
+fn refusal(p: &Partition) -> Option<ServiceError> {
+    let fault = p.log().fault()?;
+    let m = format!(
+        "partition {} of stream {} cannot store messages: {}",
+        p.id, p.stream, fault.reason
+    );
+    Some(if fault.no_space {
+        ServiceError::ResourceExhausted(m)
+    } else {
+        ServiceError::Internal(m)
+    })
+}
+
 /// A failed resume as the caller sees it: as is for Publish, INTERNAL
 /// "failed to resume stream: …" in a PublishAsync session (Liftbridge's
 /// publishLoop reports it with code INTERNAL whatever the cause).
@@ -158,19 +173,10 @@ impl Service {
             Some(id) => self.inner.parts.get(stream, id).into_iter().collect(),
             None => self.inner.parts.replicas(),
         };
-        let (p, fault) = parts
+        parts
             .iter()
             .filter(|p| p.stream == stream && p.is_leader())
-            .find_map(|p| p.log().fault().map(|f| (p, f)))?;
-        let m = format!(
-            "partition {} of stream {} cannot store messages: {}",
-            p.id, p.stream, fault.reason
-        );
-        Some(if fault.no_space {
-            ServiceError::ResourceExhausted(m)
-        } else {
-            ServiceError::Internal(m)
-        })
+            .find_map(|p| refusal(p))
     }
 
     /// [`Service::write_refusal`] for an error ack of `stream` (acks do
@@ -225,28 +231,29 @@ impl Service {
         wait: Option<Duration>,
     ) -> Result<Option<Ack>, ServiceError> {
         let wait = wait.filter(|_| r.ack_policy != AckPolicy::None);
-        let partition = r.partition;
-        let (subject, msg) = self.prepare_publish(r, false).await?;
-        let to = self.hand_over_target(&subject, &msg, partition);
+        let (subject, msg, local) = self.prepare_publish(r, false).await?;
+        let to = self.hand_over_target(&subject, &msg, local);
         self.publish_and_wait(&subject, msg, wait, to).await
     }
 
     /// The partition led here that a publish may be handed to, if any (it
-    /// still decides whether it takes it).
+    /// still decides whether it takes it): `local`, the partition running
+    /// here as leader, when the publish could go into NATS as it is.
     fn hand_over_target(
         &self,
         subject: &str,
         msg: &Message,
-        partition: i32,
+        local: Option<Arc<Partition>>,
     ) -> Option<Arc<Partition>> {
-        self.inner.parts.get(&msg.stream, partition).filter(|_| {
+        local.filter(|_| {
             crate::nats::subject::is_valid_literal_subject(subject)
                 && envelope::message_len(msg) <= self.inner.nats.max_payload()
         })
     }
 
     /// Validates a publish, resumes its partition if paused and builds its
-    /// envelope's message; returns it with the subject it goes to. In a
+    /// envelope's message; returns it with the subject it goes to and the
+    /// partition running here as its leader, if it does. In a
     /// PublishAsync session (`in_session`) a failed resume is INTERNAL
     /// "failed to resume stream: …", as Liftbridge reports it there;
     /// Publish returns the resume error as is.
@@ -254,7 +261,7 @@ impl Service {
         &self,
         r: Publish,
         in_session: bool,
-    ) -> Result<(String, Message), ServiceError> {
+    ) -> Result<(String, Message, Option<Arc<Partition>>), ServiceError> {
         if r.stream.is_empty() {
             return Err(ServiceError::InvalidArgument("No stream provided".into()));
         }
@@ -273,13 +280,20 @@ impl Service {
         }
         // Before any wait for the partition to start: a failed one will not.
         self.check_not_failed(s, r.partition)?;
+        // Looked up once per publish: the partition running here as leader.
+        let mut local = self.inner.parts.get(&r.stream, r.partition);
         // A log led here that cannot write now refuses at once (it retries
         // on its own and accepts writes again when it can).
-        if let Some(e) = self.write_refusal(&r.stream, Some(r.partition)) {
+        if let Some(e) = local.as_deref().and_then(refusal) {
             return Err(e);
         }
-        if let Err(e) = self.ensure_resumed(s, r.partition).await {
-            return Err(resume_failed(e, in_session));
+        // Running here and not paused: nothing to resume or wait for.
+        let paused = s.partition(r.partition).is_some_and(|p| p.paused);
+        if local.is_none() || paused {
+            if let Err(e) = self.ensure_resumed(s, r.partition).await {
+                return Err(resume_failed(e, in_session));
+            }
+            local = self.inner.parts.get(&r.stream, r.partition);
         }
         let subject = s.partition_subject(r.partition);
         // The envelope names the stream and the subject it is published
@@ -296,7 +310,7 @@ impl Service {
             ack_policy: r.ack_policy as i32,
             ..Default::default()
         };
-        Ok((subject, msg))
+        Ok((subject, msg, local))
     }
 
     /// Publishes to a literal subject and, when `wait` is given (and the
@@ -349,9 +363,9 @@ impl Service {
         r: Publish,
     ) -> Result<(), ServiceError> {
         let partition = r.partition;
-        let (subject, msg) = self.prepare_publish(r, true).await?;
+        let (subject, msg, local) = self.prepare_publish(r, true).await?;
         let to = (!s.over_nats(&msg.stream, partition))
-            .then(|| self.hand_over_target(&subject, &msg, partition))
+            .then(|| self.hand_over_target(&subject, &msg, local))
             .flatten();
         if let Some(p) = to {
             if s.held_to.as_ref().is_some_and(|h| !Arc::ptr_eq(h, &p)) {
