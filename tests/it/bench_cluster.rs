@@ -4,32 +4,27 @@
 //! cluster, prints its throughput, ratio and failover tables and writes
 //! its JSON: the benchmark cannot rot unnoticed.
 
-use std::process::Command;
+use std::ffi::OsStr;
 
 use serde_json::Value;
 
-use crate::support::procs::go_nats_server_2_15;
+use crate::support::procs::{go_nats_server_2_15, run_liftbridge};
 
 #[test]
 fn bench_cluster_quick_prints_tables() {
     let nats_server = go_nats_server_2_15();
     let dir = tempfile::tempdir().expect("temp dir");
     let json = dir.path().join("cluster.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_liftbridge"))
-        .args(["bench", "cluster", "--quick", "--nats-server"])
-        .arg(&nats_server)
-        .arg("--json")
-        .arg(&json)
-        .current_dir(dir.path())
-        .output()
-        .expect("run liftbridge bench cluster");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bench cluster failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
+    let args = ["bench", "cluster", "--quick", "--nats-server"].map(OsStr::new);
+    let args: Vec<&OsStr> = args
+        .into_iter()
+        .chain([
+            nats_server.as_os_str(),
+            OsStr::new("--json"),
+            json.as_os_str(),
+        ])
+        .collect();
+    let (stdout, _) = run_liftbridge(dir.path(), &args);
 
     // The stated settings and the three tables.
     assert!(

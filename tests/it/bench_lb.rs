@@ -4,52 +4,50 @@
 //! the rounds of a cell alternate between the servers, so each liftbridge
 //! round is measured next to a JetStream one rather than minutes apart.
 
-use std::process::Command;
+use std::ffi::OsStr;
 
 use serde_json::Value;
 
-use crate::support::procs::go_nats_server_2_15;
+use crate::support::procs::{go_nats_server_2_15, run_liftbridge};
 
 #[test]
 fn bench_lb_alternates_rounds_between_servers_and_prints_ratios() {
     let nats_server = go_nats_server_2_15();
     let dir = tempfile::tempdir().expect("temp dir");
     let json = dir.path().join("lb.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_liftbridge"))
-        .args(["bench", "lb", "--no-path-peer", "--peer"])
-        .arg(format!("js={}", nats_server.display()))
-        .args([
-            "--sync",
-            "interval",
-            "--workloads",
-            "publish,record,replay",
-            "--windows",
-            "1",
-            "--window1-msgs",
-            "40",
-            "--replay-msgs",
-            "300",
-            "--acks",
-            "leader",
-            "--via",
-            "envelope,async",
-            "--publishers",
-            "1",
-            "--rounds",
-            "2",
-            "--json",
-        ])
-        .arg(&json)
-        .current_dir(dir.path())
-        .output()
-        .expect("run liftbridge bench lb");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bench lb failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
+    let peer = format!("js={}", nats_server.display());
+    let args = [
+        "bench",
+        "lb",
+        "--no-path-peer",
+        "--peer",
+        &peer,
+        "--sync",
+        "interval",
+        "--workloads",
+        "publish,record,replay",
+        "--windows",
+        "1",
+        "--window1-msgs",
+        "40",
+        "--replay-msgs",
+        "300",
+        "--acks",
+        "leader",
+        "--via",
+        "envelope,async",
+        "--publishers",
+        "1",
+        "--rounds",
+        "2",
+        "--json",
+    ];
+    let args: Vec<&OsStr> = args
+        .iter()
+        .map(OsStr::new)
+        .chain([json.as_os_str()])
+        .collect();
+    let (stdout, stderr) = run_liftbridge(dir.path(), &args);
 
     // One progress line per round and target, in the order measured.
     let order: Vec<&str> = stderr

@@ -35,6 +35,25 @@ pub fn go_nats_server_2_15() -> PathBuf {
     p
 }
 
+/// Runs the built `liftbridge` with `args` in `dir` to its end and returns
+/// its standard output and error; fails the test, showing both, if it
+/// exits with an error.
+pub fn run_liftbridge(dir: &Path, args: &[&std::ffi::OsStr]) -> (String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_liftbridge"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run liftbridge");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "liftbridge {args:?} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    (stdout, stderr)
+}
+
 /// Debian's Go nats-server 2.9.10 (`apt-get install nats-server`).
 pub fn go_nats_server_2_9() -> PathBuf {
     let p = PathBuf::from("/usr/sbin/nats-server");
