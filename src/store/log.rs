@@ -785,6 +785,7 @@ impl PartitionLog {
             applying: None,
             last_durable: now,
             last_journal_sync: now,
+            last_group: now,
             dirty: false,
             stopped: None,
             retry_at: None,
@@ -1853,6 +1854,9 @@ struct Writer {
     applying: Option<Applying>,
     last_durable: Instant,
     last_journal_sync: Instant,
+    /// When the last group of appends was journaled: an idle tail is
+    /// applied only [`APPLY_IDLE`] after it.
+    last_group: Instant,
     /// Non-durable redb commits exist since the last durable one.
     dirty: bool,
     /// Set after an I/O failure of the journal or redb: every write is
@@ -2147,7 +2151,7 @@ impl Writer {
             add(Instant::now() + APPLY_POLL);
         }
         if self.tail_bytes > 0 {
-            add(Instant::now() + APPLY_IDLE);
+            add(self.last_group + APPLY_IDLE);
         }
         if self.pending() {
             add(self.last_durable + CHECKPOINT_EVERY);
@@ -2160,11 +2164,18 @@ impl Writer {
         at
     }
 
-    /// No request for a while: apply the tail, checkpoint or sync the
-    /// journal, whichever is due.
+    /// A deadline passed with no request queued: collect a finished
+    /// background apply; apply the tail once no group has come for
+    /// [`APPLY_IDLE`]; checkpoint or sync the journal when due. A deadline
+    /// also passes between appends taken on the appenders' threads (the
+    /// poll of a background apply, [`APPLY_POLL`]): the tail then stays
+    /// for the background apply, as under a stream of pool batches,
+    /// instead of waiting for the apply in flight and applying the rest on
+    /// this thread while appenders queue behind it.
     fn idle(&mut self, policy: SyncPolicy) {
         self.poll_apply(false);
-        if self.tail_bytes > 0 || self.checkpoint_due() {
+        let quiet = self.last_group.elapsed() >= APPLY_IDLE;
+        if (self.tail_bytes > 0 && quiet) || self.checkpoint_due() {
             self.flush(policy);
         }
         self.sync_journal_if_due(policy);
@@ -2608,6 +2619,7 @@ impl Writer {
         if ops.is_empty() {
             return;
         }
+        self.last_group = Instant::now();
         let saved = self.logical.clone();
         let base = self.logical.leo;
         let mut payload = Vec::with_capacity(ops.iter().map(Op::payload_bytes).sum());
