@@ -2619,7 +2619,6 @@ impl Writer {
         if ops.is_empty() {
             return;
         }
-        self.last_group = Instant::now();
         let saved = self.logical.clone();
         let base = self.logical.leo;
         let mut payload = Vec::with_capacity(ops.iter().map(Op::payload_bytes).sum());
@@ -2714,6 +2713,7 @@ impl Writer {
         }
         let end = self.logical.leo;
         let started = Instant::now();
+        self.last_group = started;
         let always = matches!(policy, SyncPolicy::Always);
         let mark = self.journal.mark();
         let written = if always {

@@ -15,16 +15,15 @@ fn bench_cluster_quick_prints_tables() {
     let nats_server = go_nats_server_2_15();
     let dir = tempfile::tempdir().expect("temp dir");
     let json = dir.path().join("cluster.json");
-    let args = ["bench", "cluster", "--quick", "--nats-server"].map(OsStr::new);
-    let args: Vec<&OsStr> = args
+    let args = ["bench", "cluster", "--quick", "--nats-server"]
+        .map(OsStr::new)
         .into_iter()
         .chain([
             nats_server.as_os_str(),
             OsStr::new("--json"),
             json.as_os_str(),
-        ])
-        .collect();
-    let (stdout, _) = run_liftbridge(dir.path(), &args);
+        ]);
+    let (stdout, _) = run_liftbridge(dir.path(), args);
 
     // The stated settings and the three tables.
     assert!(

@@ -42,12 +42,8 @@ fn bench_lb_alternates_rounds_between_servers_and_prints_ratios() {
         "2",
         "--json",
     ];
-    let args: Vec<&OsStr> = args
-        .iter()
-        .map(OsStr::new)
-        .chain([json.as_os_str()])
-        .collect();
-    let (stdout, stderr) = run_liftbridge(dir.path(), &args);
+    let args = args.iter().map(OsStr::new).chain([json.as_os_str()]);
+    let (stdout, stderr) = run_liftbridge(dir.path(), args);
 
     // One progress line per round and target, in the order measured.
     let order: Vec<&str> = stderr

@@ -38,9 +38,17 @@ pub fn go_nats_server_2_15() -> PathBuf {
 /// Runs the built `liftbridge` with `args` in `dir` to its end and returns
 /// its standard output and error; fails the test, showing both, if it
 /// exits with an error.
-pub fn run_liftbridge(dir: &Path, args: &[&std::ffi::OsStr]) -> (String, String) {
+pub fn run_liftbridge<I, S>(dir: &Path, args: I) -> (String, String)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let args: Vec<std::ffi::OsString> = args
+        .into_iter()
+        .map(|a| a.as_ref().to_os_string())
+        .collect();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_liftbridge"))
-        .args(args)
+        .args(&args)
         .current_dir(dir)
         .output()
         .expect("run liftbridge");
