@@ -32,6 +32,11 @@
 //! [`SYNC_BY_CHECKPOINT_BYTES`] or more journaled since the last one, it is
 //! a checkpoint instead: the records reach the disk once, in redb, not a
 //! second time in the journal (whose blocks the next frames overwrite).
+//! Such a checkpoint first waits for the background apply in flight and
+//! hands a tail of [`SYNC_PRE_APPLY_BYTES`] or more to one more (appends go
+//! on being journaled and answered meanwhile), for at most
+//! [`SYNC_DEFER_MAX`]; the appends then wait only while the checkpoint
+//! applies the rest and commits.
 //!
 //! At open, the journal frames past redb's last durable commit are replayed
 //! into redb (a torn or corrupt frame ends the journal) and committed
@@ -174,6 +179,14 @@ pub(crate) const CHECKPOINT_EVERY: Duration = Duration::from_secs(2);
 /// many small partitions), one `fdatasync` of the journal is cheaper than a
 /// durable redb commit.
 pub(crate) const SYNC_BY_CHECKPOINT_BYTES: u64 = 1 << 20;
+/// A checkpoint for the interval's sync that finds at least this much of
+/// the tail not applied first hands it to a background apply and commits
+/// once that is done: the log then takes no appends only while the rest is
+/// applied and the commit syncs, not while all of it is written.
+const SYNC_PRE_APPLY_BYTES: usize = 512 << 10;
+/// Longest a due sync waits for background applies (see
+/// [`SYNC_PRE_APPLY_BYTES`]) before it checkpoints regardless.
+const SYNC_DEFER_MAX: Duration = Duration::from_millis(30);
 /// Records removed per retention transaction: small enough that appends
 /// queued meanwhile wait only for one short transaction.
 const RETENTION_CHUNK: u64 = 1024;
@@ -785,6 +798,7 @@ impl PartitionLog {
             applying: None,
             last_durable: now,
             last_journal_sync: now,
+            sync_pre_applied: false,
             last_group: now,
             dirty: false,
             stopped: None,
@@ -1854,6 +1868,9 @@ struct Writer {
     applying: Option<Applying>,
     last_durable: Instant,
     last_journal_sync: Instant,
+    /// The due sync's checkpoint has had its background apply (see
+    /// [`Writer::sync_journal_if_due`]).
+    sync_pre_applied: bool,
     /// When the last group of appends was journaled: an idle tail is
     /// applied only [`APPLY_IDLE`] after it.
     last_group: Instant,
@@ -2157,7 +2174,9 @@ impl Writer {
             add(self.last_durable + CHECKPOINT_EVERY);
         }
         if let SyncPolicy::Interval(d) = policy {
-            if self.journal.unsynced() {
+            if self.journal.unsynced() && self.applying.is_none() {
+                // While an apply is in flight, a due sync waits for it
+                // (see `sync_journal_if_due`): the apply's poll covers it.
                 add(self.last_journal_sync + d);
             }
         }
@@ -2307,6 +2326,26 @@ impl Writer {
             return;
         }
         if self.journal.unsynced_bytes() >= SYNC_BY_CHECKPOINT_BYTES {
+            // Appends go on while an apply runs in the background: the
+            // checkpoint waits for it rather than the appends for both.
+            // It starts one apply at most and waits at most
+            // SYNC_DEFER_MAX, so a steady stream of appends cannot put it
+            // off further.
+            let d = match policy {
+                SyncPolicy::Interval(d) => d,
+                SyncPolicy::Always => Duration::ZERO,
+            };
+            if self.last_journal_sync.elapsed() < d + SYNC_DEFER_MAX {
+                self.poll_apply(false);
+                if self.applying.is_some() {
+                    return;
+                }
+                if !self.sync_pre_applied && self.tail_bytes >= SYNC_PRE_APPLY_BYTES {
+                    self.sync_pre_applied = true;
+                    self.start_apply();
+                    return;
+                }
+            }
             match self.checkpoint() {
                 Ok(()) => self.last_journal_sync = Instant::now(),
                 Err(e) => self.stop(e),
@@ -2530,6 +2569,7 @@ impl Writer {
 
     /// Applies and commits the tail durably, then empties the journal.
     fn checkpoint(&mut self) -> Result<(), EngineError> {
+        self.sync_pre_applied = false;
         self.poll_apply(true);
         if let Some(s) = &self.stopped {
             return Err(EngineError::Stopped(s.clone()));

@@ -332,6 +332,42 @@ async fn store_interval_sync_is_visible_and_durable_on_close() {
     assert_eq!(log.log_end_offset(), 20);
 }
 
+/// Under `interval`, a partition written faster than a megabyte per interval
+/// still gets its interval's checkpoint while appends keep coming: the
+/// checkpoint may wait for background applies, but only for a bounded
+/// time, so a steady stream of appends cannot put it off until the
+/// journal fills. About 25 MB/s for 1.2 s with a 100 ms interval makes
+/// roughly a dozen checkpoints; without them the journal would pass its
+/// 32 MiB checkpoint only once, near the end.
+#[tokio::test]
+async fn store_interval_checkpoints_keep_coming_under_a_steady_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        sync: SyncPolicy::Interval(Duration::from_millis(100)),
+        ..Default::default()
+    };
+    let log = open(dir.path(), "steady", cfg.clone()).await.unwrap();
+    let before = log.commit_stats().durable_commits;
+    let payload = "x".repeat(1000);
+    let started = std::time::Instant::now();
+    let mut next = 0i64;
+    let mut tick = tokio::time::interval(Duration::from_millis(5));
+    while started.elapsed() < Duration::from_millis(1200) {
+        tick.tick().await;
+        let batch = (0..128).map(|i| rec(next + i, None, &payload)).collect();
+        log.append(0, batch).await.unwrap();
+        next += 128;
+    }
+    let checkpoints = log.commit_stats().durable_commits - before;
+    assert!(
+        checkpoints >= 3,
+        "{checkpoints} durable commits while {next} records streamed in for 1.2 s"
+    );
+    log.close().await.unwrap();
+    let log = open(dir.path(), "steady", cfg).await.unwrap();
+    assert_eq!(log.log_end_offset(), next as u64);
+}
+
 /// Under `interval`, light traffic gets the interval's journal fsync and no
 /// durable redb commit before the 2 s checkpoint; when a megabyte or more
 /// was journaled since the last sync, the sync is a checkpoint instead (the
