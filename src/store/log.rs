@@ -2331,9 +2331,8 @@ impl Writer {
             // It starts one apply at most and waits at most
             // SYNC_DEFER_MAX, so a steady stream of appends cannot put it
             // off further.
-            let d = match policy {
-                SyncPolicy::Interval(d) => d,
-                SyncPolicy::Always => Duration::ZERO,
+            let SyncPolicy::Interval(d) = policy else {
+                return;
             };
             if self.last_journal_sync.elapsed() < d + SYNC_DEFER_MAX {
                 self.poll_apply(false);
