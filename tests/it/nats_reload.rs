@@ -1288,13 +1288,14 @@ async fn link_modes(http: u16, leafs: bool) -> Vec<(u64, String)> {
     out
 }
 
-/// Waits until every link of `http` has compression `mode` (and there is
-/// at least one); returns their ids.
-async fn wait_modes(http: u16, leafs: bool, mode: &str) -> Vec<u64> {
-    let what = format!("links of :{http} in {mode}");
+/// Waits until `http` has exactly `links` links (a route pool forms one
+/// connection at a time) and every one has compression `mode`; returns
+/// their ids.
+async fn wait_modes(http: u16, leafs: bool, links: usize, mode: &str) -> Vec<u64> {
+    let what = format!("{links} links of :{http} in {mode}");
     wait_until(WAIT, &what, || async {
         let m = link_modes(http, leafs).await;
-        !m.is_empty() && m.iter().all(|(_, c)| c == mode)
+        m.len() == links && m.iter().all(|(_, c)| c == mode)
     })
     .await;
     link_modes(http, leafs)
@@ -1303,6 +1304,9 @@ async fn wait_modes(http: u16, leafs: bool, mode: &str) -> Vec<u64> {
         .map(|(id, _)| id)
         .collect()
 }
+
+/// Route connections between two servers of `pool_size: 3`.
+const ROUTE_POOL: usize = 3;
 
 /// A reload that changes only the level of route compression switches it
 /// on the live connections (the same route ids go on, traffic keeps
@@ -1325,8 +1329,8 @@ async fn nats_reload_switches_route_compression_level_in_place() {
         )
     };
     let ours = Server::start(&conf("s2_fast"));
-    let before = wait_modes(http, false, "s2_fast").await;
-    wait_modes(seed_http, false, "s2_fast").await;
+    let before = wait_modes(http, false, ROUTE_POOL, "s2_fast").await;
+    wait_modes(seed_http, false, ROUTE_POOL, "s2_fast").await;
     let (a, b) = (
         async_nats::connect(seed.url()).await.unwrap(),
         async_nats::connect(ours.url()).await.unwrap(),
@@ -1343,7 +1347,7 @@ async fn nats_reload_switches_route_compression_level_in_place() {
         )),
         "{log}"
     );
-    assert_eq!(wait_modes(http, false, "s2_best").await, before);
+    assert_eq!(wait_modes(http, false, ROUTE_POOL, "s2_best").await, before);
     assert!(crosses(&a, &b, "rc.best.in").await);
     assert!(crosses(&b, &a, "rc.best.out").await);
     // The Go side decoded every level change without re-forming.
@@ -1356,9 +1360,9 @@ async fn nats_reload_switches_route_compression_level_in_place() {
     let log = ours.reload(&conf("off")).await;
     assert!(!log.contains("Failed"), "{log}");
     assert!(log.contains("0 route connections switched level"), "{log}");
-    let after = wait_modes(http, false, "not supported").await;
+    let after = wait_modes(http, false, ROUTE_POOL, "not supported").await;
     assert!(after.iter().all(|id| !before.contains(id)), "{after:?}");
-    wait_modes(seed_http, false, "not supported").await;
+    wait_modes(seed_http, false, ROUTE_POOL, "not supported").await;
     assert!(crosses(&a, &b, "rc.off.in").await);
     assert!(crosses(&b, &a, "rc.off.out").await);
 }
@@ -1389,7 +1393,7 @@ async fn nats_reload_changes_leaf_compression() {
         )),
     )
     .await;
-    let before = wait_modes(hub_http, true, "s2_fast").await;
+    let before = wait_modes(hub_http, true, 1, "s2_fast").await;
     let (h, l) = (
         async_nats::connect(hub.url()).await.unwrap(),
         async_nats::connect(leaf.url()).await.unwrap(),
@@ -1405,7 +1409,7 @@ async fn nats_reload_changes_leaf_compression() {
         log.contains("1 connections switched level, 0 closed"),
         "{log}"
     );
-    assert_eq!(wait_modes(hub_http, true, "s2_better").await, before);
+    assert_eq!(wait_modes(hub_http, true, 1, "s2_better").await, before);
     assert!(crosses(&h, &l, "lc.hub.after.down").await);
     assert!(crosses(&l, &h, "lc.hub.after.up").await);
     drop((leaf, hub));
@@ -1420,7 +1424,7 @@ async fn nats_reload_changes_leaf_compression() {
         )
     };
     let ours = Server::start(&leaf_conf("s2_fast"));
-    let before = wait_modes(http, true, "s2_fast").await;
+    let before = wait_modes(http, true, 1, "s2_fast").await;
     let (h, l) = (
         async_nats::connect(go_hub.url()).await.unwrap(),
         async_nats::connect(ours.url()).await.unwrap(),
@@ -1434,7 +1438,7 @@ async fn nats_reload_changes_leaf_compression() {
         )),
         "{log}"
     );
-    assert_eq!(wait_modes(http, true, "s2_best").await, before);
+    assert_eq!(wait_modes(http, true, 1, "s2_best").await, before);
     assert!(crosses(&l, &h, "lc.leaf.best.up").await);
     assert!(crosses(&h, &l, "lc.leaf.best.down").await);
     let log = ours.reload(&leaf_conf("off")).await;
@@ -1442,7 +1446,7 @@ async fn nats_reload_changes_leaf_compression() {
         log.contains("0 connections switched level, 1 closed"),
         "{log}"
     );
-    let after = wait_modes(http, true, "not supported").await;
+    let after = wait_modes(http, true, 1, "not supported").await;
     assert_ne!(after, before);
     assert!(crosses(&l, &h, "lc.leaf.off.up").await);
     assert!(crosses(&h, &l, "lc.leaf.off.down").await);
