@@ -25,6 +25,7 @@ if [ ${#tests[@]} -eq 0 ]; then
     store_crash::store_crash_sync_interval_keeps_every_ack
     store_crash::store_crash_abort_after_journal_write_replays_always
     store_crash::store_crash_abort_after_journal_write_replays_interval
+    store_crash::store_crash_abort_during_background_checkpoint_replays_both_journals
   )
 fi
 

@@ -53,13 +53,22 @@ pub fn crash_record(offset: u64) -> NewRecord {
 /// commit and `APPLIED` after each non-durable one (so the parent knows
 /// checkpoints and tail applies happened between its kills) and,
 /// when asked, aborts the process (no destructor, no final commit) once the
-/// given number of journal frames has been written.
+/// given number of journal frames has been written — counted from the
+/// first switch of journal files if `armed` starts false.
 struct ChildObserver {
     abort_after: Option<std::sync::atomic::AtomicU64>,
+    armed: std::sync::atomic::AtomicBool,
 }
 
 impl StoreObserver for ChildObserver {
+    fn journal_switched(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     fn journal_write(&self, _records: u64, _bytes: u64, _elapsed: Duration, _synced: bool) {
+        if !self.armed.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         if let Some(left) = &self.abort_after {
             if left.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) <= 1 {
                 std::process::abort();
@@ -85,6 +94,7 @@ pub fn crash_child(
     sync: &str,
     seed: u64,
     abort_after_frames: Option<u64>,
+    after_switch: bool,
 ) -> anyhow::Result<()> {
     let sync = match sync {
         "always" => SyncPolicy::Always,
@@ -96,6 +106,7 @@ pub fn crash_child(
     };
     let observer = Observer::new(ChildObserver {
         abort_after: abort_after_frames.map(std::sync::atomic::AtomicU64::new),
+        armed: std::sync::atomic::AtomicBool::new(!after_switch),
     });
     let cfg = LogConfig {
         sync,

@@ -76,6 +76,11 @@ pub struct CrashChildArgs {
     /// answered: a crash between the journal write and the redb apply.
     #[arg(long)]
     pub abort_after_frames: Option<u64>,
+    /// Count those frames only from the first switch of journal files on
+    /// (a checkpoint running in the background): the abort then lands
+    /// while frames are in both files.
+    #[arg(long, requires = "abort_after_frames")]
+    pub after_switch: bool,
 }
 
 /// Runs the subcommand.
@@ -87,9 +92,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             big_records: a.big_records,
             interval_ms: a.interval_ms,
         }),
-        BenchTarget::StoreCrashChild(a) => {
-            crate::bench::store::crash_child(&a.dir, &a.sync, a.seed, a.abort_after_frames)
-        }
+        BenchTarget::StoreCrashChild(a) => crate::bench::store::crash_child(
+            &a.dir,
+            &a.sync,
+            a.seed,
+            a.abort_after_frames,
+            a.after_switch,
+        ),
         BenchTarget::Nats(a) => crate::bench::nats::run(a),
         BenchTarget::Lb(a) => crate::bench::lb::run(a),
         BenchTarget::Routes(a) => crate::bench::routes::run(a),

@@ -1364,6 +1364,7 @@ impl PartitionManager {
 /// created under the same name refuse its partition as lost. Best effort:
 /// the directory removal that follows reports failures.
 fn forget_journal(partition_dir: &Path) {
+    let _ = std::fs::remove_file(crate::store::journal::spare_path(partition_dir, "log"));
     let _ = std::fs::remove_file(crate::store::journal::path(partition_dir, "log"));
 }
 

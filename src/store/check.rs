@@ -69,6 +69,9 @@ use super::log::{EPOCHS, META, META_BYTES, META_COUNT, META_LEO, RECORDS, RECORD
 pub const DB_FILE: &str = "log.redb";
 /// File name of a partition's journal inside its directory.
 pub const JOURNAL_FILE: &str = "log.journal";
+/// File name of a partition's second journal (see
+/// [`journal::spare_path`]).
+pub const SPARE_JOURNAL_FILE: &str = "log.journal.1";
 
 /// Errors that stop a check or repair before any verdict on the records.
 #[derive(Debug, Error)]
@@ -351,9 +354,10 @@ pub fn open_database(backend: ReadOnlyFile, path: &Path) -> Result<Database, Che
 pub struct JournalReport {
     /// The file exists.
     pub present: bool,
-    /// Size of the file in bytes.
+    /// Size of the file in bytes (with the second journal's, if any).
     pub file_bytes: u64,
-    /// Well-formed frames chained from the start of the file.
+    /// Well-formed frames chained from the start of the file (and of the
+    /// second journal's).
     pub frames: u64,
     /// Records of those frames that a restart would replay (past the
     /// database's log end offset).
@@ -732,45 +736,50 @@ fn read_journal(
     out: &mut Scan,
     db_end: Option<u64>,
 ) -> Result<(), CheckError> {
-    let jpath = dir.join(JOURNAL_FILE);
-    let mut buf = Vec::new();
-    match File::open(&jpath) {
-        Ok(mut f) => f.read_to_end(&mut buf).map_err(|source| CheckError::Io {
-            path: jpath.clone(),
-            source,
-        })?,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
-            r.next_offset = next_offset(r, 0);
-            return Ok(());
-        }
-        Err(source) => {
-            return Err(CheckError::Io {
-                path: jpath,
+    // Both journal files, their frames in log order (as a restart reads
+    // them).
+    let mut frames = Vec::new();
+    for name in [JOURNAL_FILE, SPARE_JOURNAL_FILE] {
+        let jpath = dir.join(name);
+        let mut buf = Vec::new();
+        match File::open(&jpath) {
+            Ok(mut f) => f.read_to_end(&mut buf).map_err(|source| CheckError::Io {
+                path: jpath.clone(),
                 source,
-            })
+            })?,
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(source) => {
+                return Err(CheckError::Io {
+                    path: jpath,
+                    source,
+                })
+            }
+        };
+        r.journal.present |= name == JOURNAL_FILE;
+        r.journal.file_bytes += buf.len() as u64;
+        let bytes = Bytes::from(buf);
+        let (read, _, _) = journal::read_frames(&bytes);
+        r.journal.frames += read.len() as u64;
+        // The head of a journal is zeros (never written) or the first frame
+        // of a chain (current or stale); anything else is damage. Past the
+        // chain's end, stale frames of earlier chains are normal and not
+        // looked at.
+        let (magic, _) = journal::frame_header(0, 0, 0, &[]);
+        if read.is_empty() && bytes.len() >= 4 && bytes[..4] != magic[..4] {
+            let head = &bytes[..bytes.len().min(journal::FRAME_HEADER)];
+            if head.iter().any(|b| *b != 0) {
+                r.problems.push(format!(
+                    "{name}: the head of the file is neither a frame nor zeros: \
+                     records acknowledged after the last database commit, if any, are lost"
+                ));
+            }
         }
-    };
-    r.journal.present = true;
-    r.journal.file_bytes = buf.len() as u64;
-    let bytes = Bytes::from(buf);
-    let (frames, _, _) = journal::read_frames(&bytes);
-    r.journal.frames = frames.len() as u64;
-    // The head of a journal is zeros (never written) or the first frame of
-    // a chain (current or stale); anything else is damage. Past the chain's
-    // end, stale frames of earlier chains are normal and not looked at.
-    let (magic, _) = journal::frame_header(0, 0, 0, &[]);
-    if frames.is_empty() && bytes.len() >= 4 && bytes[..4] != magic[..4] {
-        let head = &bytes[..bytes.len().min(journal::FRAME_HEADER)];
-        if head.iter().any(|b| *b != 0) {
-            r.problems.push(format!(
-                "{JOURNAL_FILE}: the head of the file is neither a frame nor zeros: \
-                 records acknowledged after the last database commit, if any, are lost"
-            ));
-        }
+        frames.extend(read.into_iter().map(|f| (name, f)));
     }
+    frames.sort_by_key(|(_, f)| f.base_leo);
     let mut journal_end = 0u64;
     let mut expect = db_end;
-    for f in frames {
+    for (name, f) in frames {
         journal_end = journal_end.max(f.end_leo);
         let Some(end) = expect else { continue };
         if f.end_leo <= end {
@@ -779,7 +788,7 @@ fn read_journal(
         }
         if f.base_leo != end {
             r.problems.push(format!(
-                "{JOURNAL_FILE}: a frame for offsets {}..{} does not follow the log end {end}: \
+                "{name}: a frame for offsets {}..{} does not follow the log end {end}: \
                  a restart would ignore it",
                 f.base_leo, f.end_leo
             ));
@@ -796,7 +805,7 @@ fn read_journal(
             }
             Ok(_) | Err(_) => {
                 r.problems.push(format!(
-                    "{JOURNAL_FILE}: the frame for offsets {}..{} is malformed",
+                    "{name}: the frame for offsets {}..{} is malformed",
                     f.base_leo, f.end_leo
                 ));
                 expect = None;
@@ -819,7 +828,7 @@ fn read_journal(
                 Err(err) => {
                     if expect.is_some() {
                         r.problems
-                            .push(format!("{JOURNAL_FILE}: offset {}: {err}", e.offset));
+                            .push(format!("{name}: offset {}: {err}", e.offset));
                     }
                     expect = None;
                 }
@@ -935,12 +944,14 @@ pub fn repair_partition(dir: &Path) -> Result<Option<RepairOutcome>, CheckError>
     // The journal's records are in the new database (or dropped): clear it
     // so a restart replays nothing, keeping its size (the writer overwrites
     // preallocated blocks).
-    let jpath = dir.join(JOURNAL_FILE);
-    if let Ok(f) = OpenOptions::new().write(true).open(&jpath) {
-        let len = f.metadata().map_err(io(&jpath))?.len();
-        f.write_all_at(&vec![0u8; len as usize], 0)
-            .and_then(|()| f.sync_all())
-            .map_err(io(&jpath))?;
+    for name in [JOURNAL_FILE, SPARE_JOURNAL_FILE] {
+        let jpath = dir.join(name);
+        if let Ok(f) = OpenOptions::new().write(true).open(&jpath) {
+            let len = f.metadata().map_err(io(&jpath))?.len();
+            f.write_all_at(&vec![0u8; len as usize], 0)
+                .and_then(|()| f.sync_all())
+                .map_err(io(&jpath))?;
+        }
     }
     File::open(dir)
         .and_then(|d| d.sync_all())
@@ -1217,6 +1228,38 @@ mod tests {
         assert_eq!(r.last_good_offset, Some(49));
         let o = repair_partition(dir.path()).unwrap().expect("repaired");
         assert_eq!((o.kept_records, o.log_end), (50, 50));
+        assert!(check_partition(dir.path()).unwrap().ok());
+        let (offsets, log) = read_all(dir.path()).await;
+        assert_eq!(offsets.len(), 50);
+        log.close().await.unwrap();
+    }
+
+    /// The second journal is checked as the first is, and repair clears
+    /// it too.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_garbage_second_journal_is_reported_and_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        write_log(dir.path(), 50).await;
+        let j = dir.path().join(SPARE_JOURNAL_FILE);
+        let garbage: Vec<u8> = (0..8192).map(|i| (i * 31 % 251) as u8 | 1).collect();
+        std::fs::write(&j, garbage).unwrap();
+        let r = check_partition(dir.path()).unwrap();
+        assert!(!r.ok());
+        assert!(
+            r.problems[0].contains(SPARE_JOURNAL_FILE),
+            "{:?}",
+            r.problems
+        );
+        assert_eq!(
+            r.journal.file_bytes,
+            std::fs::metadata(dir.path().join(JOURNAL_FILE))
+                .unwrap()
+                .len()
+                + 8192
+        );
+        let o = repair_partition(dir.path()).unwrap().expect("repaired");
+        assert_eq!((o.kept_records, o.log_end), (50, 50));
+        assert!(std::fs::read(&j).unwrap().iter().all(|b| *b == 0));
         assert!(check_partition(dir.path()).unwrap().ok());
         let (offsets, log) = read_all(dir.path()).await;
         assert_eq!(offsets.len(), 50);

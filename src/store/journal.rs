@@ -90,6 +90,8 @@ pub const PREALLOC: u64 = 4 << 20;
 const MAPPED_FRAME_MAX: usize = 16 << 10;
 /// File name suffix of a partition journal.
 pub const SUFFIX: &str = ".journal";
+/// File name suffix of a partition's second journal (see [`spare_path`]).
+pub const SPARE_SUFFIX: &str = ".journal.1";
 
 /// One frame read back from the journal.
 #[derive(Debug, Clone)]
@@ -141,6 +143,28 @@ pub struct Journal {
 /// Path of the journal of `name` in `dir`.
 pub fn path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}{SUFFIX}"))
+}
+
+/// Path of the second journal of `name` in `dir`: under `interval`, a
+/// busy log's checkpoint runs in the background while appends go to the
+/// other file, so a log may hold frames in both. The file exists only
+/// once a log has needed it; it is created after the first journal and
+/// removed before it.
+pub fn spare_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}{SPARE_SUFFIX}"))
+}
+
+/// The frames of a log's two journals in log order (by base LEO). Frames
+/// of a file not yet emptied after its checkpoint (a crash in between) end
+/// at or before redb's durable end, and the replay skips them as it skips
+/// those of one journal.
+pub fn merge(mut first: Vec<Frame>, second: Vec<Frame>) -> Vec<Frame> {
+    if second.is_empty() {
+        return first;
+    }
+    first.extend(second);
+    first.sort_by_key(|f| f.base_leo);
+    first
 }
 
 /// Encodes the header of a frame whose payload is `payload`, chained to the
@@ -329,10 +353,23 @@ impl Journal {
     /// frames. The file is not changed: the caller replays what it needs and
     /// then calls [`reset`](Self::reset).
     pub fn open(path: PathBuf) -> std::io::Result<(Journal, Vec<Frame>)> {
+        Self::open_with(path, true)
+    }
+
+    /// [`open`](Self::open) of a journal only if its file exists.
+    pub fn open_existing(path: PathBuf) -> std::io::Result<Option<(Journal, Vec<Frame>)>> {
+        match Self::open_with(path, false) {
+            Ok(j) => Ok(Some(j)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn open_with(path: PathBuf, create: bool) -> std::io::Result<(Journal, Vec<Frame>)> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
+            .create(create)
             .truncate(false)
             .open(&path)?;
         // One writer per journal: a second open of the same log (in this

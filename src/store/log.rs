@@ -434,6 +434,7 @@ struct Inner {
     name: String,
     path: PathBuf,
     journal_path: PathBuf,
+    spare_path: PathBuf,
     /// The database: created by the writer before the first record is
     /// journaled, so a log never written has no database file.
     db: Arc<RwLock<DbState>>,
@@ -727,6 +728,18 @@ impl PartitionLog {
             }
             Err(e) => return Err(jio(e)),
         };
+        let spare_path = journal::spare_path(dir, name);
+        let (mut spare, frames) = match Journal::open_existing(spare_path.clone()) {
+            Ok(Some((j, more))) => (Some(j), journal::merge(frames, more)),
+            Ok(None) => (None, frames),
+            Err(source) => {
+                return Err(StoreError::Io {
+                    partition: name.to_owned(),
+                    path: spare_path,
+                    source,
+                })
+            }
+        };
         let batches = frames_past(frames, state.leo);
         let replayed: u64 = batches.iter().map(|b| b.entries.len() as u64).sum();
         if !batches.is_empty() {
@@ -751,9 +764,16 @@ impl PartitionLog {
             state.appended = (0, 0);
             tracing::info!(partition = %name, records = replayed, leo = state.leo, "replayed the journal");
         }
-        // Everything in the journal is durable in redb now: the next frame
+        // Everything in the journals is durable in redb now: the next frame
         // starts a new chain.
         journal.reset(false).map_err(jio)?;
+        if let Some(j) = &mut spare {
+            j.reset(false).map_err(|source| StoreError::Io {
+                partition: name.to_owned(),
+                path: j.path().to_owned(),
+                source,
+            })?;
+        }
 
         let (leo_tx, _) = watch::channel(state.leo);
         let shared = Arc::new(Shared {
@@ -794,6 +814,8 @@ impl PartitionLog {
             logical: state.clone(),
             state,
             journal,
+            spare,
+            spare_path: spare_path.clone(),
             tail_bytes: 0,
             applying: None,
             last_durable: now,
@@ -810,6 +832,7 @@ impl PartitionLog {
             name: name.to_owned(),
             path: path.clone(),
             journal_path,
+            spare_path,
             db: db_state,
             slot: Slot::new(
                 writer,
@@ -862,12 +885,17 @@ impl PartitionLog {
     /// file is not an error.
     pub fn delete_files(dir: &Path, partition_name: &str) -> Result<(), StoreError> {
         check_name(partition_name)?;
-        let jpath = journal::path(dir, partition_name);
-        Journal::remove(&jpath).map_err(|source| StoreError::Io {
-            partition: partition_name.to_owned(),
-            path: jpath,
-            source,
-        })?;
+        // The second journal first: the first one proves the log existed.
+        for jpath in [
+            journal::spare_path(dir, partition_name),
+            journal::path(dir, partition_name),
+        ] {
+            Journal::remove(&jpath).map_err(|source| StoreError::Io {
+                partition: partition_name.to_owned(),
+                path: jpath,
+                source,
+            })?;
+        }
         let path = file_path(dir, partition_name);
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
@@ -1410,7 +1438,8 @@ impl PartitionLog {
     /// bytes.
     pub fn disk_size(&self) -> u64 {
         let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-        size(&self.inner.path) + size(&self.inner.journal_path)
+        let i = &self.inner;
+        size(&i.path) + size(&i.journal_path) + size(&i.spare_path)
     }
 
     /// Commits durably, stops the writer and the cleaner and releases the
@@ -1859,7 +1888,13 @@ struct Writer {
     /// What the log holds: `state` plus the tail. Appends are checked and
     /// given offsets against it.
     logical: State,
+    /// The journal appends go to.
     journal: Journal,
+    /// The log's other journal file (see [`journal::spare_path`]), open
+    /// once it exists: empty, or holding the frames of a checkpoint running
+    /// in the background (see [`Writer::rotate`]).
+    spare: Option<Journal>,
+    spare_path: PathBuf,
     /// Payload bytes of the tail (journaled, not yet in redb) past the
     /// batches being applied in the background.
     tail_bytes: usize,
@@ -1887,6 +1922,9 @@ struct Writer {
 /// A background apply of the tail's first `batches` (see
 /// [`Writer::start_apply`]).
 struct Applying {
+    /// A checkpoint: the commit is durable, and once it is done the spare
+    /// journal holds nothing redb lacks (see [`Writer::rotate`]).
+    rotation: bool,
     batches: usize,
     /// Their payload bytes.
     bytes: usize,
@@ -2146,11 +2184,19 @@ impl Writer {
 
     /// Records or changes wait for a durable redb commit.
     fn pending(&self) -> bool {
-        self.tail_bytes > 0 || self.dirty || !self.journal.is_empty()
+        self.tail_bytes > 0 || self.dirty || self.journaled()
+    }
+
+    /// Either journal holds frames.
+    fn journaled(&self) -> bool {
+        !self.journal.is_empty() || self.spare.as_ref().is_some_and(|j| !j.is_empty())
     }
 
     fn checkpoint_due(&self) -> bool {
+        // A checkpoint running in the background (see `rotate`) is the
+        // one due.
         self.pending()
+            && !self.applying.as_ref().is_some_and(|a| a.rotation)
             && (self.journal.len() >= CHECKPOINT_BYTES
                 || self.last_durable.elapsed() >= CHECKPOINT_EVERY)
     }
@@ -2202,6 +2248,9 @@ impl Writer {
             // Quiet and all durable: the journal's pages need not stay
             // mapped (see `Journal::release`).
             self.journal.release();
+            if let Some(j) = &mut self.spare {
+                j.release();
+            }
         }
     }
 
@@ -2238,15 +2287,25 @@ impl Writer {
         if batches.is_empty() {
             return;
         }
-        let db = match self.engine() {
-            Ok(db) => db,
-            Err(e) => return self.stop(e),
-        };
+        if let Err(e) = self.spawn_apply(batches, false) {
+            self.stop(e);
+        }
+    }
+
+    /// Applies `batches` (the tail's first ones) on an applier thread, in a
+    /// durable commit for a `rotation`.
+    fn spawn_apply(
+        &mut self,
+        batches: Vec<Arc<TailBatch>>,
+        rotation: bool,
+    ) -> Result<(), EngineError> {
+        let db = self.engine()?;
         let st = self.state.clone();
         let path = self.path.clone();
         let done = Arc::new(ApplyDone::default());
         let records = batches.iter().map(|b| b.entries.len() as u64).sum();
         let applying = Applying {
+            rotation,
             batches: batches.len(),
             bytes: self.tail_bytes,
             records,
@@ -2255,10 +2314,11 @@ impl Writer {
         };
         sched::background(Box::new(move || {
             let r = catch_unwind(AssertUnwindSafe(|| {
-                apply_batches(&db, &st, &batches, false)
+                apply_batches(&db, &st, &batches, rotation)
             }))
             .unwrap_or(Err(EngineError::Panicked("a write")));
-            let flush = r.is_ok();
+            // A durable commit has written its pages already.
+            let flush = r.is_ok() && !rotation;
             drop(batches);
             drop(db);
             done.set(r);
@@ -2272,6 +2332,7 @@ impl Writer {
         }));
         self.applying = Some(applying);
         self.tail_bytes = 0;
+        Ok(())
     }
 
     /// Takes the result of the background apply, if there is one and it is
@@ -2295,7 +2356,8 @@ impl Writer {
         };
         match r {
             Ok((st, commit_time)) => {
-                self.observer.commit(a.records, a.started.elapsed(), false);
+                self.observer
+                    .commit(a.records, a.started.elapsed(), a.rotation);
                 self.state = st;
                 {
                     let mut tail = self.shared.tail.lock();
@@ -2303,7 +2365,14 @@ impl Writer {
                         tail.pop_front();
                     }
                 }
-                self.committed(false, commit_time);
+                self.committed(a.rotation, commit_time);
+                if a.rotation {
+                    // Everything in the spare journal is durable in redb.
+                    if let Some(Err(source)) = self.spare.as_mut().map(|j| j.reset(false)) {
+                        let e = self.spare_err(source);
+                        self.stop(e);
+                    }
+                }
             }
             Err(e) => {
                 self.tail_bytes += a.bytes;
@@ -2330,7 +2399,8 @@ impl Writer {
             // checkpoint waits for it rather than the appends for both.
             // It starts one apply at most and waits at most
             // SYNC_DEFER_MAX, so a steady stream of appends cannot put it
-            // off further.
+            // off further. The checkpoint itself then runs in the
+            // background as well (`rotate`).
             let SyncPolicy::Interval(d) = policy else {
                 return;
             };
@@ -2345,7 +2415,7 @@ impl Writer {
                     return;
                 }
             }
-            match self.checkpoint() {
+            match self.rotate() {
                 Ok(()) => self.last_journal_sync = Instant::now(),
                 Err(e) => self.stop(e),
             }
@@ -2365,18 +2435,18 @@ impl Writer {
     /// commit (a checkpoint): redb reuses freed pages only from durable
     /// commits, and the journal then stays small. Under `interval` applies
     /// are non-durable (no fsync in the writer's way) and a checkpoint
-    /// follows every [`CHECKPOINT_BYTES`] of journal or [`CHECKPOINT_EVERY`];
-    /// the database file may then grow by up to that much between
-    /// checkpoints.
+    /// follows every [`CHECKPOINT_BYTES`] of journal or [`CHECKPOINT_EVERY`]
+    /// (in the background for a busy journal, see [`Writer::rotate`]); the
+    /// database file may then grow by up to that much between checkpoints.
     fn flush(&mut self, policy: SyncPolicy) {
         self.poll_apply(true);
         if self.stopped.is_some() {
             return;
         }
-        let r = if matches!(policy, SyncPolicy::Interval(_)) && !self.checkpoint_due() {
-            self.apply_tail(false)
-        } else {
-            self.checkpoint()
+        let r = match policy {
+            SyncPolicy::Interval(_) if self.checkpoint_due() => self.rotate(),
+            SyncPolicy::Interval(_) => self.apply_tail(false),
+            SyncPolicy::Always => self.checkpoint(),
         };
         if let Err(e) = r {
             self.stop(e);
@@ -2504,6 +2574,13 @@ impl Writer {
             .journal
             .frames()
             .map_err(|source| self.journal_err(source))?;
+        let frames = match &self.spare {
+            Some(j) => {
+                let more = j.frames().map_err(|source| self.spare_err(source))?;
+                journal::merge(frames, more)
+            }
+            None => frames,
+        };
         let batches = frames_past(frames, state.leo);
         let mut logical = state.clone();
         for b in &batches {
@@ -2533,6 +2610,15 @@ impl Writer {
         self.shared.publish(&self.logical);
         tracing::info!(partition = %self.name, leo = self.logical.leo, "reopened the database after a failure; reads are served");
         Ok(())
+    }
+
+    /// An I/O failure of the journal file that appends do not go to.
+    fn spare_err(&self, source: std::io::Error) -> EngineError {
+        let path = self.spare.as_ref().map_or(&*self.spare_path, |j| j.path());
+        EngineError::Journal {
+            path: path.to_owned(),
+            source,
+        }
     }
 
     fn journal_err(&self, source: std::io::Error) -> EngineError {
@@ -2566,7 +2652,7 @@ impl Writer {
         })
     }
 
-    /// Applies and commits the tail durably, then empties the journal.
+    /// Applies and commits the tail durably, then empties the journals.
     fn checkpoint(&mut self) -> Result<(), EngineError> {
         self.sync_pre_applied = false;
         self.poll_apply(true);
@@ -2574,7 +2660,65 @@ impl Writer {
             return Err(EngineError::Stopped(s.clone()));
         }
         self.apply_tail(true)?;
-        self.journal.reset(false).map_err(|e| self.journal_err(e))
+        self.journal.reset(false).map_err(|e| self.journal_err(e))?;
+        match self
+            .spare
+            .as_mut()
+            .filter(|j| !j.is_empty())
+            .map(|j| j.reset(false))
+        {
+            Some(Err(source)) => Err(self.spare_err(source)),
+            _ => Ok(()),
+        }
+    }
+
+    /// A checkpoint under `interval` (of a due sync, or at the
+    /// [`CHECKPOINT_BYTES`] / [`CHECKPOINT_EVERY`] bound) that does not
+    /// stop the appends: the journal's frames are handed to the spare file, which keeps them
+    /// while an applier thread applies the tail and commits it durably,
+    /// and appends go on into the other, empty, file. Once that commit is
+    /// done ([`Writer::poll_apply`]) the spare file is emptied. A crash in
+    /// between leaves frames in both files; the replay reads both. Falls
+    /// back to [`Writer::checkpoint`] when the spare file cannot be
+    /// opened or still holds frames (an earlier rotation failed), and
+    /// checkpoints a journal of less than [`SYNC_BY_CHECKPOINT_BYTES`] in
+    /// place: its checkpoint is short, and a log that is never busy gets no
+    /// second file.
+    fn rotate(&mut self) -> Result<(), EngineError> {
+        self.sync_pre_applied = false;
+        self.poll_apply(true);
+        if let Some(s) = &self.stopped {
+            return Err(EngineError::Stopped(s.clone()));
+        }
+        if self.journal.len() < SYNC_BY_CHECKPOINT_BYTES {
+            return self.checkpoint();
+        }
+        if self.spare.is_none() {
+            match Journal::open(self.spare_path.clone()) {
+                Ok((mut j, frames)) => {
+                    if !frames.is_empty() {
+                        // Not this log's (the file was absent at open).
+                        tracing::warn!(partition = %self.name, path = %self.spare_path.display(), "a second journal appeared while the log was open; it is cleared");
+                        j.reset(true).map_err(|source| self.spare_err(source))?;
+                    }
+                    self.spare = Some(j);
+                }
+                Err(source) => {
+                    tracing::warn!(partition = %self.name, path = %self.spare_path.display(), error = %source, "cannot open the second journal; checkpointing in place");
+                    return self.checkpoint();
+                }
+            }
+        }
+        let Some(spare) = self.spare.as_mut().filter(|j| j.is_empty()) else {
+            return self.checkpoint();
+        };
+        let batches = self.shared.tail_snapshot();
+        std::mem::swap(&mut self.journal, spare);
+        // On failure nothing started: the frames stay in the spare file,
+        // and the checkpoint of the retry empties both.
+        self.spawn_apply(batches, true)?;
+        self.observer.journal_switched();
+        Ok(())
     }
 
     /// Applies every tail batch to redb in one transaction. With `durable`
@@ -2586,7 +2730,7 @@ impl Writer {
             return Err(EngineError::Stopped(s.clone()));
         }
         let batches = self.shared.tail_snapshot();
-        let pending = self.dirty || !self.journal.is_empty();
+        let pending = self.dirty || self.journaled();
         if batches.is_empty() && !(durable && pending) {
             return Ok(());
         }
@@ -2827,11 +2971,18 @@ impl Writer {
                     return reply(Err(e));
                 }
                 let r = self.transact(true, |t, st| truncate(t, st, to));
-                let r = r.and_then(|()| {
-                    self.journal
-                        .reset(true)
-                        .map_err(|source| self.journal_err(source))
-                });
+                // Both journals cleared durably: a frame of either could
+                // otherwise match the moved log end again.
+                let r = r
+                    .and_then(|()| {
+                        self.journal
+                            .reset(true)
+                            .map_err(|source| self.journal_err(source))
+                    })
+                    .and_then(|()| match self.spare.as_mut().map(|j| j.reset(true)) {
+                        Some(Err(source)) => Err(self.spare_err(source)),
+                        _ => Ok(()),
+                    });
                 reply(r.map_err(|e| self.failed(e)));
             }
             Maint::DeletePrefix {

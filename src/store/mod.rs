@@ -44,6 +44,13 @@
 //! after which the journal is rewound. At open, the frames past redb's last
 //! durable commit are replayed.
 //!
+//! Under [`SyncPolicy::Interval`], a busy log's checkpoint (the durable
+//! redb commit that lets the journal be rewound) runs on an applier thread
+//! while appends go to a second journal file, `<partition>.journal.1`,
+//! created the first time a log needs it; the first file is rewound once
+//! the commit is done, and the roles swap at the next checkpoint. Replay
+//! reads both files' frames in log order.
+//!
 //! # Threads
 //!
 //! Each database has one writer, which owns the journal and every write
@@ -120,8 +127,9 @@
 //! the whole chunk (≤ 64 KiB); the database file never shrinks, freed pages
 //! are reused; each partition's journal file is preallocated to 4 MiB (so
 //! that its fdatasyncs overwrite existing blocks) and grows to its
-//! high-water mark (about the tail bound plus one group); records are
-//! written twice (journal, then redb).
+//! high-water mark (about the tail bound plus one group), and a log that
+//! was busy under `interval` has two such files; records are written twice
+//! (journal, then redb).
 //!
 //! This module knows nothing of NATS or gRPC: subjects are plain strings.
 

@@ -33,6 +33,10 @@ pub trait StoreObserver: Send + Sync + 'static {
         let _ = (records, bytes, elapsed, synced);
     }
 
+    /// Appends went over to the log's other journal file, while a
+    /// checkpoint of the frames in the first one runs in the background.
+    fn journal_switched(&self) {}
+
     /// A journal `fdatasync` took `elapsed`.
     fn journal_sync(&self, elapsed: Duration) {
         let _ = elapsed;

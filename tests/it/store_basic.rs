@@ -332,6 +332,50 @@ async fn store_interval_sync_is_visible_and_durable_on_close() {
     assert_eq!(log.log_end_offset(), 20);
 }
 
+/// Appends about 25 MB/s (batches of 128 records of 1 KB every 5 ms) to
+/// `log` from offset `next` for `time`; returns the offset after the last.
+async fn stream_into(log: &PartitionLog, mut next: i64, time: Duration) -> i64 {
+    let payload = "x".repeat(1000);
+    let started = std::time::Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(5));
+    while started.elapsed() < time {
+        tick.tick().await;
+        let batch = (0..128).map(|i| rec(next + i, None, &payload)).collect();
+        log.append(0, batch).await.unwrap();
+        next += 128;
+    }
+    next
+}
+
+/// With an interval far longer than the 2 s checkpoint bound (JetStream's
+/// default is two minutes), a busy partition's 2 s checkpoints also run in
+/// the background, appends going to the second journal file meanwhile.
+#[tokio::test]
+async fn store_long_interval_checkpoints_run_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        sync: SyncPolicy::Interval(Duration::from_secs(120)),
+        ..Default::default()
+    };
+    let log = open(dir.path(), "long", cfg.clone()).await.unwrap();
+    let before = log.commit_stats().durable_commits;
+    let next = stream_into(&log, 0, Duration::from_millis(2600)).await;
+    assert!(
+        log.commit_stats().durable_commits > before,
+        "no checkpoint in 2.6 s of appends"
+    );
+    let spare = liftbridge::store::journal::spare_path(dir.path(), "long");
+    assert!(
+        spare.exists(),
+        "no second journal: the checkpoint stopped the appends"
+    );
+    log.close().await.unwrap();
+    let log = open(dir.path(), "long", cfg).await.unwrap();
+    assert_eq!(log.log_end_offset(), next as u64);
+    assert_eq!(log.record_count(), next as u64);
+    log.close().await.unwrap();
+}
+
 /// Under `interval`, a partition written faster than a megabyte per interval
 /// still gets its interval's checkpoint while appends keep coming: the
 /// checkpoint may wait for background applies, but only for a bounded
@@ -348,24 +392,28 @@ async fn store_interval_checkpoints_keep_coming_under_a_steady_stream() {
     };
     let log = open(dir.path(), "steady", cfg.clone()).await.unwrap();
     let before = log.commit_stats().durable_commits;
-    let payload = "x".repeat(1000);
-    let started = std::time::Instant::now();
-    let mut next = 0i64;
-    let mut tick = tokio::time::interval(Duration::from_millis(5));
-    while started.elapsed() < Duration::from_millis(1200) {
-        tick.tick().await;
-        let batch = (0..128).map(|i| rec(next + i, None, &payload)).collect();
-        log.append(0, batch).await.unwrap();
-        next += 128;
-    }
+    let next = stream_into(&log, 0, Duration::from_millis(1200)).await;
     let checkpoints = log.commit_stats().durable_commits - before;
     assert!(
         checkpoints >= 3,
         "{checkpoints} durable commits while {next} records streamed in for 1.2 s"
     );
+    // Those checkpoints ran in the background, appends going to the
+    // second journal file meanwhile.
+    let spare = liftbridge::store::journal::spare_path(dir.path(), "steady");
+    assert!(
+        spare.exists(),
+        "no second journal: every checkpoint stopped the appends"
+    );
     log.close().await.unwrap();
     let log = open(dir.path(), "steady", cfg).await.unwrap();
     assert_eq!(log.log_end_offset(), next as u64);
+    assert_eq!(log.record_count(), next as u64);
+    log.close().await.unwrap();
+    // Deleting the log removes both journals.
+    PartitionLog::delete_files(dir.path(), "steady").unwrap();
+    assert!(!spare.exists());
+    assert!(!liftbridge::store::journal::path(dir.path(), "steady").exists());
 }
 
 /// Under `interval`, light traffic gets the interval's journal fsync and no

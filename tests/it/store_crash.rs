@@ -20,7 +20,7 @@ use rand::{Rng, SeedableRng};
 /// Runs one child until killed after `after`; returns the highest
 /// acknowledged offset + 1 (0 if none) and how many records were acknowledged.
 fn run_child(dir: &Path, sync: &str, seed: u64, after: Duration) -> Child {
-    run_child_with(dir, sync, seed, Some(after), None)
+    run_child_with(dir, sync, seed, Some(after), None, false)
 }
 
 /// What one child run reported.
@@ -36,13 +36,15 @@ struct Child {
 }
 
 /// Runs one child until it is killed after `kill_after`, or until it aborts
-/// itself after `abort_after_frames` journal frames.
+/// itself after `abort_after_frames` journal frames (counted from its first
+/// switch of journal files with `after_switch`).
 fn run_child_with(
     dir: &Path,
     sync: &str,
     seed: u64,
     kill_after: Option<Duration>,
     abort_after_frames: Option<u64>,
+    after_switch: bool,
 ) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_liftbridge"));
     cmd.args(["bench", "store-crash-child"])
@@ -51,6 +53,9 @@ fn run_child_with(
         .arg(seed.to_string());
     if let Some(n) = abort_after_frames {
         cmd.arg("--abort-after-frames").arg(n.to_string());
+        if after_switch {
+            cmd.arg("--after-switch");
+        }
     }
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -275,7 +280,8 @@ async fn abort_after_journal(sync: &str, rounds: u32, seed: u64) {
     let mut total_replayed = 0;
     for round in 0..rounds {
         let frames = rng.gen_range(5..200u64);
-        let acked_end = run_child_with(dir.path(), sync, rng.gen(), None, Some(frames)).acked_end;
+        let acked_end =
+            run_child_with(dir.path(), sync, rng.gen(), None, Some(frames), false).acked_end;
         let (leo, replayed) = verify_replay(dir.path()).await;
         assert!(
             leo > acked_end.max(prev_leo),
@@ -300,4 +306,51 @@ async fn store_crash_abort_after_journal_write_replays_always() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_crash_abort_after_journal_write_replays_interval() {
     abort_after_journal("interval", 6, 0xAB1).await;
+}
+
+/// Under an interval whose syncs are checkpoints, a busy log's checkpoint
+/// runs in the background while appends go to its second journal file. The
+/// child aborts a few frames after such a switch, before the checkpoint
+/// is done or before the first file is emptied: frames are then in both
+/// files. The reopen must replay both, keeping every acknowledged append
+/// and the frame written last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_crash_abort_during_background_checkpoint_replays_both_journals() {
+    use liftbridge::store::journal;
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0xAB2);
+    let (mut prev_leo, mut both, rounds) = (0, 0, 5);
+    for round in 0..rounds {
+        let frames = rng.gen_range(1..4u64);
+        let acked_end = run_child_with(
+            dir.path(),
+            "interval-checkpoints",
+            rng.gen(),
+            None,
+            Some(frames),
+            true,
+        )
+        .acked_end;
+        let held = [
+            journal::path(dir.path(), "crash"),
+            journal::spare_path(dir.path(), "crash"),
+        ]
+        .map(|p| {
+            let bytes = bytes::Bytes::from(std::fs::read(p).unwrap_or_default());
+            journal::read_frames(&bytes).0.len()
+        });
+        if held.iter().all(|n| *n > 0) {
+            both += 1;
+        }
+        let (leo, replayed) = verify_replay(dir.path()).await;
+        assert!(
+            leo > acked_end.max(prev_leo),
+            "round {round}: the last frame was written but the log ends at {leo} \
+             (acknowledged up to {acked_end}, previous end {prev_leo}; frames per file {held:?})"
+        );
+        assert!(replayed > 0, "round {round}: nothing replayed");
+        prev_leo = leo;
+    }
+    eprintln!("{rounds} aborts after a switch of journal files, {both} with frames in both, final LEO {prev_leo}");
+    assert!(both > 0, "no abort left frames in both journal files");
 }
