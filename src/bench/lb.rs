@@ -123,12 +123,13 @@ impl LbBenchArgs {
 
 struct Proc {
     child: Child,
-    _dir: tempfile::TempDir,
+    /// The server's data directory, removed when the server is.
+    dir: tempfile::TempDir,
 }
 
 impl Proc {
     fn disk(&self) -> DiskMeter {
-        DiskMeter::of(self._dir.path())
+        DiskMeter::of(self.dir.path())
     }
 }
 
@@ -247,9 +248,7 @@ impl DiskMeter {
     fn of(dir: &std::path::Path) -> Self {
         use std::os::unix::fs::MetadataExt;
         let stat = std::fs::metadata(dir).ok().map(|m| {
-            let dev = m.dev();
-            let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
-            let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+            let (major, minor) = (libc::major(m.dev()), libc::minor(m.dev()));
             PathBuf::from(format!("/sys/dev/block/{major}:{minor}/stat"))
         });
         DiskMeter(stat.filter(|p| p.exists()))
@@ -625,7 +624,7 @@ fn start_liftbridge(exe: &Path, sync: &str) -> anyhow::Result<(Proc, String, Str
         .stderr(Stdio::null())
         .spawn()
         .context("starting liftbridge")?;
-    let p = Proc { child, _dir: dir };
+    let p = Proc { child, dir };
     wait_port(grpc, "liftbridge gRPC")?;
     wait_port(nats, "liftbridge NATS")?;
     Ok((
@@ -661,7 +660,7 @@ fn start_jetstream(exe: &Path, sync_always: bool) -> anyhow::Result<(Proc, Strin
         .stderr(Stdio::null())
         .spawn()
         .with_context(|| format!("starting {}", exe.display()))?;
-    let mut p = Proc { child, _dir: dir };
+    let mut p = Proc { child, dir };
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if let Some(st) = p.child.try_wait()? {

@@ -2368,8 +2368,7 @@ impl Writer {
                 self.committed(a.rotation, commit_time);
                 if a.rotation {
                     // Everything in the spare journal is durable in redb.
-                    if let Some(Err(source)) = self.spare.as_mut().map(|j| j.reset(false)) {
-                        let e = self.spare_err(source);
+                    if let Err(e) = self.reset_spare(false) {
                         self.stop(e);
                     }
                 }
@@ -2661,12 +2660,15 @@ impl Writer {
         }
         self.apply_tail(true)?;
         self.journal.reset(false).map_err(|e| self.journal_err(e))?;
-        match self
-            .spare
-            .as_mut()
-            .filter(|j| !j.is_empty())
-            .map(|j| j.reset(false))
-        {
+        if self.spare.as_ref().is_some_and(|j| !j.is_empty()) {
+            self.reset_spare(false)?;
+        }
+        Ok(())
+    }
+
+    /// Empties the spare journal, if it is open (see [`Journal::reset`]).
+    fn reset_spare(&mut self, durable: bool) -> Result<(), EngineError> {
+        match self.spare.as_mut().map(|j| j.reset(durable)) {
             Some(Err(source)) => Err(self.spare_err(source)),
             _ => Ok(()),
         }
@@ -2979,10 +2981,7 @@ impl Writer {
                             .reset(true)
                             .map_err(|source| self.journal_err(source))
                     })
-                    .and_then(|()| match self.spare.as_mut().map(|j| j.reset(true)) {
-                        Some(Err(source)) => Err(self.spare_err(source)),
-                        _ => Ok(()),
-                    });
+                    .and_then(|()| self.reset_spare(true));
                 reply(r.map_err(|e| self.failed(e)));
             }
             Maint::DeletePrefix {
