@@ -325,6 +325,52 @@ pub(super) fn mappable(file: &File) -> bool {
     r == 0 && matches!(st.f_type as i64, EXT4 | TMPFS)
 }
 
+/// Writes `head` and then `body` at `pos` of `file`, all of both
+/// (`pwritev`, again after a short write): the frame's payload is not copied
+/// into a buffer of its own first.
+fn write_all_at2(file: &File, head: &[u8], body: &[u8], mut pos: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (mut head, mut body) = (head, body);
+    while !head.is_empty() || !body.is_empty() {
+        let iov = [
+            libc::iovec {
+                iov_base: head.as_ptr() as *mut libc::c_void,
+                iov_len: head.len(),
+            },
+            libc::iovec {
+                iov_base: body.as_ptr() as *mut libc::c_void,
+                iov_len: body.len(),
+            },
+        ];
+        let Ok(off) = libc::off_t::try_from(pos) else {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidInput,
+                "journal size out of range",
+            ));
+        };
+        // SAFETY: both vectors point into slices that outlive the call, and
+        // pwritev(2) only reads them; `file` keeps the descriptor open.
+        let n = unsafe { libc::pwritev(file.as_raw_fd(), iov.as_ptr(), 2, off) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(ErrorKind::WriteZero.into());
+        }
+        // `n` is at most the two lengths together.
+        let n = n as usize;
+        let from_head = n.min(head.len());
+        head = &head[from_head..];
+        body = &body[n - from_head..];
+        pos += n as u64;
+    }
+    Ok(())
+}
+
 /// Reserves the blocks of `file` up to `to` and makes it at least `to`
 /// long (`fallocate`): a hole left by an earlier sparse extension gets its
 /// blocks, those already there are kept as they are. A full device is an
@@ -480,14 +526,11 @@ impl Journal {
             map[at..at + FRAME_HEADER].copy_from_slice(&h);
             map[at + FRAME_HEADER..at + len].copy_from_slice(payload);
         } else {
-            let mut buf = Vec::with_capacity(len);
-            buf.extend_from_slice(&h);
-            buf.extend_from_slice(payload);
             if self.allocated < PREALLOC {
                 self.file.set_len(PREALLOC)?;
                 self.allocated = PREALLOC;
             }
-            self.file.write_all_at(&buf, self.pos)?;
+            write_all_at2(&self.file, &h, payload, self.pos)?;
         }
         self.pos += len as u64;
         self.last_crc = crc;
