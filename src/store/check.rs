@@ -738,6 +738,7 @@ fn read_journal(
 ) -> Result<(), CheckError> {
     // Both journal files, their frames in log order (as a restart reads
     // them).
+    let (magic, _) = journal::frame_header(0, 0, 0, &[]);
     let mut frames = Vec::new();
     for name in [JOURNAL_FILE, SPARE_JOURNAL_FILE] {
         let jpath = dir.join(name);
@@ -764,7 +765,6 @@ fn read_journal(
         // of a chain (current or stale); anything else is damage. Past the
         // chain's end, stale frames of earlier chains are normal and not
         // looked at.
-        let (magic, _) = journal::frame_header(0, 0, 0, &[]);
         if read.is_empty() && bytes.len() >= 4 && bytes[..4] != magic[..4] {
             let head = &bytes[..bytes.len().min(journal::FRAME_HEADER)];
             if head.iter().any(|b| *b != 0) {

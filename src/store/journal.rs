@@ -325,6 +325,12 @@ pub(super) fn mappable(file: &File) -> bool {
     r == 0 && matches!(st.f_type as i64, EXT4 | TMPFS)
 }
 
+/// `pos` as a file offset for the system calls that take one.
+fn file_offset(pos: u64) -> std::io::Result<libc::off_t> {
+    libc::off_t::try_from(pos)
+        .map_err(|_| std::io::Error::new(ErrorKind::InvalidInput, "journal size out of range"))
+}
+
 /// Writes `head` and then `body` at `pos` of `file`, all of both
 /// (`pwritev`, again after a short write): the frame's payload is not copied
 /// into a buffer of its own first.
@@ -342,12 +348,7 @@ fn write_all_at2(file: &File, head: &[u8], body: &[u8], mut pos: u64) -> std::io
                 iov_len: body.len(),
             },
         ];
-        let Ok(off) = libc::off_t::try_from(pos) else {
-            return Err(std::io::Error::new(
-                ErrorKind::InvalidInput,
-                "journal size out of range",
-            ));
-        };
+        let off = file_offset(pos)?;
         // SAFETY: both vectors point into slices that outlive the call, and
         // pwritev(2) only reads them; `file` keeps the descriptor open.
         let n = unsafe { libc::pwritev(file.as_raw_fd(), iov.as_ptr(), 2, off) };
@@ -378,12 +379,7 @@ fn write_all_at2(file: &File, head: &[u8], body: &[u8], mut pos: u64) -> std::io
 /// without extents) is `EOPNOTSUPP`.
 fn reserve(file: &File, to: u64) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
-    let Ok(len) = libc::off_t::try_from(to) else {
-        return Err(std::io::Error::new(
-            ErrorKind::InvalidInput,
-            "journal size out of range",
-        ));
-    };
+    let len = file_offset(to)?;
     // SAFETY: fallocate(2) on a descriptor `file` keeps open; no memory is
     // passed.
     if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) } == 0 {

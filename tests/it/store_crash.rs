@@ -269,6 +269,41 @@ async fn store_crash_sync_interval_checkpoints_keep_every_ack() {
     assert!(durable > 0, "no checkpoint happened between the kills");
 }
 
+/// One child that aborts itself after `frames` journal frames (counted
+/// from its first switch of journal files with `after_switch`), then the
+/// reopen: the log must end past both the acknowledged appends and the
+/// previous end `prev_leo` (the frame written last is kept too), with
+/// records replayed. Returns the new end, the records replayed and the
+/// frames each journal file held at the abort (first, second).
+async fn abort_and_replay(
+    dir: &Path,
+    sync: &str,
+    seed: u64,
+    frames: u64,
+    after_switch: bool,
+    prev_leo: u64,
+    round: u32,
+) -> (u64, u64, [usize; 2]) {
+    use liftbridge::store::journal;
+    let acked_end = run_child_with(dir, sync, seed, None, Some(frames), after_switch).acked_end;
+    let held = [
+        journal::path(dir, "crash"),
+        journal::spare_path(dir, "crash"),
+    ]
+    .map(|p| {
+        let bytes = bytes::Bytes::from(std::fs::read(p).unwrap_or_default());
+        journal::read_frames(&bytes).0.len()
+    });
+    let (leo, replayed) = verify_replay(dir).await;
+    assert!(
+        leo > acked_end.max(prev_leo),
+        "{sync} round {round}: the last frame was written but the log ends at {leo} \
+         (acknowledged up to {acked_end}, previous end {prev_leo}; frames per file {held:?})"
+    );
+    assert!(replayed > 0, "{sync} round {round}: nothing replayed");
+    (leo, replayed, held)
+}
+
 /// The child aborts right after writing a journal frame (synced under
 /// `always`), before answering it and before redb has it: the reopen must
 /// replay the journal, keep every acknowledged append, and also keep the
@@ -280,16 +315,10 @@ async fn abort_after_journal(sync: &str, rounds: u32, seed: u64) {
     let mut total_replayed = 0;
     for round in 0..rounds {
         let frames = rng.gen_range(5..200u64);
-        let acked_end =
-            run_child_with(dir.path(), sync, rng.gen(), None, Some(frames), false).acked_end;
-        let (leo, replayed) = verify_replay(dir.path()).await;
+        let (leo, replayed, _) =
+            abort_and_replay(dir.path(), sync, rng.gen(), frames, false, prev_leo, round).await;
         assert!(
-            leo > acked_end.max(prev_leo),
-            "{sync} round {round}: the last frame was written but the log ends at {leo} \
-             (acknowledged up to {acked_end}, previous end {prev_leo})"
-        );
-        assert!(
-            replayed > 0 && replayed <= leo - prev_leo,
+            replayed <= leo - prev_leo,
             "{sync} round {round}: {replayed} records replayed, log grew {prev_leo}..{leo}"
         );
         total_replayed += replayed;
@@ -316,39 +345,17 @@ async fn store_crash_abort_after_journal_write_replays_interval() {
 /// and the frame written last.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn store_crash_abort_during_background_checkpoint_replays_both_journals() {
-    use liftbridge::store::journal;
     let dir = tempfile::tempdir().unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(0xAB2);
     let (mut prev_leo, mut both, rounds) = (0, 0, 5);
     for round in 0..rounds {
         let frames = rng.gen_range(1..4u64);
-        let acked_end = run_child_with(
-            dir.path(),
-            "interval-checkpoints",
-            rng.gen(),
-            None,
-            Some(frames),
-            true,
-        )
-        .acked_end;
-        let held = [
-            journal::path(dir.path(), "crash"),
-            journal::spare_path(dir.path(), "crash"),
-        ]
-        .map(|p| {
-            let bytes = bytes::Bytes::from(std::fs::read(p).unwrap_or_default());
-            journal::read_frames(&bytes).0.len()
-        });
+        let sync = "interval-checkpoints";
+        let (leo, _, held) =
+            abort_and_replay(dir.path(), sync, rng.gen(), frames, true, prev_leo, round).await;
         if held.iter().all(|n| *n > 0) {
             both += 1;
         }
-        let (leo, replayed) = verify_replay(dir.path()).await;
-        assert!(
-            leo > acked_end.max(prev_leo),
-            "round {round}: the last frame was written but the log ends at {leo} \
-             (acknowledged up to {acked_end}, previous end {prev_leo}; frames per file {held:?})"
-        );
-        assert!(replayed > 0, "round {round}: nothing replayed");
         prev_leo = leo;
     }
     eprintln!("{rounds} aborts after a switch of journal files, {both} with frames in both, final LEO {prev_leo}");
