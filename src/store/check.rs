@@ -738,7 +738,7 @@ fn read_journal(
 ) -> Result<(), CheckError> {
     // Both journal files, their frames in log order (as a restart reads
     // them).
-    let (magic, _) = journal::frame_header(0, 0, 0, &[]);
+    let magic = journal::MAGIC.to_le_bytes();
     let mut frames = Vec::new();
     for name in [JOURNAL_FILE, SPARE_JOURNAL_FILE] {
         let jpath = dir.join(name);
@@ -765,7 +765,7 @@ fn read_journal(
         // of a chain (current or stale); anything else is damage. Past the
         // chain's end, stale frames of earlier chains are normal and not
         // looked at.
-        if read.is_empty() && bytes.len() >= 4 && bytes[..4] != magic[..4] {
+        if read.is_empty() && bytes.len() >= 4 && bytes[..4] != magic {
             let head = &bytes[..bytes.len().min(journal::FRAME_HEADER)];
             if head.iter().any(|b| *b != 0) {
                 r.problems.push(format!(

@@ -73,7 +73,7 @@ use bytes::Bytes;
 use memmap2::{MmapMut, MmapOptions};
 
 /// Marks the start of a frame ("LBJ1").
-const MAGIC: u32 = 0x314A_424C;
+pub(super) const MAGIC: u32 = 0x314A_424C;
 /// Bytes before a frame's payload.
 pub const FRAME_HEADER: usize = 4 + 4 + 8 + 8 + 4 + 4;
 /// Size the journal file is preallocated to (zeros, written and synced
