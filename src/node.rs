@@ -1074,9 +1074,7 @@ impl Node {
             .max_decoding_message_size(MAX_GRPC_MESSAGE)
             .max_encoding_message_size(MAX_GRPC_MESSAGE);
         let metrics = crate::metrics::NodeMetrics::new(nats.clone(), meta.clone(), parts.clone());
-        let routes = tonic::service::Routes::new(health)
-            .add_service(api)
-            .prepare();
+        let routes = crate::api::server::Services { api, health };
         let grpc_svc =
             tower_layer::Layer::layer(&metrics.grpc_layer(), crate::api::server::Deadline(routes));
         // HTTP/2 flow-control windows sized for streams of many 1 KiB

@@ -237,16 +237,63 @@ where
             .and_then(|v| v.to_str().ok())
             .and_then(super::service::parse_grpc_timeout);
         let call = self.0.call(req);
-        Box::pin(async move {
-            let answered = match timeout {
-                Some(t) => match tokio::time::timeout(t, call).await {
-                    Ok(r) => r,
-                    Err(_) => return Ok(Status::cancelled("Timeout expired").into_http()),
-                },
-                None => call.await,
-            };
-            Ok(answered.unwrap_or_else(|e| Status::from_error(e.into()).into_http()))
-        })
+        fn answer<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
+            r: Result<Response<BoxBody>, E>,
+        ) -> Result<Response<BoxBody>, Infallible> {
+            Ok(r.unwrap_or_else(|e| Status::from_error(e.into()).into_http()))
+        }
+        // Two futures, so that a call without a timeout (most) does not
+        // carry, and move, a timer it never sets.
+        match timeout {
+            Some(t) => Box::pin(async move {
+                match tokio::time::timeout(t, call).await {
+                    Ok(r) => answer(r),
+                    Err(_) => Ok(Status::cancelled("Timeout expired").into_http()),
+                }
+            }),
+            None => Box::pin(async move { answer(call.await) }),
+        }
+    }
+}
+
+/// The gRPC services of the port, chosen by the path's service part: the
+/// health service by its name, everything else the API, whose generated
+/// router answers a method it does not know with `Unimplemented` (as
+/// tonic's own router does for an unknown service).
+#[derive(Clone)]
+pub struct Services<A, H> {
+    pub api: A,
+    pub health: H,
+}
+
+impl<A, H> Services<A, H> {
+    /// The path prefix of the health service's methods.
+    const HEALTH: &'static str = "/grpc.health.v1.Health/";
+}
+
+impl<A, H> Service<Request<BoxBody>> for Services<A, H>
+where
+    A: Service<Request<BoxBody>, Response = Response<BoxBody>, Error = Infallible>,
+    H: Service<Request<BoxBody>, Response = Response<BoxBody>, Error = Infallible>,
+{
+    type Response = Response<BoxBody>;
+    type Error = Infallible;
+    type Future = futures::future::Either<A::Future, H::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Both generated servers are always ready; ask both all the same.
+        let Poll::Ready(Ok(())) = self.api.poll_ready(cx) else {
+            return Poll::Pending;
+        };
+        self.health.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<BoxBody>) -> Self::Future {
+        if req.uri().path().starts_with(Self::HEALTH) {
+            futures::future::Either::Right(self.health.call(req))
+        } else {
+            futures::future::Either::Left(self.api.call(req))
+        }
     }
 }
 

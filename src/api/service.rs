@@ -152,15 +152,18 @@ impl ApiService {
     /// does: a call waiting for an ack that cannot come any more (from a
     /// partition gone from this node, or through NATS) does not hold up
     /// the stop.
+    ///
+    /// The call comes pinned where the caller keeps it: taken by value, it
+    /// would be held twice in this future (the argument and the pinned
+    /// local), and moved with it, on every call.
     async fn until_stopped<T>(
         &self,
-        call: impl std::future::Future<Output = Result<T, ServiceError>>,
+        mut call: Pin<&mut impl std::future::Future<Output = Result<T, ServiceError>>>,
     ) -> Result<T, ServiceError> {
-        tokio::pin!(call);
         let mut stopping = self.stopping.clone();
         tokio::select! {
             biased;
-            r = &mut call => return r,
+            r = call.as_mut() => return r,
             () = node_stopping(&mut stopping) => {}
         }
         tokio::time::timeout(STOP_ACK_WAIT, call)
@@ -345,9 +348,8 @@ impl Api for ApiService {
         self.authorize(&request, &request.get_ref().stream, "Publish")?;
         let deadline = deadline_of(&request);
         let r = convert::publish(request.into_inner());
-        let ack = self
-            .until_stopped(self.service.publish(r, deadline))
-            .await?;
+        let call = std::pin::pin!(self.service.publish(r, deadline));
+        let ack = self.until_stopped(call).await?;
         Ok(Response::new(proto::PublishResponse {
             ack,
             ..Default::default()
@@ -409,9 +411,8 @@ impl Api for ApiService {
         self.authorize(&request, &request.get_ref().subject, "PublishToSubject")?;
         let deadline = deadline_of(&request);
         let r = convert::publish_to_subject(request.into_inner());
-        let ack = self
-            .until_stopped(self.service.publish_to_subject(r, deadline))
-            .await?;
+        let call = std::pin::pin!(self.service.publish_to_subject(r, deadline));
+        let ack = self.until_stopped(call).await?;
         Ok(Response::new(proto::PublishToSubjectResponse { ack }))
     }
 

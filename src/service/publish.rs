@@ -290,7 +290,8 @@ impl Service {
         // Running here and not paused: nothing to resume or wait for.
         let paused = s.partition(r.partition).is_some_and(|p| p.paused);
         if local.is_none() || paused {
-            if let Err(e) = self.ensure_resumed(s, r.partition).await {
+            // Boxed: a rare path, kept out of every publish's future.
+            if let Err(e) = Box::pin(self.ensure_resumed(s, r.partition)).await {
                 return Err(resume_failed(e, in_session));
             }
             local = self.inner.parts.get(&r.stream, r.partition);
@@ -426,7 +427,8 @@ impl Service {
             return Ok(None);
         };
         if !msg.ack_inbox.is_empty() {
-            return self.publish_and_wait_on(subject, msg, wait).await;
+            // Boxed: a rare path, kept out of every publish's future.
+            return Box::pin(self.publish_and_wait_on(subject, msg, wait)).await;
         }
         // Registered before publishing so the ack cannot be missed; the
         // registration is removed when `waiter` is dropped, however this
@@ -496,7 +498,9 @@ impl Service {
             },
             None => msg,
         };
-        self.publish_enveloped(subject, &msg).await?;
+        // Boxed: publishes this node does not lead, kept out of the
+        // futures of those it does.
+        Box::pin(self.publish_enveloped(subject, &msg)).await?;
         Ok(false)
     }
 

@@ -509,6 +509,24 @@ async fn api_metadata_brokers_streams_and_health() {
         .connect()
         .await
         .unwrap();
+    // A method or service the port does not have: Unimplemented.
+    for path in ["/proto.API/NoSuchMethod", "/no.such.Service/Call"] {
+        let mut g = tonic::client::Grpc::new(ch.clone());
+        g.ready().await.unwrap();
+        let codec = tonic::codec::ProstCodec::<
+            proto::CreateStreamRequest,
+            proto::CreateStreamResponse,
+        >::default();
+        let err = g
+            .unary(
+                tonic::Request::new(proto::CreateStreamRequest::default()),
+                path.parse().unwrap(),
+                codec,
+            )
+            .await
+            .expect_err(path);
+        assert_eq!(err.code(), tonic::Code::Unimplemented, "{path}: {err:?}");
+    }
     let mut h = tonic_health::pb::health_client::HealthClient::new(ch);
     let st = h
         .check(tonic_health::pb::HealthCheckRequest {
