@@ -257,24 +257,20 @@ where
 }
 
 /// The gRPC services of the port, chosen by the path's service part: the
-/// health service by its name, everything else the API, whose generated
-/// router answers a method it does not know with `Unimplemented` (as
-/// tonic's own router does for an unknown service).
+/// health service by its name (`/NAME/method`), everything else the API,
+/// whose generated router answers a method it does not know with
+/// `Unimplemented` (as tonic's own router does for an unknown service).
 #[derive(Clone)]
 pub struct Services<A, H> {
     pub api: A,
     pub health: H,
 }
 
-impl<A, H> Services<A, H> {
-    /// The path prefix of the health service's methods.
-    const HEALTH: &'static str = "/grpc.health.v1.Health/";
-}
-
 impl<A, H> Service<Request<BoxBody>> for Services<A, H>
 where
     A: Service<Request<BoxBody>, Response = Response<BoxBody>, Error = Infallible>,
-    H: Service<Request<BoxBody>, Response = Response<BoxBody>, Error = Infallible>,
+    H: Service<Request<BoxBody>, Response = Response<BoxBody>, Error = Infallible>
+        + tonic::server::NamedService,
 {
     type Response = Response<BoxBody>;
     type Error = Infallible;
@@ -289,7 +285,13 @@ where
     }
 
     fn call(&mut self, req: Request<BoxBody>) -> Self::Future {
-        if req.uri().path().starts_with(Self::HEALTH) {
+        let health = req
+            .uri()
+            .path()
+            .strip_prefix('/')
+            .and_then(|p| p.strip_prefix(H::NAME))
+            .is_some_and(|p| p.starts_with('/'));
+        if health {
             futures::future::Either::Right(self.health.call(req))
         } else {
             futures::future::Either::Left(self.api.call(req))
